@@ -1,0 +1,333 @@
+import Dispatch
+import Glibc
+
+/// Scratch memory that channels read into before handing the bytes to their consumer.
+///
+/// Reading into shared scratch instead of a buffer per connection is what keeps an idle connection
+/// small. Share one `ReadBuffer` only among channels whose handlers run on the same serial queue:
+/// the buffer is reused by the next read, so consumers copy what they keep.
+public final class ReadBuffer: @unchecked Sendable {
+    /// The scratch memory; owned by this object.
+    public let memory: UnsafeMutableRawBufferPointer
+
+    /// Allocates `capacity` bytes of scratch.
+    public init(capacity: Int = 64 * 1024) {
+        memory = .allocate(byteCount: capacity, alignment: 16)
+    }
+
+    deinit { memory.deallocate() }
+}
+
+/// A connected socket driven by Dispatch read and write sources on one serial queue.
+///
+/// Ownership: the channel owns its `Socket`. It closes the descriptor exactly once, after the cancel
+/// handlers of both its sources have run, then calls `onClosed` once.
+///
+/// Threading: every method and property must be used on `queue`, and every callback runs there.
+/// (Set the callbacks before `start()`.) This is what lets the server keep all chat state on one
+/// queue without locks.
+///
+/// Writes are queued as `ByteChunk`s and leave in gather writes (`sendmsg` with up to 64 buffers):
+/// `enqueue` many, then `flush` once. When the kernel's send buffer is full the channel waits on a
+/// write source (created on first need, so idle connections carry none) and sends the rest as soon
+/// as the socket is writable again. `outboundBytes` tells the owner how much is waiting, so it can
+/// bound it.
+public final class SocketChannel: @unchecked Sendable {
+    /// The queue all handlers run on and all calls must come from.
+    public let queue: DispatchQueue
+    /// A name for the peer, used in error messages and logs.
+    public let label: String
+
+    /// Called with bytes as they arrive. The buffer is valid only during the call.
+    public var onBytes: ((UnsafeRawBufferPointer) -> Void)?
+    /// Called once when the peer has shut down its sending side. Writing still works; when this is
+    /// `nil` the channel closes itself instead.
+    public var onEndOfInput: (() -> Void)?
+    /// Called when the outbound queue has emptied after the kernel had pushed back (backpressure over).
+    public var onDrained: (() -> Void)?
+    /// Called once, after the descriptor is closed, with the error that closed it (`nil` when the
+    /// owner closed it or the peer finished cleanly).
+    public var onClosed: ((SocketError?) -> Void)?
+
+    private enum State { case idle, open, closing, closed }
+
+    private let socket: Socket
+    private let readBuffer: ReadBuffer
+    private var state = State.idle
+    private var closeReason: SocketError?
+    private var liveSources = 0
+
+    private var readSource: DispatchSourceRead?
+    private var readPaused = false
+    private var readEnded = false
+
+    private var writeSource: DispatchSourceWrite?
+    private var waitingForWritable = false
+    private var outbound: [ByteChunk] = []
+    private var outboundHead = 0
+    private var headOffset = 0
+    private var writeShutdownRequested = false
+
+    /// Bytes queued but not yet accepted by the kernel.
+    public private(set) var outboundBytes = 0
+
+    /// Wraps a connected socket; nothing happens until `start()`.
+    /// - Parameter readBuffer: scratch to read into; share one among channels on the same queue.
+    public init(socket: Socket, queue: DispatchQueue, readBuffer: ReadBuffer? = nil) {
+        self.socket = socket
+        self.queue = queue
+        self.label = socket.label
+        self.readBuffer = readBuffer ?? ReadBuffer()
+    }
+
+    /// Whether the channel is open (started and not closing).
+    public var isOpen: Bool { state == .open }
+
+    /// Starts reading. Call once, on `queue`.
+    public func start() {
+        assertOnQueue()
+        precondition(state == .idle, "start() called twice")
+        state = .open
+        let source = DispatchSource.makeReadSource(fileDescriptor: socket.descriptor, queue: queue)
+        source.setEventHandler { [self] in readAvailable() }
+        source.setCancelHandler { [self] in
+            readSource = nil
+            sourceCancelled()
+        }
+        liveSources += 1
+        readSource = source
+        source.activate()
+    }
+
+    // MARK: Reading
+
+    /// Stops delivering bytes until `resumeReading()`; the kernel buffers, then the peer's writes stall.
+    public func pauseReading() {
+        assertOnQueue()
+        guard !readPaused, !readEnded else { return }
+        readPaused = true
+        readSource?.suspend()
+    }
+
+    /// Delivers bytes again after `pauseReading()`.
+    public func resumeReading() {
+        assertOnQueue()
+        guard readPaused, !readEnded else { return }
+        readPaused = false
+        readSource?.resume()
+    }
+
+    /// Reads until the socket is drained, with a bound so one busy peer cannot starve the others.
+    private func readAvailable() {
+        for _ in 0..<8 {
+            guard state == .open, !readPaused else { return }
+            let result: IOResult<Int>
+            do {
+                result = try socket.read(into: readBuffer.memory)
+            } catch {
+                close(error)
+                return
+            }
+            switch result {
+            case .wouldBlock:
+                return
+            case .done(0):
+                endOfInput()
+                return
+            case .done(let count):
+                onBytes?(UnsafeRawBufferPointer(rebasing: readBuffer.memory[0..<count]))
+                // A short read means the kernel buffer is empty: skip the read that would say EAGAIN.
+                if count < readBuffer.memory.count { return }
+            }
+        }
+    }
+
+    private func endOfInput() {
+        // The descriptor stays readable forever at end of stream; stop watching it.
+        readEnded = true
+        readSource?.cancel()
+        if let onEndOfInput {
+            onEndOfInput()
+        } else {
+            close()
+        }
+    }
+
+    // MARK: Writing
+
+    /// Queues `chunk` without sending it yet; call `flush()` after queuing a batch.
+    /// Ignored once the channel is closing or writing was shut down.
+    public func enqueue(_ chunk: ByteChunk) {
+        assertOnQueue()
+        guard state == .open, !writeShutdownRequested, chunk.count > 0 else { return }
+        outbound.append(chunk)
+        outboundBytes += chunk.count
+    }
+
+    /// Queues `chunk` and sends what the kernel takes now.
+    public func write(_ chunk: ByteChunk) {
+        enqueue(chunk)
+        flush()
+    }
+
+    /// Sends queued bytes until the queue is empty or the kernel pushes back.
+    public func flush() {
+        assertOnQueue()
+        guard state == .open, !waitingForWritable else { return }
+        while outboundHead < outbound.count {
+            let result: IOResult<Int>
+            do {
+                result = try sendQueued()
+            } catch {
+                close(error)
+                return
+            }
+            switch result {
+            case .wouldBlock:
+                waitForWritable()
+                return
+            case .done(let written):
+                consume(written)
+            }
+        }
+        outbound.removeAll(keepingCapacity: outbound.capacity <= 64)
+        outboundHead = 0
+        if writeShutdownRequested { shutdownWriteNow() }
+    }
+
+    /// Shuts down the sending side once everything queued has left; reading goes on.
+    public func shutdownWrite() {
+        assertOnQueue()
+        guard state == .open, !writeShutdownRequested else { return }
+        writeShutdownRequested = true
+        if outboundBytes == 0 { shutdownWriteNow() }
+    }
+
+    private func shutdownWriteNow() {
+        do {
+            try socket.shutdownWrite()
+        } catch {
+            // ENOTCONN: the peer is already gone; the read side reports that.
+            if error.errno != ENOTCONN { close(error) }
+        }
+    }
+
+    private func sendQueued() throws(SocketError) -> IOResult<Int> {
+        let maxVectors = 64
+        return try withUnsafeTemporaryAllocation(of: iovec.self, capacity: maxVectors) { vectors throws(SocketError) in
+            var count = 0
+            var index = outboundHead
+            while count < maxVectors, index < outbound.count {
+                let chunk = outbound[index].bytes
+                let skip = index == outboundHead ? headOffset : 0
+                vectors[count] = iovec(
+                    iov_base: UnsafeMutableRawPointer(mutating: chunk.baseAddress! + skip),
+                    iov_len: chunk.count - skip)
+                count += 1
+                index += 1
+            }
+            return try socket.write(vectors: UnsafeMutableBufferPointer(rebasing: vectors[0..<count]))
+        }
+    }
+
+    private func consume(_ written: Int) {
+        outboundBytes -= written
+        var remaining = written
+        while remaining > 0 {
+            let available = outbound[outboundHead].count - headOffset
+            if remaining >= available {
+                remaining -= available
+                outbound[outboundHead] = Self.emptyChunk  // release the chunk now, not at compaction
+                outboundHead += 1
+                headOffset = 0
+            } else {
+                headOffset += remaining
+                remaining = 0
+            }
+        }
+    }
+
+    private static let emptyChunk = ByteChunk(count: 0) { _ in }
+
+    private func waitForWritable() {
+        waitingForWritable = true
+        if let writeSource {
+            writeSource.resume()
+            return
+        }
+        let source = DispatchSource.makeWriteSource(fileDescriptor: socket.descriptor, queue: queue)
+        source.setEventHandler { [self] in writable() }
+        source.setCancelHandler { [self] in
+            writeSource = nil
+            sourceCancelled()
+        }
+        liveSources += 1
+        writeSource = source
+        source.activate()
+    }
+
+    private func writable() {
+        guard state == .open, waitingForWritable else { return }
+        waitingForWritable = false
+        writeSource?.suspend()
+        flush()
+        if state == .open, !waitingForWritable { onDrained?() }
+    }
+
+    // MARK: Closing
+
+    /// Closes the channel: drops anything still queued, cancels the sources, closes the descriptor
+    /// after their cancel handlers ran, then calls `onClosed`. Calling it again does nothing.
+    public func close() {
+        close(nil)
+    }
+
+    private func close(_ reason: SocketError?) {
+        assertOnQueue()
+        switch state {
+        case .closing, .closed:
+            return
+        case .idle:
+            state = .closing
+            closeReason = reason
+            finishClosing()
+        case .open:
+            state = .closing
+            closeReason = reason
+            outbound.removeAll()
+            outboundBytes = 0
+            // A suspended source must be resumed before it is cancelled, or it never cancels.
+            if let readSource, !readEnded {
+                if readPaused { readSource.resume() }
+                readSource.cancel()
+            }
+            if let writeSource {
+                if !waitingForWritable { writeSource.resume() }
+                writeSource.cancel()
+            }
+            finishClosing()
+        }
+    }
+
+    private func sourceCancelled() {
+        liveSources -= 1
+        finishClosing()
+    }
+
+    private func finishClosing() {
+        guard state == .closing, liveSources == 0 else { return }
+        state = .closed
+        socket.close()
+        let onClosed = onClosed
+        // Drop the callbacks: they usually capture the owner, which usually holds the channel.
+        self.onBytes = nil
+        self.onEndOfInput = nil
+        self.onDrained = nil
+        self.onClosed = nil
+        onClosed?(closeReason)
+    }
+
+    private func assertOnQueue() {
+        assert({ dispatchPrecondition(condition: .onQueue(queue)); return true }())
+    }
+}

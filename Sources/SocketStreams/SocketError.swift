@@ -1,0 +1,78 @@
+import Glibc
+
+/// The one error type of the socket layer: which call failed, on what, and why.
+///
+/// Its description reads like `connect to localhost:7000 failed: Connection refused (errno 111)`;
+/// resolver failures read like `resolve nosuch.invalid:7000 failed: Name or service not known (EAI_NONAME)`.
+public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Where the failure code comes from.
+    public enum Code: Sendable, Hashable {
+        /// A POSIX `errno` value.
+        case posix(Int32)
+        /// A `getaddrinfo` result code (`EAI_*`); `EAI_SYSTEM` is reported as `.posix` instead.
+        case resolver(Int32)
+    }
+
+    /// The failure code.
+    public let code: Code
+    /// The operation that failed, e.g. `"connect"`, `"bind"`, `"resolve"`.
+    public let operation: String
+    /// What the operation was applied to, e.g. `"localhost:7000"`; empty when nothing useful can be named.
+    public let target: String
+
+    /// Creates an error from an explicit code.
+    public init(_ code: Code, operation: String, target: String = "") {
+        self.code = code
+        self.operation = operation
+        self.target = target
+    }
+
+    /// Creates an error from the calling thread's current `errno`.
+    public static func lastErrno(_ operation: String, target: String = "") -> SocketError {
+        SocketError(.posix(Glibc.errno), operation: operation, target: target)
+    }
+
+    /// The POSIX `errno`, or `nil` for resolver errors.
+    public var errno: Int32? {
+        if case .posix(let value) = code { return value }
+        return nil
+    }
+
+    /// The system's wording of the failure, without the operation.
+    public var reason: String {
+        switch code {
+        case .posix(let value):
+            return "\(String(cString: strerror(value))) (errno \(value))"
+        case .resolver(let value):
+            return "\(String(cString: gai_strerror(value))) (\(Self.resolverCodeName(value)))"
+        }
+    }
+
+    public var description: String {
+        // "connect to host:port" reads naturally; every other call names its subject directly
+        // ("resolve host:port", "bind [::]:0", "send to peer" needs no special case).
+        let subject: String
+        if target.isEmpty {
+            subject = operation
+        } else if operation == "connect" {
+            subject = "connect to \(target)"
+        } else {
+            subject = "\(operation) \(target)"
+        }
+        return "\(subject) failed: \(reason)"
+    }
+
+    private static func resolverCodeName(_ value: Int32) -> String {
+        switch value {
+        case EAI_NONAME: return "EAI_NONAME"
+        case EAI_AGAIN: return "EAI_AGAIN"
+        case EAI_FAIL: return "EAI_FAIL"
+        case EAI_FAMILY: return "EAI_FAMILY"
+        case EAI_SERVICE: return "EAI_SERVICE"
+        case EAI_MEMORY: return "EAI_MEMORY"
+        case EAI_BADFLAGS: return "EAI_BADFLAGS"
+        case EAI_SOCKTYPE: return "EAI_SOCKTYPE"
+        default: return "EAI \(value)"
+        }
+    }
+}

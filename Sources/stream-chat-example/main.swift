@@ -1,0 +1,1 @@
+print("stream-chat-example: under construction")
