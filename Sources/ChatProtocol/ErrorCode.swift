@@ -1,0 +1,80 @@
+/// The code carried by an `error` frame.
+///
+/// An open set: every UInt16 decodes, so a peer running a later version can send codes this
+/// one does not know; show such an error by its reason. docs/PROTOCOL.md, "Error codes",
+/// says when each is sent and whether it is normally fatal.
+public struct ErrorCode: RawRepresentable, Hashable, Sendable {
+    /// The code on the wire.
+    public var rawValue: UInt16
+
+    /// Wraps a code, known or not.
+    @inlinable
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+
+    /// The server does not speak the version the client asked for.
+    public static let unsupportedVersion = ErrorCode(rawValue: 1)
+    /// Someone else holds that nick (nicks compare ignoring ASCII case).
+    public static let nickTaken = ErrorCode(rawValue: 2)
+    /// The nick breaks the naming rules.
+    public static let invalidNick = ErrorCode(rawValue: 3)
+    /// The password is missing or wrong.
+    public static let badPassword = ErrorCode(rawValue: 4)
+    /// The server has no room for another connection.
+    public static let serverFull = ErrorCode(rawValue: 5)
+    /// The client's address has too many connections open.
+    public static let tooManyConnectionsFromAddress = ErrorCode(rawValue: 6)
+    /// A frame other than `hello` arrived before the handshake completed.
+    public static let handshakeRequired = ErrorCode(rawValue: 7)
+    /// No `hello` arrived in time.
+    public static let handshakeTimeout = ErrorCode(rawValue: 8)
+    /// The client sends too fast; the frame named in `frameType` was dropped.
+    public static let rateLimited = ErrorCode(rawValue: 9)
+    /// A frame exceeded the receiver's size limit.
+    public static let frameTooLarge = ErrorCode(rawValue: 10)
+    /// A frame could not be decoded; the reason says why.
+    public static let malformedFrame = ErrorCode(rawValue: 11)
+    /// The client is in as many rooms as the server allows.
+    public static let tooManyRooms = ErrorCode(rawValue: 12)
+    /// The request names a room the client is not in.
+    public static let notInRoom = ErrorCode(rawValue: 13)
+    /// The room name breaks the naming rules.
+    public static let invalidRoom = ErrorCode(rawValue: 14)
+    /// No one holds the nick a direct message is addressed to.
+    public static let noSuchNick = ErrorCode(rawValue: 15)
+    /// Nothing arrived from the client for too long.
+    public static let idleTimeout = ErrorCode(rawValue: 16)
+    /// The client reads too slowly; its outbound queue overflowed.
+    public static let slowConsumer = ErrorCode(rawValue: 17)
+    /// The server is shutting down.
+    public static let shuttingDown = ErrorCode(rawValue: 18)
+    /// A bug or resource failure on the sender's side.
+    public static let `internal` = ErrorCode(rawValue: 19)
+    /// A well-formed frame that the receiver does not accept from this peer or in this state
+    /// (a server-to-client frame sent by a client, a second `hello`).
+    public static let unexpectedFrame = ErrorCode(rawValue: 20)
+    /// The client is already in the room it asked to join.
+    public static let alreadyInRoom = ErrorCode(rawValue: 21)
+
+    /// Every code this version defines, in numeric order.
+    public static let allKnown: [ErrorCode] = (1...21).map(ErrorCode.init(rawValue:))
+
+    /// The code's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
+    public var name: String? {
+        let names = [
+            "unsupportedVersion", "nickTaken", "invalidNick", "badPassword", "serverFull",
+            "tooManyConnectionsFromAddress", "handshakeRequired", "handshakeTimeout",
+            "rateLimited", "frameTooLarge", "malformedFrame", "tooManyRooms", "notInRoom",
+            "invalidRoom", "noSuchNick", "idleTimeout", "slowConsumer", "shuttingDown",
+            "internal", "unexpectedFrame", "alreadyInRoom",
+        ]
+        let index = Int(rawValue) - 1
+        return names.indices.contains(index) ? names[index] : nil
+    }
+}
+
+extension ErrorCode: CustomStringConvertible {
+    /// The name and number, e.g. `nickTaken (2)`, or just the number for an unknown code.
+    public var description: String {
+        name.map { "\($0) (\(rawValue))" } ?? "\(rawValue)"
+    }
+}

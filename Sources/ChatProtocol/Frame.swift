@@ -1,0 +1,167 @@
+/// One message of the chat protocol, as the encoder writes it and the decoder yields it.
+///
+/// Each case documents its direction and its fields; docs/PROTOCOL.md gives the byte layout.
+/// The codec accepts every case in both directions: which frames a peer may send, and when,
+/// is the session's business (answer a misdirected frame with `ErrorCode.unexpectedFrame`).
+/// Times are milliseconds since the Unix epoch; `seq` is the room's sequence number,
+/// starting at 1 and never reused. Names follow `ChatName`.
+public enum Frame: Hashable, Sendable {
+    // MARK: Client → server
+
+    /// Client → server, first frame of a session: the highest protocol version the client
+    /// speaks, the nick it wants, and the server password if it has one.
+    case hello(version: UInt16, nick: String, password: String?)
+    /// Client → server: asks to be known by `nick`. Answered by `nickAccepted` (and
+    /// `nickChanged` in every room the client is in) or an error.
+    case changeNick(nick: String)
+    /// Client → server: enters `room`, creating it if it does not exist.
+    case join(room: String)
+    /// Client → server: leaves `room`.
+    case part(room: String)
+    /// Client → server: says `text` in `room`. Acknowledged by the `message` echo.
+    case say(room: String, text: String)
+    /// Client → server: performs `/me text` in `room`. Acknowledged by the `action` echo.
+    case emote(room: String, text: String)
+    /// Client → server: sends `text` to `recipient` alone. Acknowledged by the `direct` echo.
+    case tell(recipient: String, text: String)
+    /// Client → server: asks for every room with its member count and topic.
+    case listRooms
+    /// Client → server: asks who is in `room`.
+    case who(room: String)
+    /// Client → server: sets `room`'s topic; an empty `text` clears it.
+    case setTopic(room: String, text: String)
+    /// Client → server: asks for up to `count` of `room`'s most recent messages.
+    case requestHistory(room: String, count: UInt32)
+
+    // MARK: Server → client
+
+    /// Server → client, answer to `hello`: the version both will speak, the nick the client
+    /// now holds, the largest frame the server accepts from it, and a message of the day.
+    case welcome(version: UInt16, nick: String, maxFrameSize: UInt32, motd: String)
+    /// Server → client: `sender` said `text` in `room`; the sender receives it too.
+    case message(room: String, seq: UInt64, time: UInt64, sender: String, text: String)
+    /// Server → client: `sender` performed `/me text` in `room`; the sender receives it too.
+    case action(room: String, seq: UInt64, time: UInt64, sender: String, text: String)
+    /// Server → client: a direct message, delivered to `recipient` and echoed to `sender`.
+    case direct(sender: String, recipient: String, time: UInt64, text: String)
+    /// Server → client: `nick` entered `room`; the joiner's own copy acknowledges its `join`.
+    case joined(room: String, seq: UInt64, time: UInt64, nick: String)
+    /// Server → client: `nick` left `room`; the leaver's own copy acknowledges its `part`.
+    case left(room: String, seq: UInt64, time: UInt64, nick: String)
+    /// Server → client: `nick`, who was in `room`, disconnected, for `reason`.
+    case quit(room: String, seq: UInt64, time: UInt64, nick: String, reason: String)
+    /// Server → client: `old` is now known as `new` in `room`.
+    case nickChanged(room: String, seq: UInt64, time: UInt64, old: String, new: String)
+    /// Server → client: the receiver's `changeNick` succeeded; it is now `nick`.
+    case nickAccepted(nick: String)
+    /// Server → client, answer to `listRooms`: every room.
+    case roomList(rooms: [RoomInfo])
+    /// Server → client, answer to `who` and sent after `joined` to the joiner: who is in `room`.
+    case members(room: String, nicks: [String])
+    /// Server → client: `room`'s topic, set by `setBy` at `time` (room event `seq`). Broadcast
+    /// when it changes (empty `text`: cleared) and sent to a joiner when the room has one.
+    case topic(room: String, seq: UInt64, time: UInt64, setBy: String, text: String)
+    /// Server → client: past messages of `room` in increasing `seq` order, sent to a joiner
+    /// and in answer to `requestHistory`.
+    case history(room: String, entries: [HistoryEntry])
+
+    // MARK: Either direction
+
+    /// Either direction: asks the peer to answer `pong` with the same `token`.
+    case ping(token: UInt64)
+    /// Either direction: answers the `ping` carrying `token`.
+    case pong(token: UInt64)
+    /// Either direction: reports `code`. If `fatal`, the sender closes the connection after
+    /// this frame. `frameType` is the type of the frame at fault, or `.none`.
+    case error(code: ErrorCode, fatal: Bool, frameType: FrameType, reason: String)
+    /// Either direction: the sender is ending the session and sends nothing more.
+    case goodbye(reason: String)
+
+    // MARK: Forward compatibility
+
+    /// A frame of a skippable type (0x01–0x7F) this version does not define. Receivers ignore it.
+    case unknown(type: FrameType, payload: [UInt8])
+
+    /// The type byte this frame is written with.
+    public var type: FrameType {
+        switch self {
+        case .hello: .hello
+        case .changeNick: .changeNick
+        case .join: .join
+        case .part: .part
+        case .say: .say
+        case .emote: .emote
+        case .tell: .tell
+        case .listRooms: .listRooms
+        case .who: .who
+        case .setTopic: .setTopic
+        case .requestHistory: .requestHistory
+        case .welcome: .welcome
+        case .message: .message
+        case .action: .action
+        case .direct: .direct
+        case .joined: .joined
+        case .left: .left
+        case .quit: .quit
+        case .nickChanged: .nickChanged
+        case .nickAccepted: .nickAccepted
+        case .roomList: .roomList
+        case .members: .members
+        case .topic: .topic
+        case .history: .history
+        case .ping: .ping
+        case .pong: .pong
+        case .error: .error
+        case .goodbye: .goodbye
+        case let .unknown(type, _): type
+        }
+    }
+}
+
+/// One room in a `roomList` answer.
+public struct RoomInfo: Hashable, Sendable {
+    /// The room's name.
+    public var name: String
+    /// How many sessions are in the room.
+    public var memberCount: UInt32
+    /// The room's topic; empty when it has none.
+    public var topic: String
+
+    /// Describes one room.
+    public init(name: String, memberCount: UInt32, topic: String) {
+        self.name = name
+        self.memberCount = memberCount
+        self.topic = topic
+    }
+}
+
+/// One past message in a `history` batch.
+public struct HistoryEntry: Hashable, Sendable {
+    /// Whether the entry was said (`say`) or performed (`emote`).
+    public enum Kind: UInt8, Hashable, Sendable {
+        /// A room message, delivered at the time as `Frame.message`.
+        case message = 0
+        /// A room action, delivered at the time as `Frame.action`.
+        case action = 1
+    }
+
+    /// Message or action.
+    public var kind: Kind
+    /// The room sequence number the entry had when it was delivered.
+    public var seq: UInt64
+    /// When the server stamped it, in milliseconds since the Unix epoch.
+    public var time: UInt64
+    /// Who sent it.
+    public var sender: String
+    /// What was said.
+    public var text: String
+
+    /// Describes one past message.
+    public init(kind: Kind, seq: UInt64, time: UInt64, sender: String, text: String) {
+        self.kind = kind
+        self.seq = seq
+        self.time = time
+        self.sender = sender
+        self.text = text
+    }
+}

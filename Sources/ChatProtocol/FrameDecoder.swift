@@ -1,0 +1,243 @@
+/// Turns a byte stream, arriving in chunks of any size, into frames.
+///
+/// Feed it with `append` whatever a read returned, then call `next()` until it returns nil:
+/// it yields each complete frame and keeps the partial one. A length prefix above
+/// `maxFrameSize` is rejected as soon as the prefix is complete, before any of the body is
+/// waited for, so once `next()` has returned nil at most `maxFrameSize` +
+/// `WireProtocol.maxVarintLength` - 1 bytes stay buffered.
+///
+/// The first error poisons the decoder: framing can no longer be trusted, so every later
+/// `next()` throws the same error. Not thread-safe; own one per connection.
+public struct FrameDecoder {
+    /// The largest frame body (type + fields) accepted, in bytes.
+    public let maxFrameSize: Int
+
+    private var storage: [UInt8] = []
+    private var readIndex = 0
+    private var failure: FrameError?
+
+    /// Makes a decoder that rejects frames longer than `maxFrameSize` bytes (1 ...
+    /// `WireProtocol.maxFrameSize`). Servers use `WireProtocol.defaultServerMaxFrameSize`;
+    /// clients use `WireProtocol.maxFrameSize`.
+    public init(maxFrameSize: Int = WireProtocol.maxFrameSize) {
+        precondition(
+            (1...WireProtocol.maxFrameSize).contains(maxFrameSize),
+            "maxFrameSize must be 1...\(WireProtocol.maxFrameSize)")
+        self.maxFrameSize = maxFrameSize
+    }
+
+    /// Bytes appended but not yet returned as frames.
+    public var bufferedByteCount: Int { storage.count - readIndex }
+
+    /// Adds received bytes. Empty chunks are fine.
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        compact()
+        storage.append(contentsOf: bytes)
+    }
+
+    /// Adds received bytes from any byte collection (an array, a slice, a `Data`).
+    @inlinable
+    public mutating func append(contentsOf bytes: some Collection<UInt8>) {
+        let appended: Void? = bytes.withContiguousStorageIfAvailable { append(UnsafeRawBufferPointer($0)) }
+        if appended == nil { Array(bytes).withUnsafeBytes { append($0) } }
+    }
+
+    /// Returns the next complete frame, or nil if more bytes are needed.
+    ///
+    /// Throws the first problem found in the stream, then the same error on every call.
+    public mutating func next() throws(FrameError) -> Frame? {
+        if let failure { throw failure }
+        let start = readIndex
+        let limit = maxFrameSize
+        do throws(FrameError) {
+            let decoded = try storage.withUnsafeBufferPointer {
+                (bytes) throws(FrameError) -> (frame: Frame, end: Int)? in
+                guard let (length, bodyStart) = try Varint.read(bytes, from: start, field: .length) else {
+                    return nil
+                }
+                guard length <= UInt64(limit) else { throw .frameTooLarge(length: length, limit: limit) }
+                guard length > 0 else { throw .truncated(.type) }
+                let end = bodyStart + Int(length)
+                guard end <= bytes.count else { return nil }
+                let frame = try FrameDecoder.decodeBody(UnsafeBufferPointer(rebasing: bytes[bodyStart..<end]))
+                return (frame, end)
+            }
+            guard let decoded else { return nil }
+            readIndex = decoded.end
+            return decoded.frame
+        } catch {
+            failure = error
+            throw error
+        }
+    }
+
+    /// Drops consumed bytes when that is cheap: always when all are consumed, otherwise
+    /// only once the consumed part outweighs what must move, so that the copying stays
+    /// linear in the bytes received however many frames arrive per chunk.
+    private mutating func compact() {
+        if readIndex == storage.count {
+            storage.removeAll(keepingCapacity: true)
+            readIndex = 0
+        } else if readIndex >= 4096 && readIndex >= storage.count - readIndex {
+            storage.removeSubrange(0..<readIndex)
+            readIndex = 0
+        }
+    }
+
+    /// Decodes one frame body: the type byte and its fields, nothing more, nothing less.
+    static func decodeBody(_ body: UnsafeBufferPointer<UInt8>) throws(FrameError) -> Frame {
+        let type = FrameType(rawValue: body[0])
+        var reader = FrameReader(UnsafeBufferPointer(rebasing: body[1...]))
+        let frame: Frame
+        switch type {
+        case .hello:
+            frame = .hello(
+                version: try reader.uint16(.version), nick: try reader.nick(.nick),
+                password: try reader.optionalString(.password))
+        case .changeNick:
+            frame = .changeNick(nick: try reader.nick(.nick))
+        case .join:
+            frame = .join(room: try reader.room())
+        case .part:
+            frame = .part(room: try reader.room())
+        case .say:
+            frame = .say(room: try reader.room(), text: try reader.text(.text))
+        case .emote:
+            frame = .emote(room: try reader.room(), text: try reader.text(.text))
+        case .tell:
+            frame = .tell(recipient: try reader.nick(.recipient), text: try reader.text(.text))
+        case .listRooms:
+            frame = .listRooms
+        case .who:
+            frame = .who(room: try reader.room())
+        case .setTopic:
+            frame = .setTopic(room: try reader.room(), text: try reader.text(.text))
+        case .requestHistory:
+            frame = .requestHistory(room: try reader.room(), count: try reader.uint32(.historyCount))
+        case .welcome:
+            frame = .welcome(
+                version: try reader.uint16(.version), nick: try reader.nick(.nick),
+                maxFrameSize: try reader.uint32(.maxFrameSize), motd: try reader.text(.motd))
+        case .message:
+            frame = .message(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                sender: try reader.nick(.sender), text: try reader.text(.text))
+        case .action:
+            frame = .action(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                sender: try reader.nick(.sender), text: try reader.text(.text))
+        case .direct:
+            frame = .direct(
+                sender: try reader.nick(.sender), recipient: try reader.nick(.recipient),
+                time: try reader.varint(.time), text: try reader.text(.text))
+        case .joined:
+            frame = .joined(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                nick: try reader.nick(.nick))
+        case .left:
+            frame = .left(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                nick: try reader.nick(.nick))
+        case .quit:
+            frame = .quit(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                nick: try reader.nick(.nick), reason: try reader.text(.reason))
+        case .nickChanged:
+            frame = .nickChanged(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                old: try reader.nick(.oldNick), new: try reader.nick(.newNick))
+        case .nickAccepted:
+            frame = .nickAccepted(nick: try reader.nick(.nick))
+        case .roomList:
+            frame = .roomList(rooms: try readRooms(&reader))
+        case .members:
+            frame = .members(room: try reader.room(), nicks: try readNicks(&reader))
+        case .topic:
+            frame = .topic(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                setBy: try reader.nick(.setBy), text: try reader.text(.text))
+        case .history:
+            frame = .history(room: try reader.room(), entries: try readHistory(&reader))
+        case .ping:
+            frame = .ping(token: try reader.varint(.token))
+        case .pong:
+            frame = .pong(token: try reader.varint(.token))
+        case .error:
+            frame = .error(
+                code: ErrorCode(rawValue: try reader.uint16(.code)), fatal: try reader.bool(.fatal),
+                frameType: FrameType(rawValue: try reader.byte(.frameType)), reason: try reader.text(.reason))
+        case .goodbye:
+            frame = .goodbye(reason: try reader.text(.reason))
+        default:
+            if type.mustUnderstand { throw .unknownType(type) }
+            frame = .unknown(type: type, payload: reader.rest())
+        }
+        try reader.finish(type)
+        return frame
+    }
+
+    private static func readRooms(_ reader: inout FrameReader) throws(FrameError) -> [RoomInfo] {
+        let count = try reader.varint(.listCount)
+        var rooms: [RoomInfo] = []
+        // A count larger than the bytes left is a lie; do not let it size the allocation.
+        rooms.reserveCapacity(Int(min(count, UInt64(reader.remaining))))
+        for _ in 0..<count {
+            rooms.append(
+                RoomInfo(
+                    name: try reader.room(), memberCount: try reader.uint32(.memberCount),
+                    topic: try reader.string(.topic)))
+        }
+        return rooms
+    }
+
+    private static func readNicks(_ reader: inout FrameReader) throws(FrameError) -> [String] {
+        let count = try reader.varint(.listCount)
+        var nicks: [String] = []
+        nicks.reserveCapacity(Int(min(count, UInt64(reader.remaining))))
+        for _ in 0..<count { nicks.append(try reader.nick(.nick)) }
+        return nicks
+    }
+
+    private static func readHistory(_ reader: inout FrameReader) throws(FrameError) -> [HistoryEntry] {
+        let count = try reader.varint(.listCount)
+        var entries: [HistoryEntry] = []
+        entries.reserveCapacity(Int(min(count, UInt64(reader.remaining))))
+        var previousSeq: UInt64 = 0
+        var previousTime: UInt64 = 0
+        for _ in 0..<count {
+            guard let kind = HistoryEntry.Kind(rawValue: try reader.uint8(.entryKind)) else {
+                throw .invalidValue(.entryKind)
+            }
+            let seqDelta = try reader.varint(.seq)
+            guard seqDelta != 0 else { throw .invalidValue(.seq) }
+            let (seq, overflow) = previousSeq.addingReportingOverflow(seqDelta)
+            guard !overflow else { throw .integerOverflow(.seq) }
+            let time = previousTime &+ FrameEncoder.unzigzag(try reader.varint(.time))
+            entries.append(
+                HistoryEntry(
+                    kind: kind, seq: seq, time: time, sender: try reader.nick(.sender),
+                    text: try reader.string(.text)))
+            previousSeq = seq
+            previousTime = time
+        }
+        return entries
+    }
+}
+
+extension Frame {
+    /// Decodes `bytes`, which must hold exactly one complete frame.
+    ///
+    /// Throws `.truncated(.length)` if the bytes end before the frame does, and
+    /// `.trailingBytes` if anything follows it.
+    public init(decoding bytes: some Collection<UInt8>, maxFrameSize: Int = WireProtocol.maxFrameSize)
+        throws(FrameError)
+    {
+        var decoder = FrameDecoder(maxFrameSize: maxFrameSize)
+        decoder.append(contentsOf: bytes)
+        guard let frame = try decoder.next() else { throw .truncated(.length) }
+        if decoder.bufferedByteCount != 0 {
+            throw .trailingBytes(type: frame.type, count: decoder.bufferedByteCount)
+        }
+        self = frame
+    }
+}

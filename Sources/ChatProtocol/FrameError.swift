@@ -1,0 +1,120 @@
+/// Why a byte stream is not a valid sequence of frames.
+///
+/// Every case names the field at fault, so a server can answer with a precise `error` frame
+/// and a test can assert the exact problem. docs/PROTOCOL.md, "Bad frames", lists what a
+/// receiver does with each.
+public enum FrameError: Error, Hashable, Sendable {
+    /// The length prefix announces `length` bytes, more than the receiver's `limit`.
+    case frameTooLarge(length: UInt64, limit: Int)
+    /// The frame ended (or, for `.length`, the stream ended) before this field was complete.
+    case truncated(Field)
+    /// A varint runs past 64 bits, or its value does not fit the field's range.
+    case integerOverflow(Field)
+    /// A varint is longer than needed (ends in a zero byte); every value has one encoding.
+    case nonMinimalInteger(Field)
+    /// A string field is not well-formed UTF-8.
+    case invalidUTF8(Field)
+    /// A nick or room field breaks the naming rules.
+    case badName(Field, NameProblem)
+    /// `count` bytes remain after the last field of a frame of known type `type`.
+    case trailingBytes(type: FrameType, count: Int)
+    /// Type 0, or a must-understand type (0x80–0xFF) this receiver does not know.
+    case unknownType(FrameType)
+    /// A field holds a value outside its defined set (a bool other than 0/1, sequence 0,
+    /// an unknown history entry kind, history sequence numbers that do not increase).
+    case invalidValue(Field)
+}
+
+/// The place in a frame that an error refers to.
+public enum Field: String, Hashable, Sendable, CaseIterable {
+    /// The frame's length prefix.
+    case length
+    /// The frame's type byte.
+    case type
+    /// `hello.version`, `welcome.version`.
+    case version
+    /// A nick: `hello`, `changeNick`, `welcome`, presence events, `nickAccepted`.
+    case nick
+    /// `hello.password`.
+    case password
+    /// A room name.
+    case room
+    /// Message, action, topic or direct-message text.
+    case text
+    /// A per-room sequence number.
+    case seq
+    /// A server timestamp.
+    case time
+    /// The nick that sent a delivery.
+    case sender
+    /// The nick a direct message is addressed to.
+    case recipient
+    /// `nickChanged.old`.
+    case oldNick
+    /// `nickChanged.new`.
+    case newNick
+    /// `welcome.maxFrameSize`.
+    case maxFrameSize
+    /// `welcome.motd`.
+    case motd
+    /// `requestHistory.count`.
+    case historyCount
+    /// The element count of a list (`roomList`, `members`, `history`).
+    case listCount
+    /// `roomList` entry member count.
+    case memberCount
+    /// `roomList` entry topic.
+    case topic
+    /// `topic.setBy`.
+    case setBy
+    /// `history` entry kind.
+    case entryKind
+    /// `ping.token`, `pong.token`.
+    case token
+    /// `error.code`.
+    case code
+    /// `error.fatal`.
+    case fatal
+    /// `error.frameType`.
+    case frameType
+    /// `quit.reason`, `error.reason`, `goodbye.reason`.
+    case reason
+}
+
+/// How a name breaks the rules of `ChatName`.
+public enum NameProblem: String, Hashable, Sendable {
+    /// The name is empty.
+    case empty
+    /// The name is longer than its maximum (24 bytes for a nick, 32 for a room).
+    case tooLong
+    /// The name contains a byte outside its alphabet.
+    case invalidCharacter
+    /// A nick starts with a digit or `-`.
+    case invalidFirstCharacter
+}
+
+extension FrameError: CustomStringConvertible {
+    /// A one-line explanation suitable for logs and for the reason of an `error` frame.
+    public var description: String {
+        switch self {
+        case let .frameTooLarge(length, limit):
+            "frame of \(length) bytes exceeds the limit of \(limit) bytes"
+        case let .truncated(field):
+            "frame ends inside field '\(field.rawValue)'"
+        case let .integerOverflow(field):
+            "integer in field '\(field.rawValue)' overflows"
+        case let .nonMinimalInteger(field):
+            "integer in field '\(field.rawValue)' is not minimally encoded"
+        case let .invalidUTF8(field):
+            "field '\(field.rawValue)' is not valid UTF-8"
+        case let .badName(field, problem):
+            "field '\(field.rawValue)' is not a valid name: \(problem.rawValue)"
+        case let .trailingBytes(type, count):
+            "\(count) unexpected bytes after the last field of a \(type) frame"
+        case let .unknownType(type):
+            "frame type \(type) is not allowed"
+        case let .invalidValue(field):
+            "field '\(field.rawValue)' holds an invalid value"
+        }
+    }
+}

@@ -1,0 +1,113 @@
+/// The type byte of a frame.
+///
+/// An open set: any byte decodes, so a receiver can name a type it does not know. The ranges
+/// carry the forward-compatibility rule (docs/PROTOCOL.md, "Forward compatibility"):
+/// 0x00 is never valid, 0x01–0x7F may be skipped when unknown, 0x80–0xFF must be understood.
+public struct FrameType: RawRepresentable, Hashable, Sendable, Comparable {
+    /// The byte on the wire.
+    public var rawValue: UInt8
+
+    /// Wraps a type byte, known or not.
+    @inlinable
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    /// Whether a receiver that does not know this type must reject the frame rather than skip it.
+    @inlinable
+    public var mustUnderstand: Bool { rawValue == 0 || rawValue >= 0x80 }
+
+    /// Orders types by their byte, so tables list them in wire order.
+    @inlinable
+    public static func < (lhs: FrameType, rhs: FrameType) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    /// "No frame": the `frameType` of an `error` that is not about a particular frame.
+    public static let none = FrameType(rawValue: 0x00)
+
+    /// Client → server: opens the session.
+    public static let hello = FrameType(rawValue: 0x01)
+    /// Client → server: asks for a new nick.
+    public static let changeNick = FrameType(rawValue: 0x02)
+    /// Client → server: enters a room.
+    public static let join = FrameType(rawValue: 0x03)
+    /// Client → server: leaves a room.
+    public static let part = FrameType(rawValue: 0x04)
+    /// Client → server: says something in a room.
+    public static let say = FrameType(rawValue: 0x05)
+    /// Client → server: an action (`/me`) in a room.
+    public static let emote = FrameType(rawValue: 0x06)
+    /// Client → server: a direct message to one nick.
+    public static let tell = FrameType(rawValue: 0x07)
+    /// Client → server: asks for the room list.
+    public static let listRooms = FrameType(rawValue: 0x08)
+    /// Client → server: asks who is in a room.
+    public static let who = FrameType(rawValue: 0x09)
+    /// Client → server: sets or clears a room's topic.
+    public static let setTopic = FrameType(rawValue: 0x0A)
+    /// Client → server: asks for a room's recent messages.
+    public static let requestHistory = FrameType(rawValue: 0x0B)
+
+    /// Server → client: accepts the session.
+    public static let welcome = FrameType(rawValue: 0x20)
+    /// Server → client: a room message.
+    public static let message = FrameType(rawValue: 0x21)
+    /// Server → client: a room action.
+    public static let action = FrameType(rawValue: 0x22)
+    /// Server → client: a direct message (to its recipient, and echoed to its sender).
+    public static let direct = FrameType(rawValue: 0x23)
+    /// Server → client: someone entered a room.
+    public static let joined = FrameType(rawValue: 0x24)
+    /// Server → client: someone left a room.
+    public static let left = FrameType(rawValue: 0x25)
+    /// Server → client: someone in a room disconnected.
+    public static let quit = FrameType(rawValue: 0x26)
+    /// Server → client: someone in a room changed nick.
+    public static let nickChanged = FrameType(rawValue: 0x27)
+    /// Server → client: the receiver's own nick change succeeded.
+    public static let nickAccepted = FrameType(rawValue: 0x28)
+    /// Server → client: the answer to `listRooms`.
+    public static let roomList = FrameType(rawValue: 0x29)
+    /// Server → client: who is in a room.
+    public static let members = FrameType(rawValue: 0x2A)
+    /// Server → client: a room's topic.
+    public static let topic = FrameType(rawValue: 0x2B)
+    /// Server → client: a batch of a room's past messages.
+    public static let history = FrameType(rawValue: 0x2C)
+
+    /// Either direction: asks the peer to answer with `pong`.
+    public static let ping = FrameType(rawValue: 0x40)
+    /// Either direction: answers `ping`.
+    public static let pong = FrameType(rawValue: 0x41)
+    /// Either direction: reports a problem; may end the session.
+    public static let error = FrameType(rawValue: 0x42)
+    /// Either direction: ends the session normally.
+    public static let goodbye = FrameType(rawValue: 0x43)
+
+    /// Every type this version of the protocol defines, in wire order.
+    public static let allKnown: [FrameType] = [
+        .hello, .changeNick, .join, .part, .say, .emote, .tell, .listRooms, .who, .setTopic,
+        .requestHistory, .welcome, .message, .action, .direct, .joined, .left, .quit,
+        .nickChanged, .nickAccepted, .roomList, .members, .topic, .history, .ping, .pong,
+        .error, .goodbye,
+    ]
+
+    /// The type's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
+    public var name: String? {
+        FrameType.names[rawValue]
+    }
+
+    private static let names: [UInt8: String] = [
+        0x01: "hello", 0x02: "changeNick", 0x03: "join", 0x04: "part", 0x05: "say",
+        0x06: "emote", 0x07: "tell", 0x08: "listRooms", 0x09: "who", 0x0A: "setTopic",
+        0x0B: "requestHistory", 0x20: "welcome", 0x21: "message", 0x22: "action",
+        0x23: "direct", 0x24: "joined", 0x25: "left", 0x26: "quit", 0x27: "nickChanged",
+        0x28: "nickAccepted", 0x29: "roomList", 0x2A: "members", 0x2B: "topic",
+        0x2C: "history", 0x40: "ping", 0x41: "pong", 0x42: "error", 0x43: "goodbye",
+    ]
+}
+
+extension FrameType: CustomStringConvertible {
+    /// The name and hex byte, e.g. `say (0x05)`, or just the byte for an unknown type.
+    public var description: String {
+        let hex = "0x" + (rawValue < 0x10 ? "0" : "") + String(rawValue, radix: 16, uppercase: true)
+        return name.map { "\($0) (\(hex))" } ?? hex
+    }
+}

@@ -1,0 +1,17 @@
+/// Protocol-wide constants of the chat wire format (docs/PROTOCOL.md, "Limits").
+public enum WireProtocol {
+    /// The protocol version this module speaks; sent in `hello` and confirmed in `welcome`.
+    public static let version: UInt16 = 1
+
+    /// The largest frame (type byte + fields, the value of the length prefix) any peer may send.
+    ///
+    /// Clients decode server frames with this limit; a server announces its own, smaller,
+    /// limit for client frames in `welcome`.
+    public static let maxFrameSize = 1 << 20
+
+    /// The limit a server applies to client frames unless configured otherwise: 16 KiB.
+    public static let defaultServerMaxFrameSize = 16 << 10
+
+    /// The longest a varint may be: ten bytes carry 64 bits.
+    public static let maxVarintLength = 10
+}
