@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Fuzzes the ChatProtocol codec with libFuzzer: builds the two targets of Fuzz/ and runs
+# them side by side (one per core) for the given time. Exits non-zero if either finds a crash.
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+Usage: Scripts/fuzz.sh [SECONDS]
+       Scripts/fuzz.sh --refresh-seeds
+
+Fuzzes the ChatProtocol codec (Sources/ChatProtocol) with libFuzzer for SECONDS
+(default 60) per target; both targets run at once, so the wall time is about SECONDS
+plus a minute of building.
+
+Targets (Fuzz/*.swift, checking Tests/ChatProtocolTests/FuzzProperties.swift):
+  decode     arbitrary bytes fed to FrameDecoder whole and in chunks: no crash, the
+             same frames either way, re-encoding reproduces the bytes, bounded buffering.
+  roundtrip  arbitrary bytes turned into a valid frame: encode -> decode is the identity.
+
+Builds with `swiftc -sanitize=fuzzer,address` into .build-fuzz/. Seeds come from
+Fuzz/corpus/<target>/ and Fuzz/regressions/<target>/; inputs the fuzzer finds
+interesting go to Fuzz/corpus-work/<target>/ (not committed). A crash is saved as
+Fuzz/crash-<target>-*; copy it into Fuzz/regressions/<target>/ with a descriptive
+name, and the test suite replays it from then on.
+
+  --refresh-seeds  rewrite Fuzz/corpus/decode/spec-*.bin from the ```hex examples of
+                   docs/PROTOCOL.md (a test checks that they agree).
+  -h, --help       show this help.
+EOF
+}
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+targets=(decode roundtrip)
+seconds=60
+
+refresh_seeds() {
+    local dir="$root/Fuzz/corpus/decode" name="" hex="" in_block=0
+    rm -f "$dir"/spec-*.bin
+    mkdir -p "$dir"
+    while IFS= read -r line; do
+        if [[ $in_block == 0 && $line =~ ^\`\`\`hex\ +([A-Za-z0-9_-]+) ]]; then
+            name="${BASH_REMATCH[1]}" hex="" in_block=1
+        elif [[ $in_block == 1 && $line == '```' ]]; then
+            # Each pair of hex digits becomes one byte.
+            printf '%b' "$(sed 's/../\\x&/g' <<<"$hex")" >"$dir/spec-$name.bin"
+            in_block=0
+        elif [[ $in_block == 1 ]]; then
+            line="${line%%#*}"
+            hex+="${line//[[:space:]]/}"
+        fi
+    done <"$root/docs/PROTOCOL.md"
+    echo "wrote $(ls "$dir"/spec-*.bin | wc -l) seeds to Fuzz/corpus/decode/"
+}
+
+case "${1:-}" in
+    -h | --help) usage; exit 0 ;;
+    --refresh-seeds) refresh_seeds; exit 0 ;;
+    "") ;;
+    *[!0-9]* | 0) echo "fuzz.sh: SECONDS must be a positive whole number, not '$1'" >&2; usage >&2; exit 2 ;;
+    *) seconds="$1" ;;
+esac
+
+build="$root/.build-fuzz"
+mkdir -p "$build"
+# Swift's backtracer would otherwise intercept the crash before libFuzzer reports it.
+export SWIFT_BACKTRACE=enable=no
+
+for target in "${targets[@]}"; do
+    case $target in
+        decode) source_file="$root/Fuzz/DecodeTarget.swift" ;;
+        roundtrip) source_file="$root/Fuzz/RoundTripTarget.swift" ;;
+    esac
+    echo "building $target ..."
+    swiftc -sanitize=fuzzer,address -parse-as-library -O -g -D FUZZING \
+        -module-name ChatProtocolFuzz \
+        "$root"/Sources/ChatProtocol/*.swift \
+        "$root/Tests/ChatProtocolTests/FuzzProperties.swift" \
+        "$source_file" \
+        -o "$build/fuzz-$target" 2> >(grep -v 'Cannot export local symbol' >&2)
+done
+
+pids=()
+for target in "${targets[@]}"; do
+    work="$root/Fuzz/corpus-work/$target"
+    mkdir -p "$work" "$root/Fuzz/corpus/$target" "$root/Fuzz/regressions/$target"
+    echo "fuzzing $target for ${seconds}s (log: .build-fuzz/$target.log)"
+    "$build/fuzz-$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$root/Fuzz/crash-$target-" -print_final_stats=1 \
+        "$work" "$root/Fuzz/corpus/$target" "$root/Fuzz/regressions/$target" \
+        >"$build/$target.log" 2>&1 &
+    pids+=($!)
+done
+
+failed=0
+for index in "${!targets[@]}"; do
+    target="${targets[$index]}"
+    if wait "${pids[$index]}"; then
+        runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/$target.log" | grep -o '[0-9]*$' || echo '?')
+        echo "$target: no crash in ${seconds}s, $runs inputs run"
+    else
+        failed=1
+        echo "$target: FAILED; end of its log:" >&2
+        tail -n 40 "$build/$target.log" >&2
+        echo "Copy the crash input into Fuzz/regressions/$target/ and fix the codec." >&2
+    fi
+done
+exit "$failed"

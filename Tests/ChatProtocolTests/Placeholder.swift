@@ -1,3 +1,0 @@
-import Testing
-@testable import ChatProtocol
-@Test func versionIsOne() { #expect(ChatProtocolVersion.current == 1) }

@@ -1,0 +1,118 @@
+import ChatProtocol
+import Foundation
+import Testing
+
+/// docs/PROTOCOL.md, read once: its hex examples and its text.
+struct ProtocolDocument {
+    /// One ```hex block: its name, the line before its fence, and its bytes.
+    struct Example {
+        var name: String
+        var caption: String
+        var bytes: [UInt8]
+    }
+
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent()
+    static let shared = try! ProtocolDocument(url: root.appendingPathComponent("docs/PROTOCOL.md"))
+
+    var text: String
+    var examples: [Example] = []
+
+    /// Reads the document and parses its ```hex blocks: hex byte pairs, `#` starts a comment.
+    init(url: URL) throws {
+        text = try String(contentsOf: url, encoding: .utf8)
+        var current: Example?
+        var lastTextLine = ""
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if current == nil, line.hasPrefix("```hex ") {
+                current = Example(name: String(line.dropFirst(7)).trimmingCharacters(in: .whitespaces), caption: lastTextLine, bytes: [])
+            } else if let example = current, line == "```" {
+                examples.append(example)
+                current = nil
+            } else if current != nil {
+                let digits = line.prefix { $0 != "#" }.filter { !$0.isWhitespace }
+                var index = digits.startIndex
+                while index < digits.endIndex {
+                    let next = digits.index(index, offsetBy: 2, limitedBy: digits.endIndex) ?? digits.endIndex
+                    guard let byte = UInt8(digits[index..<next], radix: 16), next != index else {
+                        throw ParseError(line: String(line))
+                    }
+                    current!.bytes.append(byte)
+                    index = next
+                }
+            } else if !line.trimmingCharacters(in: .whitespaces).isEmpty {
+                lastTextLine = String(line)
+            }
+        }
+    }
+
+    struct ParseError: Error {
+        var line: String
+    }
+}
+
+@Suite("docs/PROTOCOL.md agrees with the code")
+struct ProtocolDocumentTests {
+    let document = ProtocolDocument.shared
+
+    @Test func everyExampleIsKnownToTheTests() {
+        let names = Set(document.examples.map(\.name))
+        let expected = Set(SampleFrames.documented.keys).union(SampleFrames.documentedErrors.keys)
+        #expect(names == expected, "examples in the document vs. the tests' table")
+        #expect(document.examples.count == names.count, "example names must be unique")
+    }
+
+    @Test func examplesDecodeToTheirFramesAndReencodeByteForByte() throws {
+        for example in document.examples {
+            guard let expected = SampleFrames.documented[example.name] else { continue }
+            let decoded = try Frame(decoding: example.bytes)
+            #expect(decoded == expected, "example \(example.name)")
+            #expect(FrameEncoder.encode(expected) == example.bytes, "example \(example.name) is not what the encoder writes")
+            #expect(example.caption.hasSuffix("— \(example.bytes.count) bytes"), "caption of \(example.name): \(example.caption)")
+        }
+    }
+
+    @Test func malformedExamplesFailWithTheirDocumentedError() {
+        for example in document.examples {
+            guard let expected = SampleFrames.documentedErrors[example.name] else { continue }
+            #expect(decodingError(example.bytes, limit: 16_384) == expected, "example \(example.name)")
+        }
+    }
+
+    @Test func everyFrameTypeHasAnExample() {
+        let types = Set(document.examples.compactMap { SampleFrames.documented[$0.name]?.type })
+        for type in FrameType.allKnown {
+            #expect(types.contains(type), "no example of \(type)")
+        }
+    }
+
+    @Test func referenceTablesListEveryFrameTypeAndErrorCode() {
+        for type in FrameType.allKnown {
+            let hex = String(type.rawValue, radix: 16)
+            let row = "| `\(hex.count == 1 ? "0" + hex : hex)` | `\(type.name!)` |"
+            #expect(document.text.contains(row), "frame reference lacks \(row)")
+        }
+        for code in ErrorCode.allKnown {
+            #expect(document.text.contains("| \(code.rawValue) | `\(code.name!)` |"), "error table lacks \(code)")
+        }
+    }
+
+    @Test("the size table shows what chat-wire sizes measures", arguments: WireComparison.representativeOperations())
+    func sizeTableMatchesTheMeasurement(operation: WireComparison.Operation) throws {
+        let row = try #require(
+            document.text.split(separator: "\n").first { $0.hasPrefix("| \(operation.name) |") },
+            "no row for \(operation.name); paste `chat-wire sizes --markdown` into the document")
+        #expect(row.contains("| \(operation.frameByteCount) | \(operation.frameOverhead) |"), "\(row)")
+        for rival in [operation.soap11, operation.soap12, operation.jsonHTTP, operation.irc] {
+            #expect(row.contains("| \(rival.utf8.count) ("), "\(row) should show \(rival.utf8.count)")
+        }
+    }
+
+    @Test func fuzzSeedCorpusHoldsTheExamples() throws {
+        let directory = ProtocolDocument.root.appendingPathComponent("Fuzz/corpus/decode")
+        for example in document.examples {
+            let seed = try Data(contentsOf: directory.appendingPathComponent("spec-\(example.name).bin"))
+            #expect([UInt8](seed) == example.bytes, "Fuzz/corpus/decode/spec-\(example.name).bin; run Scripts/fuzz.sh --refresh-seeds")
+        }
+    }
+}
