@@ -1,0 +1,485 @@
+#if os(Linux)
+import Dispatch
+import Foundation
+import Glibc
+
+/// The TCP connection behind one `Stream.getStreamsToHost` pair.
+///
+/// Ownership: the pair owns the `Socket` once `SocketConnector` hands it over. It closes the
+/// descriptor exactly once, when both streams are closed (or deallocated), and only after the
+/// cancel handlers of its Dispatch sources have run; `close()` of the second stream waits for that,
+/// so the descriptor is gone when the call returns, as with CFStream.
+///
+/// How events arise without polling: a Dispatch read source and write source watch the descriptor
+/// on the private serial `queue`. When one fires, its handler suspends it and posts
+/// `.hasBytesAvailable` / `.hasSpaceAvailable`; the next `read` / `write` resumes it. So each read
+/// or write that leaves the socket ready is followed by another event (as CFSocketStream does), and
+/// a connection nobody reads or writes has both sources suspended or idle: no wakeups at all. The
+/// read source peeks before posting, which turns the peer's FIN into `.endEncountered` and a reset
+/// into `.errorOccurred` even when the delegate is not reading.
+///
+/// `read` and `write` call `recv` / `send` directly on the caller's thread. Like Apple's socket
+/// streams they block when there is nothing to read or no room at all (waiting on the sources,
+/// not spinning), and never after the matching event: events are re-checked when delivered.
+///
+/// Threading: every method may be called from any thread; the source handlers and the connect
+/// completion run on `queue`. `condition` protects all mutable state, including the socket.
+final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
+    /// How long a connect may take before the streams report `ETIMEDOUT`.
+    static let connectTimeout: Duration = .seconds(60)
+
+    private enum Connection {
+        /// No stream opened yet.
+        case idle
+        /// `SocketConnector` is at work.
+        case connecting
+        /// `socket` is connected.
+        case connected
+        /// Connecting failed, or the connection broke; `socket` (if any) stays until both streams close.
+        case failed(SocketError)
+        /// Both streams closed and the descriptor is closed.
+        case closed
+    }
+
+    private let host: String
+    private let port: Int
+    private let queue = DispatchQueue(label: "SocketStreams.SocketStreamPair")
+    private let inputEvents = StreamEventDelivery()
+    private let outputEvents = StreamEventDelivery()
+
+    private let condition = NSCondition()
+    private var connection = Connection.idle
+    private var socket: Socket?
+    private var inputStatus = Stream.Status.notOpen
+    private var outputStatus = Stream.Status.notOpen
+    private var inputError: SocketError?
+    private var outputError: SocketError?
+    private var readSource: DispatchSourceRead?
+    private var readSuspended = false
+    private var writeSource: DispatchSourceWrite?
+    private var writeSuspended = false
+    private var liveSources = 0
+    private var sourceEvents = 0
+
+    /// How many times a Dispatch source has woken the pair; an idle pair must not add to it.
+    var sourceEventCount: Int {
+        condition.withLock { sourceEvents }
+    }
+
+    /// A pair that connects to `host:port` when the first of its streams is opened.
+    init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    func events(for side: StreamSide) -> StreamEventDelivery {
+        side == .input ? inputEvents : outputEvents
+    }
+
+    // MARK: Status
+
+    func status(_ side: StreamSide) -> Stream.Status {
+        condition.withLock { side == .input ? inputStatus : outputStatus }
+    }
+
+    func error(_ side: StreamSide) -> Error? {
+        condition.withLock { side == .input ? inputError : outputError }
+    }
+
+    private func setStatusLocked(_ side: StreamSide, _ status: Stream.Status) {
+        if side == .input { inputStatus = status } else { outputStatus = status }
+    }
+
+    // MARK: Opening
+
+    func open(_ side: StreamSide) {
+        condition.withLock {
+            guard (side == .input ? inputStatus : outputStatus) == .notOpen else { return }
+            switch connection {
+            case .idle:
+                setStatusLocked(side, .opening)
+                connection = .connecting
+                SocketConnector.connect(host: host, port: port, timeout: Self.connectTimeout, queue: queue) {
+                    [self] result in connectFinished(result)
+                }
+            case .connecting:
+                setStatusLocked(side, .opening)
+            case .connected:
+                becomeOpenLocked(side)
+            case .failed(let error):
+                failSideLocked(side, error)
+            case .closed:
+                // Only reachable when both streams are closed, and a closed stream cannot reopen.
+                break
+            }
+        }
+    }
+
+    /// Runs on `queue` when `SocketConnector` is done.
+    private func connectFinished(_ result: Result<Socket, SocketError>) {
+        condition.withLock {
+            defer { condition.broadcast() }
+            switch result {
+            case .failure(let error):
+                failLocked(error)
+            case .success(let connected):
+                guard inputStatus != .closed || outputStatus != .closed else {
+                    // Both streams were closed while connecting: nobody wants this connection.
+                    connected.close()
+                    connection = .closed
+                    return
+                }
+                socket = connected
+                connection = .connected
+                if inputStatus != .closed { startReadSourceLocked(connected) }
+                if outputStatus != .closed {
+                    startWriteSourceLocked(connected)
+                } else {
+                    shutdownWriteLocked()
+                }
+                for side in [StreamSide.input, .output] where status(ofLocked: side) == .opening {
+                    becomeOpenLocked(side)
+                }
+            }
+        }
+    }
+
+    private func status(ofLocked side: StreamSide) -> Stream.Status {
+        side == .input ? inputStatus : outputStatus
+    }
+
+    /// Moves an opened side of a connected pair to `.open` and posts what the delegate must hear.
+    private func becomeOpenLocked(_ side: StreamSide) {
+        setStatusLocked(side, .open)
+        switch side {
+        case .input:
+            if readSource == nil {
+                // The read source is gone only because the peer already finished sending.
+                inputStatus = .atEnd
+                inputEvents.post([.openCompleted, .endEncountered])
+            } else {
+                inputEvents.post(readSuspended ? [.openCompleted, .hasBytesAvailable] : .openCompleted)
+            }
+        case .output:
+            outputEvents.post(writeSuspended ? [.openCompleted, .hasSpaceAvailable] : .openCompleted)
+        }
+    }
+
+    // MARK: Dispatch sources
+
+    private func startReadSourceLocked(_ socket: Socket) {
+        let source = DispatchSource.makeReadSource(fileDescriptor: socket.descriptor, queue: queue)
+        source.setEventHandler { [self] in readSourceFired() }
+        source.setCancelHandler { [self] in sourceCancelled() }
+        readSource = source
+        liveSources += 1
+        source.activate()
+    }
+
+    private func startWriteSourceLocked(_ socket: Socket) {
+        let source = DispatchSource.makeWriteSource(fileDescriptor: socket.descriptor, queue: queue)
+        source.setEventHandler { [self] in writeSourceFired() }
+        source.setCancelHandler { [self] in sourceCancelled() }
+        writeSource = source
+        liveSources += 1
+        source.activate()
+    }
+
+    /// On `queue`: the socket is readable. Tells data from end of stream and errors by peeking.
+    private func readSourceFired() {
+        condition.withLock {
+            guard let socket, readSource != nil, !readSuspended else { return }
+            sourceEvents += 1
+            defer { condition.broadcast() }
+            do throws(SocketError) {
+                switch try peek(socket) {
+                case .wouldBlock:
+                    return
+                case .done(0):
+                    reachedEndLocked()
+                case .done:
+                    suspendReadLocked()
+                    if inputStatus == .open { inputEvents.post(.hasBytesAvailable) }
+                }
+            } catch {
+                failLocked(error)
+            }
+        }
+    }
+
+    /// On `queue`: the socket has room to send.
+    private func writeSourceFired() {
+        condition.withLock {
+            guard writeSource != nil, !writeSuspended else { return }
+            sourceEvents += 1
+            defer { condition.broadcast() }
+            suspendWriteLocked()
+            if outputStatus == .open { outputEvents.post(.hasSpaceAvailable) }
+        }
+    }
+
+    /// On `queue`, once per source: the last one lets a waiting `close` close the descriptor.
+    private func sourceCancelled() {
+        condition.withLock {
+            liveSources -= 1
+            condition.broadcast()
+        }
+    }
+
+    private func suspendReadLocked() {
+        guard let readSource, !readSuspended else { return }
+        readSuspended = true
+        readSource.suspend()
+    }
+
+    private func resumeReadLocked() {
+        guard let readSource, readSuspended else { return }
+        readSuspended = false
+        readSource.resume()
+    }
+
+    private func suspendWriteLocked() {
+        guard let writeSource, !writeSuspended else { return }
+        writeSuspended = true
+        writeSource.suspend()
+    }
+
+    private func resumeWriteLocked() {
+        guard let writeSource, writeSuspended else { return }
+        writeSuspended = false
+        writeSource.resume()
+    }
+
+    private func cancelReadSourceLocked() {
+        guard let readSource else { return }
+        // A suspended source never runs its cancel handler.
+        resumeReadLocked()
+        readSource.cancel()
+        self.readSource = nil
+    }
+
+    private func cancelWriteSourceLocked() {
+        guard let writeSource else { return }
+        resumeWriteLocked()
+        writeSource.cancel()
+        self.writeSource = nil
+    }
+
+    // MARK: End and failure
+
+    /// The peer finished sending: the read source would fire forever, so it goes.
+    private func reachedEndLocked() {
+        cancelReadSourceLocked()
+        if inputStatus == .open {
+            inputStatus = .atEnd
+            inputEvents.post(.endEncountered)
+        }
+    }
+
+    /// The connection failed or broke: every opened side reports `error`; sides opened later do too.
+    private func failLocked(_ error: SocketError) {
+        connection = .failed(error)
+        cancelReadSourceLocked()
+        cancelWriteSourceLocked()
+        for side in [StreamSide.input, .output] {
+            let current = status(ofLocked: side)
+            if current == .opening || current == .open { failSideLocked(side, error) }
+        }
+        condition.broadcast()
+    }
+
+    private func failSideLocked(_ side: StreamSide, _ error: SocketError) {
+        setStatusLocked(side, .error)
+        if side == .input {
+            inputError = error
+            inputEvents.post(.errorOccurred)
+        } else {
+            outputError = error
+            outputEvents.post(.errorOccurred)
+        }
+    }
+
+    // MARK: Closing
+
+    func close(_ side: StreamSide) {
+        condition.withLock {
+            guard status(ofLocked: side) != .closed else { return }
+            setStatusLocked(side, .closed)
+            switch side {
+            case .input:
+                cancelReadSourceLocked()
+            case .output:
+                cancelWriteSourceLocked()
+                // Closing only the output sends FIN and leaves the input readable, as on Apple platforms.
+                if inputStatus != .closed { shutdownWriteLocked() }
+            }
+            condition.broadcast()
+            guard inputStatus == .closed, outputStatus == .closed else { return }
+            if case .connecting = connection {
+                // connectFinished closes the socket when it arrives.
+                return
+            }
+            while liveSources > 0 { condition.wait() }
+            socket?.close()
+            socket = nil
+            connection = .closed
+        }
+    }
+
+    private func shutdownWriteLocked() {
+        guard case .connected = connection, let socket else { return }
+        // ENOTCONN means the peer is gone already; the input side hears of it by itself.
+        try? socket.shutdownWrite()
+    }
+
+    // MARK: Reading and writing
+
+    func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength: Int) -> Int {
+        condition.withLock {
+            while true {
+                switch inputStatus {
+                case .opening:
+                    // Apple's streams wait for the connection in a read made while opening.
+                    condition.wait()
+                    continue
+                case .atEnd:
+                    return 0
+                case .open:
+                    break
+                default:
+                    return -1
+                }
+                guard let socket, maxLength > 0 else { return maxLength == 0 ? 0 : -1 }
+                do throws(SocketError) {
+                    switch try socket.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: maxLength)) {
+                    case .done(0):
+                        reachedEndLocked()
+                        return 0
+                    case .done(let count):
+                        resumeReadLocked()
+                        return count
+                    case .wouldBlock:
+                        // Nothing yet: block like Apple's socket streams, until the read source fires.
+                        resumeReadLocked()
+                        condition.wait()
+                    }
+                } catch {
+                    failLocked(error)
+                    return -1
+                }
+            }
+        }
+    }
+
+    func write(_ buffer: UnsafePointer<UInt8>, maxLength: Int) -> Int {
+        condition.withLock {
+            while true {
+                switch outputStatus {
+                case .opening:
+                    condition.wait()
+                    continue
+                case .open:
+                    break
+                default:
+                    return -1
+                }
+                guard let socket, maxLength > 0 else { return maxLength == 0 ? 0 : -1 }
+                do throws(SocketError) {
+                    switch try socket.write(UnsafeRawBufferPointer(start: buffer, count: maxLength)) {
+                    case .done(let count):
+                        resumeWriteLocked()
+                        return count
+                    case .wouldBlock:
+                        // No room at all: block until the write source says there is some.
+                        resumeWriteLocked()
+                        condition.wait()
+                    }
+                } catch {
+                    failLocked(error)
+                    return -1
+                }
+            }
+        }
+    }
+
+    var hasBytesAvailable: Bool {
+        condition.withLock { inputStatus == .open && inputReadyLocked() }
+    }
+
+    var hasSpaceAvailable: Bool {
+        condition.withLock { outputStatus == .open && outputReadyLocked() }
+    }
+
+    /// Whether a read would return at once: data, end of stream or an error is waiting.
+    private func inputReadyLocked() -> Bool {
+        guard let socket else { return false }
+        switch Result(catching: { () throws(SocketError) in try peek(socket) }) {
+        case .success(.wouldBlock): return false
+        case .success(.done), .failure: return true
+        }
+    }
+
+    /// Whether a write would return at once: there is room, or the socket has failed.
+    private func outputReadyLocked() -> Bool {
+        guard let socket else { return false }
+        var descriptor = pollfd(fd: socket.descriptor, events: Int16(POLLOUT), revents: 0)
+        return Glibc.poll(&descriptor, 1, 0) > 0
+    }
+
+    private func peek(_ socket: Socket) throws(SocketError) -> IOResult<Int> {
+        var byte: UInt8 = 0
+        return try retryingInterruptsNonBlocking("recv from", target: socket.label) {
+            recv(socket.descriptor, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
+        }
+    }
+
+    func stillHolds(_ event: Stream.Event, for side: StreamSide) -> Bool {
+        condition.withLock {
+            let current = status(ofLocked: side)
+            switch event {
+            case .openCompleted:
+                return current != .opening
+            case .hasBytesAvailable:
+                guard side == .input, current == .open else { return false }
+                if inputReadyLocked() { return true }
+                // Already read past (a `while hasBytesAvailable` loop): watch for the next bytes.
+                resumeReadLocked()
+                return false
+            case .hasSpaceAvailable:
+                guard side == .output, current == .open else { return false }
+                if outputReadyLocked() { return true }
+                resumeWriteLocked()
+                return false
+            case .errorOccurred:
+                return current == .error
+            case .endEncountered:
+                return current == .atEnd
+            default:
+                return false
+            }
+        }
+    }
+
+    // MARK: Properties
+
+    /// Answers CFSocketStream's socket properties: `kCFStreamPropertySocketNativeHandle` (the
+    /// descriptor as `Data` of an `Int32`, while connected), `kCFStreamPropertySocketRemoteHostName`
+    /// and `kCFStreamPropertySocketRemotePortNumber` (what was asked for, not what it resolved to).
+    func property(forKey key: Stream.PropertyKey, side: StreamSide) -> AnyObject? {
+        switch key.rawValue {
+        case "kCFStreamPropertySocketNativeHandle":
+            return condition.withLock {
+                guard let socket, !socket.isClosed else { return nil }
+                var descriptor = socket.descriptor
+                return NSData(bytes: &descriptor, length: MemoryLayout<Int32>.size)
+            }
+        case "kCFStreamPropertySocketRemoteHostName":
+            return NSString(string: host)
+        case "kCFStreamPropertySocketRemotePortNumber":
+            return NSNumber(value: port)
+        default:
+            return nil
+        }
+    }
+}
+#endif
