@@ -61,8 +61,9 @@ public enum Frame: Hashable, Sendable {
     /// Server → client: `room`'s topic, set by `setBy` at `time` (room event `seq`). Broadcast
     /// when it changes (empty `text`: cleared) and sent to a joiner when the room has one.
     case topic(room: String, seq: UInt64, time: UInt64, setBy: String, text: String)
-    /// Server → client: past messages of `room` in increasing `seq` order, sent to a joiner
-    /// and in answer to `requestHistory`.
+    /// Server → client: past messages of `room`, sent to a joiner and in answer to
+    /// `requestHistory`. Entries must be in strictly increasing `seq` order: the encoder
+    /// writes differences and does not check.
     case history(room: String, entries: [HistoryEntry])
 
     // MARK: Either direction
@@ -79,7 +80,8 @@ public enum Frame: Hashable, Sendable {
 
     // MARK: Forward compatibility
 
-    /// A frame of a skippable type (0x01–0x7F) this version does not define. Receivers ignore it.
+    /// A frame of a skippable type (0x01–0x7F) this version does not define. Receivers ignore
+    /// it. The encoder writes `type` and `payload` verbatim, whatever the type.
     case unknown(type: FrameType, payload: [UInt8])
 
     /// The type byte this frame is written with.

@@ -7,8 +7,8 @@
 /// `WireProtocol.maxVarintLength` - 1 bytes stay buffered.
 ///
 /// The first error poisons the decoder: framing can no longer be trusted, so every later
-/// `next()` throws the same error. Not thread-safe; own one per connection.
-public struct FrameDecoder {
+/// `next()` throws the same error. A value type: give each connection its own.
+public struct FrameDecoder: Sendable {
     /// The largest frame body (type + fields) accepted, in bytes.
     public let maxFrameSize: Int
 

@@ -93,6 +93,19 @@ public enum NameProblem: String, Hashable, Sendable {
     case invalidFirstCharacter
 }
 
+extension FrameError {
+    /// The code a server puts in the fatal `error` frame it sends before closing a
+    /// connection whose stream failed with this error (docs/PROTOCOL.md, "Bad frames").
+    public var errorCode: ErrorCode {
+        switch self {
+        case .frameTooLarge: .frameTooLarge
+        case .badName(.room, _): .invalidRoom
+        case .badName: .invalidNick
+        default: .malformedFrame
+        }
+    }
+}
+
 extension FrameError: CustomStringConvertible {
     /// A one-line explanation suitable for logs and for the reason of an `error` frame.
     public var description: String {

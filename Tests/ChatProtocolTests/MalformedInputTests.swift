@@ -176,3 +176,18 @@ struct MalformedInputTests {
             == "1 unexpected bytes after the last field of a ping (0x40) frame")
     }
 }
+
+@Suite("Mapping decode errors to error frames")
+struct ErrorCodeMappingTests {
+    @Test("a server reports each decode error with the documented code", arguments: [
+        (FrameError.frameTooLarge(length: 20_000, limit: 16_384), ErrorCode.frameTooLarge),
+        (.badName(.room, .tooLong), .invalidRoom),
+        (.badName(.nick, .empty), .invalidNick),
+        (.badName(.recipient, .invalidCharacter), .invalidNick),
+        (.truncated(.text), .malformedFrame),
+        (.unknownType(FrameType(rawValue: 0x80)), .malformedFrame),
+    ])
+    func mapsDecodeErrorsToErrorCodes(error: FrameError, code: ErrorCode) {
+        #expect(error.errorCode == code)
+    }
+}
