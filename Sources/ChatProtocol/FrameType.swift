@@ -3,7 +3,7 @@
 /// An open set: any byte decodes, so a receiver can name a type it does not know. The ranges
 /// carry the forward-compatibility rule (docs/PROTOCOL.md, "Forward compatibility"):
 /// 0x00 is never valid, 0x01–0x7F may be skipped when unknown, 0x80–0xFF must be understood.
-public struct FrameType: RawRepresentable, Hashable, Sendable, Comparable {
+public struct FrameType: RawRepresentable, Hashable, Sendable {
     /// The byte on the wire.
     public var rawValue: UInt8
 
@@ -14,10 +14,6 @@ public struct FrameType: RawRepresentable, Hashable, Sendable, Comparable {
     /// Whether a receiver that does not know this type must reject the frame rather than skip it.
     @inlinable
     public var mustUnderstand: Bool { rawValue == 0 || rawValue >= 0x80 }
-
-    /// Orders types by their byte, so tables list them in wire order.
-    @inlinable
-    public static func < (lhs: FrameType, rhs: FrameType) -> Bool { lhs.rawValue < rhs.rawValue }
 
     /// "No frame": the `frameType` of an `error` that is not about a particular frame.
     public static let none = FrameType(rawValue: 0x00)
