@@ -1,0 +1,118 @@
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+@testable import SocketStreams
+
+/// The Swift-concurrency API: exchange, end of stream and backpressure.
+@Suite("Async connections")
+struct SocketConnectionTests {
+    @Test(arguments: ["127.0.0.1", "::1", "localhost"])
+    func exchangesBytesBothWays(host: String) async throws {
+        let listener = try ConnectionListener(host: host == "::1" ? "::1" : "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let client = try await SocketConnection.connect(host: host, port: listener.port)
+        var accepted = listener.connections.makeAsyncIterator()
+        let server = try #require(await accepted.next())
+        try await client.write(Array("ping".utf8))
+        #expect(try await server.readExactly(count: 4) == Array("ping".utf8))
+        try await server.write(Array("pong".utf8))
+        #expect(try await client.readExactly(count: 4) == Array("pong".utf8))
+        client.close()
+        // The peer's close ends the server's inbound sequence.
+        var rest: [UInt8] = []
+        for try await chunk in server.inbound { rest += chunk }
+        #expect(rest.isEmpty)
+        server.close()
+    }
+
+    @Test func writerToAPeerThatDoesNotReadSuspendsAndResumes() async throws {
+        let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let limit = 64 * 1024
+        let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port, outboundLimit: limit)
+        var accepted = listener.connections.makeAsyncIterator()
+        let server = try #require(await accepted.next())
+
+        let chunkSize = 16 * 1024
+        let chunkCount = 4096  // 64 MiB: far beyond what loopback buffers hold
+        let written = Mutex(0)
+        let writer = Task {
+            for index in 0..<chunkCount {
+                try await client.write([UInt8](repeating: UInt8(truncatingIfNeeded: index), count: chunkSize))
+                written.withLock { $0 += chunkSize }
+            }
+            client.shutdownWrite()
+        }
+
+        // Nobody reads, so progress must stop: wait until it holds still for 300 ms.
+        var last = -1
+        while true {
+            let now = written.withLock { $0 }
+            if now == last { break }
+            last = now
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        // What the writer got rid of fits in the kernel's socket buffers (a few MiB on loopback)
+        // plus our bounded queue: nothing piles up in user space.
+        #expect(last < 16 * 1024 * 1024, "writer should be suspended, but \(last) bytes were accepted")
+        #expect(last < chunkSize * chunkCount)
+
+        // Once the peer reads, the writer carries on to the end and every byte arrives in order.
+        var received = 0
+        var mismatch = false
+        for try await chunk in server.inbound {
+            for byte in chunk {
+                if byte != UInt8(truncatingIfNeeded: received / chunkSize) { mismatch = true }
+                received += 1
+            }
+        }
+        try await writer.value
+        #expect(received == chunkSize * chunkCount)
+        #expect(!mismatch, "bytes arrived out of order")
+        client.close()
+        server.close()
+    }
+
+    @Test func unreadInboundBytesStopTheReaderAtTheLimit() async throws {
+        let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port)
+        var accepted = listener.connections.makeAsyncIterator()
+        let server = try #require(await accepted.next())
+        // The server never iterates its inbound bytes: the client's writes must stall all the same,
+        // because the server's connection stops reading at its inbound limit.
+        let written = Mutex(0)
+        let writer = Task {
+            for _ in 0..<4096 {
+                try await client.write([UInt8](repeating: 7, count: 16 * 1024))
+                written.withLock { $0 += 16 * 1024 }
+            }
+        }
+        var last = -1
+        while true {
+            let now = written.withLock { $0 }
+            if now == last { break }
+            last = now
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        #expect(last < 16 * 1024 * 1024, "\(last) bytes were accepted by a connection nobody reads")
+        writer.cancel()
+        let outcome = await writer.result
+        #expect(throws: CancellationError.self) { try outcome.get() }
+        client.close()
+        server.close()
+    }
+
+    @Test func cancelledReadEndsWithCancellationError() async throws {
+        let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port)
+        let reader = Task { try await client.readExactly(count: 1) }
+        try await Task.sleep(for: .milliseconds(50))
+        reader.cancel()
+        let outcome = await reader.result
+        #expect(throws: CancellationError.self) { try outcome.get() }
+        client.close()
+    }
+}
