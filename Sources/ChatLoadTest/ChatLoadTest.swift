@@ -1,0 +1,2 @@
+/// Placeholder; replaced by the load generator.
+public enum ChatLoadTestModule {}

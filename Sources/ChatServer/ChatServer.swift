@@ -1,0 +1,2 @@
+/// Placeholder; replaced by the chat state.
+public enum ChatServerModule {}
