@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the system packages the project needs and a fresh Debian machine lacks:
+# libedit-dev (chat-client's line editing), pkg-config (finds libedit) and tmux (the terminal
+# tests). Does nothing when all are there. Called by the other scripts; safe to run by hand.
+set -euo pipefail
+
+case "${1:-}" in
+    -h | --help)
+        cat <<'USAGE'
+Usage: Scripts/bootstrap.sh
+
+Installs, with apt-get, whichever of these is missing: libedit-dev, pkg-config, tmux.
+Needs root (or sudo). Prints nothing when everything is already installed.
+USAGE
+        exit 0 ;;
+esac
+
+missing=()
+[[ -f /usr/include/editline/readline.h ]] || missing+=(libedit-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null 2>&1 || { echo "bootstrap.sh: need root to install ${missing[*]}" >&2; exit 1; }
+    sudo=sudo
+fi
+echo "bootstrap.sh: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >&2
+$sudo apt-get install -y -qq "${missing[@]}" >&2

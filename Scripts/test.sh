@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every test of the project, on a fresh machine too: installs what is missing, then runs
+# the fuzzer, the socket layer's tests under ThreadSanitizer, a short load test, and finally the
+# whole test suite (unit, integration over loopback, end-to-end with the real executables and the
+# real client in tmux). CI runs exactly this (.ci/run).
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+Usage: Scripts/test.sh [--fast]
+
+Runs, in order:
+  1. Scripts/bootstrap.sh         install libedit-dev, pkg-config, tmux when missing
+  2. Scripts/fuzz.sh 60           libFuzzer on the ChatProtocol codec (FUZZ_SECONDS to change)
+  3. swift test --sanitize=thread SocketStreams tests under ThreadSanitizer (.build-tsan/)
+  4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss
+  5. swift test                   every test target; its summary line closes the run
+
+  --fast   skip steps 2-4 (for a quick local check; CI never passes it)
+USAGE
+}
+
+fast=0
+case "${1:-}" in
+    -h | --help) usage; exit 0 ;;
+    --fast) fast=1 ;;
+    "") ;;
+    *) echo "test.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+esac
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+step() { printf '\n==> %s\n' "$*"; }
+
+step "bootstrap"
+Scripts/bootstrap.sh
+
+step "build"
+swift build --build-tests
+
+if [[ $fast -eq 0 ]]; then
+    step "fuzz the codec for ${FUZZ_SECONDS:-60} s"
+    Scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+
+    step "SocketStreams under ThreadSanitizer"
+    swift test --scratch-path .build-tsan --sanitize=thread --filter SocketStreamsTests
+
+    step "quick load test"
+    Scripts/loadtest.sh --quick
+fi
+
+step "all tests"
+swift test
