@@ -1,6 +1,5 @@
 import Glibc
 import Dispatch
-import Synchronization
 
 /// A serial Dispatch queue with the read scratch shared by every channel that runs on it.
 ///
@@ -20,7 +19,7 @@ public final class IOQueue: Sendable {
     }
 
     private static let pool: [IOQueue] = (0..<max(1, System.coreCount)).map { IOQueue(label: "SocketStreams.io.\($0)") }
-    private static let nextIndex = Mutex(0)
+    private static let nextIndex = Locked(0)
 
     /// The next queue of the shared pool, round robin.
     public static func next() -> IOQueue {

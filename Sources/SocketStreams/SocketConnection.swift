@@ -1,6 +1,5 @@
 import Dispatch
 import Glibc
-import Synchronization
 
 /// A TCP connection for Swift concurrency: incoming bytes as an `AsyncSequence`, writes that
 /// suspend while the peer is not keeping up.
@@ -215,7 +214,7 @@ private final class ConnectionCore: @unchecked Sendable {
         }
     }
 
-    private let waiterIDs = Mutex(0)
+    private let waiterIDs = Locked(0)
 
     /// Tells apart the waits of concurrent calls, so a cancellation resumes only its own.
     private func newWaiterID() -> Int {

@@ -20,12 +20,15 @@ public enum SocketConnector {
 
     /// Connects to `host:port`; the async form of `connect(host:port:timeout:queue:completion:)`.
     public static func connect(host: String, port: Int, timeout: Duration = .seconds(10)) async throws(SocketError) -> Socket {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Socket, SocketError>, Never>) in
-            connect(host: host, port: port, timeout: timeout, queue: DispatchQueue(label: "SocketConnector")) {
-                continuation.resume(returning: $0)
+        // The result crosses from the connect queue to the task through a lock TSan can see.
+        let outcome = Locked<Result<Socket, SocketError>?>(nil)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            connect(host: host, port: port, timeout: timeout, queue: DispatchQueue(label: "SocketConnector")) { result in
+                outcome.withLock { $0 = result }
+                continuation.resume()
             }
         }
-        return try result.get()
+        return try outcome.withLock { $0! }.get()
     }
 }
 

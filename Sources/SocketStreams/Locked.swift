@@ -1,0 +1,30 @@
+import Glibc
+
+/// A value behind a `pthread_mutex_t`.
+///
+/// Used where a value crosses from a Dispatch queue to a Swift task. ThreadSanitizer understands
+/// pthread mutexes, but on Linux it sees neither `Synchronization.Mutex` nor the continuation
+/// resumes of the concurrency runtime, and reports such hand-offs as races. A hand-off through
+/// this lock is both correct and visible to TSan as correct.
+final class Locked<Value>: @unchecked Sendable {
+    // The mutex lives on the heap: a pthread mutex must not move once initialised.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    /// Runs `body` with exclusive access to the value.
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}
