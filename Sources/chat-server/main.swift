@@ -1,1 +1,1 @@
-print("chat-server: under construction")
+ChatServerCommand.main()

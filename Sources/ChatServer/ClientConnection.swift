@@ -1,0 +1,68 @@
+import ChatProtocol
+import SocketStreams
+
+/// The I/O side of one client: its channel, its frame decoder, and where it is in closing.
+///
+/// Kept small on purpose — ten thousand idle ones must fit in a few tens of megabytes — so chat
+/// state lives in `ChatCore` and the read buffer is shared by the server. Used only on the server's
+/// queue.
+final class ClientConnection {
+    /// Where the connection is in its life.
+    enum Phase {
+        /// Reading and writing normally.
+        case active
+        /// No longer part of the chat: input is discarded, the write side shuts down once queued
+        /// bytes have left, and the channel is closed when the peer closes or at `deadline`
+        /// (uptime milliseconds).
+        case closing(deadline: UInt64)
+        /// The descriptor is closed.
+        case closed
+    }
+
+    let id: ClientID
+    /// A number unique for the server's lifetime (slots are reused), for logs.
+    let serial: UInt64
+    let channel: SocketChannel
+    var decoder: FrameDecoder
+    var phase = Phase.active
+    /// Whether the connection is in the server's list of channels to flush.
+    var isDirty = false
+    /// Whether bytes arrived since the last tick; an idle decoder is replaced to give back its buffer.
+    var readSinceTick = false
+    /// Whether the decoder may hold a grown buffer.
+    var decoderHasGrown = false
+
+    init(id: ClientID, serial: UInt64, channel: SocketChannel, maxFrameSize: Int) {
+        self.id = id
+        self.serial = serial
+        self.channel = channel
+        decoder = FrameDecoder(maxFrameSize: maxFrameSize)
+    }
+
+    var isActive: Bool {
+        if case .active = phase { return true }
+        return false
+    }
+
+    /// Ends the session from the server's side: queues `farewell` (if any) behind what is already
+    /// queued, and shuts down the write side after it; the channel stays open for reading until
+    /// the peer closes or `deadline` passes.
+    func beginClosing(farewell: ByteChunk?, deadline: UInt64) {
+        guard isActive else { return }
+        phase = .closing(deadline: deadline)
+        // The decoder's partial frame is of no more use.
+        decoder = FrameDecoder(maxFrameSize: decoder.maxFrameSize)
+        if let farewell { channel.enqueue(farewell) }
+        channel.shutdownWrite()
+    }
+
+    /// Replaces an idle, empty decoder so that an idle connection holds no receive buffer.
+    func releaseIdleBuffers() {
+        if readSinceTick {
+            readSinceTick = false
+        } else if decoderHasGrown, decoder.bufferedByteCount == 0 {
+            decoder = FrameDecoder(maxFrameSize: decoder.maxFrameSize)
+            decoderHasGrown = false
+        }
+    }
+}

@@ -1,0 +1,190 @@
+import ArgumentParser
+import ChatServer
+import Dispatch
+import Glibc
+import Logging
+
+/// `chat-server`: serves the chat protocol until SIGINT or SIGTERM, then shuts down gracefully.
+struct ChatServerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "chat-server",
+        abstract: "Serve the chat protocol (docs/PROTOCOL.md) over TCP.",
+        discussion: """
+            Prints "listening on HOST:PORT" as its first line, then logs one line per connect and \
+            disconnect (with the reason) to standard error. SIGINT or SIGTERM stops accepting, sends \
+            every client error(shuttingDown) after what is queued for it, waits up to --drain-timeout \
+            for it to leave, and exits 0.
+
+            The defaults suit one machine with people chatting. Load tests from one address need \
+            --rate-limit 0 (or a high rate) and, beyond 1000 connections, --max-clients-per-address.
+            The server raises its open-file limit to the hard limit at start: allow one descriptor \
+            per client (check `ulimit -Hn`).
+
+            The password comes from --password-file or the CHAT_SERVER_PASSWORD environment \
+            variable, never from the command line, where other users could read it.
+            """)
+
+    @Option(help: "The address to listen on; \"::\" for every IPv6 and IPv4 address.")
+    var host = "127.0.0.1"
+
+    @Option(help: "The port to listen on; 0 lets the OS choose (see the first line of output).")
+    var port = 7000
+
+    @Option(help: "The most connections at once, handshaking ones included; more are refused with serverFull.")
+    var maxClients = 10_000
+
+    @Option(
+        help: """
+            The most connections at once from one IP address; more are refused with \
+            tooManyConnectionsFromAddress. Generous because load tests connect from 127.0.0.1.
+            """)
+    var maxClientsPerAddress = 1_000
+
+    @Option(help: "The largest frame a client may send, in bytes (announced in welcome); larger ones end the connection.")
+    var maxFrameSize = 16_384
+
+    @Option(help: "The most rooms one client may be in; one more join is refused with tooManyRooms.")
+    var maxRoomsPerClient = 50
+
+    @Option(help: "Requests a client may send per second on average (token bucket); 0 turns the limit off.")
+    var rateLimit: Double = 50
+
+    @Option(help: "Requests a client may send at once above the average rate (the bucket's size).")
+    var rateBurst = 100
+
+    @Option(help: "Requests refused in a row for exceeding the rate after which the client is disconnected.")
+    var rateAbuseLimit = 100
+
+    @Option(help: "Messages and actions kept per room and replayed to each joiner.")
+    var historySize = 100
+
+    @Option(help: "Seconds a new connection has to send hello (slow or silent ones are dropped).")
+    var handshakeTimeout: Double = 5
+
+    @Option(help: "Seconds of silence from a client after which the server pings it.")
+    var idlePingInterval: Double = 30
+
+    @Option(help: "Seconds of silence from a client after which it is disconnected (must exceed the ping interval).")
+    var idleTimeout: Double = 90
+
+    @Option(
+        help: """
+            The most bytes that may wait to be sent to one client; a client that reads so slowly that \
+            more pile up is disconnected (slowConsumer). Bounds the server's memory per client.
+            """)
+    var maxOutboundBytes = 1 << 20
+
+    @Option(help: "Seconds to let queued bytes reach the clients on shutdown before closing anyway.")
+    var drainTimeout: Double = 5
+
+    @Option(help: "A file whose first line is the password clients must send (default: $CHAT_SERVER_PASSWORD, else none).")
+    var passwordFile: String?
+
+    @Option(help: "The message of the day sent in welcome.")
+    var motd = ""
+
+    @Option(help: "The least important log level shown: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: Logger.Level = .info
+
+    mutating func validate() throws {
+        if let problem = try serverConfiguration().problem() { throw ValidationError(problem) }
+    }
+
+    func run() throws {
+        let raised = DescriptorLimit.raiseToHardLimit()
+        let level = logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "chat-server")
+        let server = try ChatServer(configuration: try serverConfiguration(), logger: logger)
+        server.start()
+        print("listening on \(server.localAddress)")
+        fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
+        logger.info("descriptor limit", metadata: ["limit": "\(raised.map { String($0.current) } ?? "unknown")"])
+
+        let stopped = DispatchSemaphore(value: 0)
+        let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
+        stopped.wait()
+        withExtendedLifetime(signalSources) {}
+    }
+
+    private func serverConfiguration() throws -> ChatServerConfiguration {
+        var configuration = ChatServerConfiguration()
+        configuration.host = host
+        configuration.port = port
+        configuration.maxClients = maxClients
+        configuration.maxClientsPerAddress = maxClientsPerAddress
+        configuration.maxFrameSize = maxFrameSize
+        configuration.maxRoomsPerClient = maxRoomsPerClient
+        configuration.messageRate = rateLimit
+        configuration.messageBurst = rateBurst
+        configuration.rateAbuseLimit = rateAbuseLimit
+        configuration.historySize = historySize
+        configuration.handshakeTimeout = try seconds(handshakeTimeout, "--handshake-timeout")
+        configuration.idlePingInterval = try seconds(idlePingInterval, "--idle-ping-interval")
+        configuration.idleTimeout = try seconds(idleTimeout, "--idle-timeout")
+        configuration.outboundQueueLimit = maxOutboundBytes
+        configuration.drainTimeout = try seconds(drainTimeout, "--drain-timeout")
+        configuration.motd = motd
+        configuration.password = try password()
+        return configuration
+    }
+
+    private func seconds(_ value: Double, _ flag: String) throws -> Duration {
+        guard value > 0, value.isFinite else { throw ValidationError("\(flag) must be a positive number of seconds") }
+        return .milliseconds(Int64(value * 1000))
+    }
+
+    private func password() throws -> String? {
+        if let passwordFile {
+            guard let contents = PasswordFile.firstLine(of: passwordFile) else {
+                throw ValidationError("cannot read the password file \(passwordFile)")
+            }
+            return contents
+        }
+        return getenv("CHAT_SERVER_PASSWORD").map { String(cString: $0) }
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// Shuts `server` down on SIGINT or SIGTERM and calls `stopped` when it has.
+///
+/// Nonisolated on purpose: a handler closure formed in a main-actor context would be inferred
+/// main-actor isolated and trap when Dispatch runs it on another queue.
+private func installShutdownHandlers(
+    server: ChatServer, logger: Logger, stopped: @escaping @Sendable () -> Void
+) -> [DispatchSourceSignal] {
+    [SIGINT, SIGTERM].map { signalNumber in
+        // The default action would kill the process before the source sees the signal.
+        signal(signalNumber, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+        let name = signalNumber == SIGINT ? "SIGINT" : "SIGTERM"
+        source.setEventHandler { @Sendable in
+            logger.info("shutting down", metadata: ["signal": "\(name)"])
+            server.shutdown(reason: "the server is shutting down (\(name))", completion: stopped)
+        }
+        source.activate()
+        return source
+    }
+}
+
+/// Reads a password from a file without putting it on the command line.
+enum PasswordFile {
+    /// The file's first line without its line ending, or nil if the file cannot be read.
+    static func firstLine(of path: String) -> String? {
+        guard let file = fopen(path, "r") else { return nil }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        while true {
+            let byte = getc(file)
+            if byte == EOF || byte == 0x0A { break }
+            bytes.append(UInt8(truncatingIfNeeded: byte))
+        }
+        if bytes.last == 0x0D { bytes.removeLast() }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
