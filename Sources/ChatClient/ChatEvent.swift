@@ -1,0 +1,32 @@
+import ChatProtocol
+
+/// One thing the client shows the user: a delivery from the server or a note of its own.
+///
+/// The session produces these; `MessageRenderer` turns each into one line of text. Times are
+/// milliseconds since the Unix epoch (the server's stamp, or the client's clock for its notes).
+public enum ChatEvent: Equatable, Sendable {
+    /// `sender` said `text` in `room`; `replayed` when it comes from a history batch.
+    case message(room: String, time: UInt64, sender: String, text: String, replayed: Bool)
+    /// `sender` performed `/me text` in `room`.
+    case action(room: String, time: UInt64, sender: String, text: String, replayed: Bool)
+    /// A direct message; `outgoing` when we sent it (the server's acknowledgement).
+    case direct(time: UInt64, sender: String, recipient: String, text: String, outgoing: Bool)
+    /// `nick` entered `room`.
+    case joined(room: String, time: UInt64, nick: String)
+    /// `nick` left `room`.
+    case left(room: String, time: UInt64, nick: String)
+    /// `nick` disconnected from the server while in `room`.
+    case quit(room: String, time: UInt64, nick: String, reason: String)
+    /// `old` is now known as `new` (seen in `room`).
+    case nickChanged(room: String, time: UInt64, old: String, new: String)
+    /// `room`'s topic is `text` (empty: none), set by `setBy`.
+    case topic(room: String, time: UInt64, setBy: String, text: String)
+    /// Who is in `room`.
+    case members(room: String, time: UInt64, nicks: [String])
+    /// Every room on the server.
+    case roomList(time: UInt64, rooms: [RoomInfo])
+    /// Something the client itself tells the user (help, connection state, room switches).
+    case notice(time: UInt64, text: String)
+    /// Something that went wrong: a refused request, a bad command, a lost connection.
+    case error(time: UInt64, text: String)
+}

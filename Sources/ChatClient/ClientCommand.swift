@@ -1,0 +1,193 @@
+import ChatProtocol
+
+/// What the user asked for with one line of input: a slash command or text for the current room.
+///
+/// Names are already checked and room names already in wire form (`#General` → `general`), so
+/// the session can turn a command into frames without validating again.
+public enum ClientCommand: Equatable, Sendable {
+    /// Plain text for the current room (a line starting with `//` sends the rest after one `/`).
+    case say(String)
+    /// `/me text`: an action in the current room.
+    case emote(String)
+    /// `/join #room`: enter a room and make it the current one.
+    case join(room: String)
+    /// `/part [#room]`: leave a room, the current one when none is given.
+    case part(room: String?)
+    /// `/switch #room`: talk in another room we are in.
+    case switchRoom(String)
+    /// `/msg nick text`: a direct message.
+    case tell(nick: String, text: String)
+    /// `/nick new`: change our nick.
+    case changeNick(String)
+    /// `/who [#room]`: who is in a room, the current one when none is given.
+    case who(room: String?)
+    /// `/rooms`: list every room on the server.
+    case listRooms
+    /// `/topic`: show the current room's topic.
+    case showTopic
+    /// `/topic text`: set the current room's topic; `/topic -clear` sets it to empty.
+    case setTopic(String)
+    /// `/history [count]`: fetch the current room's most recent messages.
+    case history(count: UInt32)
+    /// `/quit [reason]`: leave the server.
+    case quit(reason: String)
+    /// `/help [command]`: show the command list, or one command's usage.
+    case help(topic: String?)
+}
+
+/// Why a line of input is not a valid command; the description is shown to the user as is.
+public enum CommandError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The line starts with `/` and names no known command.
+    case unknownCommand(String)
+    /// The command's arguments are missing or malformed; carries the command's usage line.
+    case usage(String)
+    /// A nick argument breaks the nick rules.
+    case invalidNick(String)
+    /// A room argument breaks the room rules.
+    case invalidRoom(String)
+
+    public var description: String {
+        switch self {
+        case .unknownCommand(let name): return "unknown command /\(name) (try /help)"
+        case .usage(let usage): return "usage: \(usage)"
+        case .invalidNick(let nick):
+            return "\"\(nick)\" is not a valid nick (1–\(ChatName.maxNickLength) of A–Z a–z 0–9 _-[]\\`^{}|, not starting with a digit or -)"
+        case .invalidRoom(let room):
+            return "\"\(room)\" is not a valid room (1–\(ChatName.maxRoomLength) of a–z 0–9 _ -, after an optional #)"
+        }
+    }
+}
+
+/// One slash command as listed by `/help` and offered by tab completion.
+public struct CommandSpec: Sendable, Equatable {
+    /// The name without its slash, e.g. `join`.
+    public let name: String
+    /// How to call it, e.g. `/join #room`.
+    public let usage: String
+    /// One sentence on what it does.
+    public let summary: String
+    /// What its first argument names, which decides what Tab completes there.
+    public let argument: ArgumentKind
+
+    /// What a command's first argument is.
+    public enum ArgumentKind: Sendable, Equatable {
+        /// Free text, or nothing.
+        case text
+        /// A room name.
+        case room
+        /// A nick.
+        case nick
+        /// A command name (for `/help`).
+        case command
+    }
+
+    /// Every command, in the order `/help` lists them.
+    public static let all: [CommandSpec] = [
+        CommandSpec(name: "join", usage: "/join #room", summary: "enter a room (created if new) and talk there", argument: .room),
+        CommandSpec(name: "part", usage: "/part [#room]", summary: "leave a room, the current one by default", argument: .room),
+        CommandSpec(name: "switch", usage: "/switch #room", summary: "talk in another room you are in", argument: .room),
+        CommandSpec(name: "msg", usage: "/msg nick text", summary: "send a direct message", argument: .nick),
+        CommandSpec(name: "me", usage: "/me text", summary: "describe an action: * you waves", argument: .text),
+        CommandSpec(name: "nick", usage: "/nick newnick", summary: "change your nick", argument: .text),
+        CommandSpec(name: "who", usage: "/who [#room]", summary: "list who is in a room", argument: .room),
+        CommandSpec(name: "rooms", usage: "/rooms", summary: "list every room on the server", argument: .text),
+        CommandSpec(name: "topic", usage: "/topic [text | -clear]", summary: "show, set or clear the current room's topic", argument: .text),
+        CommandSpec(name: "history", usage: "/history [count]", summary: "show the current room's recent messages (default 20)", argument: .text),
+        CommandSpec(name: "quit", usage: "/quit [reason]", summary: "leave the server (Ctrl-D and Ctrl-C too)", argument: .text),
+        CommandSpec(name: "help", usage: "/help [command]", summary: "show this list, or one command's usage", argument: .command),
+    ]
+
+    /// The command called `name` (without slash, any letter case), if there is one.
+    public static func named(_ name: String) -> CommandSpec? {
+        let key = name.lowercased()
+        return all.first { $0.name == key }
+    }
+}
+
+/// Turns one line of user input into a `ClientCommand`.
+public enum CommandParser {
+    /// The number of messages `/history` asks for when no count is given.
+    public static let defaultHistoryCount: UInt32 = 20
+    /// The reason `/quit` sends when none is given.
+    public static let defaultQuitReason = "leaving"
+
+    /// Parses `line`; returns nil for a blank line, which does nothing.
+    public static func parse(_ line: String) throws(CommandError) -> ClientCommand? {
+        if line.allSatisfy(\.isWhitespace) { return nil }
+        guard line.hasPrefix("/") else { return .say(line) }
+        // "//" escapes a leading slash, as in irssi, so "//etc" can be said.
+        if line.hasPrefix("//") { return .say(String(line.dropFirst())) }
+
+        let body = line.dropFirst()
+        let name = String(body.prefix { !$0.isWhitespace })
+        let rest = trimmed(body.dropFirst(name.count))
+        guard let spec = CommandSpec.named(name) else { throw .unknownCommand(name) }
+        let usage = CommandError.usage(spec.usage)
+
+        switch spec.name {
+        case "join":
+            guard let room = singleWord(rest) else { throw usage }
+            return .join(room: try normalizedRoom(room))
+        case "part":
+            if rest.isEmpty { return .part(room: nil) }
+            guard let room = singleWord(rest) else { throw usage }
+            return .part(room: try normalizedRoom(room))
+        case "switch":
+            guard let room = singleWord(rest) else { throw usage }
+            return .switchRoom(try normalizedRoom(room))
+        case "msg":
+            let nick = String(rest.prefix { !$0.isWhitespace })
+            let text = trimmedLeading(rest.dropFirst(nick.count))
+            guard !nick.isEmpty, !text.isEmpty else { throw usage }
+            return .tell(nick: try validNick(nick), text: text)
+        case "me":
+            guard !rest.isEmpty else { throw usage }
+            return .emote(rest)
+        case "nick":
+            guard let nick = singleWord(rest) else { throw usage }
+            return .changeNick(try validNick(nick))
+        case "who":
+            if rest.isEmpty { return .who(room: nil) }
+            guard let room = singleWord(rest) else { throw usage }
+            return .who(room: try normalizedRoom(room))
+        case "rooms":
+            guard rest.isEmpty else { throw usage }
+            return .listRooms
+        case "topic":
+            if rest.isEmpty { return .showTopic }
+            return .setTopic(rest == "-clear" ? "" : rest)
+        case "history":
+            if rest.isEmpty { return .history(count: defaultHistoryCount) }
+            guard let count = UInt32(rest), count > 0 else { throw usage }
+            return .history(count: count)
+        case "quit":
+            return .quit(reason: rest.isEmpty ? defaultQuitReason : rest)
+        default:  // "help"
+            if rest.isEmpty { return .help(topic: nil) }
+            guard let topic = singleWord(rest) else { throw usage }
+            return .help(topic: topic.hasPrefix("/") ? String(topic.dropFirst()) : topic)
+        }
+    }
+
+    private static func trimmed(_ text: Substring) -> String {
+        String(text.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed())
+    }
+
+    private static func trimmedLeading(_ text: Substring) -> String {
+        String(text.drop { $0.isWhitespace })
+    }
+
+    /// `text` if it is one non-empty word, else nil.
+    private static func singleWord(_ text: String) -> String? {
+        text.isEmpty || text.contains(where: \.isWhitespace) ? nil : text
+    }
+
+    private static func normalizedRoom(_ input: String) throws(CommandError) -> String {
+        do { return try ChatName.normalizedRoom(input) } catch { throw .invalidRoom(input) }
+    }
+
+    private static func validNick(_ nick: String) throws(CommandError) -> String {
+        guard ChatName.isValidNick(nick) else { throw .invalidNick(nick) }
+        return nick
+    }
+}

@@ -1,0 +1,122 @@
+import ChatProtocol
+import Foundation
+
+/// Turns a `ChatEvent` into the line the user sees: a timestamp, the room, and the event in a
+/// style of its own (a stable colour per nick; presence, errors and direct messages distinct).
+///
+/// With `colour` off the line is plain text with no escape codes, for `NO_COLOR`, pipes and
+/// scripts. Text from the server is passed through `TerminalText.sanitized` either way.
+public struct MessageRenderer: Sendable {
+    /// Whether to emit ANSI colour and style codes.
+    public let colour: Bool
+    /// The nick to highlight as our own (the renderer is recreated when it changes).
+    public var ownNick: String?
+    private let calendar: Calendar
+
+    /// A renderer that shows times in `timeZone`.
+    public init(colour: Bool, ownNick: String? = nil, timeZone: TimeZone = .current) {
+        self.colour = colour
+        self.ownNick = ownNick
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        self.calendar = calendar
+    }
+
+    /// Whether a client should colour its output: only on a terminal, and never when the
+    /// `NO_COLOR` environment variable is set to anything non-empty (https://no-color.org).
+    public static func wantsColour(isTerminal: Bool, environment: [String: String]) -> Bool {
+        isTerminal && (environment["NO_COLOR"] ?? "").isEmpty && environment["TERM"] != "dumb"
+    }
+
+    /// The line for `event`, without a trailing newline.
+    public func render(_ event: ChatEvent) -> String {
+        switch event {
+        case let .message(room, time, sender, text, _):
+            return line(time, room: room, "<\(nick(sender))> \(clean(text))")
+        case let .action(room, time, sender, text, _):
+            return line(time, room: room, "\(style(.bold, "*")) \(nick(sender)) \(clean(text))")
+        case let .direct(time, sender, recipient, text, outgoing):
+            let marker = outgoing ? "-> *\(clean(recipient))*" : "*\(clean(sender))*"
+            return line(time, room: nil, "\(style(.direct, marker)) \(clean(text))")
+        case let .joined(room, time, who):
+            return line(time, room: room, style(.presence, "-!- \(clean(who)) joined"))
+        case let .left(room, time, who):
+            return line(time, room: room, style(.presence, "-!- \(clean(who)) left"))
+        case let .quit(room, time, who, reason):
+            let why = reason.isEmpty ? "" : " (\(clean(reason)))"
+            return line(time, room: room, style(.presence, "-!- \(clean(who)) quit\(why)"))
+        case let .nickChanged(room, time, old, new):
+            return line(time, room: room, style(.presence, "-!- \(clean(old)) is now known as \(clean(new))"))
+        case let .topic(room, time, setBy, text):
+            let body = text.isEmpty ? "-!- \(clean(setBy)) cleared the topic" : "-!- topic: \(clean(text)) (set by \(clean(setBy)))"
+            return line(time, room: room, style(.presence, body))
+        case let .members(room, time, nicks):
+            let names = nicks.map(nick).joined(separator: " ")
+            return line(time, room: room, "\(style(.presence, "-!- members (\(nicks.count)):")) \(names)")
+        case let .roomList(time, rooms):
+            if rooms.isEmpty { return line(time, room: nil, style(.notice, "-- no rooms yet; /join #room creates one")) }
+            let list = rooms.map { info in
+                "#\(info.name) (\(info.memberCount))" + (info.topic.isEmpty ? "" : " \(clean(info.topic))")
+            }
+            return line(time, room: nil, style(.notice, "-- rooms: " + list.joined(separator: ", ")))
+        case let .notice(time, text):
+            return line(time, room: nil, style(.notice, "-- \(clean(text))"))
+        case let .error(time, text):
+            return line(time, room: nil, style(.error, "!! \(clean(text))"))
+        }
+    }
+
+    /// `nick`, sanitized, in its own colour; our own nick is bold as well.
+    public func nick(_ nick: String) -> String {
+        let name = clean(nick)
+        guard colour else { return name }
+        let own = ownNick.map { ChatName.nickKey($0) == ChatName.nickKey(nick) } ?? false
+        return "\u{1B}[\(own ? "1;" : "")\(Self.colourCode(for: nick))m\(name)\u{1B}[0m"
+    }
+
+    /// The ANSI foreground code for `nick`: the same for every run and every client, and the
+    /// same for nicks that differ only in letter case.
+    public static func colourCode(for nick: String) -> Int {
+        // FNV-1a, because Swift's Hasher is seeded per process and colours must not change.
+        var hash: UInt32 = 2_166_136_261
+        for byte in ChatName.nickKey(nick).utf8 {
+            hash = (hash ^ UInt32(byte)) &* 16_777_619
+        }
+        return nickPalette[Int(hash % UInt32(nickPalette.count))]
+    }
+
+    // Red is kept for errors and magenta for direct messages; the rest read well on dark and
+    // light backgrounds.
+    private static let nickPalette = [32, 33, 34, 36, 92, 93, 94, 96]
+
+    private enum Style: String {
+        case bold = "1"
+        case dim = "2"
+        case presence = "2;37"
+        case direct = "1;35"
+        case notice = "36"
+        case error = "1;31"
+        case time = "90"
+    }
+
+    private func style(_ style: Style, _ text: String) -> String {
+        colour ? "\u{1B}[\(style.rawValue)m\(text)\u{1B}[0m" : text
+    }
+
+    private func clean(_ text: String) -> String { TerminalText.sanitized(text) }
+
+    private func line(_ time: UInt64, room: String?, _ body: String) -> String {
+        let stamp = style(.time, timestamp(time))
+        guard let room else { return "\(stamp) \(body)" }
+        return "\(stamp) \(style(.dim, "#" + clean(room))) \(body)"
+    }
+
+    /// `HH:MM` in the renderer's time zone.
+    public func timestamp(_ time: UInt64) -> String {
+        let date = Date(timeIntervalSince1970: Double(time) / 1000)
+        let parts = calendar.dateComponents([.hour, .minute], from: date)
+        let hour = parts.hour ?? 0
+        let minute = parts.minute ?? 0
+        return (hour < 10 ? "0" : "") + "\(hour):" + (minute < 10 ? "0" : "") + "\(minute)"
+    }
+}

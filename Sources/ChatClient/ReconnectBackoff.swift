@@ -1,0 +1,42 @@
+/// How long to wait before each reconnection attempt: exponential backoff with jitter.
+///
+/// Attempt 1 waits about `initial`, each later attempt twice as long, up to `maximum`. The
+/// actual delay is drawn between half and all of that ("equal jitter"), so that clients cut
+/// off together by a server restart do not all come back in the same instant, while each
+/// still waits at least half the nominal delay.
+public struct ReconnectBackoff: Sendable, Equatable {
+    /// The nominal delay before the first attempt.
+    public var initial: Duration
+    /// The longest nominal delay.
+    public var maximum: Duration
+
+    /// A policy from `initial` doubling up to `maximum`.
+    public init(initial: Duration = .milliseconds(500), maximum: Duration = .seconds(30)) {
+        self.initial = initial
+        self.maximum = maximum
+    }
+
+    /// The nominal delay before attempt `attempt` (1 for the first), before jitter.
+    public func nominalDelay(attempt: Int) -> Duration {
+        var delay = initial
+        var step = 1
+        while step < attempt, delay < maximum {
+            delay *= 2
+            step += 1
+        }
+        return min(delay, maximum)
+    }
+
+    /// The delay before attempt `attempt`, between half and all of the nominal delay.
+    public func delay(attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
+        let nominal = nominalDelay(attempt: attempt)
+        let fraction = Double.random(in: 0.5...1.0, using: &generator)
+        return nominal * fraction
+    }
+
+    /// The delay before attempt `attempt`, with the system's random numbers.
+    public func delay(attempt: Int) -> Duration {
+        var generator = SystemRandomNumberGenerator()
+        return delay(attempt: attempt, using: &generator)
+    }
+}

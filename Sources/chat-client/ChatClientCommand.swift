@@ -1,0 +1,88 @@
+import ArgumentParser
+import ChatClient
+import ChatProtocol
+import Foundation
+
+/// `chat-client`: join a chat server from a terminal, or from a pipe.
+@main
+struct ChatClientCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "chat-client",
+        abstract: "Chat from a terminal: line editing, history and Tab completion while messages arrive.",
+        discussion: """
+            Type text to say it in the current room, or a command: /join #room, /part, \
+            /switch #room, /msg nick text, /me text, /nick name, /who, /rooms, /topic [text], \
+            /history [n], /quit [reason], /help. Tab completes commands, nicks and rooms; \
+            Up/Down and Ctrl-R search history; Ctrl-D or Ctrl-C leaves.
+
+            When stdin or stdout is not a terminal, it reads plain lines from stdin and writes \
+            plain lines to stdout, and leaves at end of input:
+              printf 'hi\\n/quit\\n' | chat-client --nick bot --room general
+
+            Colour is off when NO_COLOR is set or stdout is not a terminal. A lost connection \
+            is retried with growing delays, and the client rejoins its rooms.
+            """)
+
+    @Option(help: "The server's host name or address.")
+    var host = "127.0.0.1"
+
+    @Option(help: "The server's TCP port.")
+    var port = 7000
+
+    @Option(help: "Your nick: 1-24 of A-Z a-z 0-9 _-[]\\`^{}|, not starting with a digit or -.")
+    var nick: String
+
+    @Option(name: .customLong("room"), help: "A room to join, e.g. #general (repeatable; the first is where you talk). Default: general.")
+    var rooms: [String] = []
+
+    @Option(help: "A file whose first line is the server password.")
+    var passwordFile: String?
+
+    @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")
+    var historyFile: String?
+
+    func validate() throws {
+        guard ChatName.isValidNick(nick) else { throw ValidationError(CommandError.invalidNick(nick).description) }
+        for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
+            throw ValidationError(CommandError.invalidRoom(room).description)
+        }
+        guard (1...65535).contains(port) else { throw ValidationError("--port must be 1-65535") }
+    }
+
+    func run() async throws {
+        let password = try passwordFile.map(Self.readPassword)
+        let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
+        let configuration = ChatClientDriver.Configuration(
+            host: host, port: port, password: password, exitIfFirstConnectFails: !interactive)
+        let session = ClientSession(nick: nick, rooms: rooms.isEmpty ? ["general"] : rooms)
+        let history = interactive ? (historyFile ?? Self.defaultHistoryFile()) : nil
+        let status = await ClientApp.run(configuration: configuration, session: session, interactive: interactive, historyFile: history)
+        if status != 0 { throw ExitCode(status) }
+    }
+
+    private static func readPassword(_ path: String) throws -> String {
+        do {
+            let contents = try String(contentsOfFile: path, encoding: .utf8)
+            return String(contents.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
+        } catch {
+            throw ValidationError("cannot read --password-file \(path): \(error.localizedDescription)")
+        }
+    }
+
+    /// `$XDG_STATE_HOME/chat-client/history`, falling back to `~/.local/state`; creates the
+    /// directory. Nil (no history file) when neither variable is set.
+    private static func defaultHistoryFile() -> String? {
+        let environment = ProcessInfo.processInfo.environment
+        let stateHome: String
+        if let xdg = environment["XDG_STATE_HOME"], !xdg.isEmpty {
+            stateHome = xdg
+        } else if let home = environment["HOME"], !home.isEmpty {
+            stateHome = home + "/.local/state"
+        } else {
+            return nil
+        }
+        let directory = stateHome + "/chat-client"
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        return directory + "/history"
+    }
+}
