@@ -1,2 +1,0 @@
-/// Placeholder; replaced by the load generator.
-public enum ChatLoadTestModule {}

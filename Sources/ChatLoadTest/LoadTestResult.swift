@@ -1,0 +1,286 @@
+import ChatProtocol
+import Foundation
+import Histogram
+
+/// Everything one run measured. Encodes to the JSON line of `chat-loadtest --json`.
+public struct LoadTestResult: Sendable, Encodable {
+    /// Clients, rooms and senders of the run.
+    public var clients: Int
+    public var rooms: Int
+    public var senders: Int
+    /// How senders were paced, e.g. `max (window 64)` or `2000 msg/s`.
+    public var pacing: String
+    /// Bytes of text per message.
+    public var messageSize: Int
+    /// Clients in their room when sending started.
+    public var joined: Int
+    /// Clients that never joined (connect failed, refused, too late).
+    public var failedClients: Int
+    /// Joined clients the server disconnected during the run.
+    public var disconnectedClients: Int
+    /// Whether every connection was seen closed at the end.
+    public var allClosed: Bool
+    /// The first thing that went wrong for any client, if anything did.
+    public var firstProblem: String?
+    /// Messages sent, and of those refused by the server with an error.
+    public var sent: UInt64
+    public var refused: UInt64
+    /// Expected against received deliveries.
+    public var deliveries: DeliveryTally
+    /// From the first message sent to the last sent, and to the last delivery received.
+    public var sendSeconds: Double
+    public var deliverySeconds: Double
+    /// Messages sent per second, and deliveries received per second.
+    public var messagesPerSecond: Double
+    public var deliveriesPerSecond: Double
+    /// Latency from (scheduled) send to receipt, over every delivery.
+    public var latency: LatencySummary
+    /// Bytes on the wire, ours and SOAP's.
+    public var wire: WireUsage
+    /// The server's CPU and memory, when its PID was given.
+    public var server: ServerUsage?
+    /// The load generator's own CPU.
+    public var loadGenerator: GeneratorUsage
+    /// Every latency, in nanoseconds; not part of the JSON line (see `hgrm`).
+    public var histogram: Histogram<UInt64>
+
+    /// Whether the run counts as a success: every client joined and stayed, nothing was refused,
+    /// lost, duplicated, reordered or unexpected.
+    public var passed: Bool {
+        failedClients == 0 && disconnectedClients == 0 && refused == 0 && deliveries.isClean && deliveries.expected > 0
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case clients, rooms, senders, pacing, messageSize, joined, failedClients, disconnectedClients, allClosed
+        case firstProblem, sent, refused, deliveries, sendSeconds, deliverySeconds, messagesPerSecond
+        case deliveriesPerSecond, latency, wire, server, loadGenerator, passed
+    }
+
+    /// Encodes every field but the histogram, plus `passed`.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(clients, forKey: .clients)
+        try container.encode(rooms, forKey: .rooms)
+        try container.encode(senders, forKey: .senders)
+        try container.encode(pacing, forKey: .pacing)
+        try container.encode(messageSize, forKey: .messageSize)
+        try container.encode(joined, forKey: .joined)
+        try container.encode(failedClients, forKey: .failedClients)
+        try container.encode(disconnectedClients, forKey: .disconnectedClients)
+        try container.encode(allClosed, forKey: .allClosed)
+        try container.encodeIfPresent(firstProblem, forKey: .firstProblem)
+        try container.encode(sent, forKey: .sent)
+        try container.encode(refused, forKey: .refused)
+        try container.encode(deliveries, forKey: .deliveries)
+        try container.encode(sendSeconds, forKey: .sendSeconds)
+        try container.encode(deliverySeconds, forKey: .deliverySeconds)
+        try container.encode(messagesPerSecond, forKey: .messagesPerSecond)
+        try container.encode(deliveriesPerSecond, forKey: .deliveriesPerSecond)
+        try container.encode(latency, forKey: .latency)
+        try container.encode(wire, forKey: .wire)
+        try container.encodeIfPresent(server, forKey: .server)
+        try container.encode(loadGenerator, forKey: .loadGenerator)
+        try container.encode(passed, forKey: .passed)
+    }
+}
+
+/// Latency percentiles in microseconds.
+public struct LatencySummary: Sendable, Encodable {
+    /// How many deliveries were measured.
+    public var count: UInt64
+    public var p50: Double
+    public var p90: Double
+    public var p99: Double
+    public var p999: Double
+    public var max: Double
+    public var mean: Double
+
+    /// Summarises a histogram of nanoseconds.
+    init(_ histogram: Histogram<UInt64>) {
+        func micros(_ nanos: UInt64) -> Double { Double(nanos) / 1_000 }
+        let empty = histogram.totalCount == 0
+        count = histogram.totalCount
+        p50 = empty ? 0 : micros(histogram.valueAtPercentile(50))
+        p90 = empty ? 0 : micros(histogram.valueAtPercentile(90))
+        p99 = empty ? 0 : micros(histogram.valueAtPercentile(99))
+        p999 = empty ? 0 : micros(histogram.valueAtPercentile(99.9))
+        max = empty ? 0 : micros(histogram.max)
+        mean = empty ? 0 : histogram.mean / 1_000
+    }
+}
+
+/// Bytes on the wire per delivered message: our frames against SOAP 1.1 doing the same work.
+///
+/// Ours is measured: every `say` written plus every load-test `message` received, divided by
+/// deliveries (TCP/IP headers not included, for both). SOAP 1.1 is computed with
+/// `WireComparison` for a message of this run's size: one `SendMessage` request per message sent
+/// plus one `Poll` response carrying it per delivery, as an ASMX chat service would need.
+public struct WireUsage: Sendable, Encodable {
+    /// Bytes per delivered message, ours.
+    public var bytesPerDelivery: Double
+    /// Average `say` frame and `message` frame, in bytes.
+    public var sayFrameBytes: Double
+    public var messageFrameBytes: Double
+    /// Bytes per delivered message for SOAP 1.1.
+    public var soap11BytesPerDelivery: Double
+
+    init(sent: UInt64, delivered: UInt64, sayBytes: Int, messageBytes: Int, sampleRoom: String, sampleSender: String, sampleText: String) {
+        let deliveries = Double(Swift.max(delivered, 1))
+        bytesPerDelivery = Double(sayBytes + messageBytes) / deliveries
+        sayFrameBytes = Double(sayBytes) / Double(Swift.max(sent, 1))
+        messageFrameBytes = Double(messageBytes) / deliveries
+        let request = WireComparison.soap11Request(
+            action: "SendMessage", parameters: [.leaf("room", sampleRoom), .leaf("text", sampleText)])
+        let response = WireComparison.soap11Response(action: "Poll", result: [
+            .node("ChatMessage", [
+                .leaf("Room", sampleRoom), .leaf("Seq", "\(WireComparison.sampleTime / 1_000_000)"),
+                .leaf("Time", "\(WireComparison.sampleTime)"), .leaf("Sender", sampleSender), .leaf("Text", sampleText),
+            ])
+        ])
+        soap11BytesPerDelivery = (Double(request.utf8.count) * Double(sent) + Double(response.utf8.count) * Double(delivered)) / deliveries
+    }
+}
+
+/// The server process's CPU and memory, from /proc.
+public struct ServerUsage: Sendable, Encodable {
+    /// CPU seconds (user + system) from the start of sending to the end of draining.
+    public var cpuSeconds: Double
+    /// The same as a percentage of one core.
+    public var cpuPercent: Double
+    /// Resident memory at the end, and its peak.
+    public var residentBytes: Int
+    public var peakResidentBytes: Int
+    /// Growth of resident memory from before connecting to all joined, per joined client:
+    /// what an idle connection costs the server (nil when not measured).
+    public var bytesPerConnection: Double?
+}
+
+/// The load generator's own CPU over the same interval as `ServerUsage.cpuSeconds`.
+public struct GeneratorUsage: Sendable, Encodable {
+    /// CPU seconds (user + system).
+    public var cpuSeconds: Double
+    /// As a percentage of one core.
+    public var cpuPercent: Double
+}
+
+extension LoadTestConfiguration.Pacing: CustomStringConvertible {
+    /// `max (window N)` or `N msg/s`.
+    public var description: String {
+        switch self {
+        case .maximum(let window): "max (window \(window))"
+        case .fixedRate(let rate): "\(rate) msg/s"
+        }
+    }
+}
+
+// MARK: Reports
+
+extension LoadTestResult {
+    /// The result as one line of JSON, keys sorted.
+    public func jsonLine() -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(self) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// The standard HdrHistogram percentile distribution (`.hgrm`), values in milliseconds, as
+    /// HdrHistogram's plotter and other tools read it.
+    public func hgrm() -> String {
+        var output = ""
+        histogram.outputPercentileDistribution(to: &output, outputValueUnitScalingRatio: 1_000_000)
+        return output
+    }
+
+    /// The human-readable report: outcome, throughput, latency with a text histogram, wire bytes,
+    /// CPU and memory.
+    public func textReport() -> String {
+        var lines: [String] = []
+        func add(_ line: String = "") { lines.append(line) }
+        add("chat-loadtest: \(clients) clients, \(rooms) room\(rooms == 1 ? "" : "s"), \(senders) senders, \(pacing), \(messageSize)-byte messages")
+        add()
+        add("Accounting     \(passed ? "PASS" : "FAIL")")
+        add("  clients      \(joined) joined, \(failedClients) failed, \(disconnectedClients) disconnected")
+        add("  messages     \(sent) sent, \(refused) refused")
+        add("  deliveries   \(deliveries.expected) expected, \(deliveries.delivered) received")
+        add("  lost \(deliveries.lost), duplicated \(deliveries.duplicated), reordered \(deliveries.reordered), unexpected \(deliveries.unexpected)")
+        if let firstProblem { add("  first problem: \(firstProblem)") }
+        add()
+        add("Throughput")
+        add("  sent         \(Self.count(messagesPerSecond)) msg/s over \(Self.fixed(sendSeconds, 2)) s")
+        add("  delivered    \(Self.count(deliveriesPerSecond)) deliveries/s over \(Self.fixed(deliverySeconds, 2)) s")
+        add()
+        add("Latency (send to receipt)")
+        add("  p50 \(Self.duration(latency.p50))  p90 \(Self.duration(latency.p90))  p99 \(Self.duration(latency.p99))  p99.9 \(Self.duration(latency.p999))  max \(Self.duration(latency.max))")
+        lines.append(contentsOf: textHistogram())
+        add()
+        add("Wire (per delivered message, TCP/IP headers not counted)")
+        add("  ours         \(Self.fixed(wire.bytesPerDelivery, 1)) B  (say \(Self.fixed(wire.sayFrameBytes, 1)) B, message \(Self.fixed(wire.messageFrameBytes, 1)) B)")
+        add("  SOAP 1.1     \(Self.fixed(wire.soap11BytesPerDelivery, 1)) B  (\(Self.fixed(wire.soap11BytesPerDelivery / Swift.max(wire.bytesPerDelivery, 1), 1))x)")
+        add()
+        add("CPU while sending and draining (100% = one core)")
+        if let server {
+            add("  server       \(Self.fixed(server.cpuSeconds, 2)) s, \(Self.fixed(server.cpuPercent, 0))%; RSS \(Self.megabytes(server.residentBytes)), peak \(Self.megabytes(server.peakResidentBytes))")
+            if let perConnection = server.bytesPerConnection {
+                add("  server memory per idle connection: \(Self.fixed(perConnection / 1024, 2)) KiB")
+            }
+        } else {
+            add("  server       not measured (pass --server-pid)")
+        }
+        add("  loadtest     \(Self.fixed(loadGenerator.cpuSeconds, 2)) s, \(Self.fixed(loadGenerator.cpuPercent, 0))%")
+        return lines.joined(separator: "\n")
+    }
+
+    /// Latency buckets from 10 µs up, one line each with a bar, from the first to the last used.
+    func textHistogram() -> [String] {
+        guard histogram.totalCount > 0 else { return ["  (no deliveries)"] }
+        let bounds: [UInt64] = [
+            10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000,
+            25_000_000, 50_000_000, 100_000_000, 250_000_000, 500_000_000, 1_000_000_000, 2_500_000_000,
+            5_000_000_000, histogram.highestTrackableValue,
+        ]
+        var counts: [UInt64] = []
+        var lower: UInt64 = 0
+        for upper in bounds {
+            counts.append(lower > upper ? 0 : histogram.count(within: lower...upper))
+            lower = upper + 1
+        }
+        guard let first = counts.firstIndex(where: { $0 > 0 }), let last = counts.lastIndex(where: { $0 > 0 }) else { return [] }
+        let largest = counts.max() ?? 1
+        return (first...last).map { index in
+            let label = index == bounds.count - 1 ? "> \(Self.duration(Double(bounds[index - 1]) / 1_000))" : "≤ \(Self.duration(Double(bounds[index]) / 1_000))"
+            let share = 100 * Double(counts[index]) / Double(histogram.totalCount)
+            let bar = String(repeating: "#", count: Int((40 * Double(counts[index]) / Double(largest)).rounded(.up)))
+            return "  \(label.padding(toLength: 10, withPad: " ", startingAt: 0)) \(Self.fixed(share, 2).leftPadded(6))%  \(bar)"
+        }
+    }
+
+    static func fixed(_ value: Double, _ digits: Int) -> String { String(format: "%.\(digits)f", value) }
+
+    /// A count with a k or M suffix: 4.21 M.
+    static func count(_ value: Double) -> String {
+        switch value {
+        case 1e6...: "\(fixed(value / 1e6, 2)) M"
+        case 1e4...: "\(fixed(value / 1e3, 1)) k"
+        default: fixed(value, 0)
+        }
+    }
+
+    /// Microseconds as µs, ms or s.
+    static func duration(_ micros: Double) -> String {
+        switch micros {
+        case 1e6...: "\(fixed(micros / 1e6, 2)) s"
+        case 1e3...: "\(fixed(micros / 1e3, 2)) ms"
+        default: "\(fixed(micros, 0)) µs"
+        }
+    }
+
+    static func megabytes(_ bytes: Int) -> String { "\(fixed(Double(bytes) / 1_048_576, 1)) MiB" }
+}
+
+extension String {
+    /// The string padded with spaces on the left to `width` characters.
+    func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+}

@@ -1,0 +1,130 @@
+import ArgumentParser
+import ChatLoadTest
+import Foundation
+
+/// Measures how many clients and messages a chat server on this machine takes, how fast messages
+/// arrive, and that none are lost: the chat system's redis-benchmark.
+@main
+struct LoadTestCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "chat-loadtest",
+        abstract: "Load-test a chat server on this machine and check that no message is lost.",
+        discussion: """
+            Opens --clients connections (at --connect-rate per second), spreads them over --rooms \
+            rooms and joins them. Then the first --senders clients send: --rate messages per second \
+            in all (open loop: latency counts from each message's scheduled time), or, without \
+            --rate, as fast as the server takes them with --window messages in flight per sender. \
+            Sending stops after --messages messages or --duration seconds, whichever comes first.
+
+            Every member of a room must receive every message sent to the room exactly once and in \
+            order. The run fails (exit status 1) if any delivery is lost, duplicated, reordered or \
+            unexpected, or if a client fails to join or is disconnected.
+
+            Only loopback targets are accepted. Start a server first, for example:
+              chat-server --port 7000 &
+              chat-loadtest --port 7000 --clients 50 --senders 5 --server-pid $!
+            Scripts/loadtest.sh builds both, runs a standard matrix and prints a table.
+            """)
+
+    @Option(help: "The server's address: 127.0.0.1, ::1 or localhost.")
+    var host = "127.0.0.1"
+
+    @Option(help: "The server's port.")
+    var port = 7000
+
+    @Option(help: "Clients to connect (1...20000; each needs a file descriptor here and in the server).")
+    var clients = 50
+
+    @Option(help: "Rooms the clients are spread over (client i joins room i mod rooms).")
+    var rooms = 1
+
+    @Option(help: "How many of the clients send (spread over the rooms like the others).")
+    var senders = 5
+
+    @Option(help: "Messages per second in all, spread evenly over the senders (open loop). Without it: as fast as the server allows.")
+    var rate: Int?
+
+    @Option(help: "Maximum-rate runs: messages each sender keeps in flight (sent, echo not back yet).")
+    var window = 64
+
+    @Option(help: "Stop after this many messages in all (at most 100000000).")
+    var messages = 1_000_000
+
+    @Option(help: "Stop sending after this many seconds (at most 600).")
+    var duration = 10.0
+
+    @Option(name: .customLong("connect-rate"), help: "New connections per second while ramping up.")
+    var connectRate = 2_000
+
+    @Option(help: "Bytes of text per message; the payload is padded up to it (0: as short as possible, about 25 bytes).")
+    var size = 0
+
+    @Option(help: "I/O threads (serial queues) the clients are spread over.")
+    var threads = 2
+
+    @Option(name: .customLong("connect-timeout"), help: "Seconds allowed for all clients to connect and join.")
+    var connectTimeout = 60.0
+
+    @Option(name: .customLong("drain-timeout"), help: "After sending, seconds without a delivery before the missing ones count as lost.")
+    var drainTimeout = 5.0
+
+    @Option(name: .customLong("server-pid"), help: "The server's process ID: report its CPU time and memory (from /proc).")
+    var serverPID: Int32?
+
+    @Flag(help: "Print one JSON line with the result instead of the report.")
+    var json = false
+
+    @Option(help: "Write the latency distribution to this file in HdrHistogram's .hgrm format (milliseconds).")
+    var hgrm: String?
+
+    @Flag(name: .customLong("no-progress"), help: "Do not show the progress line, even on a terminal.")
+    var noProgress = false
+
+    var loadConfiguration: LoadTestConfiguration {
+        var configuration = LoadTestConfiguration()
+        configuration.host = host
+        configuration.port = port
+        configuration.clients = clients
+        configuration.rooms = rooms
+        configuration.senders = senders
+        configuration.pacing = rate.map { .fixedRate(messagesPerSecond: $0) } ?? .maximum(window: window)
+        configuration.messages = messages
+        configuration.duration = duration
+        configuration.connectRate = connectRate
+        configuration.messageSize = size
+        configuration.threads = threads
+        configuration.connectTimeout = connectTimeout
+        configuration.drainTimeout = drainTimeout
+        configuration.serverPID = serverPID
+        return configuration
+    }
+
+    func validate() throws {
+        let problems = loadConfiguration.problems
+        if !problems.isEmpty { throw ValidationError(problems.joined(separator: "\n")) }
+    }
+
+    func run() async throws {
+        let test = try LoadTest(configuration: loadConfiguration)
+        let showProgress = !noProgress && isatty(STDERR_FILENO) == 1
+        let result = await test.run(progress: showProgress ? Self.printProgress : nil)
+        if showProgress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if let hgrm {
+            do {
+                try result.hgrm().write(toFile: hgrm, atomically: true, encoding: .utf8)
+            } catch {
+                throw ValidationError("cannot write --hgrm \(hgrm): \(error.localizedDescription)")
+            }
+        }
+        print(json ? result.jsonLine() : result.textReport())
+        if !result.passed { throw ExitCode(1) }
+    }
+
+    /// Rewrites the progress line on standard error.
+    @Sendable static func printProgress(_ progress: LoadProgress) {
+        let line = "\r\u{1B}[K\(progress.phase): \(progress.joined)/\(progress.clients) joined, "
+            + "\(progress.sent) sent, \(progress.delivered) delivered, "
+            + "\(Int(progress.deliveriesPerSecond)) deliveries/s, p99 \(Int(progress.p99Microseconds)) µs"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+}
