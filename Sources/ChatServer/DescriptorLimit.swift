@@ -25,3 +25,18 @@ public enum DescriptorLimit {
 
     private static var resource: __rlimit_resource_t { __rlimit_resource_t(RLIMIT_NOFILE.rawValue) }
 }
+
+extension DescriptorLimit {
+    /// How many descriptors the process has open (entries of /proc/self/fd), or nil where that
+    /// directory does not exist. Used to check that nothing leaks across a server's life.
+    public static func openDescriptorCount() -> Int? {
+        guard let directory = opendir("/proc/self/fd") else { return nil }
+        defer { closedir(directory) }
+        var count = 0
+        while let entry = readdir(directory) {
+            if entry.pointee.d_name.0 != UInt8(ascii: ".") { count += 1 }
+        }
+        // The directory stream itself holds one while we count.
+        return count - 1
+    }
+}

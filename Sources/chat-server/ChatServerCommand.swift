@@ -103,12 +103,20 @@ struct ChatServerCommand: ParsableCommand {
         server.start()
         print("listening on \(server.localAddress)")
         fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
-        logger.info("descriptor limit", metadata: ["limit": "\(raised.map { String($0.current) } ?? "unknown")"])
+        logger.info(
+            "serving",
+            metadata: [
+                "descriptors.limit": "\(raised.map { String($0.current) } ?? "unknown")",
+                "descriptors.open": "\(DescriptorLimit.openDescriptorCount() ?? -1)",
+            ])
 
         let stopped = DispatchSemaphore(value: 0)
         let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
         stopped.wait()
         withExtendedLifetime(signalSources) {}
+        // The end-to-end test compares this with the count at start: every client socket and the
+        // listener must be closed by now.
+        logger.info("exiting", metadata: ["descriptors.open": "\(DescriptorLimit.openDescriptorCount() ?? -1)"])
     }
 
     private func serverConfiguration() throws -> ChatServerConfiguration {

@@ -1,0 +1,380 @@
+import ChatProtocol
+import Testing
+
+@testable import ChatServer
+
+/// Drives a `ChatCore` with a hand-held clock: no sockets, no waiting.
+private struct Harness {
+    var core: ChatCore
+    var now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
+    private var nextSlot = 0
+
+    init(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
+        var configuration = ChatServerConfiguration()
+        configuration.messageRate = 0
+        adjust(&configuration)
+        core = ChatCore(configuration: configuration)
+    }
+
+    /// Opens a connection from `address`; returns its id and what the core did.
+    mutating func open(from address: String = "127.0.0.1") -> (ClientID, [ChatAction]) {
+        let id = ClientID(nextSlot)
+        nextSlot += 1
+        var actions: [ChatAction] = []
+        core.clientConnected(id, address: address, at: now, into: &actions)
+        return (id, actions)
+    }
+
+    /// Opens a connection and completes the handshake as `nick`.
+    mutating func connect(_ nick: String) -> ClientID {
+        let (id, _) = open()
+        let actions = send(.hello(version: 1, nick: nick, password: nil), from: id)
+        precondition(actions.count == 1, "expected a welcome for \(nick)")
+        return id
+    }
+
+    @discardableResult
+    mutating func send(_ frame: Frame, from id: ClientID) -> [ChatAction] {
+        var actions: [ChatAction] = []
+        core.received(frame, from: id, at: now, into: &actions)
+        return actions
+    }
+
+    mutating func tick(advancingBy milliseconds: UInt64) -> [ChatAction] {
+        now.uptimeMillis += milliseconds
+        now.wallMillis += milliseconds
+        var actions: [ChatAction] = []
+        core.tick(at: now, into: &actions)
+        return actions
+    }
+}
+
+/// The frames `actions` deliver to `id`, in order.
+private func frames(to id: ClientID, in actions: [ChatAction]) -> [Frame] {
+    actions.compactMap { action in
+        switch action {
+        case .send(let frame, id): frame
+        case .broadcast(let frame, let recipients) where recipients.contains(id): frame
+        default: nil
+        }
+    }
+}
+
+private func disconnection(of id: ClientID, in actions: [ChatAction]) -> Disconnection? {
+    for case .disconnect(id, let disconnection, _) in actions { return disconnection }
+    return nil
+}
+
+@Suite("Chat logic without sockets")
+struct ChatCoreTests {
+    @Test func welcomesHelloWithTheNickAndLimits() {
+        var chat = Harness { $0.motd = "hi" }
+        let (id, _) = chat.open()
+        let actions = chat.send(.hello(version: 7, nick: "Alice", password: nil), from: id)
+        #expect(actions == [.send(.welcome(version: 1, nick: "Alice", maxFrameSize: 16_384, motd: "hi"), to: id)])
+        #expect(chat.core.nick(of: id) == "Alice")
+    }
+
+    @Test func refusesANickTakenInAnyLetterCase() {
+        var chat = Harness()
+        _ = chat.connect("Alice")
+        let (id, _) = chat.open()
+        let actions = chat.send(.hello(version: 1, nick: "aLICE", password: nil), from: id)
+        #expect(disconnection(of: id, in: actions)?.code == .nickTaken)
+        #expect(chat.core.clientCount == 1, "the refused connection is no longer counted")
+    }
+
+    @Test func refusesAMissingOrWrongPasswordAndAcceptsTheRightOne() {
+        var chat = Harness { $0.password = "s3cret" }
+        for password in [nil, "wrong"] as [String?] {
+            let (id, _) = chat.open()
+            let actions = chat.send(.hello(version: 1, nick: "alice", password: password), from: id)
+            #expect(disconnection(of: id, in: actions)?.code == .badPassword)
+        }
+        let (id, _) = chat.open()
+        let actions = chat.send(.hello(version: 1, nick: "alice", password: "s3cret"), from: id)
+        #expect(disconnection(of: id, in: actions) == nil)
+    }
+
+    @Test func refusesVersionZero() {
+        var chat = Harness()
+        let (id, _) = chat.open()
+        #expect(disconnection(of: id, in: chat.send(.hello(version: 0, nick: "a", password: nil), from: id))?.code == .unsupportedVersion)
+    }
+
+    @Test func requiresHelloBeforeAnythingElse() {
+        var chat = Harness()
+        let (id, _) = chat.open()
+        let refusal = disconnection(of: id, in: chat.send(.join(room: "general"), from: id))
+        #expect(refusal?.code == .handshakeRequired)
+        #expect(refusal?.frameType == .join)
+    }
+
+    @Test func refusesConnectionsBeyondTheTotalAndPerAddressLimits() {
+        var chat = Harness {
+            $0.maxClients = 3
+            $0.maxClientsPerAddress = 2
+        }
+        #expect(chat.open(from: "10.0.0.1").1.isEmpty)
+        #expect(chat.open(from: "10.0.0.1").1.isEmpty)
+        let (third, actions) = chat.open(from: "10.0.0.1")
+        #expect(disconnection(of: third, in: actions)?.code == .tooManyConnectionsFromAddress)
+        #expect(chat.open(from: "10.0.0.2").1.isEmpty)
+        let (fourth, full) = chat.open(from: "10.0.0.3")
+        #expect(disconnection(of: fourth, in: full)?.code == .serverFull)
+    }
+
+    @Test func joinSendsJoinedToAllThenMembersTopicAndHistoryToTheJoiner() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        let bob = chat.connect("bob")
+        let t = chat.now.wallMillis
+        #expect(frames(to: alice, in: chat.send(.join(room: "general"), from: alice)) == [
+            .joined(room: "general", seq: 1, time: t, nick: "alice"), .members(room: "general", nicks: ["alice"]),
+        ])
+        chat.send(.setTopic(room: "general", text: "news"), from: alice)
+        chat.send(.say(room: "general", text: "hello"), from: alice)
+        chat.send(.emote(room: "general", text: "waves"), from: alice)
+        let actions = chat.send(.join(room: "general"), from: bob)
+        #expect(frames(to: alice, in: actions) == [.joined(room: "general", seq: 5, time: t, nick: "bob")])
+        #expect(frames(to: bob, in: actions) == [
+            .joined(room: "general", seq: 5, time: t, nick: "bob"),
+            .members(room: "general", nicks: ["alice", "bob"]),
+            .topic(room: "general", seq: 2, time: t, setBy: "alice", text: "news"),
+            .history(room: "general", entries: [
+                HistoryEntry(kind: .message, seq: 3, time: t, sender: "alice", text: "hello"),
+                HistoryEntry(kind: .action, seq: 4, time: t, sender: "alice", text: "waves"),
+            ]),
+        ])
+    }
+
+    @Test func stampsMessagesWithTheRegisteredNickTimeAndNextSeq() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        let bob = chat.connect("bob")
+        chat.send(.join(room: "r"), from: alice)
+        chat.send(.join(room: "r"), from: bob)
+        chat.now.wallMillis += 1234
+        let actions = chat.send(.say(room: "r", text: "hi"), from: bob)
+        let message = Frame.message(room: "r", seq: 3, time: chat.now.wallMillis, sender: "bob", text: "hi")
+        #expect(actions == [.broadcast(message, to: [alice, bob])], "one broadcast, so the frame is encoded once")
+    }
+
+    @Test func keepsOnlyTheMostRecentHistoryAndCapsRequests() {
+        var chat = Harness { $0.historySize = 3 }
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)
+        for index in 1...5 { chat.send(.say(room: "r", text: "m\(index)"), from: alice) }
+        let answer = frames(to: alice, in: chat.send(.requestHistory(room: "r", count: 100), from: alice))
+        guard case .history("r", let entries)? = answer.first else {
+            Issue.record("expected a history frame, got \(answer)")
+            return
+        }
+        #expect(entries.map(\.text) == ["m3", "m4", "m5"])
+        #expect(entries.map(\.seq) == [4, 5, 6])
+        let two = frames(to: alice, in: chat.send(.requestHistory(room: "r", count: 2), from: alice))
+        #expect(two == [.history(room: "r", entries: Array(entries.suffix(2)))])
+    }
+
+    @Test func splitsLongHistoryIntoFramesThatFitTheLimit() {
+        var chat = Harness {
+            $0.historySize = 100
+            $0.maxFrameSize = ChatServerConfiguration.maxFrameSizeCeiling
+        }
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)
+        let text = String(repeating: "x", count: 100_000)
+        for _ in 0..<30 { chat.send(.say(room: "r", text: text), from: alice) }
+        let batches = frames(to: alice, in: chat.send(.requestHistory(room: "r", count: 30), from: alice))
+        #expect(batches.count > 1)
+        var seqs: [UInt64] = []
+        for batch in batches {
+            #expect(FrameEncoder.encode(batch).count <= WireProtocol.maxFrameSize)
+            if case .history(_, let entries) = batch { seqs += entries.map(\.seq) }
+        }
+        #expect(seqs == Array(2...31))
+    }
+
+    @Test func announcesPartQuitAndNickChangesToRoomMembers() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        let bob = chat.connect("bob")
+        chat.send(.join(room: "r"), from: alice)
+        chat.send(.join(room: "r"), from: bob)
+        let t = chat.now.wallMillis
+        var actions = chat.send(.changeNick(nick: "Bobby"), from: bob)
+        #expect(frames(to: bob, in: actions) == [.nickAccepted(nick: "Bobby"), .nickChanged(room: "r", seq: 3, time: t, old: "bob", new: "Bobby")])
+        #expect(frames(to: alice, in: actions) == [.nickChanged(room: "r", seq: 3, time: t, old: "bob", new: "Bobby")])
+        actions = chat.send(.part(room: "r"), from: bob)
+        #expect(frames(to: alice, in: actions) == [.left(room: "r", seq: 4, time: t, nick: "Bobby")])
+        #expect(frames(to: bob, in: actions) == [.left(room: "r", seq: 4, time: t, nick: "Bobby")])
+        chat.send(.join(room: "r"), from: bob)
+        actions = chat.send(.goodbye(reason: "off to lunch"), from: bob)
+        #expect(frames(to: alice, in: actions) == [.quit(room: "r", seq: 6, time: t, nick: "Bobby", reason: "off to lunch")])
+        #expect(disconnection(of: bob, in: actions) == Disconnection(code: nil, reason: "off to lunch"))
+        #expect(chat.core.memberNicks(of: "r") == ["alice"])
+    }
+
+    @Test func refusesANickChangeToATakenNickButAllowsACaseChange() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        _ = chat.connect("bob")
+        let taken = frames(to: alice, in: chat.send(.changeNick(nick: "BOB"), from: alice))
+        guard case .error(.nickTaken, false, .changeNick, _)? = taken.first else {
+            Issue.record("expected a non-fatal nickTaken, got \(taken)")
+            return
+        }
+        #expect(frames(to: alice, in: chat.send(.changeNick(nick: "Alice"), from: alice)) == [.nickAccepted(nick: "Alice")])
+    }
+
+    @Test func deliversDirectMessagesToTheRecipientAndEchoesToTheSender() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        let bob = chat.connect("Bob")
+        let actions = chat.send(.tell(recipient: "bob", text: "psst"), from: alice)
+        #expect(actions == [.broadcast(.direct(sender: "alice", recipient: "Bob", time: chat.now.wallMillis, text: "psst"), to: [bob, alice])])
+        let missing = frames(to: alice, in: chat.send(.tell(recipient: "carol", text: "?"), from: alice))
+        guard case .error(.noSuchNick, false, .tell, _)? = missing.first else {
+            Issue.record("expected noSuchNick, got \(missing)")
+            return
+        }
+    }
+
+    @Test func listsRoomsWithMemberCountsAndAnswersWho() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        let bob = chat.connect("bob")
+        chat.send(.join(room: "b"), from: alice)
+        chat.send(.join(room: "a"), from: alice)
+        chat.send(.join(room: "a"), from: bob)
+        chat.send(.setTopic(room: "a", text: "topic a"), from: bob)
+        #expect(frames(to: bob, in: chat.send(.listRooms, from: bob)) == [
+            .roomList(rooms: [RoomInfo(name: "a", memberCount: 2, topic: "topic a"), RoomInfo(name: "b", memberCount: 1, topic: "")])
+        ])
+        #expect(frames(to: bob, in: chat.send(.who(room: "b"), from: bob)) == [.members(room: "b", nicks: ["alice"])])
+        #expect(frames(to: bob, in: chat.send(.who(room: "none"), from: bob)) == [.members(room: "none", nicks: [])])
+    }
+
+    @Test func forgetsARoomWhenItsLastMemberLeaves() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)
+        chat.send(.say(room: "r", text: "x"), from: alice)
+        chat.send(.part(room: "r"), from: alice)
+        #expect(chat.core.roomNames.isEmpty)
+        #expect(frames(to: alice, in: chat.send(.join(room: "r"), from: alice)).first == .joined(room: "r", seq: 1, time: chat.now.wallMillis, nick: "alice"))
+    }
+
+    @Test func refusesRequestsForRoomsTheClientIsNotInAndJoinsBeyondTheLimit() {
+        var chat = Harness { $0.maxRoomsPerClient = 2 }
+        let alice = chat.connect("alice")
+        func errorCode(_ actions: [ChatAction]) -> ErrorCode? {
+            if case .error(let code, false, _, _)? = frames(to: alice, in: actions).first { return code }
+            return nil
+        }
+        #expect(errorCode(chat.send(.say(room: "r", text: "x"), from: alice)) == .notInRoom)
+        #expect(errorCode(chat.send(.part(room: "r"), from: alice)) == .notInRoom)
+        #expect(errorCode(chat.send(.setTopic(room: "r", text: "x"), from: alice)) == .notInRoom)
+        #expect(errorCode(chat.send(.requestHistory(room: "r", count: 1), from: alice)) == .notInRoom)
+        chat.send(.join(room: "r"), from: alice)
+        #expect(errorCode(chat.send(.join(room: "r"), from: alice)) == .alreadyInRoom)
+        chat.send(.join(room: "s"), from: alice)
+        #expect(errorCode(chat.send(.join(room: "t"), from: alice)) == .tooManyRooms)
+    }
+
+    @Test func answersPingAndRejectsServerFramesAndASecondHello() {
+        var chat = Harness()
+        let alice = chat.connect("alice")
+        #expect(chat.send(.ping(token: 9), from: alice) == [.send(.pong(token: 9), to: alice)])
+        #expect(chat.send(.unknown(type: FrameType(rawValue: 0x70), payload: [1]), from: alice).isEmpty)
+        let bob = chat.connect("bob")
+        #expect(disconnection(of: bob, in: chat.send(.hello(version: 1, nick: "x", password: nil), from: bob))?.code == .unexpectedFrame)
+        let carol = chat.connect("carol")
+        #expect(disconnection(of: carol, in: chat.send(.nickAccepted(nick: "x"), from: carol))?.code == .unexpectedFrame)
+    }
+
+    @Test func rateLimitRefusesBeyondTheBurstThenDisconnectsSustainedAbuse() {
+        var chat = Harness {
+            $0.messageRate = 10
+            $0.messageBurst = 3
+            $0.rateAbuseLimit = 4
+        }
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)
+        var codes: [ErrorCode?] = []
+        for _ in 0..<6 {
+            let actions = chat.send(.say(room: "r", text: "x"), from: alice)
+            if let gone = disconnection(of: alice, in: actions) {
+                codes.append(gone.code)
+                break
+            }
+            if case .error(let code, false, .say, _)? = frames(to: alice, in: actions).first { codes.append(code) } else { codes.append(nil) }
+        }
+        // Burst 3: the join and two says pass; then refusals; the fourth refusal in a row disconnects.
+        #expect(codes == [nil, nil, .rateLimited, .rateLimited, .rateLimited, .rateLimited])
+        #expect(chat.core.nick(of: alice) == nil)
+    }
+
+    @Test func rateLimitRefillsOverTime() {
+        var chat = Harness {
+            $0.messageRate = 10
+            $0.messageBurst = 1
+        }
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)
+        if case .error(.rateLimited, _, _, _)? = frames(to: alice, in: chat.send(.say(room: "r", text: "x"), from: alice)).first {
+        } else {
+            Issue.record("expected the second request in a burst of 1 to be refused")
+        }
+        _ = chat.tick(advancingBy: 100)
+        #expect(frames(to: alice, in: chat.send(.say(room: "r", text: "y"), from: alice)).count == 1)
+    }
+
+    @Test func dropsConnectionsThatDoNotCompleteTheHandshakeInTime() {
+        var chat = Harness { $0.handshakeTimeout = .seconds(5) }
+        let (id, _) = chat.open()
+        #expect(chat.tick(advancingBy: 4_999).isEmpty)
+        #expect(disconnection(of: id, in: chat.tick(advancingBy: 1))?.code == .handshakeTimeout)
+    }
+
+    @Test func pingsASilentClientThenDisconnectsItWhenItStaysSilent() {
+        var chat = Harness {
+            $0.idlePingInterval = .seconds(30)
+            $0.idleTimeout = .seconds(90)
+        }
+        let alice = chat.connect("alice")
+        let bob = chat.connect("bob")
+        chat.send(.join(room: "r"), from: alice)
+        chat.send(.join(room: "r"), from: bob)
+        let pings = chat.tick(advancingBy: 30_000)
+        #expect(pings.count == 2)
+        #expect(chat.tick(advancingBy: 1_000).isEmpty, "one ping per silence")
+        chat.send(.pong(token: 1), from: bob)
+        let actions = chat.tick(advancingBy: 59_000)
+        #expect(disconnection(of: alice, in: actions)?.code == .idleTimeout)
+        #expect(disconnection(of: bob, in: actions) == nil)
+        guard case .quit("r", _, _, "alice", _)? = frames(to: bob, in: actions).first else {
+            Issue.record("expected bob to see alice quit, got \(actions)")
+            return
+        }
+    }
+
+    @Test func freesTheNickAndAddressSlotWhenAClientLeaves() {
+        var chat = Harness { $0.maxClientsPerAddress = 1 }
+        let alice = chat.connect("alice")
+        var actions: [ChatAction] = []
+        chat.core.disconnect(alice, Disconnection(code: nil, reason: "gone"), at: chat.now, into: &actions)
+        #expect(disconnection(of: alice, in: actions)?.reason == "gone")
+        _ = chat.connect("alice")
+        #expect(chat.core.clientCount == 1)
+    }
+
+    @Test func historyRingKeepsTheNewestEntriesInOrder() {
+        var history = RoomHistory(capacity: 3)
+        for seq in 1...7 as ClosedRange<UInt64> {
+            history.append(HistoryEntry(kind: .message, seq: seq, time: 0, sender: "a", text: ""))
+        }
+        #expect(history.suffix(10).map(\.seq) == [5, 6, 7])
+        #expect(history.suffix(1).map(\.seq) == [7])
+    }
+}

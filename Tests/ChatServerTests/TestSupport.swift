@@ -1,0 +1,198 @@
+import ChatClient
+import Glibc
+import ChatProtocol
+import ChatServer
+import Logging
+import SocketStreams
+import Testing
+
+/// How long any single wait in these tests may take before it fails. Generous: other suites run
+/// on the same two cores.
+let patience: Duration = .seconds(30)
+
+/// A wait that took longer than `patience`.
+struct TimedOut: Error, CustomStringConvertible {
+    let waitingFor: String
+    var description: String { "timed out waiting for \(waitingFor)" }
+}
+
+/// Runs `body`, failing with `TimedOut` if it has not finished within `limit`.
+func withTimeout<T: Sendable>(
+    _ limit: Duration = patience, waitingFor what: String, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            throw TimedOut(waitingFor: what)
+        }
+        defer { group.cancelAll() }
+        return try await group.next()!
+    }
+}
+
+/// A configuration for in-process tests: an OS-chosen port, quick shutdown, no rate limit.
+func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) -> ChatServerConfiguration {
+    var configuration = ChatServerConfiguration()
+    configuration.port = 0
+    configuration.drainTimeout = .seconds(2)
+    configuration.messageRate = 0
+    adjust(&configuration)
+    return configuration
+}
+
+/// Starts a server on port 0, runs `body`, then shuts the server down (also when `body` throws).
+func withServer(
+    _ configuration: ChatServerConfiguration = testConfiguration(), _ body: (ChatServer) async throws -> Void
+) async throws {
+    let server = try ChatServer(configuration: configuration, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+    server.start()
+    do {
+        try await body(server)
+    } catch {
+        await server.shutdown()
+        throw error
+    }
+    await server.shutdown()
+}
+
+/// A chat client for tests: a `ChatConnection` with one frame iterator and waits that time out.
+///
+/// `@unchecked Sendable`: used by one task at a time, as the iterator requires.
+final class TestClient: @unchecked Sendable {
+    let connection: ChatConnection
+    private var iterator: IncomingFrames.AsyncIterator
+
+    var nick: String { connection.welcome.nick }
+
+    private init(connection: ChatConnection) {
+        self.connection = connection
+        iterator = connection.frames.makeAsyncIterator()
+    }
+
+    /// Connects to `server` and completes the handshake as `nick`.
+    static func connect(_ server: ChatServer, nick: String, password: String? = nil) async throws -> TestClient {
+        let connection = try await ChatConnection.connect(host: "127.0.0.1", port: server.port, nick: nick, password: password)
+        return TestClient(connection: connection)
+    }
+
+    func send(_ frame: Frame) async throws { try await connection.send(frame) }
+    func send(_ frames: [Frame]) async throws { try await connection.send(frames) }
+    func close() { connection.close() }
+
+    /// The next frame, or nil when the server closed the connection.
+    func next(waitingFor what: String = "a frame") async throws -> Frame? {
+        try await withTimeout(waitingFor: "\(what) at \(nick)") { try await self.iterator.next() }
+    }
+
+    /// The next frame; fails if the connection ends first.
+    func expectFrame(_ what: String = "a frame") async throws -> Frame {
+        guard let frame = try await next(waitingFor: what) else {
+            Issue.record("connection of \(nick) ended while waiting for \(what)")
+            throw TimedOut(waitingFor: what)
+        }
+        return frame
+    }
+
+    /// Skips frames until `match` accepts one; fails if the connection ends first.
+    func waitFor<T>(_ what: String, _ match: (Frame) -> T?) async throws -> T {
+        while true {
+            let frame = try await expectFrame(what)
+            if let matched = match(frame) { return matched }
+        }
+    }
+
+    /// Reads until the server closes the connection and returns the frames that came before.
+    func readUntilClosed() async throws -> [Frame] {
+        var frames: [Frame] = []
+        while let frame = try await next(waitingFor: "the server to close the connection") { frames.append(frame) }
+        return frames
+    }
+
+    /// Joins `room` and reads its join sequence up to `members`; returns the `joined` seq.
+    @discardableResult
+    func join(_ room: String) async throws -> UInt64 {
+        try await send(.join(room: room))
+        let seq = try await waitFor("joined #\(room)") { frame -> UInt64? in
+            if case .joined(room, let seq, _, nick) = frame { return seq }
+            return nil
+        }
+        _ = try await waitFor("members of #\(room)") { frame -> Bool? in
+            if case .members(room, _) = frame { return true }
+            return nil
+        }
+        return seq
+    }
+}
+
+/// A connection that speaks raw bytes, for frames a well-behaved client would never send.
+final class RawClient: @unchecked Sendable {
+    let connection: SocketConnection
+    private var bytes: InboundBytes.AsyncIterator
+    private var decoder = FrameDecoder()
+
+    init(port: Int) async throws {
+        connection = try await SocketConnection.connect(host: "127.0.0.1", port: port)
+        bytes = connection.inbound.makeAsyncIterator()
+    }
+
+    func write(_ raw: [UInt8]) async throws { try await connection.write(raw) }
+
+    func write(_ frame: Frame) async throws { try await connection.write(FrameEncoder.encode(frame)) }
+
+    /// The next frame, or nil at end of stream (a reset counts as the end too).
+    func next(waitingFor what: String = "a frame") async throws -> Frame? {
+        try await withTimeout(waitingFor: what) {
+            while true {
+                if let frame = try self.decoder.next() { return frame }
+                do {
+                    guard let chunk = try await self.bytes.next() else { return nil }
+                    self.decoder.append(contentsOf: chunk)
+                } catch let error as SocketError {
+                    _ = error
+                    return nil
+                }
+            }
+        }
+    }
+
+    /// Reads until the server closes the connection; returns the frames that came before.
+    func readUntilClosed() async throws -> [Frame] {
+        var frames: [Frame] = []
+        while let frame = try await next(waitingFor: "the server to close the connection") { frames.append(frame) }
+        return frames
+    }
+
+    func close() { connection.close() }
+}
+
+/// The fatal error in `frames`, as (code, reason), if any.
+func fatalError(in frames: [Frame]) -> (ErrorCode, String)? {
+    for case let .error(code, true, _, reason) in frames { return (code, reason) }
+    return nil
+}
+
+/// The code of the refusal `connect` ended with, or nil if it did not end in a refusal.
+func refusal(_ connect: () async throws -> TestClient) async -> ErrorCode? {
+    do {
+        let client = try await connect()
+        client.close()
+        return nil
+    } catch let ChatConnection.HandshakeError.refused(code, _) {
+        return code
+    } catch {
+        Issue.record("expected a refusal, got \(error)")
+        return nil
+    }
+}
+
+/// Resident memory of this process in bytes, from /proc/self/statm (its second field, in pages).
+func residentBytes() -> Int {
+    guard let file = fopen("/proc/self/statm", "r") else { return 0 }
+    defer { fclose(file) }
+    var buffer = [UInt8](repeating: 0, count: 256)
+    let count = fread(&buffer, 1, buffer.count, file)
+    let fields = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ")
+    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
