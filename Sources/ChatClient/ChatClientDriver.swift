@@ -234,7 +234,8 @@ public final class ChatClientDriver {
         connection = nil
         if session.isConnected {
             session.disconnected()
-            display?.sessionChanged()
+            // A client on its way out has nothing to reconnect, so its prompt stays as it was.
+            if !quitting { display?.sessionChanged() }
         }
     }
 

@@ -53,8 +53,8 @@ final class LineEditor {
         // Readline's word kill and word motion on Ctrl-W and Ctrl-Left/Right, which libedit's
         // emacs map binds differently or not at all.
         _ = rl_parse_and_bind("bind ^W ed-delete-prev-word")
-        _ = rl_parse_and_bind("bind \\e[1;5D ed-prev-word")
-        _ = rl_parse_and_bind("bind \\e[1;5C em-next-word")
+        _ = rl_parse_and_bind("bind ^[[1;5D ed-prev-word")
+        _ = rl_parse_and_bind("bind ^[[1;5C em-next-word")
         stifle_history(1000)
         if let historyFile { _ = read_history(historyFile) }
         installHandler()
