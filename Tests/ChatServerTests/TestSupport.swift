@@ -41,11 +41,14 @@ func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ i
     return configuration
 }
 
+/// A logger that drops everything, so test output stays readable.
+let quietLogger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
 /// Starts a server on port 0, runs `body`, then shuts the server down (also when `body` throws).
 func withServer(
     _ configuration: ChatServerConfiguration = testConfiguration(), _ body: (ChatServer) async throws -> Void
 ) async throws {
-    let server = try ChatServer(configuration: configuration, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+    let server = try ChatServer(configuration: configuration, logger: quietLogger)
     server.start()
     do {
         try await body(server)
@@ -148,8 +151,7 @@ final class RawClient: @unchecked Sendable {
                 do {
                     guard let chunk = try await self.bytes.next() else { return nil }
                     self.decoder.append(contentsOf: chunk)
-                } catch let error as SocketError {
-                    _ = error
+                } catch is SocketError {
                     return nil
                 }
             }

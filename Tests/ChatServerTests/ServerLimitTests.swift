@@ -1,0 +1,131 @@
+import ChatClient
+import ChatProtocol
+import ChatServer
+import Testing
+
+/// Every limit, enforced over real loopback connections.
+@Suite("Limits and abuse over loopback")
+struct ServerLimitTests {
+    @Test func refusesConnectionsBeyondTheTotalLimit() async throws {
+        try await withServer(testConfiguration { $0.maxClients = 2 }) { server in
+            let first = try await TestClient.connect(server, nick: "a")
+            let second = try await TestClient.connect(server, nick: "b")
+            #expect(await refusal { try await TestClient.connect(server, nick: "c") } == .serverFull)
+            first.close()
+            second.close()
+        }
+    }
+
+    @Test func refusesConnectionsBeyondThePerAddressLimit() async throws {
+        try await withServer(testConfiguration { $0.maxClientsPerAddress = 2 }) { server in
+            let first = try await TestClient.connect(server, nick: "a")
+            let second = try await TestClient.connect(server, nick: "b")
+            #expect(await refusal { try await TestClient.connect(server, nick: "c") } == .tooManyConnectionsFromAddress)
+            // A slot frees up when a connection ends.
+            try await first.send(.goodbye(reason: ""))
+            _ = try await first.readUntilClosed()
+            let third = try await TestClient.connect(server, nick: "c")
+            second.close()
+            third.close()
+        }
+    }
+
+    @Test func closesConnectionsThatSendAFrameOverTheSizeLimit() async throws {
+        try await withServer(testConfiguration { $0.maxFrameSize = 1024 }) { server in
+            let alice = try await TestClient.connect(server, nick: "alice")
+            #expect(alice.connection.welcome.maxFrameSize == 1024)
+            try await alice.join("r")
+            try await alice.send(.say(room: "r", text: String(repeating: "x", count: 2000)))
+            let frames = try await alice.readUntilClosed()
+            #expect(fatalError(in: frames)?.0 == .frameTooLarge, "got \(frames)")
+        }
+    }
+
+    @Test func refusesJoinsBeyondTheRoomLimit() async throws {
+        try await withServer(testConfiguration { $0.maxRoomsPerClient = 2 }) { server in
+            let alice = try await TestClient.connect(server, nick: "alice")
+            try await alice.join("a")
+            try await alice.join("b")
+            try await alice.send(.join(room: "c"))
+            guard case .error(.tooManyRooms, false, .join, _) = try await alice.expectFrame("tooManyRooms") else {
+                Issue.record("expected a non-fatal tooManyRooms")
+                return
+            }
+            alice.close()
+        }
+    }
+
+    @Test func answersFloodsWithRateLimitedThenDisconnects() async throws {
+        let configuration = testConfiguration {
+            // Slow enough that the refill during the test cannot matter.
+            $0.messageRate = 0.1
+            $0.messageBurst = 3
+            $0.rateAbuseLimit = 5
+        }
+        try await withServer(configuration) { server in
+            let flooder = try await TestClient.connect(server, nick: "flooder")
+            try await flooder.join("r")
+            try await flooder.send((0..<20).map { Frame.say(room: "r", text: "spam \($0)") })
+            let frames = try await flooder.readUntilClosed()
+            let delivered = frames.filter { if case .message = $0 { true } else { false } }
+            let refused = frames.filter { if case .error(.rateLimited, false, .say, _) = $0 { true } else { false } }
+            #expect(delivered.count == 2, "the join took one token of three")
+            #expect(refused.count == 4)
+            #expect(fatalError(in: frames)?.0 == .rateLimited, "got \(frames)")
+        }
+    }
+
+    @Test func dropsASlowlorisThatNeverFinishesTheHandshake() async throws {
+        try await withServer(testConfiguration { $0.handshakeTimeout = .milliseconds(300) }) { server in
+            let slow = try await RawClient(port: server.port)
+            // The start of a hello, and then nothing.
+            try await slow.write([0x09, 0x01, 0x01])
+            let frames = try await slow.readUntilClosed()
+            #expect(fatalError(in: frames)?.0 == .handshakeTimeout, "got \(frames)")
+            slow.close()
+        }
+    }
+
+    @Test func answersAMalformedFrameWithItsReasonThenCloses() async throws {
+        try await withServer { server in
+            let raw = try await RawClient(port: server.port)
+            try await raw.write(.hello(version: 1, nick: "mallory", password: nil))
+            guard case .welcome = try await raw.next(waitingFor: "welcome") else {
+                Issue.record("expected welcome")
+                return
+            }
+            try await raw.write([0x01, 0x80])  // must-understand type 0x80
+            let frames = try await raw.readUntilClosed()
+            guard let (code, reason) = fatalError(in: frames) else {
+                Issue.record("expected a fatal error, got \(frames)")
+                return
+            }
+            #expect(code == .malformedFrame)
+            #expect(reason.contains("0x80"), "the reason names the problem: \(reason)")
+            raw.close()
+        }
+    }
+
+    @Test func closesConnectionsWhoseFirstFrameIsNotHello() async throws {
+        try await withServer { server in
+            let raw = try await RawClient(port: server.port)
+            try await raw.write(.join(room: "r"))
+            let frames = try await raw.readUntilClosed()
+            #expect(fatalError(in: frames)?.0 == .handshakeRequired, "got \(frames)")
+            raw.close()
+        }
+    }
+
+    @Test func rejectsBadNamesAsInvalid() async throws {
+        try await withServer { server in
+            let raw = try await RawClient(port: server.port)
+            try await raw.write(.hello(version: 1, nick: "mallory", password: nil))
+            _ = try await raw.next(waitingFor: "welcome")
+            // join "General": upper case is not allowed on the wire.
+            try await raw.write([0x09, 0x03, 0x07] + Array("General".utf8))
+            let frames = try await raw.readUntilClosed()
+            #expect(fatalError(in: frames)?.0 == .invalidRoom, "got \(frames)")
+            raw.close()
+        }
+    }
+}
