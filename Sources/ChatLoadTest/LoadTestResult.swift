@@ -231,6 +231,37 @@ extension LoadTestResult {
         return lines.joined(separator: "\n")
     }
 
+    /// A Markdown table: header, separator and this run's row, `name` in the first column.
+    /// Scripts/loadtest.sh prints the header once and the row of every case.
+    public func tableRow(name: String) -> String {
+        let columns: [(String, String)] = [
+            ("case", name),
+            ("clients", "\(joined)/\(clients)"),
+            ("rooms", "\(rooms)"),
+            ("senders", "\(senders)"),
+            ("pacing", pacing),
+            ("msg/s", Self.count(messagesPerSecond)),
+            ("deliveries/s", Self.count(deliveriesPerSecond)),
+            ("p50", Self.duration(latency.p50)),
+            ("p99", Self.duration(latency.p99)),
+            ("p99.9", Self.duration(latency.p999)),
+            ("max", Self.duration(latency.max)),
+            ("lost/dup/reord", "\(deliveries.lost)/\(deliveries.duplicated)/\(deliveries.reordered)"),
+            ("server CPU", server.map { "\(Self.fixed($0.cpuPercent, 0))%" } ?? "-"),
+            ("loadtest CPU", "\(Self.fixed(loadGenerator.cpuPercent, 0))%"),
+            ("server RSS", server.map { Self.megabytes($0.peakResidentBytes) } ?? "-"),
+            ("KiB/conn", server?.bytesPerConnection.map { Self.fixed($0 / 1024, 2) } ?? "-"),
+            ("B/msg (SOAP 1.1)", "\(Self.fixed(wire.bytesPerDelivery, 0)) (\(Self.fixed(wire.soap11BytesPerDelivery, 0)))"),
+            ("result", passed ? "pass" : "FAIL"),
+        ]
+        func row(_ cells: [String]) -> String { "| " + cells.joined(separator: " | ") + " |" }
+        return [
+            row(columns.map(\.0)),
+            row(columns.map { _ in "---" }),
+            row(columns.map(\.1)),
+        ].joined(separator: "\n")
+    }
+
     /// Latency buckets from 10 µs up, one line each with a bar, from the first to the last used.
     func textHistogram() -> [String] {
         guard histogram.totalCount > 0 else { return ["  (no deliveries)"] }
@@ -251,7 +282,7 @@ extension LoadTestResult {
             let label = index == bounds.count - 1 ? "> \(Self.duration(Double(bounds[index - 1]) / 1_000))" : "≤ \(Self.duration(Double(bounds[index]) / 1_000))"
             let share = 100 * Double(counts[index]) / Double(histogram.totalCount)
             let bar = String(repeating: "#", count: Int((40 * Double(counts[index]) / Double(largest)).rounded(.up)))
-            return "  \(label.padding(toLength: 10, withPad: " ", startingAt: 0)) \(Self.fixed(share, 2).leftPadded(6))%  \(bar)"
+            return "  \(label.padding(toLength: 11, withPad: " ", startingAt: 0)) \(Self.fixed(share, 2).leftPadded(6))%  \(bar)"
         }
     }
 

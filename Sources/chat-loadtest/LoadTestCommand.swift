@@ -77,6 +77,11 @@ struct LoadTestCommand: AsyncParsableCommand {
     @Option(help: "Write the latency distribution to this file in HdrHistogram's .hgrm format (milliseconds).")
     var hgrm: String?
 
+    @Option(name: .customLong("table-row"), help: ArgumentHelp(
+        "Print a Markdown table header and one row for this run, named NAME, instead of the report.",
+        valueName: "NAME"))
+    var tableRow: String?
+
     @Flag(name: .customLong("no-progress"), help: "Do not show the progress line, even on a terminal.")
     var noProgress = false
 
@@ -116,7 +121,11 @@ struct LoadTestCommand: AsyncParsableCommand {
                 throw ValidationError("cannot write --hgrm \(hgrm): \(error.localizedDescription)")
             }
         }
-        print(json ? result.jsonLine() : result.textReport())
+        if let tableRow {
+            print(result.tableRow(name: tableRow))
+        } else {
+            print(json ? result.jsonLine() : result.textReport())
+        }
         if !result.passed { throw ExitCode(1) }
     }
 

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Runs a standard matrix of load tests against a real chat-server on this machine and prints one
+# table: throughput, latency, losses, server and load-generator CPU, memory per connection.
+# Each case gets a fresh server on a free loopback port, stopped by its PID afterwards.
+# Exits non-zero if any case lost, duplicated or reordered a message, or failed to run.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+Usage: Scripts/loadtest.sh [options]
+
+Builds chat-server and chat-loadtest, then for each case of the matrix starts a server
+(chat-server --port 0, on 127.0.0.1), runs chat-loadtest against it, stops the server by its
+PID, and finally prints one Markdown table. Exit status: 0 if every case passed (nothing lost,
+duplicated or reordered, every client joined), 1 otherwise, 2 for bad options.
+
+The standard matrix (each case sends for --duration seconds or until --messages, whichever
+comes first):
+  50 clients, 1 room, 5 senders, maximum rate          one busy room, small
+  500 clients, 1 room, 10 senders, maximum rate        one busy room, large
+  100 clients, 1 room, 10 senders, 2000 msg/s          200,000 deliveries/s, fixed rate: latency
+  10000 clients, 100 rooms, 10 senders, 1000 msg/s     many mostly idle connections: memory
+
+Options:
+  --quick           a few seconds in all: three small cases (50 clients at maximum rate, 100 at
+                    2000 msg/s, 1000 in 10 rooms), 2 s each. Still fails on any loss. Uses the
+                    debug build unless --release is given (CI has built it already).
+  --release         build and run the release configuration (the default without --quick)
+  --debug           build and run the debug configuration (numbers are not representative)
+  --duration S      seconds of sending per case (default 10; 2 with --quick; at most 600)
+  --messages N      most messages per case (default 5000000; 100000 with --quick)
+  --size B          bytes of text per message (default 0: the shortest payload, about 21 bytes)
+  --only NAME       run only the case whose name contains NAME (e.g. --only 10000)
+  --hgrm-dir DIR    also write each case's latency distribution (.hgrm) into DIR
+  --no-build        use the binaries already built (fails if they are missing)
+  -h, --help        show this help
+
+Environment:
+  SCRATCH_PATH      build directory (default .build-release for release, .build for debug);
+                    nothing in it is tracked by git
+
+Notes:
+  - The 10000-client case raises the open-file limit to the hard limit (ulimit -Hn must be at
+    least about 10100) and lifts the server's per-address limit, since every client comes from
+    127.0.0.1. Servers run with --rate-limit 0: a load test must not be throttled.
+  - Both processes share this machine's cores; when the load generator's CPU is near 100% per
+    thread, it, not the server, is the bottleneck (docs/BENCHMARKS.md discusses it).
+USAGE
+}
+
+die_usage() { echo "loadtest.sh: $*" >&2; usage >&2; exit 2; }
+
+quick=0
+configuration=""
+duration=""
+messages=""
+size=0
+only=""
+hgrm_dir=""
+build=1
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        -h | --help) usage; exit 0 ;;
+        --quick) quick=1 ;;
+        --release) configuration=release ;;
+        --debug) configuration=debug ;;
+        --duration) [[ $# -ge 2 ]] || die_usage "--duration needs a value"; duration="$2"; shift ;;
+        --messages) [[ $# -ge 2 ]] || die_usage "--messages needs a value"; messages="$2"; shift ;;
+        --size) [[ $# -ge 2 ]] || die_usage "--size needs a value"; size="$2"; shift ;;
+        --only) [[ $# -ge 2 ]] || die_usage "--only needs a value"; only="$2"; shift ;;
+        --hgrm-dir) [[ $# -ge 2 ]] || die_usage "--hgrm-dir needs a value"; hgrm_dir="$2"; shift ;;
+        --no-build) build=0 ;;
+        *) die_usage "unknown option '$1'" ;;
+    esac
+    shift
+done
+
+if [[ $quick -eq 1 ]]; then
+    configuration="${configuration:-debug}"
+    duration="${duration:-2}"
+    messages="${messages:-100000}"
+else
+    configuration="${configuration:-release}"
+    duration="${duration:-10}"
+    messages="${messages:-5000000}"
+fi
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+if [[ $configuration == release ]]; then
+    scratch="${SCRATCH_PATH:-.build-release}"
+else
+    scratch="${SCRATCH_PATH:-.build}"
+fi
+
+# ---- the matrix: name, then chat-loadtest arguments ----------------------------------------
+cases=()
+if [[ $quick -eq 1 ]]; then
+    cases+=("50 clients, max rate|--clients 50 --senders 5")
+    cases+=("100 clients, 2000 msg/s|--clients 100 --senders 10 --rate 2000")
+    cases+=("1000 clients, 10 rooms|--clients 1000 --rooms 10 --senders 10 --rate 1000")
+else
+    cases+=("50 clients, max rate|--clients 50 --senders 5")
+    cases+=("500 clients, max rate|--clients 500 --senders 10")
+    cases+=("100 clients, 2000 msg/s|--clients 100 --senders 10 --rate 2000")
+    cases+=("10000 clients, 100 rooms|--clients 10000 --rooms 100 --senders 10 --rate 1000 --connect-rate 2500")
+fi
+
+# ---- build -----------------------------------------------------------------------------------
+if [[ $build -eq 1 ]]; then
+    echo "building chat-server and chat-loadtest ($configuration, $scratch)..." >&2
+    for product in chat-server chat-loadtest; do
+        swift build -c "$configuration" --scratch-path "$scratch" --product "$product" >&2
+    done
+fi
+bin="$(swift build -c "$configuration" --scratch-path "$scratch" --show-bin-path)"
+for binary in chat-server chat-loadtest; do
+    [[ -x "$bin/$binary" ]] || { echo "loadtest.sh: $bin/$binary is missing; run without --no-build" >&2; exit 1; }
+done
+
+# Each client is a descriptor here and one in the server; the soft limit is often 1024.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+echo "open-file limit: $(ulimit -n)" >&2
+
+# ---- one server at a time, always stopped by its PID -----------------------------------------
+work="$(mktemp -d "${TMPDIR:-/tmp}/chat-loadtest.XXXXXX")"
+server_pid=""
+drain_pid=""
+stop_server() {
+    if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    server_pid=""
+    if [[ -n "$drain_pid" ]]; then
+        wait "$drain_pid" 2>/dev/null || true
+        drain_pid=""
+    fi
+    exec 3<&- 2>/dev/null || true
+}
+cleanup() {
+    stop_server
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Starts a server on a free port; sets server_pid and port.
+start_server() {
+    rm -f "$work/server.fifo"
+    mkfifo "$work/server.fifo"
+    "$bin/chat-server" --host 127.0.0.1 --port 0 --rate-limit 0 \
+        --max-clients 20000 --max-clients-per-address 20000 \
+        --idle-ping-interval 300 --idle-timeout 600 --drain-timeout 2 --log-level warning \
+        >"$work/server.fifo" 2>"$work/server.err" &
+    server_pid=$!
+    exec 3<"$work/server.fifo"
+    local line=""
+    # The first line says where it listens; wait for it, but not forever.
+    if ! IFS= read -r -t 30 -u 3 line || [[ $line != "listening on "* ]]; then
+        echo "loadtest.sh: chat-server did not start (first line: '$line'):" >&2
+        cat "$work/server.err" >&2 || true
+        exit 1
+    fi
+    port="${line##*:}"
+    # Keep reading its standard output so the server never blocks on a full pipe.
+    cat <&3 >"$work/server.out" &
+    drain_pid=$!
+}
+
+# ---- run the matrix --------------------------------------------------------------------------
+header=""
+rows=()
+failures=0
+ran=0
+for entry in "${cases[@]}"; do
+    name="${entry%%|*}"
+    read -r -a arguments <<<"${entry#*|}"
+    if [[ -n "$only" && $name != *"$only"* ]]; then continue; fi
+    ran=$((ran + 1))
+    echo "case: $name" >&2
+    start_server
+    extra=()
+    if [[ -n "$hgrm_dir" ]]; then
+        mkdir -p "$hgrm_dir"
+        extra+=(--hgrm "$hgrm_dir/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '-').hgrm")
+    fi
+    status=0
+    output="$("$bin/chat-loadtest" --port "$port" --server-pid "$server_pid" \
+        --duration "$duration" --messages "$messages" --size "$size" \
+        "${arguments[@]}" "${extra[@]}" --table-row "$name" --no-progress)" || status=$?
+    stop_server
+    if [[ $status -ne 0 ]]; then failures=$((failures + 1)); fi
+    if [[ $(printf '%s\n' "$output" | wc -l) -ge 3 ]]; then
+        header="$(printf '%s\n' "$output" | sed -n 1,2p)"
+        rows+=("$(printf '%s\n' "$output" | sed -n 3p)")
+    else
+        rows+=("| $name | chat-loadtest exited with status $status: $(printf '%s' "$output" | tr '\n' ' ') |")
+        if [[ $status -eq 0 ]]; then failures=$((failures + 1)); fi
+    fi
+done
+[[ $ran -gt 0 ]] || die_usage "no case matches --only '$only'"
+
+echo
+echo "Load test, $(date -u +%Y-%m-%d), $configuration build, $(nproc) cores, ${duration} s per case"
+echo
+if [[ -n "$header" ]]; then echo "$header"; fi
+printf '%s\n' "${rows[@]}"
+if [[ $failures -gt 0 ]]; then
+    echo
+    echo "FAILED: $failures case(s) lost, duplicated or reordered messages, or did not run" >&2
+    exit 1
+fi
