@@ -103,15 +103,15 @@ struct ChatServerCommand: ParsableCommand {
         server.start()
         print("listening on \(server.localAddress)")
         fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
+
+        let stopped = DispatchSemaphore(value: 0)
+        let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
         logger.info(
             "serving",
             metadata: [
                 "descriptors.limit": "\(raised.map { String($0.current) } ?? "unknown")",
                 "descriptors.open": "\(DescriptorLimit.openDescriptorCount() ?? -1)",
             ])
-
-        let stopped = DispatchSemaphore(value: 0)
-        let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
         stopped.wait()
         withExtendedLifetime(signalSources) {}
         // The end-to-end test compares this with the count at start: every client socket and the

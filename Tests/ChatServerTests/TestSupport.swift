@@ -75,7 +75,12 @@ final class TestClient: @unchecked Sendable {
 
     /// Connects to `server` and completes the handshake as `nick`.
     static func connect(_ server: ChatServer, nick: String, password: String? = nil) async throws -> TestClient {
-        let connection = try await ChatConnection.connect(host: "127.0.0.1", port: server.port, nick: nick, password: password)
+        try await connect(port: server.port, nick: nick, password: password)
+    }
+
+    /// Connects to the server on `port` of 127.0.0.1 and completes the handshake as `nick`.
+    static func connect(port: Int, nick: String, password: String? = nil) async throws -> TestClient {
+        let connection = try await ChatConnection.connect(host: "127.0.0.1", port: port, nick: nick, password: password)
         return TestClient(connection: connection)
     }
 
@@ -102,6 +107,25 @@ final class TestClient: @unchecked Sendable {
         while true {
             let frame = try await expectFrame(what)
             if let matched = match(frame) { return matched }
+        }
+    }
+
+    /// Collects what `match` extracts from the frames until it has `count`, skipping frames it
+    /// returns nil for; one timeout (`limit`) for the whole collection.
+    func collect<T: Sendable>(
+        _ count: Int, _ what: String, limit: Duration = patience, _ match: @escaping @Sendable (Frame) -> T?
+    ) async throws -> [T] {
+        try await withTimeout(limit, waitingFor: "\(count) \(what) at \(nick)") {
+            var collected: [T] = []
+            collected.reserveCapacity(count)
+            while collected.count < count {
+                guard let frame = try await self.iterator.next() else {
+                    Issue.record("connection of \(self.nick) ended after \(collected.count) of \(count) \(what)")
+                    throw TimedOut(waitingFor: what)
+                }
+                if let item = match(frame) { collected.append(item) }
+            }
+            return collected
         }
     }
 

@@ -1,0 +1,132 @@
+import ChatClient
+import ChatProtocol
+import ChatServer
+import Testing
+
+/// One room message as a receiver saw it.
+private struct Delivery: Hashable, Sendable {
+    var seq: UInt64
+    var sender: String
+    var text: String
+}
+
+/// Delivery guarantees under load: exact accounting with many clients, and a client that stops
+/// reading. Serialized: each binds many sockets and the second measures the process's memory.
+@Suite("Delivery under load", .serialized)
+struct DeliveryTests {
+    @Test func thousandClientsReceiveEveryMessageExactlyOnceInTheServersOrder() async throws {
+        DescriptorLimit.raiseToHardLimit()
+        let clientCount = 1_000
+        let roomCount = 20
+        let messagesPerClient = 5
+        let membersPerRoom = clientCount / roomCount
+        let expectedPerReceiver = membersPerRoom * messagesPerClient
+        try await withServer(testConfiguration { $0.maxClientsPerAddress = clientCount }) { server in
+            // Everyone connects and joins before anyone speaks, so every message has every room
+            // member as a recipient.
+            var clients: [TestClient] = []
+            for batch in stride(from: 0, to: clientCount, by: 100) {
+                let joined = try await withThrowingTaskGroup(of: (Int, TestClient).self) { group in
+                    for index in batch..<min(batch + 100, clientCount) {
+                        group.addTask {
+                            let client = try await TestClient.connect(server, nick: "user\(index)")
+                            try await client.join("room\(index % roomCount)")
+                            return (index, client)
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }.sorted { $0.0 < $1.0 }.map(\.1)
+                }
+                clients += joined
+            }
+
+            let received = try await withThrowingTaskGroup(of: (Int, [Delivery]).self) { group in
+                for (index, client) in clients.enumerated() {
+                    group.addTask {
+                        let room = "room\(index % roomCount)"
+                        try await client.send((0..<messagesPerClient).map { .say(room: room, text: "user\(index)#\($0)") })
+                        let deliveries = try await client.collect(expectedPerReceiver, "messages", limit: .seconds(180)) {
+                            frame -> Delivery? in
+                            guard case .message(room, let seq, _, let sender, let text) = frame else { return nil }
+                            return Delivery(seq: seq, sender: sender, text: text)
+                        }
+                        return (index, deliveries)
+                    }
+                }
+                return try await group.reduce(into: [Int: [Delivery]]()) { $0[$1.0] = $1.1 }
+            }
+
+            var orderByRoom: [Int: [Delivery]] = [:]
+            for index in 0..<clientCount {
+                let deliveries = received[index] ?? []
+                let room = index % roomCount
+                let expected = Set(
+                    stride(from: room, to: clientCount, by: roomCount).flatMap { sender in
+                        (0..<messagesPerClient).map { "user\(sender)#\($0)" }
+                    })
+                #expect(deliveries.count == expectedPerReceiver, "user\(index) received \(deliveries.count)")
+                #expect(Set(deliveries.map(\.text)) == expected, "user\(index): every message exactly once")
+                #expect(zip(deliveries, deliveries.dropFirst()).allSatisfy { $0.seq < $1.seq }, "user\(index): seq increases")
+                #expect(deliveries.allSatisfy { $0.text.hasPrefix("\($0.sender)#") }, "the server stamps the real sender")
+                // Every member of a room sees the same messages in the same order.
+                if let reference = orderByRoom[room] {
+                    #expect(deliveries == reference, "user\(index) saw room\(room) in a different order")
+                } else {
+                    orderByRoom[room] = deliveries
+                }
+            }
+            for client in clients { client.close() }
+        }
+    }
+
+    @Test func disconnectsAClientThatStopsReadingWhileOthersReceiveEverything() async throws {
+        let configuration = testConfiguration {
+            $0.outboundQueueLimit = 1 << 20
+            $0.maxFrameSize = 16 << 10
+        }
+        try await withServer(configuration) { server in
+            let alice = try await TestClient.connect(server, nick: "alice")
+            let bob = try await TestClient.connect(server, nick: "bob")
+            try await alice.join("r")
+            try await bob.join("r")
+            let stalled = try await RawClient(port: server.port)
+            try await stalled.write(.hello(version: 1, nick: "stalled", password: nil))
+            try await stalled.write(.join(room: "r"))
+            for client in [alice, bob] {
+                _ = try await client.waitFor("stalled to join") { if case .joined("r", _, _, "stalled") = $0 { true } else { nil } }
+            }
+
+            let residentBefore = residentBytes()
+            let text = String(repeating: "x", count: 8_000)
+            let batches = 512
+            let perBatch = 16  // 512 × 16 × 8 kB ≈ 64 MB through the room
+            let quits = QuitLog()
+            for _ in 0..<batches {
+                try await alice.send(Array(repeating: Frame.say(room: "r", text: text), count: perBatch))
+                // Keep the readers in step with the sender so that only the stalled client falls behind.
+                for client in [alice, bob] {
+                    _ = try await client.collect(perBatch, "messages") { frame -> Bool? in
+                        if case .quit("r", _, _, "stalled", let reason) = frame { quits.record(reason) }
+                        if case .message = frame { return true }
+                        return nil
+                    }
+                }
+            }
+            let growth = residentBytes() - residentBefore
+
+            let reasons = quits.reasons
+            #expect(reasons.count == 2, "alice and bob each saw the stalled client quit: \(reasons)")
+            #expect(reasons.allSatisfy { $0.contains("slow consumer") }, "\(reasons)")
+            // Without the bound the stalled client's queue would hold most of the 64 MB.
+            #expect(growth < 40 << 20, "resident memory grew by \(growth >> 20) MiB")
+            alice.close()
+            bob.close()
+            stalled.close()
+        }
+    }
+}
+
+/// The reasons of `quit` events seen by the readers (who read one at a time).
+private final class QuitLog: @unchecked Sendable {
+    private(set) var reasons: [String] = []
+    func record(_ reason: String) { reasons.append(reason) }
+}
