@@ -11,8 +11,6 @@ import Synchronization
 /// Workers add once per received chunk or sent batch, not once per message, so two workers and
 /// the controller touch these a few thousand times a second, not millions.
 final class LoadCounters: Sendable {
-    /// Clients whose handshake ended in `welcome`.
-    let welcomed = Atomic<Int>(0)
     /// Clients whose `join` was acknowledged.
     let joined = Atomic<Int>(0)
     /// Clients that never joined: connect failed, refused, or closed first.
@@ -226,7 +224,6 @@ final class LoadWorker: @unchecked Sendable {
         case .welcome(_, let nick, _, _) where client.phase == .handshaking:
             client.nick = nick
             client.phase = .joining
-            counters.welcomed.add(1, ordering: .relaxed)
             send(.join(room: client.roomName), to: client)
         case .joined(let room, _, _, let nick) where client.phase == .joining && room == client.roomName && nick == client.nick:
             client.phase = .joined
