@@ -27,16 +27,22 @@ public enum DescriptorLimit {
 }
 
 extension DescriptorLimit {
-    /// How many descriptors the process has open (entries of /proc/self/fd), or nil where that
-    /// directory does not exist. Used to check that nothing leaks across a server's life.
-    public static func openDescriptorCount() -> Int? {
+    /// How many sockets the process has open (entries of /proc/self/fd that link to `socket:`), or
+    /// nil where that directory does not exist. A server that has shut down should have none.
+    public static func openSocketCount() -> Int? {
         guard let directory = opendir("/proc/self/fd") else { return nil }
         defer { closedir(directory) }
         var count = 0
+        var target = [CChar](repeating: 0, count: 64)
         while let entry = readdir(directory) {
-            if entry.pointee.d_name.0 != UInt8(ascii: ".") { count += 1 }
+            let path = withUnsafeBytes(of: entry.pointee.d_name) { name in
+                "/proc/self/fd/" + String(decoding: name.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            let length = readlink(path, &target, target.count - 1)
+            guard length > 0 else { continue }
+            let link = String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if link.hasPrefix("socket:") { count += 1 }
         }
-        // The directory stream itself holds one while we count.
-        return count - 1
+        return count
     }
 }
