@@ -4,9 +4,11 @@ import Histogram
 
 /// Everything one run measured. Encodes to the JSON line of `chat-loadtest --json`.
 public struct LoadTestResult: Sendable, Encodable {
-    /// Clients, rooms and senders of the run.
+    /// Clients in the run.
     public var clients: Int
+    /// Rooms they were spread over.
     public var rooms: Int
+    /// Clients that sent.
     public var senders: Int
     /// How senders were paced, e.g. `max (window 64)` or `2000 msg/s`.
     public var pacing: String
@@ -22,16 +24,19 @@ public struct LoadTestResult: Sendable, Encodable {
     public var allClosed: Bool
     /// The first thing that went wrong for any client, if anything did.
     public var firstProblem: String?
-    /// Messages sent, and of those refused by the server with an error.
+    /// Messages sent.
     public var sent: UInt64
+    /// Messages the server answered with an error instead of delivering (counted as lost too).
     public var refused: UInt64
     /// Expected against received deliveries.
     public var deliveries: DeliveryTally
-    /// From the first message sent to the last sent, and to the last delivery received.
+    /// Seconds from the start of sending to its end.
     public var sendSeconds: Double
+    /// Seconds from the start of sending to the last delivery received.
     public var deliverySeconds: Double
-    /// Messages sent per second, and deliveries received per second.
+    /// Messages sent per second of `sendSeconds`.
     public var messagesPerSecond: Double
+    /// Deliveries received per second of `deliverySeconds`.
     public var deliveriesPerSecond: Double
     /// Latency from (scheduled) send to receipt, over every delivery.
     public var latency: LatencySummary
@@ -88,11 +93,17 @@ public struct LoadTestResult: Sendable, Encodable {
 public struct LatencySummary: Sendable, Encodable {
     /// How many deliveries were measured.
     public var count: UInt64
+    /// The median.
     public var p50: Double
+    /// The 90th percentile.
     public var p90: Double
+    /// The 99th percentile.
     public var p99: Double
+    /// The 99.9th percentile.
     public var p999: Double
+    /// The largest.
     public var max: Double
+    /// The mean.
     public var mean: Double
 
     /// Summarises a histogram of nanoseconds.
@@ -118,8 +129,9 @@ public struct LatencySummary: Sendable, Encodable {
 public struct WireUsage: Sendable, Encodable {
     /// Bytes per delivered message, ours.
     public var bytesPerDelivery: Double
-    /// Average `say` frame and `message` frame, in bytes.
+    /// The average `say` frame, in bytes.
     public var sayFrameBytes: Double
+    /// The average `message` frame, in bytes.
     public var messageFrameBytes: Double
     /// Bytes per delivered message for SOAP 1.1.
     public var soap11BytesPerDelivery: Double
@@ -147,8 +159,9 @@ public struct ServerUsage: Sendable, Encodable {
     public var cpuSeconds: Double
     /// The same as a percentage of one core.
     public var cpuPercent: Double
-    /// Resident memory at the end, and its peak.
+    /// Resident memory at the end.
     public var residentBytes: Int
+    /// The most resident memory the server ever had.
     public var peakResidentBytes: Int
     /// Growth of resident memory from before connecting to all joined, per joined client:
     /// what an idle connection costs the server (nil when not measured).
