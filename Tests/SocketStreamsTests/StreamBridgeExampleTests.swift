@@ -86,13 +86,14 @@ private func bridgeExampleBinary() -> URL? {
 
 /// A child process with piped standard input and output whose output lines can be waited for.
 ///
-/// Threading: `condition` protects `output` and `exitStatus`; the pipe and termination handlers run
-/// on Foundation's queues, everything else on the test's thread.
+/// Threading: `condition` protects `output`, `outputEnded` and `exitStatus`; the pipe and
+/// termination handlers run on Foundation's queues, everything else on the test's thread.
 private final class BridgeChildProcess: @unchecked Sendable {
     private let process = Process()
     private let input = Pipe()
     private let condition = NSCondition()
     private var output = ""
+    private var outputEnded = false
     private var exitStatus: Int32?
 
     init(_ binary: URL, arguments: [String]) throws {
@@ -107,6 +108,7 @@ private final class BridgeChildProcess: @unchecked Sendable {
             if data.isEmpty { handle.readabilityHandler = nil }
             condition.withLock {
                 output += String(decoding: data, as: UTF8.self)
+                outputEnded = outputEnded || data.isEmpty
                 condition.broadcast()
             }
         }
@@ -144,11 +146,12 @@ private final class BridgeChildProcess: @unchecked Sendable {
         try? input.fileHandleForWriting.close()
     }
 
-    /// Waits up to `timeout` seconds for the process to exit; its status, or nil if it did not.
+    /// Waits up to `timeout` seconds for the process to exit and for the end of its output (the
+    /// two arrive in either order); the exit status, or nil if it did not exit.
     func waitForExit(timeout: TimeInterval = 20) -> Int32? {
         let deadline = Date(timeIntervalSinceNow: timeout)
         return condition.withLock {
-            while exitStatus == nil, condition.wait(until: deadline) {}
+            while exitStatus == nil || !outputEnded, condition.wait(until: deadline) {}
             return exitStatus
         }
     }

@@ -171,7 +171,7 @@ struct StreamBridgeSocketTests {
                 stream.schedule(in: .current, forMode: .default)
                 stream.open()
             }
-            bridgeRunRunLoop(timeout: 300) {
+            bridgeRunRunLoop(timeout: 120) {
                 recorder.saw(.endEncountered, on: input) || recorder.saw(.errorOccurred, on: input)
                     || recorder.saw(.errorOccurred, on: output)
             }
@@ -211,8 +211,9 @@ struct StreamBridgeSocketTests {
                 stream.open()
             }
             bridgeRunRunLoop { failedWrite || recorder.saw(.errorOccurred, on: output) }
-            // Whichever noticed first, a write now must fail cleanly.
+            // Whichever noticed first, a write now must fail cleanly, and .errorOccurred follows.
             if !failedWrite { failedWrite = output.write(chunk, maxLength: chunk.count) == -1 }
+            bridgeRunRunLoop { recorder.saw(.errorOccurred, on: output) }
             defer { input.close(); output.close() }
             return (failedWrite, output.streamError as? SocketError, output.streamStatus,
                     recorder.saw(.errorOccurred, on: output))

@@ -12,11 +12,17 @@ import Glibc
 ///
 /// How events arise without polling: a Dispatch read source and write source watch the descriptor
 /// on the private serial `queue`. When one fires, its handler suspends it and posts
-/// `.hasBytesAvailable` / `.hasSpaceAvailable`; the next `read` / `write` resumes it. So each read
-/// or write that leaves the socket ready is followed by another event (as CFSocketStream does), and
-/// a connection nobody reads or writes has both sources suspended or idle: no wakeups at all. The
+/// `.hasBytesAvailable` / `.hasSpaceAvailable`. After each `read` / `write` the pair looks again
+/// (a non-blocking peek or poll): still ready means the next event is posted at once, as
+/// CFSocketStream does; not ready means the source is resumed to wait for readiness. So a
+/// connection nobody reads or writes has its sources suspended or idle: no wakeups at all. The
 /// read source peeks before posting, which turns the peer's FIN into `.endEncountered` and a reset
 /// into `.errorOccurred` even when the delegate is not reading.
+///
+/// Looking before resuming is not only cheaper, it is needed: when the socket hangs up (both
+/// directions finished, or reset), libdispatch's epoll backend delivers one last event and removes
+/// the descriptor from epoll, so a source resumed after that never fires again. A hung-up socket
+/// is always ready (end of stream or an error), so the pair never waits on a source for it.
 ///
 /// `read` and `write` call `recv` / `send` directly on the caller's thread. Like Apple's socket
 /// streams they block when there is nothing to read or no room at all (waiting on the sources,
@@ -250,6 +256,35 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         writeSource.resume()
     }
 
+    /// After a read: when the socket is still readable, posts `.hasBytesAvailable` (or handles the
+    /// end, or the error) now; only when it is not does the read source wait for it.
+    private func rearmReadLocked() {
+        guard let socket, readSource != nil else { return }
+        do throws(SocketError) {
+            switch try peek(socket) {
+            case .wouldBlock:
+                resumeReadLocked()
+            case .done(0):
+                reachedEndLocked()
+            case .done:
+                if inputStatus == .open { inputEvents.post(.hasBytesAvailable) }
+            }
+        } catch {
+            failLocked(error)
+        }
+    }
+
+    /// After a write: when there is still room, posts `.hasSpaceAvailable` now; only when there is
+    /// none does the write source wait for it.
+    private func rearmWriteLocked() {
+        guard writeSource != nil else { return }
+        if outputReadyLocked() {
+            if outputStatus == .open { outputEvents.post(.hasSpaceAvailable) }
+        } else {
+            resumeWriteLocked()
+        }
+    }
+
     private func cancelReadSourceLocked() {
         guard let readSource else { return }
         // A suspended source never runs its cancel handler.
@@ -356,7 +391,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                         reachedEndLocked()
                         return 0
                     case .done(let count):
-                        resumeReadLocked()
+                        rearmReadLocked()
                         return count
                     case .wouldBlock:
                         // Nothing yet: block like Apple's socket streams, until the read source fires.
@@ -387,7 +422,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                 do throws(SocketError) {
                     switch try socket.write(UnsafeRawBufferPointer(start: buffer, count: maxLength)) {
                     case .done(let count):
-                        resumeWriteLocked()
+                        rearmWriteLocked()
                         return count
                     case .wouldBlock:
                         // No room at all: block until the write source says there is some.
