@@ -19,8 +19,10 @@ let package = Package(
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
     ],
     targets: [
+        // The few libc calls Swift's Glibc module does not import (accept4).
+        .target(name: "CSocketShims"),
         // POSIX sockets + Dispatch sources, the Foundation stream bridge and the async API.
-        .target(name: "SocketStreams"),
+        .target(name: "SocketStreams", dependencies: ["CSocketShims"]),
         // The classic NSStream chat-client pattern, running on Linux through Stream.getStreamsToHost.
         .executableTarget(name: "stream-chat-example", dependencies: ["SocketStreams"]),
 

@@ -1,3 +1,4 @@
+import CSocketShims
 import Glibc
 
 /// Owns one non-blocking, close-on-exec TCP socket descriptor and closes it exactly once.
@@ -127,28 +128,24 @@ public final class Socket: @unchecked Sendable {
     }
 
     /// Accepts one pending connection as a non-blocking, close-on-exec socket; `nil` when none is
-    /// pending. (`accept4` is not imported into Swift on Linux, so the flags are set with `fcntl`.)
+    /// pending. Both flags are set by `accept4` itself, so a process forked meanwhile by another
+    /// thread never inherits the new descriptor.
     public func accept() throws(SocketError) -> Socket? {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let flags = Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         let result = try withUnsafeMutablePointer(to: &storage) { pointer throws(SocketError) in
             try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address throws(SocketError) in
-                try retryingInterruptsNonBlocking("accept", target: label) { Glibc.accept(descriptor, address, &length) }
+                try retryingInterruptsNonBlocking("accept", target: label) {
+                    socketstreams_accept4(descriptor, address, &length, flags)
+                }
             }
         }
         guard case .done(let fd) = result else { return nil }
         let peer = withUnsafePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { SocketAddress($0, length: length) }
         }
-        let accepted = Socket(takingOwnershipOf: fd, label: peer.description)
-        try accepted.setDescriptorFlags()
-        return accepted
-    }
-
-    private func setDescriptorFlags() throws(SocketError) {
-        let status = try retryingInterrupts("fcntl F_GETFL", target: label) { fcntl(descriptor, F_GETFL) }
-        _ = try retryingInterrupts("fcntl F_SETFL", target: label) { fcntl(descriptor, F_SETFL, status | O_NONBLOCK) }
-        _ = try retryingInterrupts("fcntl F_SETFD", target: label) { fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        return Socket(takingOwnershipOf: fd, label: peer.description)
     }
 
     // MARK: Data

@@ -63,7 +63,8 @@ public final class SocketChannel: @unchecked Sendable {
 
     private var writeSource: DispatchSourceWrite?
     private var waitingForWritable = false
-    private var outbound: [ByteChunk] = []
+    // Sent chunks become nil at once (releasing them) and the array is compacted when drained.
+    private var outbound: [ByteChunk?] = []
     private var outboundHead = 0
     private var headOffset = 0
     private var writeShutdownRequested = false
@@ -218,7 +219,7 @@ public final class SocketChannel: @unchecked Sendable {
             var count = 0
             var index = outboundHead
             while count < maxVectors, index < outbound.count {
-                let chunk = outbound[index].bytes
+                let chunk = outbound[index].unsafelyUnwrapped.bytes
                 let skip = index == outboundHead ? headOffset : 0
                 vectors[count] = iovec(
                     iov_base: UnsafeMutableRawPointer(mutating: chunk.baseAddress! + skip),
@@ -234,10 +235,10 @@ public final class SocketChannel: @unchecked Sendable {
         outboundBytes -= written
         var remaining = written
         while remaining > 0 {
-            let available = outbound[outboundHead].count - headOffset
+            let available = outbound[outboundHead].unsafelyUnwrapped.count - headOffset
             if remaining >= available {
                 remaining -= available
-                outbound[outboundHead] = Self.emptyChunk  // release the chunk now, not at compaction
+                outbound[outboundHead] = nil
                 outboundHead += 1
                 headOffset = 0
             } else {
@@ -246,8 +247,6 @@ public final class SocketChannel: @unchecked Sendable {
             }
         }
     }
-
-    private static let emptyChunk = ByteChunk(count: 0) { _ in }
 
     private func waitForWritable() {
         waitingForWritable = true

@@ -50,6 +50,17 @@ struct SocketCoreTests {
         #expect(listener.localAddress.ip == "127.0.0.1")
     }
 
+    @Test func acceptedSocketsAreNonBlockingAndCloseOnExec() async throws {
+        let listener = try SocketListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let client = try await SocketConnector.connect(host: "127.0.0.1", port: listener.port)
+        defer { client.close() }
+        let accepted = await acceptOne(listener)
+        defer { accepted.close() }
+        #expect(fcntl(accepted.descriptor, F_GETFD) & FD_CLOEXEC != 0, "a forked child would inherit the socket")
+        #expect(fcntl(accepted.descriptor, F_GETFL) & O_NONBLOCK != 0, "an accepted socket must not block")
+    }
+
     @Test func bindingATakenPortFailsWithAddressInUse() throws {
         let first = try SocketListener(host: "127.0.0.1", port: 0)
         defer { first.close() }
