@@ -99,8 +99,8 @@ private final class ConnectionCore: @unchecked Sendable {
     private var inboundEnded = false
     private var failure: SocketError?
     private var closed = false
-    private var reader: (id: Int, continuation: CheckedContinuation<[UInt8]?, Error>)?
-    private var writers: [(id: Int, continuation: CheckedContinuation<Void, Error>)] = []
+    private var reader: Waiter<[UInt8]?>?
+    private var writers: [Waiter<Void>] = []
 
     init(channel: SocketChannel, inboundLimit: Int, outboundLimit: Int) {
         self.channel = channel
@@ -135,7 +135,7 @@ private final class ConnectionCore: @unchecked Sendable {
     private func wakeReader() {
         guard let waiting = reader, let result = takeInbound() else { return }
         reader = nil
-        waiting.continuation.resume(with: result)
+        waiting.resume(with: result)
     }
 
     /// What a read returns now, or `nil` when it has to wait.
@@ -152,43 +152,52 @@ private final class ConnectionCore: @unchecked Sendable {
     }
 
     func read() async throws -> [UInt8]? {
-        let id = newWaiterID()
+        let waiter = Waiter<[UInt8]?>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 queue.async { [self] in
+                    guard !waiter.cancelled else {
+                        continuation.resume(throwing: CancellationError())
+                        return
+                    }
                     precondition(reader == nil, "InboundBytes iterated from two tasks at once")
                     if let result = takeInbound() {
                         continuation.resume(with: result)
                     } else {
-                        reader = (id, continuation)
+                        waiter.continuation = continuation
+                        reader = waiter
                     }
                 }
             }
         } onCancel: {
             queue.async { [self] in
-                guard let waiting = reader, waiting.id == id else { return }
+                waiter.cancelled = true
+                guard reader === waiter else { return }
                 reader = nil
-                waiting.continuation.resume(throwing: CancellationError())
+                waiter.resume(with: .failure(CancellationError()))
             }
         }
     }
 
     func write(_ chunk: ByteChunk) async throws {
-        let id = newWaiterID()
+        let waiter = Waiter<Void>()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
                 queue.async { [self] in
+                    guard !waiter.cancelled else {
+                        continuation.resume(throwing: CancellationError())
+                        return
+                    }
                     if closed || !channel.isOpen {
                         continuation.resume(throwing: failure ?? SocketError(.posix(EPIPE), operation: "send to", target: channel.label))
                         return
                     }
                     channel.write(chunk)
-                    if channel.isOpen, channel.outboundBytes > outboundLimit {
-                        writers.append((id, continuation))
-                    } else if !channel.isOpen {
-                        // The write itself failed; onClosed has recorded why (it runs after cancel handlers,
-                        // so wait for it).
-                        writers.append((id, continuation))
+                    // Wait while too much is queued, or, if this write failed, until onClosed (which runs
+                    // after the channel's cancel handlers) has recorded why.
+                    if !channel.isOpen || channel.outboundBytes > outboundLimit {
+                        waiter.continuation = continuation
+                        writers.append(waiter)
                     } else {
                         continuation.resume()
                     }
@@ -196,8 +205,9 @@ private final class ConnectionCore: @unchecked Sendable {
             }
         } onCancel: {
             queue.async { [self] in
-                guard let index = writers.firstIndex(where: { $0.id == id }) else { return }
-                writers.remove(at: index).continuation.resume(throwing: CancellationError())
+                waiter.cancelled = true
+                guard let index = writers.firstIndex(where: { $0 === waiter }) else { return }
+                writers.remove(at: index).resume(with: .failure(CancellationError()))
             }
         }
     }
@@ -207,20 +217,26 @@ private final class ConnectionCore: @unchecked Sendable {
         writers = []
         for writer in waiting {
             if closed {
-                writer.continuation.resume(throwing: failure ?? SocketError(.posix(EPIPE), operation: "send to", target: channel.label))
+                writer.resume(with: .failure(failure ?? SocketError(.posix(EPIPE), operation: "send to", target: channel.label)))
             } else {
-                writer.continuation.resume()
+                writer.resume(with: .success(()))
             }
         }
     }
 
-    private let waiterIDs = Locked(0)
+}
 
-    /// Tells apart the waits of concurrent calls, so a cancellation resumes only its own.
-    private func newWaiterID() -> Int {
-        waiterIDs.withLock { last in
-            last += 1
-            return last
-        }
+/// One suspended `read` or `write`, used only on the connection's queue.
+///
+/// Registering the wait and cancelling it both run on that serial queue, in whichever order they
+/// happen: a cancellation that comes first marks the waiter, and the registration then fails at
+/// once instead of waiting for a wake-up that would never come.
+private final class Waiter<Value: Sendable>: @unchecked Sendable {
+    var continuation: CheckedContinuation<Value, Error>?
+    var cancelled = false
+
+    func resume(with result: sending Result<Value, Error>) {
+        continuation?.resume(with: result)
+        continuation = nil
     }
 }

@@ -115,4 +115,31 @@ struct SocketConnectionTests {
         #expect(throws: CancellationError.self) { try outcome.get() }
         client.close()
     }
+
+    @Test func cancellationEndsAReadOrWriteWhicheverHappensFirst() async throws {
+        // Cancelling right after starting races the task's registration of its wait on the
+        // connection's queue; both orders must end the call, never leave it waiting for good.
+        let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let client = try await SocketConnection.connect(
+            host: "127.0.0.1", port: listener.port, outboundLimit: 1)
+        for _ in 0..<200 {
+            let reader = Task { try await client.readExactly(count: 1) }
+            reader.cancel()
+            let readOutcome = await reader.result
+            #expect(throws: CancellationError.self) { try readOutcome.get() }
+        }
+        var cancelledWrites = 0
+        for _ in 0..<200 {
+            // With a 1-byte limit every write of 64 KiB that the kernel does not take at once waits.
+            let writer = Task { try await client.write([UInt8](repeating: 0, count: 64 * 1024)) }
+            writer.cancel()
+            if case .failure(let error) = await writer.result {
+                #expect(error is CancellationError, "a cancelled write should fail with CancellationError, not \(error)")
+                cancelledWrites += 1
+            }
+        }
+        #expect(cancelledWrites > 0, "nobody reads, so some writes must have been waiting when cancelled")
+        client.close()
+    }
 }
