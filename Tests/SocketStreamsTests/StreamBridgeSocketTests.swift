@@ -136,6 +136,39 @@ struct StreamBridgeSocketTests {
         #expect(lastRead == 0, "a read at end of stream returns 0")
     }
 
+    @Test func closingOnlyTheOutputHalfClosesAndReadingGoesOn() async throws {
+        // The echo server finishes sending only after it read our FIN, so the echo arriving
+        // followed by .endEncountered proves close() of the output sent FIN and left input open.
+        let server = try BridgeTestServer(onAccept: BridgeTestServer.echo)
+        defer { server.stop() }
+        let port = server.port
+
+        let (received, events, outputStatus) = try await bridgeOnNewThread {
+            let (input, output) = bridgeStreams(host: "127.0.0.1", port: port)
+            let recorder = BridgeEventRecorder()
+            var received: [UInt8] = []
+            recorder.onEvent = { stream, event in
+                if stream === output, event == .hasSpaceAvailable, output.streamStatus == .open {
+                    _ = output.write(Array("last words\n".utf8), maxLength: 11)
+                    output.close()
+                }
+                if stream === input, event == .hasBytesAvailable { bridgeReadAvailable(input, into: &received) }
+            }
+            for stream in [input, output] as [Stream] {
+                stream.delegate = recorder
+                stream.schedule(in: .current, forMode: .default)
+                stream.open()
+            }
+            bridgeRunRunLoop { recorder.saw(.endEncountered, on: input) || recorder.saw(.errorOccurred, on: input) }
+            defer { input.close() }
+            return (received, recorder.names(for: input), output.streamStatus)
+        }
+
+        #expect(String(decoding: received, as: UTF8.self) == "last words\n")
+        #expect(events.last == "endEncountered", "input events: \(events)")
+        #expect(outputStatus == .closed)
+    }
+
     @Test func sixtyFourMebibytesArriveByteIdentical() async throws {
         let server = try BridgeTestServer(onAccept: BridgeTestServer.echo)
         defer { server.stop() }

@@ -64,6 +64,8 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     private var readSuspended = false
     private var writeSource: DispatchSourceWrite?
     private var writeSuspended = false
+    /// The output stream was opened, then closed before the connection was up: send FIN once it is.
+    private var shutdownWhenConnected = false
     private var liveSources = 0
     private var sourceEvents = 0
 
@@ -100,7 +102,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
 
     func open(_ side: StreamSide) {
         condition.withLock {
-            guard (side == .input ? inputStatus : outputStatus) == .notOpen else { return }
+            guard status(ofLocked: side) == .notOpen else { return }
             switch connection {
             case .idle:
                 setStatusLocked(side, .opening)
@@ -140,7 +142,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                 if inputStatus != .closed { startReadSourceLocked(connected) }
                 if outputStatus != .closed {
                     startWriteSourceLocked(connected)
-                } else {
+                } else if shutdownWhenConnected {
                     shutdownWriteLocked()
                 }
                 for side in [StreamSide.input, .output] where status(ofLocked: side) == .opening {
@@ -338,15 +340,20 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
 
     func close(_ side: StreamSide) {
         condition.withLock {
-            guard status(ofLocked: side) != .closed else { return }
+            let previous = status(ofLocked: side)
+            guard previous != .closed else { return }
             setStatusLocked(side, .closed)
             switch side {
             case .input:
                 cancelReadSourceLocked()
             case .output:
                 cancelWriteSourceLocked()
-                // Closing only the output sends FIN and leaves the input readable, as on Apple platforms.
-                if inputStatus != .closed { shutdownWriteLocked() }
+                // Closing an opened output alone sends FIN and leaves the input readable, as on
+                // Apple platforms. An output never opened (or never asked for) sends nothing.
+                if previous != .notOpen, inputStatus != .closed {
+                    if case .connecting = connection { shutdownWhenConnected = true }
+                    shutdownWriteLocked()
+                }
             }
             condition.broadcast()
             guard inputStatus == .closed, outputStatus == .closed else { return }
