@@ -116,12 +116,20 @@ public final class SocketChannel: @unchecked Sendable {
         guard readPaused, !readEnded else { return }
         readPaused = false
         readSource?.resume()
+        // What arrived while paused may include a hang-up, after which the source stays silent.
+        queue.async { [self] in readAvailable() }
     }
 
-    /// Reads until the socket is drained, with a bound so one busy peer cannot starve the others.
+    /// Reads until the socket says `EAGAIN` or end of stream, at most 8 reads per turn so one busy
+    /// peer cannot starve the others on the queue.
+    ///
+    /// It never stops early on the hope of another event: once a socket has hung up (both
+    /// directions finished, or reset), libdispatch's epoll backend reports it one last time and then
+    /// drops the descriptor, so bytes or an end of stream left unread then would wait forever. For
+    /// the same reason a turn that runs out of budget continues through the queue, not the source.
     private func readAvailable() {
         for _ in 0..<8 {
-            guard state == .open, !readPaused else { return }
+            guard state == .open, !readPaused, !readEnded else { return }
             let result: IOResult<Int>
             do {
                 result = try socket.read(into: readBuffer.memory)
@@ -137,10 +145,9 @@ public final class SocketChannel: @unchecked Sendable {
                 return
             case .done(let count):
                 onBytes?(UnsafeRawBufferPointer(rebasing: readBuffer.memory[0..<count]))
-                // A short read means the kernel buffer is empty: skip the read that would say EAGAIN.
-                if count < readBuffer.memory.count { return }
             }
         }
+        queue.async { [self] in readAvailable() }
     }
 
     private func endOfInput() {

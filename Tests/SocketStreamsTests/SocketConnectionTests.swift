@@ -142,4 +142,30 @@ struct SocketConnectionTests {
         #expect(cancelledWrites > 0, "nobody reads, so some writes must have been waiting when cancelled")
         client.close()
     }
+
+    @Test func bytesAndEndArrivingTogetherAfterAHalfCloseAreBothRead() async throws {
+        // Once both directions are shut down the socket has hung up, and libdispatch reports it only
+        // once more; a reader that stops after the bytes and waits for another event for the end of
+        // stream waits forever. Repeat so that bytes and FIN often land in the same wake-up.
+        let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        var accepted = listener.connections.makeAsyncIterator()
+        for round in 0..<100 {
+            let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port)
+            let server = try #require(await accepted.next())
+            client.shutdownWrite()
+            for try await _ in server.inbound {}
+            try await server.write(Array("reply \(round)".utf8))
+            server.shutdownWrite()
+            let reply = try await withTimeout(.seconds(20), "reading the reply and end of stream in round \(round)") {
+                var bytes: [UInt8] = []
+                for try await chunk in client.inbound { bytes += chunk }
+                return bytes
+            }
+            #expect(reply == Array("reply \(round)".utf8))
+            client.close()
+            server.close()
+            if reply == nil { break }
+        }
+    }
 }

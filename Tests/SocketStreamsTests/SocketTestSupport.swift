@@ -63,3 +63,23 @@ func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: ()
         try await Task.sleep(for: .milliseconds(10))
     }
 }
+
+/// Runs `body`, recording an issue and cancelling it if it has not finished after `timeout`.
+///
+/// For tests of lost wake-ups: without it such a bug hangs the whole test run instead of
+/// failing one test.
+func withTimeout<T: Sendable>(
+    _ timeout: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T? {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            return nil
+        }
+        let first = try await group.next() ?? nil
+        group.cancelAll()
+        if first == nil { Issue.record("timed out after \(timeout): \(what)") }
+        return first
+    }
+}
