@@ -46,7 +46,7 @@ final class StreamEventDelivery: @unchecked Sendable {
     private var target: StreamEventTarget?
     private var detached = false
 
-    /// Adds `event` to the pending set and wakes the run loops the stream is scheduled in.
+    /// Adds `events` to the pending set and wakes the run loops the stream is scheduled in.
     func post(_ events: Stream.Event) {
         lock.withLock {
             guard !detached else { return }
