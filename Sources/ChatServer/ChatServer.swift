@@ -78,7 +78,7 @@ public final class ChatServer: @unchecked Sendable {
         }
     }
 
-    /// Stops the server: stops accepting, sends every client `error(shuttingDown)` after what is
+    /// Stops the server: stops accepting, sends every client `goodbye(reason)` after what is
     /// already queued for it, waits up to `drainTimeout` for the bytes to leave and the clients to
     /// close, closes what is left, then calls `completion` (on the server's queue).
     public func shutdown(reason: String = "the server is shutting down", completion: @escaping @Sendable () -> Void) {
@@ -97,7 +97,7 @@ public final class ChatServer: @unchecked Sendable {
             listener.close()
             let now = Self.now()
             let deadline = now.uptimeMillis + configuration.drainTimeout.milliseconds
-            let farewell = encode(.error(code: .shuttingDown, fatal: true, frameType: .none, reason: reason))
+            let farewell = encode(.goodbye(reason: reason))
             for case let connection? in connections where connection.isActive {
                 logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id))
                 connection.beginClosing(farewell: farewell, deadline: deadline)

@@ -12,7 +12,7 @@ struct ChatServerCommand: ParsableCommand {
         discussion: """
             Prints "listening on HOST:PORT" as its first line, then logs one line per connect and \
             disconnect (with the reason) to standard error. SIGINT or SIGTERM stops accepting, sends \
-            every client error(shuttingDown) after what is queued for it, waits up to --drain-timeout \
+            every client a goodbye with the reason after what is queued for it, waits up to --drain-timeout \
             for it to leave, and exits 0.
 
             The defaults suit one machine with people chatting. Load tests from one address need \

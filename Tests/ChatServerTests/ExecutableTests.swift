@@ -34,8 +34,8 @@ struct ExecutableTests {
             if client === bob.client {
                 #expect(texts == (1...count).map { "message \($0)" }, "bob receives every queued message, in order")
             }
-            guard case .error(.shuttingDown, true, _, _)? = frames.last else {
-                Issue.record("\(client.nick) expected error(shuttingDown) last, got \(String(describing: frames.last))")
+            guard case .goodbye(let reason)? = frames.last, reason.contains("shutting down") else {
+                Issue.record("\(client.nick) expected a goodbye saying the server is shutting down last, got \(String(describing: frames.last))")
                 continue
             }
             client.close()
