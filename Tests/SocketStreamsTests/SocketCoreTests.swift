@@ -51,11 +51,11 @@ struct SocketCoreTests {
     }
 
     @Test func acceptedSocketsAreNonBlockingAndCloseOnExec() async throws {
-        let listener = try SocketListener(host: "127.0.0.1", port: 0)
-        defer { listener.close() }
-        let client = try await SocketConnector.connect(host: "127.0.0.1", port: listener.port)
+        let acceptor = try RawAcceptor()
+        defer { acceptor.close() }
+        let client = try await SocketConnector.connect(host: "127.0.0.1", port: acceptor.port)
         defer { client.close() }
-        let accepted = await acceptOne(listener)
+        let accepted = await acceptor.acceptOne()
         defer { accepted.close() }
         #expect(fcntl(accepted.descriptor, F_GETFD) & FD_CLOEXEC != 0, "a forked child would inherit the socket")
         #expect(fcntl(accepted.descriptor, F_GETFL) & O_NONBLOCK != 0, "an accepted socket must not block")
@@ -140,10 +140,10 @@ struct SocketCoreTests {
     }
 
     @Test func writingToAResetPeerFailsWithoutKillingTheProcess() async throws {
-        let listener = try SocketListener(host: "127.0.0.1", port: 0)
-        defer { listener.close() }
-        let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port)
-        let server = await acceptOne(listener)
+        let acceptor = try RawAcceptor()
+        defer { acceptor.close() }
+        let client = try await SocketConnection.connect(host: "127.0.0.1", port: acceptor.port)
+        let server = await acceptor.acceptOne()
         // SO_LINGER with a zero timeout makes close() send RST instead of FIN.
         var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
         setsockopt(server.descriptor, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
@@ -194,18 +194,41 @@ private func unusedPort() throws -> Int {
     return port
 }
 
-/// The first socket `listener` accepts (later ones are closed).
-private func acceptOne(_ listener: SocketListener) async -> Socket {
-    await withCheckedContinuation { continuation in
-        let queue = DispatchQueue(label: "acceptOne")
-        queue.async {
-            var taken = false
-            listener.start(queue: queue) { socket in
-                if taken { socket.close(); return }
-                taken = true
-                continuation.resume(returning: socket)
+/// A listener whose accepted sockets come out raw, for tests that need the descriptor itself.
+///
+/// It keeps the `SocketListener` on a queue of its own, as the listener requires, and hands the
+/// first accepted socket to `acceptOne()` through a lock TSan can see.
+private final class RawAcceptor: @unchecked Sendable {
+    private let listener: SocketListener
+    private let queue = DispatchQueue(label: "RawAcceptor")
+    /// The listening port.
+    let port: Int
+
+    init() throws {
+        listener = try SocketListener(host: "127.0.0.1", port: 0)
+        port = listener.port
+    }
+
+    /// The first socket accepted (later ones are closed).
+    func acceptOne() async -> Socket {
+        let accepted = Locked<Socket?>(nil)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async { [listener, queue] in
+                listener.start(queue: queue) { socket in
+                    let first = accepted.withLock { slot -> Bool in
+                        guard slot == nil else { return false }
+                        slot = socket
+                        return true
+                    }
+                    if first { continuation.resume() } else { socket.close() }
+                }
             }
         }
+        return accepted.withLock { $0! }
+    }
+
+    /// Closes the listener on its queue.
+    func close() {
+        queue.async { [listener] in listener.close() }
     }
 }
-
