@@ -311,7 +311,7 @@ struct StreamBridgeSocketTests {
             let handle = output.property(forKey: Stream.PropertyKey("kCFStreamPropertySocketNativeHandle")) as? NSData
             var descriptor: Int32 = -1
             handle?.getBytes(&descriptor, length: MemoryLayout<Int32>.size)
-            let peer = bridgePeerPort(of: descriptor)
+            let peer = bridgeAddressPort(of: descriptor, getpeername)
             return ((input.property(forKey: Stream.PropertyKey("kCFStreamPropertySocketRemoteHostName")) as? NSString)
                         .map { String(describing: $0) },
                     (input.property(forKey: Stream.PropertyKey("kCFStreamPropertySocketRemotePortNumber")) as? NSNumber)?.intValue,
@@ -344,15 +344,4 @@ private func bridgeChecksum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
     }
     for byte in bytes[(wordCount * 8)...] { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
     return hash
-}
-
-/// The remote port of the connected socket `descriptor`, or nil.
-private func bridgePeerPort(of descriptor: Int32) -> Int? {
-    var storage = sockaddr_storage()
-    var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-    return withUnsafeMutablePointer(to: &storage) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-            getpeername(descriptor, address, &length) == 0 ? SocketAddress(address, length: length).port : nil
-        }
-    }
 }
