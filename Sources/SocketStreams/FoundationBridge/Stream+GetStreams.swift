@@ -16,9 +16,10 @@ extension Stream {
     ///
     /// Nothing happens on the network until one of the streams is opened: then the name is resolved
     /// (IPv4 and IPv6) and each address tried in turn; both streams report `.opening` until the
-    /// connection is up, then `.openCompleted`. A failure (refused, unreachable, unknown host,
-    /// timeout after `SocketStreamPair.connectTimeout`) sets `streamStatus` to `.error`, posts
-    /// `.errorOccurred` and leaves a `SocketError` in `streamError`.
+    /// connection is up, then `.openCompleted`. A failure (refused, unreachable, unknown host, no
+    /// connection within 60 seconds) sets `streamStatus` to `.error`, posts `.errorOccurred` and
+    /// leaves a `SocketError` in `streamError` (`streamError as? SocketError`; `as NSError` gives
+    /// errno failures in `NSPOSIXErrorDomain`, and `SocketError.nsError` the resolver's domain).
     ///
     /// The two streams share one socket, which is closed once both streams are closed; closing only
     /// the output stream shuts down sending (the peer reads end of stream) and reading goes on.
