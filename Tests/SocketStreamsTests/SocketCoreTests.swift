@@ -164,7 +164,7 @@ struct SocketCoreTests {
 
     @Test func thousandConnectionsLeaveNoDescriptorBehind() async throws {
         let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
-        let before = try DescriptorProbe.socketCount(onPort: listener.port)
+        let before = try bridgeSocketDescriptors(port: listener.port)
         #expect(before == 1, "only the listening socket should be on the port at first")
         var accepted = listener.connections.makeAsyncIterator()
         for _ in 0..<1000 {
@@ -179,9 +179,9 @@ struct SocketCoreTests {
         }
         // Closing is asynchronous (after the sources' cancel handlers); wait for it to settle.
         try await waitUntil("descriptors on the port return to \(before)") {
-            (try? DescriptorProbe.socketCount(onPort: listener.port)) == before
+            (try? bridgeSocketDescriptors(port: listener.port)) == before
         }
-        #expect(try DescriptorProbe.socketCount(onPort: listener.port) == before)
+        #expect(try bridgeSocketDescriptors(port: listener.port) == before)
         listener.close()
     }
 }

@@ -2,44 +2,6 @@ import Foundation
 import SocketStreams
 import Testing
 
-/// Counts this process's open descriptors that are TCP sockets on a given port.
-///
-/// Tests run in parallel, so the total in /proc/self/fd moves with every other test; the sockets
-/// whose local or remote port is the test's own listener are the ones a leak check must count.
-enum DescriptorProbe {
-    /// Entries of /proc/self/fd that are TCP sockets with `port` as local or remote port.
-    static func socketCount(onPort port: Int) throws -> Int {
-        let ownInodes = try socketInodes()
-        var count = 0
-        for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-            let text = try String(contentsOfFile: table, encoding: .utf8)
-            for line in text.split(separator: "\n").dropFirst() {
-                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-                guard fields.count > 9, ownInodes.contains(String(fields[9])) else { continue }
-                if Self.port(of: fields[1]) == port || Self.port(of: fields[2]) == port { count += 1 }
-            }
-        }
-        return count
-    }
-
-    /// The socket inode numbers behind this process's descriptors.
-    private static func socketInodes() throws -> Set<String> {
-        var inodes = Set<String>()
-        for entry in try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
-            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)"),
-                  target.hasPrefix("socket:[") else { continue }
-            inodes.insert(String(target.dropFirst("socket:[".count).dropLast()))
-        }
-        return inodes
-    }
-
-    /// The port of an address field such as `0100007F:1F40`.
-    private static func port(of field: Substring) -> Int? {
-        guard let colon = field.lastIndex(of: ":") else { return nil }
-        return Int(field[field.index(after: colon)...], radix: 16)
-    }
-}
-
 extension SocketConnection {
     /// Reads until `count` bytes arrived or the stream ended.
     func readExactly(count: Int) async throws -> [UInt8] {
