@@ -11,9 +11,7 @@ struct SocketConnectionTests {
     func exchangesBytesBothWays(host: String) async throws {
         let listener = try ConnectionListener(host: host == "::1" ? "::1" : "127.0.0.1", port: 0)
         defer { listener.close() }
-        let client = try await SocketConnection.connect(host: host, port: listener.port)
-        var accepted = listener.connections.makeAsyncIterator()
-        let server = try #require(await accepted.next())
+        let (client, server) = try await listener.connectedPair(host: host)
         try await client.write(Array("ping".utf8))
         #expect(try await server.readExactly(count: 4) == Array("ping".utf8))
         try await server.write(Array("pong".utf8))
@@ -30,9 +28,7 @@ struct SocketConnectionTests {
         let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
         defer { listener.close() }
         let limit = 64 * 1024
-        let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port, outboundLimit: limit)
-        var accepted = listener.connections.makeAsyncIterator()
-        let server = try #require(await accepted.next())
+        let (client, server) = try await listener.connectedPair(outboundLimit: limit)
 
         let chunkSize = 16 * 1024
         let chunkCount = 4096  // 64 MiB: far beyond what loopback buffers hold
@@ -45,14 +41,8 @@ struct SocketConnectionTests {
             client.shutdownWrite()
         }
 
-        // Nobody reads, so progress must stop: wait until it holds still for 300 ms.
-        var last = -1
-        while true {
-            let now = written.withLock { $0 }
-            if now == last { break }
-            last = now
-            try await Task.sleep(for: .milliseconds(300))
-        }
+        // Nobody reads, so progress must stop.
+        let last = try await settledValue { written.withLock { $0 } }
         // What the writer got rid of fits in the kernel's socket buffers (a few MiB on loopback)
         // plus our bounded queue: nothing piles up in user space.
         #expect(last < 16 * 1024 * 1024, "writer should be suspended, but \(last) bytes were accepted")
@@ -77,9 +67,7 @@ struct SocketConnectionTests {
     @Test func unreadInboundBytesStopTheReaderAtTheLimit() async throws {
         let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
         defer { listener.close() }
-        let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port)
-        var accepted = listener.connections.makeAsyncIterator()
-        let server = try #require(await accepted.next())
+        let (client, server) = try await listener.connectedPair()
         // The server never iterates its inbound bytes: the client's writes must stall all the same,
         // because the server's connection stops reading at its inbound limit.
         let written = Mutex(0)
@@ -89,13 +77,7 @@ struct SocketConnectionTests {
                 written.withLock { $0 += 16 * 1024 }
             }
         }
-        var last = -1
-        while true {
-            let now = written.withLock { $0 }
-            if now == last { break }
-            last = now
-            try await Task.sleep(for: .milliseconds(300))
-        }
+        let last = try await settledValue { written.withLock { $0 } }
         #expect(last < 16 * 1024 * 1024, "\(last) bytes were accepted by a connection nobody reads")
         writer.cancel()
         let outcome = await writer.result
@@ -149,10 +131,8 @@ struct SocketConnectionTests {
         // stream waits forever. Repeat so that bytes and FIN often land in the same wake-up.
         let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
         defer { listener.close() }
-        var accepted = listener.connections.makeAsyncIterator()
         for round in 0..<100 {
-            let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port)
-            let server = try #require(await accepted.next())
+            let (client, server) = try await listener.connectedPair()
             client.shutdownWrite()
             for try await _ in server.inbound {}
             try await server.write(Array("reply \(round)".utf8))

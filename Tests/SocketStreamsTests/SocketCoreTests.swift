@@ -75,9 +75,7 @@ struct SocketCoreTests {
         let listener = try ConnectionListener(host: "::", port: 0, dualStack: true)
         defer { listener.close() }
         for host in ["127.0.0.1", "::1"] {
-            let client = try await SocketConnection.connect(host: host, port: listener.port)
-            var accepted = listener.connections.makeAsyncIterator()
-            let server = try #require(await accepted.next())
+            let (client, server) = try await listener.connectedPair(host: host)
             try await client.write(Array("via \(host)".utf8))
             #expect(try await server.readExactly(count: 4 + host.utf8.count) == Array("via \(host)".utf8))
             client.close()
@@ -90,9 +88,7 @@ struct SocketCoreTests {
         // order the resolver picks, the connector must end up on 127.0.0.1.
         let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
         defer { listener.close() }
-        let client = try await SocketConnection.connect(host: "localhost", port: listener.port)
-        var accepted = listener.connections.makeAsyncIterator()
-        let server = try #require(await accepted.next())
+        let (client, server) = try await listener.connectedPair(host: "localhost")
         try await server.write(Array("hi".utf8))
         #expect(try await client.readExactly(count: 2) == Array("hi".utf8))
         client.close()
@@ -120,9 +116,7 @@ struct SocketCoreTests {
     @Test func channelDeliversHalfCloseAndKeepsWriting() async throws {
         let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
         defer { listener.close() }
-        let client = try await SocketConnection.connect(host: "127.0.0.1", port: listener.port)
-        var accepted = listener.connections.makeAsyncIterator()
-        let server = try #require(await accepted.next())
+        let (client, server) = try await listener.connectedPair()
 
         try await client.write(Array("request".utf8))
         client.shutdownWrite()

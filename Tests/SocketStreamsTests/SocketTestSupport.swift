@@ -45,3 +45,29 @@ func withTimeout<T: Sendable>(
         return first
     }
 }
+
+/// Waits until `read()` gives the same value twice, 300 ms apart, and returns it.
+///
+/// For progress that must stop, such as a writer whose peer does not read: there is no event
+/// for "nothing more will happen", only the absence of change.
+func settledValue(of read: () -> Int) async throws -> Int {
+    var last = read()
+    while true {
+        try await Task.sleep(for: .milliseconds(300))
+        let now = read()
+        if now == last { return now }
+        last = now
+    }
+}
+
+extension ConnectionListener {
+    /// Connects a client to this listener and returns it with the server's side of the connection.
+    func connectedPair(host: String = "127.0.0.1", outboundLimit: Int = 256 * 1024) async throws
+        -> (client: SocketConnection, server: SocketConnection)
+    {
+        let client = try await SocketConnection.connect(host: host, port: port, outboundLimit: outboundLimit)
+        var accepted = connections.makeAsyncIterator()
+        let server = try #require(await accepted.next())
+        return (client, server)
+    }
+}
