@@ -27,7 +27,6 @@ enum ClientApp {
             if let terminal { terminal.start(driver: driver) } else { pipe?.start(driver: driver) }
             driver.start()
         }
-        _ = driver
         return status
     }
 

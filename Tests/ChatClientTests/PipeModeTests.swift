@@ -1,0 +1,60 @@
+import ChatProtocol
+import Foundation
+import Testing
+
+/// chat-client with stdin and stdout on pipes, against the real chat-server.
+@Suite(.serialized) struct PipeModeTests {
+    @Test func twoPipedClientsExchangeMessages() async throws {
+        let server = try await TestServer()
+        defer { server.stop() }
+        let client = try Executables.url("chat-client")
+        let ann = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)", "--room", "#General"])
+        defer { ann.stop() }
+        #expect(await ann.waitForOutput("#general -!- ann joined"), "ann joins #general: \(ann.output)")
+        let ben = try ChildProcess(client, ["--nick", "ben", "--port", "\(server.port)", "--room", "general"])
+        defer { ben.stop() }
+        #expect(await ann.waitForOutput("-!- ben joined"), "ann sees ben arrive: \(ann.output)")
+
+        ben.send("hello ann, ünïcödé ok")
+        #expect(await ann.waitForOutput("#general <ben> hello ann, ünïcödé ok"), "ann gets ben's message: \(ann.output)")
+        ann.send("/msg ben psst")
+        #expect(await ben.waitForOutput("*ann* psst"), "ben gets the direct message: \(ben.output)")
+        #expect(await ann.waitForOutput("-> *ben* psst"), "ann sees her direct message acknowledged: \(ann.output)")
+        ann.send("/quit see you")
+        #expect(await ann.waitForExit() == 0, "/quit exits with status 0")
+        #expect(await ben.waitForOutput("-!- ann quit (see you)"), "ben sees ann leave with her reason: \(ben.output)")
+        ben.closeInput()
+        #expect(await ben.waitForExit() == 0, "end of input exits with status 0")
+
+        for output in [ann.output, ben.output] {
+            #expect(!output.contains("\u{1B}"), "no escape codes in pipe mode: \(output.debugDescription)")
+        }
+    }
+
+    @Test func scriptedClientSaysItsLinesAndLeaves() async throws {
+        let server = try await TestServer()
+        defer { server.stop() }
+        let watcher = try await Peer(nick: "watcher", port: server.port)
+        defer { watcher.close() }
+        // The shell form: printf 'hi\n/quit\n' | chat-client --nick bot --room general
+        let bot = try ChildProcess(try Executables.url("chat-client"), ["--nick", "bot", "--port", "\(server.port)", "--room", "general"])
+        defer { bot.stop() }
+        bot.send("hi")
+        bot.send("/quit")
+        bot.closeInput()
+        #expect(await bot.waitForExit() == 0, "the script ends with status 0: \(bot.output)")
+        #expect(bot.output.contains("#general <bot> hi"), "the bot's own message is echoed: \(bot.output)")
+        #expect(await watcher.waitFor { if case .message("general", _, _, "bot", "hi") = $0 { true } else { false } },
+                "the room got the line")
+    }
+
+    @Test func scriptedClientFailsWhenTheServerIsUnreachable() async throws {
+        let server = try await TestServer()
+        let port = server.port
+        server.stop()
+        let bot = try ChildProcess(try Executables.url("chat-client"), ["--nick", "bot", "--port", "\(port)"])
+        defer { bot.stop() }
+        #expect(await bot.waitForExit() == 1, "exit status 1 when nothing listens")
+        #expect(bot.output.contains("cannot reach 127.0.0.1:\(port)"), "says why: \(bot.output)")
+    }
+}
