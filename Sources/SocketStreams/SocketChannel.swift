@@ -53,7 +53,7 @@ public final class SocketChannel: @unchecked Sendable {
 
     private let socket: Socket
     private let readBuffer: ReadBuffer
-    private var state = State.idle
+    @exclusivity(unchecked) private var state = State.idle
     private var closeReason: SocketError?
     private var liveSources = 0
 
@@ -64,13 +64,16 @@ public final class SocketChannel: @unchecked Sendable {
     private var writeSource: DispatchSourceWrite?
     private var waitingForWritable = false
     // Sent chunks become nil at once (releasing them) and the array is compacted when drained.
-    private var outbound: [ByteChunk?] = []
-    private var outboundHead = 0
-    private var headOffset = 0
+    // The write path runs once per queued chunk (millions of times a second in the server), and
+    // every access here happens on `queue` without overlapping, so the run-time exclusivity checks,
+    // about 6% of the server's CPU in a profile, buy nothing.
+    @exclusivity(unchecked) private var outbound: [ByteChunk?] = []
+    @exclusivity(unchecked) private var outboundHead = 0
+    @exclusivity(unchecked) private var headOffset = 0
     private var writeShutdownRequested = false
 
     /// Bytes queued but not yet accepted by the kernel.
-    public private(set) var outboundBytes = 0
+    @exclusivity(unchecked) public private(set) var outboundBytes = 0
 
     /// Wraps a connected socket; nothing happens until `start()`.
     /// - Parameter readBuffer: scratch to read into; share one among channels on the same queue.
