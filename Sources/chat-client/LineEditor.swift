@@ -160,7 +160,10 @@ final class LineEditor {
         guard !candidates.isEmpty else { return nil }
         // readline's contract: a malloc'd, NULL-terminated array of malloc'd strings, the first
         // being what replaces the word (the common prefix when there are several).
-        let entries = candidates.count == 1 ? candidates : [CompletionCandidates.commonPrefix(of: candidates)] + candidates
+        // A single match gets its trailing space from us: libedit's own append character was
+        // seen to go missing now and then after a completion starting with "/".
+        rl_completion_append_character = 0
+        let entries = candidates.count == 1 ? [candidates[0] + " "] : [CompletionCandidates.commonPrefix(of: candidates)] + candidates
         let array = UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>.allocate(capacity: entries.count + 1)
         for (index, entry) in entries.enumerated() { array[index] = strdup(entry) }
         array[entries.count] = nil

@@ -317,6 +317,9 @@ final class TmuxSession {
         guard !stopped else { return }
         stopped = true
         _ = try? tmux(["kill-server"])
+        // tmux leaves its socket file behind after kill-server.
+        let directory = ProcessInfo.processInfo.environment["TMUX_TMPDIR"] ?? "/tmp"
+        unlink("\(directory)/tmux-\(getuid())/\(socket)")
     }
 
     deinit { stop() }

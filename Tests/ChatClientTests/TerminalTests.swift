@@ -74,8 +74,10 @@ import Testing
 
             try tmux.type("/ms")
             try tmux.press("Tab")
+            try await tmux.waitForScreen("/ms completed") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + "/msg" }
             try tmux.type("b")
             try tmux.press("Tab")
+            try await tmux.waitForScreen("the recipient completed") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + "/msg bob" }
             try tmux.type("secret")
             try await tmux.waitForScreen("the completed command") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + "/msg bob secret" }
             try tmux.press("Enter")
