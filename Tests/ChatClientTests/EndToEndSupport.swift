@@ -146,8 +146,14 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// Waits for the process to exit and returns its status, or nil if it is still running.
+    ///
+    /// Then waits (up to 5 s more) for the end of its output, so that `output` holds everything it
+    /// printed: the thread draining the pipe can lag behind the exit on a busy machine. The wait is
+    /// bounded because a child spawned meanwhile by another test may hold the pipe open a little
+    /// longer (close-on-exec is set right after `pipe`, not atomically with it).
     func waitForExit(timeout: Duration = .seconds(20)) async -> Int32? {
         _ = await eventually(timeout: timeout) { exitStatus != nil }
+        if exitStatus != nil { _ = await eventually(timeout: .seconds(5)) { outputHasEnded } }
         return exitStatus
     }
 

@@ -65,7 +65,8 @@ final class ChildProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var collected = ""
     private var status: Int32?
-    private var waiters: [(String, Int32?) -> Bool] = []
+    private var outputEnded = false
+    private var waiters: [(String, Int32?, Bool) -> Bool] = []
 
     /// The executable `name` built next to the test bundle, or nil.
     static func executable(named name: String) -> URL? {
@@ -84,7 +85,10 @@ final class ChildProcess: @unchecked Sendable {
         pipe.fileHandleForReading.readabilityHandler = { [self] handle in
             let data = handle.availableData
             if data.isEmpty { handle.readabilityHandler = nil }
-            changed { $0.collected += String(decoding: data, as: UTF8.self) }
+            changed {
+                $0.collected += String(decoding: data, as: UTF8.self)
+                if data.isEmpty { $0.outputEnded = true }
+            }
         }
         process.terminationHandler = { [self] process in changed { $0.status = process.terminationStatus } }
         try process.run()
@@ -100,22 +104,27 @@ final class ChildProcess: @unchecked Sendable {
     private func changed(_ update: (ChildProcess) -> Void) {
         lock.withLock {
             update(self)
-            waiters.removeAll { $0(collected, status) }
+            waiters.removeAll { $0(collected, status, outputEnded) }
         }
     }
 
     /// Waits, at most `timeout` seconds, until `condition(output, exitStatus)` holds; returns
     /// whether it did. Waits on output and exit events, never by polling.
     func wait(timeout: Double, until condition: @escaping @Sendable (String, Int32?) -> Bool) async -> Bool {
+        await wait(timeout: timeout) { output, status, _ in condition(output, status) }
+    }
+
+    /// Like `wait(timeout:until:)`, with whether the output has ended (the pipe reached EOF).
+    private func wait(timeout: Double, until condition: @escaping @Sendable (String, Int32?, Bool) -> Bool) async -> Bool {
         await withCheckedContinuation { continuation in
             let once = OnceFlag()
-            let check: (String, Int32?) -> Bool = { output, status in
-                guard condition(output, status) else { return false }
+            let check: (String, Int32?, Bool) -> Bool = { output, status, ended in
+                guard condition(output, status, ended) else { return false }
                 if once.claim() { continuation.resume(returning: true) }
                 return true
             }
             let satisfied = lock.withLock {
-                if check(collected, status) { return true }
+                if check(collected, status, outputEnded) { return true }
                 waiters.append(check)
                 return false
             }
@@ -127,12 +136,16 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// The exit status, or nil if the process did not exit within `timeout` seconds (it is then
-    /// sent SIGKILL by its PID).
+    /// sent SIGKILL by its PID). Once it returns, `output` holds everything the process wrote.
     func exitStatus(timeout: Double) async -> Int32? {
         guard await wait(timeout: timeout, until: { $1 != nil }) else {
             kill(pid, SIGKILL)
             return nil
         }
+        // The pipe's last bytes can be handed over after the exit is reported. Wait for its end,
+        // but briefly: a child spawned meanwhile by another test may hold the pipe open a little
+        // longer (Foundation's Pipe is not close-on-exec).
+        _ = await wait(timeout: 5) { _, _, ended in ended }
         return lock.withLock { status }
     }
 
