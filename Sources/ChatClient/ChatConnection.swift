@@ -28,6 +28,7 @@ public final class ChatConnection: Sendable {
         /// The server answered with something other than a welcome or an error.
         case unexpected(FrameType)
 
+        /// What to tell the user, e.g. `server refused: nick taken (nickTaken)`.
         public var description: String {
             switch self {
             case .refused(let code, let reason): return "server refused: \(reason) (\(code))"
@@ -106,6 +107,7 @@ public final class ChatConnection: Sendable {
 
 /// The frames arriving on a `ChatConnection`.
 public struct IncomingFrames: AsyncSequence, Sendable {
+    /// One decoded frame from the server.
     public typealias Element = Frame
     fileprivate let reader: FrameStream
 

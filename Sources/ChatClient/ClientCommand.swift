@@ -46,6 +46,7 @@ public enum CommandError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A room argument breaks the room rules.
     case invalidRoom(String)
 
+    /// What to tell the user about the line they typed.
     public var description: String {
         switch self {
         case .unknownCommand(let name): return "unknown command /\(name) (try /help)"

@@ -65,6 +65,7 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// `127.0.0.1:7000` or `[::1]:7000`.
     public var description: String {
         family == AF_INET6 ? "[\(ip)]:\(port)" : "\(ip):\(port)"
     }

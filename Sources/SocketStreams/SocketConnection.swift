@@ -69,6 +69,7 @@ public final class SocketConnection: Sendable {
 /// previous one (at least one byte); the sequence ends when the peer shuts down its side and throws
 /// the `SocketError` that broke the connection, if one did.
 public struct InboundBytes: AsyncSequence, Sendable {
+    /// A chunk of bytes as it arrived: never empty.
     public typealias Element = [UInt8]
     fileprivate let core: ConnectionCore
 

@@ -48,6 +48,7 @@ public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The whole message: `connect to localhost:7000 failed: Connection refused (errno 111)`.
     public var description: String {
         // "connect to host:port" reads naturally; every other call names its subject directly
         // ("resolve host:port", "bind [::]:0", "send to peer" needs no special case).
