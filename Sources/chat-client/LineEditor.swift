@@ -40,6 +40,12 @@ final class LineEditor {
         LineEditor.current = self
         Self.useUTF8Locale()
         rl_readline_name = Self.readlineName  // lets ~/.editrc hold bindings under "chat-client:"
+        // The client's Dispatch signal sources handle SIGINT, SIGTERM, SIGHUP and SIGWINCH. If
+        // libedit caught them too, it would save the dispositions it finds and restore them later,
+        // and could put back the "ignore" set before libdispatch installed its handler: SIGHUP was
+        // then silently dropped and a client outlived its closed terminal.
+        rl_catch_signals = 0
+        rl_catch_sigwinch = 0
         rl_initialize()
         // Nicks may contain `{|}` and backquotes, which readline's default word breaks split on.
         rl_basic_word_break_characters = Self.wordBreaks

@@ -318,6 +318,14 @@ final class TmuxSession {
         return rows[start...].prefix { !$0.isEmpty }.joined()
     }
 
+    /// The PID of the command the pane's shell is running (the client, in `clientInTerminal`),
+    /// or nil when the shell has no child.
+    func clientPID() throws -> pid_t? {
+        let shell = try tmux(["display-message", "-p", "#{pane_pid}"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let children = try? String(contentsOfFile: "/proc/\(shell)/task/\(shell)/children", encoding: .utf8)
+        return children?.split(separator: " ").first.flatMap { pid_t($0) }
+    }
+
     /// Kills our tmux server and everything running in it.
     func stop() {
         guard !stopped else { return }

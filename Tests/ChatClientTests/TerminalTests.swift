@@ -1,5 +1,6 @@
 import ChatProtocol
 import Foundation
+import Glibc
 import Testing
 
 /// The real chat-client in a real terminal (tmux), against the real chat-server: typed with
@@ -165,6 +166,19 @@ import Testing
             try tmux.type("typed after")
             try tmux.press("Enter")
             try await tmux.waitFor("SHELL-READ=typed after")
+        }
+    }
+
+    @Test(arguments: [(SIGTERM, "terminated"), (SIGHUP, "terminal closed")])
+    func signalSaysGoodbyeAndLeavesTheTerminalSane(signal: Int32, reason: String) async throws {
+        try await start { _, tmux, bob, _ in
+            try tmux.type("half a thought")
+            let client = try #require(try tmux.clientPID(), "the client should be running in the pane")
+            kill(client, signal)
+            try await tmux.waitFor("EXIT=0")
+            try expectSaneTerminal(tmux)
+            #expect(await bob.waitFor { if case .quit("general", _, _, "alice", reason) = $0 { true } else { false } },
+                    "signal \(signal) says goodbye (\(reason)) before leaving")
         }
     }
 
