@@ -146,7 +146,7 @@ import Testing
             try tmux.type("/quit gone fishing")
             try tmux.press("Enter")
             try await tmux.waitFor("EXIT=0")
-            try expectSaneTerminal(tmux)
+            try await expectSaneTerminal(tmux)
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", "gone fishing") = $0 { true } else { false } },
                     "the server got the goodbye")
             try tmux.type("typed after")
@@ -160,7 +160,7 @@ import Testing
             try tmux.type("half a thought")
             try tmux.press("C-c")
             try await tmux.waitFor("EXIT=0")
-            try expectSaneTerminal(tmux)
+            try await expectSaneTerminal(tmux)
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", "interrupted") = $0 { true } else { false } },
                     "Ctrl-C says goodbye before leaving")
             try tmux.type("typed after")
@@ -176,7 +176,7 @@ import Testing
             let client = try #require(try tmux.clientPID(), "the client should be running in the pane")
             kill(client, signal)
             try await tmux.waitFor("EXIT=0")
-            try expectSaneTerminal(tmux)
+            try await expectSaneTerminal(tmux)
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", reason) = $0 { true } else { false } },
                     "signal \(signal) says goodbye (\(reason)) before leaving")
         }
@@ -186,11 +186,13 @@ import Testing
         try await start { _, tmux, _, _ in
             try tmux.press("C-d")
             try await tmux.waitFor("EXIT=0")
-            try expectSaneTerminal(tmux)
+            try await expectSaneTerminal(tmux)
         }
     }
 
-    private func expectSaneTerminal(_ tmux: TmuxSession) throws {
+    private func expectSaneTerminal(_ tmux: TmuxSession) async throws {
+        // The wrapper prints EXIT= first and runs stty for the TTY= line after it.
+        try await tmux.waitFor("TTY=")
         let modes = try tmux.screen().first { $0.hasPrefix("TTY=") } ?? ""
         for mode in ["icanon", "echo", "isig"] {
             #expect(modes.contains(mode) && !modes.contains("-\(mode)"), "\(mode) is back on: \(modes)")
