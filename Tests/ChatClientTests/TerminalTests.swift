@@ -37,7 +37,7 @@ import Testing
             for index in 1...3 {
                 try await bob.say("message \(index) from bob")
                 try await tmux.waitFor("<bob> message \(index) from bob")
-                #expect(try tmux.inputLine(prompt: Self.prompt) == Self.prompt + typed, "the line is intact after message \(index)")
+                try await expectInputLine(typed, in: tmux, "the line is intact after message \(index)")
             }
             // The cursor is still four characters from the end: what we type lands there.
             try tmux.type("X")
@@ -56,7 +56,7 @@ import Testing
             for index in 1...3 {
                 try await bob.say("wrapped \(index)")
                 try await tmux.waitFor("<bob> wrapped \(index)")
-                #expect(try tmux.inputLine(prompt: Self.prompt) == Self.prompt + typed, "the wrapped line is intact after message \(index)")
+                try await expectInputLine(typed, in: tmux, "the wrapped line is intact after message \(index)")
             }
             try tmux.type(">")
             try tmux.press("Enter")
@@ -136,7 +136,7 @@ import Testing
         defer { bob.close() }
         try await bob.say("welcome back")
         try await tmux.waitFor("<bob> welcome back")
-        #expect(try tmux.inputLine(prompt: Self.prompt) == Self.prompt + "typed while offline", "the half-typed line survived the outage")
+        try await expectInputLine("typed while offline", in: tmux, "the half-typed line survived the outage")
         try tmux.press("Enter")
         #expect(await bob.waitFor(said("typed while offline", by: "alice")), "alice talks in #general again")
     }
@@ -188,6 +188,15 @@ import Testing
             try await tmux.waitFor("EXIT=0")
             try await expectSaneTerminal(tmux)
         }
+    }
+
+    /// Expects the prompt row (and the rows it wraps onto) to read `typed`. The client redraws the
+    /// prompt right after printing a message, but tmux may show the two writes separately, so
+    /// this waits for the redraw; a mangled line still fails when the wait runs out.
+    private func expectInputLine(_ typed: String, in tmux: TmuxSession, _ what: String) async throws {
+        let intact = try await eventually(timeout: .seconds(10)) { try tmux.inputLine(prompt: Self.prompt) == Self.prompt + typed }
+        let shown = try tmux.inputLine(prompt: Self.prompt)
+        #expect(intact, "\(what): the prompt row reads \(String(describing: shown))")
     }
 
     private func expectSaneTerminal(_ tmux: TmuxSession) async throws {
