@@ -193,25 +193,13 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         source.activate()
     }
 
-    /// On `queue`: the socket is readable. Tells data from end of stream and errors by peeking.
+    /// On `queue`: the socket is readable.
     private func readSourceFired() {
         condition.withLock {
-            guard let socket, readSource != nil, !readSuspended else { return }
+            guard socket != nil, readSource != nil, !readSuspended else { return }
             sourceEvents += 1
             defer { condition.broadcast() }
-            do throws(SocketError) {
-                switch try peek(socket) {
-                case .wouldBlock:
-                    return
-                case .done(0):
-                    reachedEndLocked()
-                case .done:
-                    suspendReadLocked()
-                    if inputStatus == .open { inputEvents.post(.hasBytesAvailable) }
-                }
-            } catch {
-                failLocked(error)
-            }
+            checkInputLocked()
         }
     }
 
@@ -258,9 +246,11 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         writeSource.resume()
     }
 
-    /// After a read: when the socket is still readable, posts `.hasBytesAvailable` (or handles the
-    /// end, or the error) now; only when it is not does the read source wait for it.
-    private func rearmReadLocked() {
+    /// Peeks at the socket and acts on what is there: bytes post `.hasBytesAvailable` with the read
+    /// source suspended until the next read; end of stream and errors are handled at once; only
+    /// when nothing is there does the read source wait. Used when the source fires and after each
+    /// read, so a hung-up socket, which the source reports only once, is never waited on.
+    private func checkInputLocked() {
         guard let socket, readSource != nil else { return }
         do throws(SocketError) {
             switch try peek(socket) {
@@ -269,6 +259,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
             case .done(0):
                 reachedEndLocked()
             case .done:
+                suspendReadLocked()
                 if inputStatus == .open { inputEvents.post(.hasBytesAvailable) }
             }
         } catch {
@@ -398,7 +389,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                         reachedEndLocked()
                         return 0
                     case .done(let count):
-                        rearmReadLocked()
+                        checkInputLocked()
                         return count
                     case .wouldBlock:
                         // Nothing yet: block like Apple's socket streams, until the read source fires.
