@@ -7,6 +7,7 @@ let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
 let package = Package(
     name: "SwiftSocketChat",
     products: [
+        .library(name: "SocketCore", targets: ["SocketCore"]),
         .library(name: "SocketStreams", targets: ["SocketStreams"]),
         .library(name: "ChatProtocol", targets: ["ChatProtocol"]),
         .executable(name: "chat-server", targets: ["chat-server"]),
@@ -21,39 +22,49 @@ let package = Package(
     targets: [
         // The few libc calls Swift's Glibc module does not import (accept4).
         .target(name: "CSocketShims"),
-        // POSIX sockets + Dispatch sources, the Foundation stream bridge and the async API.
-        .target(name: "SocketStreams", dependencies: ["CSocketShims"]),
+        // POSIX sockets + Dispatch sources and the async API; no Foundation, so what links only this
+        // (the server, the load tester) does not carry Foundation and ICU.
+        .target(name: "SocketCore", dependencies: ["CSocketShims"]),
+        // Stream.getStreamsToHost / getBoundStreams for Linux: Foundation's InputStream/OutputStream
+        // on SocketCore. Apps written for Apple's NSStream API import this.
+        .target(name: "SocketStreams", dependencies: ["SocketCore"]),
         // The classic NSStream chat-client pattern, running on Linux through Stream.getStreamsToHost.
         .executableTarget(name: "stream-chat-example", dependencies: ["SocketStreams"]),
 
         // The wire protocol: frames, encoder, incremental decoder. No I/O, no Foundation.
         .target(name: "ChatProtocol"),
-        // Measures the wire protocol: size comparison with SOAP/JSON/IRC and codec throughput.
-        .executableTarget(name: "chat-wire", dependencies: ["ChatProtocol", argumentParser]),
+        // The same operations as SOAP, JSON-over-HTTP and IRC messages, for size comparisons. Only the
+        // measuring tools link it, not the protocol's users.
+        .target(name: "ChatWireComparison", dependencies: ["ChatProtocol"]),
+        // Measures the wire protocol: the size table and codec throughput.
+        .executableTarget(name: "chat-wire", dependencies: ["ChatProtocol", "ChatWireComparison", argumentParser]),
 
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
-        .target(name: "ChatServer", dependencies: ["SocketStreams", "ChatProtocol", logging]),
+        .target(name: "ChatServer", dependencies: ["SocketCore", "ChatProtocol", logging]),
         .executableTarget(name: "chat-server", dependencies: ["ChatServer", argumentParser, logging]),
 
         // libedit, found through pkg-config; Debian's libedit-dev provides it.
         .systemLibrary(name: "CLibEdit", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
-        // Client session logic shared by the terminal client and the load tester: connection,
-        // commands, completion, rendering, reconnect.
-        .target(name: "ChatClient", dependencies: ["SocketStreams", "ChatProtocol"]),
+        // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
+        .target(name: "ChatClient", dependencies: ["SocketCore", "ChatProtocol"]),
         .executableTarget(name: "chat-client", dependencies: ["ChatClient", "CLibEdit", argumentParser]),
 
         // Load generation and exact delivery accounting.
         .target(
             name: "ChatLoadTest",
-            dependencies: ["ChatClient", "ChatProtocol", "SocketStreams", .product(name: "Histogram", package: "hdrhistogram-swift")]
+            dependencies: ["ChatProtocol", "SocketCore", "ChatWireComparison", .product(name: "Histogram", package: "hdrhistogram-swift")]
         ),
         .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", argumentParser]),
 
-        .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams"]),
+        // Helpers that several test targets share (descriptor counts, child processes).
+        .target(name: "TestSupport", dependencies: ["SocketCore"], path: "Tests/TestSupport"),
+        .testTarget(name: "SocketCoreTests", dependencies: ["SocketCore", "TestSupport"]),
+        .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
-        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketStreams", "ChatProtocol"]),
-        .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketStreams"]),
-        .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatClient", "ChatProtocol", "SocketStreams"]),
+        .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
+        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol"]),
+        .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore"]),
+        .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

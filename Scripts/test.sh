@@ -12,7 +12,7 @@ Usage: Scripts/test.sh [--fast]
 Runs, in order:
   1. Scripts/bootstrap.sh         install libedit-dev, pkg-config, tmux when missing
   2. Scripts/fuzz.sh 60           libFuzzer on the ChatProtocol codec (FUZZ_SECONDS to change)
-  3. swift test --sanitize=thread SocketStreams tests under ThreadSanitizer (.build-tsan/)
+  3. swift test --sanitize=thread the socket layer's tests (SocketCore, SocketStreams) under TSan (.build-tsan/)
   4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss
   5. swift test                   every test target; its summary line closes the run
 
@@ -42,8 +42,8 @@ if [[ $fast -eq 0 ]]; then
     step "fuzz the codec for ${FUZZ_SECONDS:-60} s"
     Scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 
-    step "SocketStreams under ThreadSanitizer"
-    swift test --scratch-path .build-tsan --sanitize=thread --filter SocketStreamsTests
+    step "the socket layer under ThreadSanitizer"
+    swift test --scratch-path .build-tsan --sanitize=thread --filter "SocketCoreTests|SocketStreamsTests"
 
     step "quick load test"
     Scripts/loadtest.sh --quick

@@ -1,5 +1,5 @@
 import ChatProtocol
-import SocketStreams
+import SocketCore
 
 /// A ChatProtocol session over TCP for Swift concurrency: connect, handshake, then frames both ways.
 ///

@@ -2,7 +2,7 @@ import ChatProtocol
 import Dispatch
 import Glibc
 import Histogram
-import SocketStreams
+import SocketCore
 
 /// A configuration that cannot run, with every reason.
 public struct LoadTestConfigurationError: Error, CustomStringConvertible {

@@ -1,4 +1,5 @@
 import ChatProtocol
+import ChatWireComparison
 import Foundation
 import Histogram
 

@@ -1,7 +1,7 @@
 import ChatProtocol
 import Dispatch
 import Histogram
-import SocketStreams
+import SocketCore
 import Synchronization
 
 // MARK: Shared counters

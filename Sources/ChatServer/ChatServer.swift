@@ -2,7 +2,7 @@ import ChatProtocol
 import Dispatch
 import Glibc
 import Logging
-import SocketStreams
+import SocketCore
 
 /// A chat server: a `ChatCore` served over TCP on one serial Dispatch queue.
 ///

@@ -1,5 +1,5 @@
 import ChatProtocol
-import SocketStreams
+import SocketCore
 
 /// The I/O side of one client: its channel, its frame decoder, and where it is in closing.
 ///

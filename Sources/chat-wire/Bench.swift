@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChatProtocol
+import ChatWireComparison
 import Foundation
 
 /// `chat-wire bench`: encode and decode throughput of representative frames.

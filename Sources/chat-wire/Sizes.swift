@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChatProtocol
+import ChatWireComparison
 import Foundation
 
 /// `chat-wire sizes`: the byte-count table of docs/PROTOCOL.md, built from real messages.

@@ -1,6 +1,6 @@
 import ChatProtocol
 import Dispatch
-import SocketStreams
+import SocketCore
 import Synchronization
 
 /// Faults to inject into the `message` frames one client receives.

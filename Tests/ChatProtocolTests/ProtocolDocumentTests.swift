@@ -97,17 +97,6 @@ struct ProtocolDocumentTests {
         }
     }
 
-    @Test("the size table shows what chat-wire sizes measures", arguments: WireComparison.representativeOperations())
-    func sizeTableMatchesTheMeasurement(operation: WireComparison.Operation) throws {
-        let row = try #require(
-            document.text.split(separator: "\n").first { $0.hasPrefix("| \(operation.name) |") },
-            "no row for \(operation.name); paste `chat-wire sizes --markdown` into the document")
-        #expect(row.contains("| \(operation.frameByteCount) | \(operation.frameOverhead) |"), "\(row)")
-        for rival in [operation.soap11, operation.soap12, operation.jsonHTTP, operation.irc] {
-            #expect(row.contains("| \(rival.utf8.count) ("), "\(row) should show \(rival.utf8.count)")
-        }
-    }
-
     @Test func fuzzSeedCorpusHoldsTheExamples() throws {
         let directory = ProtocolDocument.root.appendingPathComponent("Fuzz/corpus/decode")
         for example in document.examples {

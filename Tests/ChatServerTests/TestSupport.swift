@@ -3,7 +3,7 @@ import Glibc
 import ChatProtocol
 import ChatServer
 import Logging
-import SocketStreams
+import SocketCore
 import Testing
 
 /// How long any single wait in these tests may take before it fails. Generous: other suites run

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Testing
 @testable import SocketStreams
+import TestSupport
 
 /// `Stream.getStreamsToHost` against real sockets on loopback: connecting, exchanging, failing,
 /// ending, and not leaking.
@@ -270,7 +271,7 @@ struct StreamBridgeSocketTests {
         }
         defer { server.stop() }
         let port = server.port
-        let before = try bridgeSocketDescriptors(port: port)
+        let before = try socketDescriptors(port: port)
 
         let opened = try await bridgeOnNewThread {
             var opened = 0
@@ -290,7 +291,7 @@ struct StreamBridgeSocketTests {
         }
         #expect(opened == count, "expected every connection to open")
         #expect(accepted.take(timeout: 30) != nil, "expected the server to accept \(count) connections")
-        let after = try bridgeSocketDescriptors(port: port)
+        let after = try socketDescriptors(port: port)
         #expect(before == 1, "expected only the listener before, found \(before) sockets on port \(port)")
         #expect(after == before, "expected \(before) sockets on port \(port) after \(count) connections, found \(after)")
     }
@@ -311,7 +312,7 @@ struct StreamBridgeSocketTests {
             let handle = output.property(forKey: Stream.PropertyKey("kCFStreamPropertySocketNativeHandle")) as? NSData
             var descriptor: Int32 = -1
             handle?.getBytes(&descriptor, length: MemoryLayout<Int32>.size)
-            let peer = bridgeAddressPort(of: descriptor, getpeername)
+            let peer = socketAddressPort(of: descriptor, getpeername)
             return ((input.property(forKey: Stream.PropertyKey("kCFStreamPropertySocketRemoteHostName")) as? NSString)
                         .map { String(describing: $0) },
                     (input.property(forKey: Stream.PropertyKey("kCFStreamPropertySocketRemotePortNumber")) as? NSNumber)?.intValue,

@@ -1,5 +1,5 @@
 import Foundation
-import SocketStreams
+import SocketCore
 import Testing
 
 extension SocketConnection {

@@ -2,7 +2,8 @@ import Dispatch
 import Foundation
 import Glibc
 import Testing
-@testable import SocketStreams
+@testable import SocketCore
+import TestSupport
 
 /// The POSIX layer: resolution, errors, listening, connecting and the Dispatch-driven channel.
 @Suite("Socket core")
@@ -158,7 +159,7 @@ struct SocketCoreTests {
 
     @Test func thousandConnectionsLeaveNoDescriptorBehind() async throws {
         let listener = try ConnectionListener(host: "127.0.0.1", port: 0)
-        let before = try bridgeSocketDescriptors(port: listener.port)
+        let before = try socketDescriptors(port: listener.port)
         #expect(before == 1, "only the listening socket should be on the port at first")
         var accepted = listener.connections.makeAsyncIterator()
         for _ in 0..<1000 {
@@ -173,9 +174,9 @@ struct SocketCoreTests {
         }
         // Closing is asynchronous (after the sources' cancel handlers); wait for it to settle.
         try await waitUntil("descriptors on the port return to \(before)") {
-            (try? bridgeSocketDescriptors(port: listener.port)) == before
+            (try? socketDescriptors(port: listener.port)) == before
         }
-        #expect(try bridgeSocketDescriptors(port: listener.port) == before)
+        #expect(try socketDescriptors(port: listener.port) == before)
         listener.close()
     }
 }

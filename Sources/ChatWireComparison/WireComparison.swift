@@ -1,3 +1,5 @@
+import ChatProtocol
+
 /// Builds, for the operations our frames carry, the bytes that SOAP 1.1, SOAP 1.2, JSON over
 /// HTTP and IRC would put on the wire, so the size table in docs/PROTOCOL.md is measured
 /// rather than typed in. Used by `chat-wire sizes` and its tests; servers do not need it.

@@ -1,4 +1,6 @@
 import ChatProtocol
+import ChatWireComparison
+import Foundation
 import Testing
 
 @Suite("Size targets and the comparison builders")
@@ -49,6 +51,23 @@ struct WireComparisonTests {
     @Test func escapesMarkupInXMLAndJSON() {
         #expect(WireComparison.XML.leaf("t", "a<b&c>").rendered == "<t>a&lt;b&amp;c&gt;</t>")
         #expect(WireComparison.JSON.string("q\"\\\n\u{1}").rendered == "\"q\\\"\\\\\\n\\u0001\"")
+    }
+
+    /// docs/PROTOCOL.md, whose size table `chat-wire sizes --markdown` produced.
+    static let protocolDocument = try! String(
+        contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/PROTOCOL.md"),
+        encoding: .utf8)
+
+    @Test("the size table shows what chat-wire sizes measures", arguments: WireComparison.representativeOperations())
+    func sizeTableMatchesTheMeasurement(operation: WireComparison.Operation) throws {
+        let row = try #require(
+            Self.protocolDocument.split(separator: "\n").first { $0.hasPrefix("| \(operation.name) |") },
+            "no row for \(operation.name); paste `chat-wire sizes --markdown` into the document")
+        #expect(row.contains("| \(operation.frameByteCount) | \(operation.frameOverhead) |"), "\(row)")
+        for rival in [operation.soap11, operation.soap12, operation.jsonHTTP, operation.irc] {
+            #expect(row.contains("| \(rival.utf8.count) ("), "\(row) should show \(rival.utf8.count)")
+        }
     }
 }
 

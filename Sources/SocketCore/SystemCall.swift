@@ -14,7 +14,7 @@ public enum IOResult<Value> {
 /// `EBADF` and `EFAULT` mean the program itself is broken (a descriptor used after close, a bad
 /// pointer), so they trap instead of travelling on as ordinary errors.
 @inlinable
-func retryingInterrupts<T: BinaryInteger>(
+package func retryingInterrupts<T: BinaryInteger>(
     _ operation: String, target: String = "", _ body: () -> T
 ) throws(SocketError) -> T {
     while true {
@@ -29,7 +29,7 @@ func retryingInterrupts<T: BinaryInteger>(
 
 /// Like `retryingInterrupts`, but `EAGAIN` / `EWOULDBLOCK` become `.wouldBlock` instead of an error.
 @inlinable
-func retryingInterruptsNonBlocking<T: BinaryInteger>(
+package func retryingInterruptsNonBlocking<T: BinaryInteger>(
     _ operation: String, target: String = "", _ body: () -> T
 ) throws(SocketError) -> IOResult<T> {
     do {

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 import Synchronization
 import Testing
-@testable import SocketStreams
+@testable import SocketCore
 
 /// The Swift-concurrency API: exchange, end of stream and backpressure.
 @Suite("Async connections")

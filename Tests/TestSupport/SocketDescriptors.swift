@@ -1,0 +1,37 @@
+import Foundation
+import Glibc
+import SocketCore
+
+// Helpers shared by several test targets. Each file here serves one kind of check.
+
+/// The number of this process's descriptors that are TCP sockets with `port` at either end.
+///
+/// Counting only these, rather than all of `/proc/self/fd`, keeps the check exact while other
+/// tests in the process open and close descriptors of their own. Each socket is asked for its
+/// addresses directly: `/proc/net/tcp` is no help here, since with tens of thousands of TIME_WAIT
+/// entries on a busy machine it is read in chunks that can skip lines while the table changes.
+public func socketDescriptors(port: Int) throws -> Int {
+    let entries = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+    return entries.compactMap(Int32.init).filter { descriptor in
+        let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")
+        guard link?.hasPrefix("socket:[") == true else { return false }
+        return socketAddressPort(of: descriptor, getsockname) == port || socketAddressPort(of: descriptor, getpeername) == port
+    }.count
+}
+
+/// The port of `descriptor`'s local (`getsockname`) or remote (`getpeername`) address, if it is an
+/// IPv4 or IPv6 socket with one.
+public func socketAddressPort(
+    of descriptor: Int32, _ call: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32
+) -> Int? {
+    var storage = sockaddr_storage()
+    var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+    return withUnsafeMutablePointer(to: &storage) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address -> Int? in
+            guard call(descriptor, address, &length) == 0 else { return nil }
+            let family = Int32(address.pointee.sa_family)
+            guard family == AF_INET || family == AF_INET6 else { return nil }
+            return SocketAddress(address, length: length).port
+        }
+    }
+}
