@@ -55,7 +55,9 @@ public final class ChatConnection: Sendable {
         let connection = try await SocketConnection.connect(host: host, port: port, timeout: timeout)
         do {
             var hello: [UInt8] = []
-            FrameEncoder.encode(.hello(version: WireProtocol.version, nick: nick, password: password), into: &hello)
+            // Version 1 until the session handles version 2's frames (catch-up by seq, away,
+            // paced pastes); a version 2 server speaks version 1 to it.
+            FrameEncoder.encode(.hello(version: 1, nick: nick, password: password), into: &hello)
             try await connection.write(hello)
             var reader = FrameStream(connection: connection)
             guard let first = try await reader.next() else { throw HandshakeError.closedBeforeWelcome }

@@ -210,6 +210,9 @@ public struct ClientSession: Sendable {
                     .show(.message(room: room, time: entry.time, sender: entry.sender, text: entry.text, replayed: true))
                 case .action:
                     .show(.action(room: room, time: entry.time, sender: entry.sender, text: entry.text, replayed: true))
+                case .topic:
+                    // `history` never carries topic changes (only `historyPage` does).
+                    .show(.topic(room: room, time: entry.time, setBy: entry.sender, text: entry.text))
                 }
             }
         case let .roomList(list):
@@ -228,8 +231,11 @@ public struct ClientSession: Sendable {
         case .goodbye(let reason):
             return [notice(reason.isEmpty ? "server said goodbye" : "server said goodbye: \(reason)")]
         case .welcome, .pong, .unknown, .hello, .changeNick, .join, .part, .say, .emote, .tell,
-            .listRooms, .who, .setTopic, .requestHistory:
+            .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway:
             // Skippable or misdirected frames carry nothing to show.
+            return []
+        case .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits:
+            // Version 2 frames; the session says hello with version 1, so a server sends none.
             return []
         }
     }

@@ -164,7 +164,9 @@ final class LoadWorker: @unchecked Sendable {
             end(client, reason: client.endReason ?? error.map { "connection closed: \($0)" } ?? "server closed the connection")
         }
         channel.start()
-        send(.hello(version: WireProtocol.version, nick: client.nick, password: nil), to: client)
+        // Version 1 is all a load client needs: version 2 changes nothing about room delivery, and
+        // its extra replies (limits, roomState, a history page) would only add noise to the byte counts.
+        send(.hello(version: 1, nick: client.nick, password: nil), to: client)
     }
 
     /// Records that `client` is gone, once, and why; `reason` is ignored while the run closes.

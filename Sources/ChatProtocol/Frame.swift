@@ -32,6 +32,13 @@ public enum Frame: Hashable, Sendable {
     case setTopic(room: String, text: String)
     /// Client → server: asks for up to `count` of `room`'s most recent messages.
     case requestHistory(room: String, count: UInt32)
+    /// Client → server (version 2): asks for up to `limit` of `room`'s stored events next to
+    /// `seq`: the newest ones older than `seq` (`.before`; `seq` 0 means "the newest of all"),
+    /// or the oldest ones newer than `seq` (`.after`). Answered by one `historyPage`.
+    case fetchHistory(room: String, direction: HistoryDirection, seq: UInt64, limit: UInt32)
+    /// Client → server (version 2): marks the client away with `text`, or back when `text` is
+    /// empty. Answered by `away` with the client's own nick.
+    case setAway(text: String)
 
     // MARK: Server → client
 
@@ -65,6 +72,29 @@ public enum Frame: Hashable, Sendable {
     /// `requestHistory`. Entries must be in strictly increasing `seq` order: the encoder
     /// writes differences and does not check.
     case history(room: String, entries: [HistoryEntry])
+    /// Server → client (version 2), sent to a joiner right after its `joined`: the room's
+    /// `epoch` (non-zero; a new epoch means the room's history and `seq` started again), the
+    /// `seq` of its oldest stored event (0 when none is stored) and its latest `seq`.
+    case roomState(room: String, epoch: UInt64, firstSeq: UInt64, lastSeq: UInt64)
+    /// Server → client (version 2): one page of `room`'s stored events, oldest first, answering
+    /// `fetchHistory` or replaying recent history to a joiner. `complete` says that no stored
+    /// event lies beyond this page in the direction asked (older, for a join's replay).
+    /// Entries must be in strictly increasing `seq` order: the encoder does not check.
+    case historyPage(room: String, epoch: UInt64, complete: Bool, entries: [HistoryEntry])
+    /// Server → client (version 2), answer to `listRooms`: one part of the room list; the part
+    /// with `complete` set is the last.
+    case roomListPage(complete: Bool, rooms: [RoomInfo])
+    /// Server → client (version 2), answer to `who` and sent after `joined` to the joiner: one
+    /// part of `room`'s members; the part with `complete` set is the last.
+    case membersPage(room: String, complete: Bool, nicks: [String])
+    /// Server → client (version 2): `nick` is away with `text`, or back when `text` is empty.
+    /// Acknowledges the receiver's own `setAway`, and follows the `direct` echo of a `tell` to
+    /// someone away.
+    case away(nick: String, text: String)
+    /// Server → client (version 2), right after `welcome`: the rate limits the server applies
+    /// to this client, so it can pace what it sends. `requestRate` is in thousandths of a
+    /// request per second and `byteRate` in bytes per second; 0 means no limit.
+    case limits(requestRate: UInt32, requestBurst: UInt32, byteRate: UInt32, byteBurst: UInt32)
 
     // MARK: Either direction
 
@@ -98,6 +128,8 @@ public enum Frame: Hashable, Sendable {
         case .who: .who
         case .setTopic: .setTopic
         case .requestHistory: .requestHistory
+        case .fetchHistory: .fetchHistory
+        case .setAway: .setAway
         case .welcome: .welcome
         case .message: .message
         case .action: .action
@@ -111,6 +143,12 @@ public enum Frame: Hashable, Sendable {
         case .members: .members
         case .topic: .topic
         case .history: .history
+        case .roomState: .roomState
+        case .historyPage: .historyPage
+        case .roomListPage: .roomListPage
+        case .membersPage: .membersPage
+        case .away: .away
+        case .limits: .limits
         case .ping: .ping
         case .pong: .pong
         case .error: .error
@@ -120,7 +158,15 @@ public enum Frame: Hashable, Sendable {
     }
 }
 
-/// One room in a `roomList` answer.
+/// Which way `fetchHistory` pages from its `seq`.
+public enum HistoryDirection: UInt8, Hashable, Sendable {
+    /// Events older than `seq`: scrolling back.
+    case before = 0
+    /// Events newer than `seq`: catching up.
+    case after = 1
+}
+
+/// One room in a `roomList` or `roomListPage` answer.
 public struct RoomInfo: Hashable, Sendable {
     /// The room's name.
     public var name: String
@@ -137,28 +183,31 @@ public struct RoomInfo: Hashable, Sendable {
     }
 }
 
-/// One past message in a `history` batch.
+/// One past event in a `history` batch or a `historyPage`.
 public struct HistoryEntry: Hashable, Sendable {
-    /// Whether the entry was said (`say`) or performed (`emote`).
+    /// What kind of room event the entry records.
     public enum Kind: UInt8, Hashable, Sendable {
         /// A room message, delivered at the time as `Frame.message`.
         case message = 0
         /// A room action, delivered at the time as `Frame.action`.
         case action = 1
+        /// A topic change, delivered at the time as `Frame.topic` (`sender` set it; empty
+        /// `text` cleared it). Only `historyPage` carries these; `history` may not.
+        case topic = 2
     }
 
-    /// Message or action.
+    /// Message, action or topic change.
     public var kind: Kind
     /// The room sequence number the entry had when it was delivered.
     public var seq: UInt64
     /// When the server stamped it, in milliseconds since the Unix epoch.
     public var time: UInt64
-    /// Who sent it.
+    /// Who sent it (for a topic change: who set it).
     public var sender: String
-    /// What was said.
+    /// What was said, or the topic.
     public var text: String
 
-    /// Describes one past message.
+    /// Describes one past event.
     public init(kind: Kind, seq: UInt64, time: UInt64, sender: String, text: String) {
         self.kind = kind
         self.seq = seq

@@ -16,6 +16,11 @@ public struct FrameDecoder: Sendable {
     private var readIndex = 0
     private var failure: FrameError?
 
+    /// The type of the frame whose decoding failed, when its type byte had arrived; `.none`
+    /// before any failure or when the length prefix itself was at fault. A server names it in
+    /// the `error` it sends before closing.
+    public private(set) var failedFrameType = FrameType.none
+
     /// Makes a decoder that rejects frames longer than `maxFrameSize` bytes (1 ...
     /// `WireProtocol.maxFrameSize`). Servers use `WireProtocol.defaultServerMaxFrameSize`;
     /// clients use `WireProtocol.maxFrameSize`.
@@ -49,6 +54,7 @@ public struct FrameDecoder: Sendable {
         if let failure { throw failure }
         let start = readIndex
         let limit = maxFrameSize
+        var type = FrameType.none
         do throws(FrameError) {
             let decoded = try storage.withUnsafeBufferPointer {
                 (bytes) throws(FrameError) -> (frame: Frame, end: Int)? in
@@ -59,6 +65,7 @@ public struct FrameDecoder: Sendable {
                 guard length > 0 else { throw .truncated(.type) }
                 let end = bodyStart + Int(length)
                 guard end <= bytes.count else { return nil }
+                type = FrameType(rawValue: bytes[bodyStart])
                 let frame = try FrameDecoder.decodeBody(UnsafeBufferPointer(rebasing: bytes[bodyStart..<end]))
                 return (frame, end)
             }
@@ -67,6 +74,7 @@ public struct FrameDecoder: Sendable {
             return decoded.frame
         } catch {
             failure = error
+            failedFrameType = type
             throw error
         }
     }
@@ -114,6 +122,16 @@ public struct FrameDecoder: Sendable {
             frame = .setTopic(room: try reader.room(), text: try reader.text(.text))
         case .requestHistory:
             frame = .requestHistory(room: try reader.room(), count: try reader.uint32(.historyCount))
+        case .fetchHistory:
+            let room = try reader.room()
+            guard let direction = HistoryDirection(rawValue: try reader.byte(.direction)) else {
+                throw .invalidValue(.direction)
+            }
+            frame = .fetchHistory(
+                room: room, direction: direction, seq: try reader.varint(.anchor),
+                limit: try reader.uint32(.historyCount))
+        case .setAway:
+            frame = .setAway(text: try reader.text(.text))
         case .welcome:
             frame = .welcome(
                 version: try reader.uint16(.version), nick: try reader.nick(.nick),
@@ -157,7 +175,25 @@ public struct FrameDecoder: Sendable {
                 room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
                 setBy: try reader.nick(.setBy), text: try reader.text(.text))
         case .history:
-            frame = .history(room: try reader.room(), entries: try readHistory(&reader))
+            frame = .history(room: try reader.room(), entries: try readHistory(&reader, allowingTopics: false))
+        case .roomState:
+            frame = .roomState(
+                room: try reader.room(), epoch: try reader.epoch(), firstSeq: try reader.varint(.firstSeq),
+                lastSeq: try reader.varint(.lastSeq))
+        case .historyPage:
+            frame = .historyPage(
+                room: try reader.room(), epoch: try reader.epoch(), complete: try reader.bool(.complete),
+                entries: try readHistory(&reader, allowingTopics: true))
+        case .roomListPage:
+            frame = .roomListPage(complete: try reader.bool(.complete), rooms: try readRooms(&reader))
+        case .membersPage:
+            frame = .membersPage(room: try reader.room(), complete: try reader.bool(.complete), nicks: try readNicks(&reader))
+        case .away:
+            frame = .away(nick: try reader.nick(.nick), text: try reader.text(.text))
+        case .limits:
+            frame = .limits(
+                requestRate: try reader.uint32(.requestRate), requestBurst: try reader.uint32(.requestBurst),
+                byteRate: try reader.uint32(.byteRate), byteBurst: try reader.uint32(.byteBurst))
         case .ping:
             frame = .ping(token: try reader.varint(.token))
         case .pong:
@@ -198,14 +234,18 @@ public struct FrameDecoder: Sendable {
         return nicks
     }
 
-    private static func readHistory(_ reader: inout FrameReader) throws(FrameError) -> [HistoryEntry] {
+    /// Reads a list of history entries; topic entries are valid only where `allowingTopics`
+    /// (a `historyPage`), since version 1's `history` defines kinds 0 and 1 alone.
+    private static func readHistory(_ reader: inout FrameReader, allowingTopics: Bool) throws(FrameError) -> [HistoryEntry] {
         let count = try reader.varint(.listCount)
         var entries: [HistoryEntry] = []
         entries.reserveCapacity(Int(min(count, UInt64(reader.remaining))))
         var previousSeq: UInt64 = 0
         var previousTime: UInt64 = 0
         for _ in 0..<count {
-            guard let kind = HistoryEntry.Kind(rawValue: try reader.uint8(.entryKind)) else {
+            guard let kind = HistoryEntry.Kind(rawValue: try reader.uint8(.entryKind)),
+                kind != .topic || allowingTopics
+            else {
                 throw .invalidValue(.entryKind)
             }
             let seqDelta = try reader.varint(.seq)

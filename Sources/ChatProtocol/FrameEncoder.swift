@@ -56,6 +56,13 @@ public enum FrameEncoder {
         case let .requestHistory(room, count):
             out.appendString(room)
             out.appendVarint(UInt64(count))
+        case let .fetchHistory(room, direction, seq, limit):
+            out.appendString(room)
+            out.append(direction.rawValue)
+            out.appendVarint(seq)
+            out.appendVarint(UInt64(limit))
+        case let .setAway(text):
+            out.appendText(text)
         case let .welcome(version, nick, maxFrameSize, motd):
             out.appendVarint(UInt64(version))
             out.appendString(nick)
@@ -92,16 +99,10 @@ public enum FrameEncoder {
         case let .nickAccepted(nick):
             out.appendString(nick)
         case let .roomList(rooms):
-            out.appendVarint(UInt64(rooms.count))
-            for room in rooms {
-                out.appendString(room.name)
-                out.appendVarint(UInt64(room.memberCount))
-                out.appendString(room.topic)
-            }
+            appendRooms(rooms, into: &out)
         case let .members(room, nicks):
             out.appendString(room)
-            out.appendVarint(UInt64(nicks.count))
-            for nick in nicks { out.appendString(nick) }
+            appendNicks(nicks, into: &out)
         case let .topic(room, seq, time, setBy, text):
             out.appendString(room)
             out.appendVarint(seq)
@@ -110,20 +111,32 @@ public enum FrameEncoder {
             out.appendText(text)
         case let .history(room, entries):
             out.appendString(room)
-            out.appendVarint(UInt64(entries.count))
-            // Deltas from the previous entry (from 0 for the first) keep the 6-byte
-            // timestamps and growing sequence numbers down to a byte or two per entry.
-            var previousSeq: UInt64 = 0
-            var previousTime: UInt64 = 0
-            for entry in entries {
-                out.appendVarint(UInt64(entry.kind.rawValue))
-                out.appendVarint(entry.seq &- previousSeq)
-                out.appendVarint(zigzag(entry.time &- previousTime))
-                out.appendString(entry.sender)
-                out.appendString(entry.text)
-                previousSeq = entry.seq
-                previousTime = entry.time
-            }
+            appendEntries(entries, into: &out)
+        case let .roomState(room, epoch, firstSeq, lastSeq):
+            out.appendString(room)
+            out.appendVarint(epoch)
+            out.appendVarint(firstSeq)
+            out.appendVarint(lastSeq)
+        case let .historyPage(room, epoch, complete, entries):
+            out.appendString(room)
+            out.appendVarint(epoch)
+            out.append(complete ? 1 : 0)
+            appendEntries(entries, into: &out)
+        case let .roomListPage(complete, rooms):
+            out.append(complete ? 1 : 0)
+            appendRooms(rooms, into: &out)
+        case let .membersPage(room, complete, nicks):
+            out.appendString(room)
+            out.append(complete ? 1 : 0)
+            appendNicks(nicks, into: &out)
+        case let .away(nick, text):
+            out.appendString(nick)
+            out.appendText(text)
+        case let .limits(requestRate, requestBurst, byteRate, byteBurst):
+            out.appendVarint(UInt64(requestRate))
+            out.appendVarint(UInt64(requestBurst))
+            out.appendVarint(UInt64(byteRate))
+            out.appendVarint(UInt64(byteBurst))
         case let .ping(token), let .pong(token):
             out.appendVarint(token)
         case let .error(code, fatal, frameType, reason):
@@ -135,6 +148,37 @@ public enum FrameEncoder {
             out.appendText(reason)
         case let .unknown(_, payload):
             out.append(contentsOf: payload)
+        }
+    }
+
+    private static func appendRooms(_ rooms: [RoomInfo], into out: inout [UInt8]) {
+        out.appendVarint(UInt64(rooms.count))
+        for room in rooms {
+            out.appendString(room.name)
+            out.appendVarint(UInt64(room.memberCount))
+            out.appendString(room.topic)
+        }
+    }
+
+    private static func appendNicks(_ nicks: [String], into out: inout [UInt8]) {
+        out.appendVarint(UInt64(nicks.count))
+        for nick in nicks { out.appendString(nick) }
+    }
+
+    private static func appendEntries(_ entries: [HistoryEntry], into out: inout [UInt8]) {
+        out.appendVarint(UInt64(entries.count))
+        // Deltas from the previous entry (from 0 for the first) keep the 6-byte timestamps and
+        // growing sequence numbers down to a byte or two per entry.
+        var previousSeq: UInt64 = 0
+        var previousTime: UInt64 = 0
+        for entry in entries {
+            out.appendVarint(UInt64(entry.kind.rawValue))
+            out.appendVarint(entry.seq &- previousSeq)
+            out.appendVarint(zigzag(entry.time &- previousTime))
+            out.appendString(entry.sender)
+            out.appendString(entry.text)
+            previousSeq = entry.seq
+            previousTime = entry.time
         }
     }
 

@@ -57,9 +57,29 @@ public enum Field: String, Hashable, Sendable, CaseIterable {
     case maxFrameSize
     /// `welcome.motd`.
     case motd
-    /// `requestHistory.count`.
+    /// `requestHistory.count`, `fetchHistory.limit`.
     case historyCount
-    /// The element count of a list (`roomList`, `members`, `history`).
+    /// `fetchHistory.direction`.
+    case direction
+    /// `fetchHistory.seq`: the sequence number a page starts next to (0 allowed).
+    case anchor
+    /// A room's epoch (`roomState`, `historyPage`).
+    case epoch
+    /// `roomState.firstSeq`.
+    case firstSeq
+    /// `roomState.lastSeq`.
+    case lastSeq
+    /// The `complete` flag of a page.
+    case complete
+    /// `limits.requestRate`.
+    case requestRate
+    /// `limits.requestBurst`.
+    case requestBurst
+    /// `limits.byteRate`.
+    case byteRate
+    /// `limits.byteBurst`.
+    case byteBurst
+    /// The element count of a list (`roomList`, `members`, `history` and their pages).
     case listCount
     /// `roomList` entry member count.
     case memberCount

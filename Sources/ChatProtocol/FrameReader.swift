@@ -51,6 +51,13 @@ struct FrameReader {
         return value
     }
 
+    /// Reads a room epoch, which is never 0.
+    mutating func epoch() throws(FrameError) -> UInt64 {
+        let value = try varint(.epoch)
+        guard value != 0 else { throw .invalidValue(.epoch) }
+        return value
+    }
+
     /// Reads one raw byte.
     mutating func byte(_ field: Field) throws(FrameError) -> UInt8 {
         guard index < bytes.count else { throw .truncated(field) }

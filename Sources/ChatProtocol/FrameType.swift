@@ -40,6 +40,10 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     public static let setTopic = FrameType(rawValue: 0x0A)
     /// Client → server: asks for a room's recent messages.
     public static let requestHistory = FrameType(rawValue: 0x0B)
+    /// Client → server (version 2): asks for a page of a room's stored events.
+    public static let fetchHistory = FrameType(rawValue: 0x0C)
+    /// Client → server (version 2): marks the client away or back.
+    public static let setAway = FrameType(rawValue: 0x0D)
 
     /// Server → client: accepts the session.
     public static let welcome = FrameType(rawValue: 0x20)
@@ -67,6 +71,18 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     public static let topic = FrameType(rawValue: 0x2B)
     /// Server → client: a batch of a room's past messages.
     public static let history = FrameType(rawValue: 0x2C)
+    /// Server → client (version 2): a room's epoch and stored range, for a joiner.
+    public static let roomState = FrameType(rawValue: 0x2D)
+    /// Server → client (version 2): a page of a room's stored events.
+    public static let historyPage = FrameType(rawValue: 0x2E)
+    /// Server → client (version 2): a part of the room list.
+    public static let roomListPage = FrameType(rawValue: 0x2F)
+    /// Server → client (version 2): a part of a room's member list.
+    public static let membersPage = FrameType(rawValue: 0x30)
+    /// Server → client (version 2): someone is away, or back.
+    public static let away = FrameType(rawValue: 0x31)
+    /// Server → client (version 2): the rate limits that apply to the receiver.
+    public static let limits = FrameType(rawValue: 0x32)
 
     /// Either direction: asks the peer to answer with `pong`.
     public static let ping = FrameType(rawValue: 0x40)
@@ -80,8 +96,9 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     /// Every type this version of the protocol defines, in wire order.
     public static let allKnown: [FrameType] = [
         .hello, .changeNick, .join, .part, .say, .emote, .tell, .listRooms, .who, .setTopic,
-        .requestHistory, .welcome, .message, .action, .direct, .joined, .left, .quit,
-        .nickChanged, .nickAccepted, .roomList, .members, .topic, .history, .ping, .pong,
+        .requestHistory, .fetchHistory, .setAway, .welcome, .message, .action, .direct, .joined,
+        .left, .quit, .nickChanged, .nickAccepted, .roomList, .members, .topic, .history,
+        .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits, .ping, .pong,
         .error, .goodbye,
     ]
 
@@ -93,10 +110,12 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     private static let names: [UInt8: String] = [
         0x01: "hello", 0x02: "changeNick", 0x03: "join", 0x04: "part", 0x05: "say",
         0x06: "emote", 0x07: "tell", 0x08: "listRooms", 0x09: "who", 0x0A: "setTopic",
-        0x0B: "requestHistory", 0x20: "welcome", 0x21: "message", 0x22: "action",
+        0x0B: "requestHistory", 0x0C: "fetchHistory", 0x0D: "setAway", 0x20: "welcome",
+        0x21: "message", 0x22: "action",
         0x23: "direct", 0x24: "joined", 0x25: "left", 0x26: "quit", 0x27: "nickChanged",
         0x28: "nickAccepted", 0x29: "roomList", 0x2A: "members", 0x2B: "topic",
-        0x2C: "history", 0x40: "ping", 0x41: "pong", 0x42: "error", 0x43: "goodbye",
+        0x2C: "history", 0x2D: "roomState", 0x2E: "historyPage", 0x2F: "roomListPage",
+        0x30: "membersPage", 0x31: "away", 0x32: "limits", 0x40: "ping", 0x41: "pong", 0x42: "error", 0x43: "goodbye",
     ]
 }
 

@@ -1,7 +1,11 @@
 /// Protocol-wide constants of the chat wire format (docs/PROTOCOL.md, "Limits").
 public enum WireProtocol {
-    /// The protocol version this module speaks; sent in `hello` and confirmed in `welcome`.
-    public static let version: UInt16 = 1
+    /// The highest protocol version this module speaks; sent in `hello` and confirmed in `welcome`.
+    public static let version: UInt16 = 2
+
+    /// The lowest protocol version this module still speaks: version 1, whose frames version 2
+    /// keeps byte for byte.
+    public static let minimumVersion: UInt16 = 1
 
     /// The largest frame (type byte + fields, the value of the length prefix) any peer may send.
     ///

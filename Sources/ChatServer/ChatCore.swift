@@ -13,6 +13,9 @@ import ChatProtocol
 public struct ChatCore: Sendable {
     /// The limits in force.
     public let configuration: ChatServerConfiguration
+    /// Makes each new room's epoch: a non-zero number a client compares to tell a room that
+    /// started again from one it saw before.
+    private let makeEpoch: @Sendable () -> UInt64
 
     /// Connection state, indexed by `ClientID.slot`; nil for free slots.
     private var clients: [ClientState?] = []
@@ -24,9 +27,14 @@ public struct ChatCore: Sendable {
     /// Connections open, handshaking ones included.
     public private(set) var clientCount = 0
 
-    /// An empty chat with the limits of `configuration`.
-    public init(configuration: ChatServerConfiguration) {
+    /// An empty chat with the limits of `configuration`. New rooms take their epoch from
+    /// `makeEpoch`, which must never return 0; by default a random number.
+    public init(
+        configuration: ChatServerConfiguration,
+        makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
+    ) {
         self.configuration = configuration
+        self.makeEpoch = makeEpoch
     }
 
     // MARK: Events
@@ -80,13 +88,18 @@ public struct ChatCore: Sendable {
         case .tell(let recipient, let text):
             tell(recipient, text: text, id: id, nick: nick, at: now, into: &actions)
         case .listRooms:
-            actions.append(.send(.roomList(rooms: roomList()), to: id))
+            appendRoomList(to: id, into: &actions)
         case .who(let room):
-            actions.append(.send(.members(room: room, nicks: memberNicks(of: room)), to: id))
+            appendMembers(of: room, to: id, into: &actions)
         case .setTopic(let room, let text):
             setTopic(of: room, to: text, id: id, nick: nick, at: now, into: &actions)
         case .requestHistory(let room, let count):
             sendHistory(of: room, count: Int(count), id: id, into: &actions)
+        case let .fetchHistory(room, direction, seq, limit):
+            sendHistoryPage(of: room, direction, from: seq, limit: Int(limit), id: id, into: &actions)
+        case .setAway(let text):
+            clients[id.slot]!.away = text.isEmpty ? nil : text
+            actions.append(.send(.away(nick: nick, text: text), to: id))
         case .ping(let token):
             actions.append(.send(.pong(token: token), to: id))
         case .pong, .unknown:
@@ -102,7 +115,7 @@ public struct ChatCore: Sendable {
             let violation = Disconnection(code: .unexpectedFrame, frameType: .hello, reason: "the handshake is already done")
             disconnect(id, violation, at: now, into: &actions)
         case .welcome, .message, .action, .direct, .joined, .left, .quit, .nickChanged, .nickAccepted, .roomList,
-            .members, .topic, .history:
+            .members, .topic, .history, .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits:
             let violation = Disconnection(
                 code: .unexpectedFrame, frameType: frame.type, reason: "a client may not send \(frame.type)")
             disconnect(id, violation, at: now, into: &actions)
@@ -184,10 +197,10 @@ public struct ChatCore: Sendable {
             return
         }
         let refusal: Disconnection?
-        if version < WireProtocol.version {
+        if version < WireProtocol.minimumVersion {
             refusal = Disconnection(
                 code: .unsupportedVersion, frameType: .hello,
-                reason: "this server speaks protocol version \(WireProtocol.version)")
+                reason: "this server speaks protocol versions \(WireProtocol.minimumVersion) to \(WireProtocol.version)")
         } else if let expected = configuration.password, password != expected {
             refusal = Disconnection(
                 code: .badPassword, frameType: .hello,
@@ -201,12 +214,21 @@ public struct ChatCore: Sendable {
             disconnect(id, refusal, at: now, into: &actions)
             return
         }
+        let agreed = min(version, WireProtocol.version)
         nicks[ChatName.nickKey(nick)] = id
         clients[id.slot]!.nick = nick
+        clients[id.slot]!.version = agreed
         let welcome = Frame.welcome(
-            version: min(version, WireProtocol.version), nick: nick, maxFrameSize: UInt32(configuration.maxFrameSize),
-            motd: configuration.motd)
+            version: agreed, nick: nick, maxFrameSize: UInt32(configuration.maxFrameSize), motd: configuration.motd)
         actions.append(.send(welcome, to: id))
+        if agreed >= 2 {
+            let rate = configuration.messageRate * 1000
+            let limits = Frame.limits(
+                requestRate: rate.isFinite && rate < Double(UInt32.max) ? UInt32(rate.rounded(.down)) : UInt32.max,
+                requestBurst: configuration.messageRate > 0 ? UInt32(clamping: configuration.messageBurst) : 0,
+                byteRate: 0, byteBurst: 0)
+            actions.append(.send(limits, to: id))
+        }
     }
 
     // MARK: Rate limiting
@@ -279,19 +301,36 @@ public struct ChatCore: Sendable {
             return
         }
         clients[id.slot]!.rooms.append(name)
-        if rooms[name] == nil { rooms[name] = ChatRoom(name: name, historySize: configuration.historySize) }
-        let (topic, history) = withRoom(name) { room in
+        if rooms[name] == nil {
+            rooms[name] = ChatRoom(name: name, epoch: makeEpoch(), historySize: configuration.historySize)
+        }
+        let version = clients[id.slot]!.version
+        let room = withRoom(name) { room in
             room.members.append(id)
             let joined = Frame.joined(room: name, seq: room.nextSeq(), time: now.wallMillis, nick: nick)
             actions.append(.broadcast(joined, to: room.members))
-            return (room.topic, room.history.count > 0 ? room.history.suffix(room.history.count) : [])
+            return room
         }!
-        actions.append(.send(.members(room: name, nicks: memberNicks(of: name)), to: id))
-        if let topic {
+        if version >= 2 {
+            let state = Frame.roomState(
+                room: name, epoch: room.epoch, firstSeq: room.history.firstSeq ?? 0, lastSeq: room.lastSeq)
+            actions.append(.send(state, to: id))
+        }
+        appendMembers(of: name, to: id, into: &actions)
+        if let topic = room.topic {
             actions.append(
                 .send(.topic(room: name, seq: topic.seq, time: topic.time, setBy: topic.setBy, text: topic.text), to: id))
         }
-        if !history.isEmpty { appendHistoryFrames(room: name, entries: history, to: id, into: &actions) }
+        if version >= 2 {
+            // One page of the most recent history, topics included; the client fetches more
+            // with `fetchHistory` if it needs to reach further back.
+            let (entries, complete) = room.history.page(
+                .before, from: 0, limit: configuration.historySize, budget: Self.listFrameBudget, cost: Self.cost)
+            actions.append(.send(.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries), to: id))
+        } else {
+            let history = room.history.recentMessages(configuration.historySize)
+            if !history.isEmpty { appendHistoryFrames(room: name, entries: history, to: id, into: &actions) }
+        }
     }
 
     private mutating func part(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
@@ -338,6 +377,9 @@ public struct ChatCore: Sendable {
         }
         let frame = Frame.direct(sender: nick, recipient: targetNick, time: now.wallMillis, text: text)
         actions.append(.broadcast(frame, to: target == id ? [id] : [target, id]))
+        if let away = clients[target.slot]?.away, clients[id.slot]!.version >= 2 {
+            actions.append(.send(.away(nick: targetNick, text: away), to: id))
+        }
     }
 
     private mutating func setTopic(
@@ -350,6 +392,7 @@ public struct ChatCore: Sendable {
         withRoom(name) { room in
             let seq = room.nextSeq()
             room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: nick, time: now.wallMillis, seq: seq)
+            room.history.append(HistoryEntry(kind: .topic, seq: seq, time: now.wallMillis, sender: nick, text: text))
             let frame = Frame.topic(room: name, seq: seq, time: now.wallMillis, setBy: nick, text: text)
             actions.append(.broadcast(frame, to: room.members))
         }
@@ -360,12 +403,28 @@ public struct ChatCore: Sendable {
             refuse(.requestHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
-        let entries = room.history.suffix(min(count, configuration.historySize))
+        let entries = room.history.recentMessages(min(count, configuration.historySize))
         if entries.isEmpty {
             actions.append(.send(.history(room: name, entries: []), to: id))
         } else {
             appendHistoryFrames(room: name, entries: entries, to: id, into: &actions)
         }
+    }
+
+    /// Answers `fetchHistory` with one `historyPage`: at most `limit` (and the history size)
+    /// entries next to `seq` that fit one frame.
+    private func sendHistoryPage(
+        of name: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, id: ClientID,
+        into actions: inout [ChatAction]
+    ) {
+        guard clients[id.slot]!.rooms.contains(name), let room = rooms[name] else {
+            refuse(.fetchHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
+            return
+        }
+        let (entries, complete) = room.history.page(
+            direction, from: seq, limit: min(limit, configuration.historySize), budget: Self.listFrameBudget,
+            cost: Self.cost)
+        actions.append(.send(.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries), to: id))
     }
 
     private func refuse(
@@ -396,39 +455,67 @@ public struct ChatCore: Sendable {
         if isEmpty == true { rooms[name] = nil }
     }
 
-    /// Every room with its member count and topic, sorted by name; as many as fit one frame.
-    private func roomList() -> [RoomInfo] {
-        var budget = Self.listFrameBudget
-        var list: [RoomInfo] = []
-        for name in rooms.keys.sorted() {
+    /// Sends `id` every room with its member count and topic, sorted by name, in as many
+    /// frames as it takes: `roomListPage`s (the last one `complete`) to a version 2 client,
+    /// `roomList`s to a version 1 client.
+    private func appendRoomList(to id: ClientID, into actions: inout [ChatAction]) {
+        let paged = clients[id.slot]!.version >= 2
+        let list = rooms.keys.sorted().map { name in
             let room = rooms[name]!
-            let topic = room.topic?.text ?? ""
-            budget -= name.utf8.count + topic.utf8.count + 16
-            if budget < 0 { break }
-            list.append(RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: topic))
+            return RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic?.text ?? "")
         }
-        return list
+        Self.splitIntoFrames(list, cost: { $0.name.utf8.count + $0.topic.utf8.count + 16 }) { part, isLast in
+            actions.append(.send(paged ? .roomListPage(complete: isLast, rooms: part) : .roomList(rooms: part), to: id))
+        }
+    }
+
+    /// Sends `id` the nicks in `room` (none if it does not exist), in as many frames as it
+    /// takes: `membersPage`s (the last one `complete`) to a version 2 client, `members` to a
+    /// version 1 client.
+    private func appendMembers(of room: String, to id: ClientID, into actions: inout [ChatAction]) {
+        let paged = clients[id.slot]!.version >= 2
+        Self.splitIntoFrames(memberNicks(of: room), cost: { $0.utf8.count + 1 }) { part, isLast in
+            actions.append(
+                .send(paged ? .membersPage(room: room, complete: isLast, nicks: part) : .members(room: room, nicks: part), to: id))
+        }
+    }
+
+    /// Cuts `items` into consecutive parts whose `cost` fits `budget` (a frame's list budget)
+    /// and hands each to `emit` with whether it is the last; an empty list is one empty part.
+    static func splitIntoFrames<Item>(
+        _ items: [Item], budget: Int = listFrameBudget, cost: (Item) -> Int,
+        emit: (_ part: [Item], _ isLast: Bool) -> Void
+    ) {
+        var part: [Item] = []
+        var left = budget
+        for item in items {
+            let itemCost = cost(item)
+            if itemCost > left, !part.isEmpty {
+                emit(part, false)
+                part.removeAll()
+                left = budget
+            }
+            part.append(item)
+            left -= itemCost
+        }
+        emit(part, true)
+    }
+
+    /// An upper bound of the bytes `entry` takes in a `history` or `historyPage` frame: its
+    /// strings plus at most 32 bytes of kind, deltas and lengths.
+    private static func cost(_ entry: HistoryEntry) -> Int {
+        32 + entry.sender.utf8.count + entry.text.utf8.count
     }
 
     /// Splits `entries` into `history` frames that each fit the protocol's frame limit.
     private func appendHistoryFrames(room: String, entries: [HistoryEntry], to id: ClientID, into actions: inout [ChatAction]) {
-        var batch: [HistoryEntry] = []
-        var budget = Self.listFrameBudget
-        for entry in entries {
-            let cost = 32 + entry.sender.utf8.count + entry.text.utf8.count
-            if cost > budget, !batch.isEmpty {
-                actions.append(.send(.history(room: room, entries: batch), to: id))
-                batch.removeAll()
-                budget = Self.listFrameBudget
-            }
-            batch.append(entry)
-            budget -= cost
+        Self.splitIntoFrames(entries, cost: Self.cost) { part, _ in
+            actions.append(.send(.history(room: room, entries: part), to: id))
         }
-        actions.append(.send(.history(room: room, entries: batch), to: id))
     }
 
-    /// Bytes available for the list in a `roomList` or `history` frame: the protocol's limit less
-    /// room for the type, room name and counts.
+    /// Bytes available for the list in a list-carrying frame: the protocol's limit less room for
+    /// the type, room name, epoch, flags and counts.
     private static let listFrameBudget = WireProtocol.maxFrameSize - 128
 }
 
@@ -442,6 +529,10 @@ private struct ClientState: Sendable {
     let connectedAt: UInt64
     var lastHeard: UInt64
     var pinged = false
+    /// The protocol version agreed in `welcome`; 1 until then.
+    var version: UInt16 = 1
+    /// The away message set with `setAway`; nil when present.
+    var away: String?
     var bucket: TokenBucket
     var refusedInARow = 0
 

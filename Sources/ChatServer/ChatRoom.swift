@@ -1,6 +1,7 @@
 import ChatProtocol
 
-/// One room: its members in joining order, its sequence counter, its topic and its history.
+/// One room: its identity, its members in joining order, its sequence counter, its topic and its
+/// history.
 struct ChatRoom: Sendable {
     /// A room's current topic and the event that set it.
     struct Topic: Sendable {
@@ -11,14 +12,19 @@ struct ChatRoom: Sendable {
     }
 
     let name: String
+    /// Chosen when the room is created and never 0: a client that sees another epoch for a room
+    /// knows that its history and `seq` started again.
+    let epoch: UInt64
     /// Members in the order they joined: the order `members` lists them and fan-out visits them.
     var members: [ClientID] = []
     var topic: Topic?
     var history: RoomHistory
     private(set) var lastSeq: UInt64 = 0
 
-    init(name: String, historySize: Int) {
+    init(name: String, epoch: UInt64, historySize: Int) {
+        precondition(epoch != 0, "epoch 0 is reserved")
         self.name = name
+        self.epoch = epoch
         history = RoomHistory(capacity: historySize)
     }
 

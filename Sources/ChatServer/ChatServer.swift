@@ -167,12 +167,8 @@ public final class ChatServer: @unchecked Sendable {
                 core.received(frame, from: connection.id, at: now, into: &actions)
             }
         } catch {
-            let frameType: FrameType =
-                switch error {
-                case .unknownType(let type), .trailingBytes(let type, _): type
-                default: .none
-                }
-            let violation = Disconnection(code: error.errorCode, frameType: frameType, reason: error.description)
+            let violation = Disconnection(
+                code: error.errorCode, frameType: connection.decoder.failedFrameType, reason: error.description)
             core.disconnect(connection.id, violation, at: now, into: &actions)
         }
         perform()

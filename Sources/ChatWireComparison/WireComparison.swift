@@ -63,8 +63,11 @@ public enum WireComparison {
         case let .join(room), let .part(room), let .who(room): return bytes(room)
         case let .say(room, text), let .emote(room, text), let .setTopic(room, text): return bytes(room, text)
         case let .tell(recipient, text): return bytes(recipient, text)
-        case .listRooms, .ping, .pong: return 0
-        case let .requestHistory(room, _): return bytes(room)
+        case .listRooms, .ping, .pong, .limits: return 0
+        case let .requestHistory(room, _), let .fetchHistory(room, _, _, _), let .roomState(room, _, _, _):
+            return bytes(room)
+        case let .setAway(text): return bytes(text)
+        case let .away(nick, text): return bytes(nick, text)
         case let .welcome(_, nick, _, motd): return bytes(nick, motd)
         case let .message(room, _, _, sender, text), let .action(room, _, _, sender, text):
             return bytes(room, sender, text)
@@ -72,10 +75,11 @@ public enum WireComparison {
         case let .joined(room, _, _, nick), let .left(room, _, _, nick): return bytes(room, nick)
         case let .quit(room, _, _, nick, reason): return bytes(room, nick, reason)
         case let .nickChanged(room, _, _, old, new): return bytes(room, old, new)
-        case let .roomList(rooms): return rooms.reduce(0) { $0 + bytes($1.name, $1.topic) }
-        case let .members(room, nicks): return nicks.reduce(bytes(room)) { $0 + bytes($1) }
+        case let .roomList(rooms), let .roomListPage(_, rooms): return rooms.reduce(0) { $0 + bytes($1.name, $1.topic) }
+        case let .members(room, nicks), let .membersPage(room, _, nicks): return nicks.reduce(bytes(room)) { $0 + bytes($1) }
         case let .topic(room, _, _, setBy, text): return bytes(room, setBy, text)
-        case let .history(room, entries): return entries.reduce(bytes(room)) { $0 + bytes($1.sender, $1.text) }
+        case let .history(room, entries), let .historyPage(room, _, _, entries):
+            return entries.reduce(bytes(room)) { $0 + bytes($1.sender, $1.text) }
         case let .error(_, _, _, reason), let .goodbye(reason): return bytes(reason)
         case let .unknown(_, payload): return payload.count
         }

@@ -160,7 +160,7 @@ struct FrameGenerator {
 
     /// A frame of a type chosen by the next byte, every field drawn from the bytes after it.
     mutating func frame() -> Frame {
-        switch byte() % 29 {
+        switch byte() % 37 {
         case 0: return .hello(version: UInt16(truncatingIfNeeded: integer()), nick: nick(), password: byte() & 1 == 0 ? nil : text())
         case 1: return .changeNick(nick: nick())
         case 2: return .join(room: room())
@@ -187,7 +187,7 @@ struct FrameGenerator {
             })
         case 21: return .members(room: room(), nicks: (0..<count()).map { _ in nick() })
         case 22: return .topic(room: room(), seq: seq(), time: integer(), setBy: nick(), text: text())
-        case 23: return .history(room: room(), entries: historyEntries())
+        case 23: return .history(room: room(), entries: historyEntries(allowingTopics: false))
         case 24: return .ping(token: integer())
         case 25: return .pong(token: integer())
         case 26:
@@ -195,6 +195,25 @@ struct FrameGenerator {
                 code: ErrorCode(rawValue: UInt16(truncatingIfNeeded: integer())), fatal: byte() & 1 == 1,
                 frameType: FrameType(rawValue: byte()), reason: text())
         case 27: return .goodbye(reason: text())
+        case 28:
+            return .fetchHistory(
+                room: room(), direction: byte() & 1 == 0 ? .before : .after, seq: integer(),
+                limit: UInt32(truncatingIfNeeded: integer()))
+        case 29: return .setAway(text: text())
+        case 30: return .roomState(room: room(), epoch: max(1, integer()), firstSeq: integer(), lastSeq: integer())
+        case 31:
+            return .historyPage(
+                room: room(), epoch: max(1, integer()), complete: byte() & 1 == 1, entries: historyEntries(allowingTopics: true))
+        case 32:
+            return .roomListPage(complete: byte() & 1 == 1, rooms: (0..<count()).map { _ in
+                RoomInfo(name: room(), memberCount: UInt32(truncatingIfNeeded: integer()), topic: text())
+            })
+        case 33: return .membersPage(room: room(), complete: byte() & 1 == 1, nicks: (0..<count()).map { _ in nick() })
+        case 34: return .away(nick: nick(), text: text())
+        case 35:
+            return .limits(
+                requestRate: UInt32(truncatingIfNeeded: integer()), requestBurst: UInt32(truncatingIfNeeded: integer()),
+                byteRate: UInt32(truncatingIfNeeded: integer()), byteBurst: UInt32(truncatingIfNeeded: integer()))
         default:
             // A skippable type this version does not define.
             var type = FrameType(rawValue: 1 + byte() % 0x7F)
@@ -206,8 +225,10 @@ struct FrameGenerator {
     /// A sequence number: never 0.
     private mutating func seq() -> UInt64 { max(1, integer()) }
 
-    /// Entries with strictly increasing sequence numbers and times that may go either way.
-    private mutating func historyEntries() -> [HistoryEntry] {
+    /// Entries with strictly increasing sequence numbers and times that may go either way;
+    /// topic changes among them only where `allowingTopics` (a `historyPage`).
+    private mutating func historyEntries(allowingTopics: Bool) -> [HistoryEntry] {
+        let kinds: [HistoryEntry.Kind] = allowingTopics ? [.message, .action, .topic] : [.message, .action]
         var entries: [HistoryEntry] = []
         var seq: UInt64 = 0
         for _ in 0..<count() {
@@ -215,7 +236,7 @@ struct FrameGenerator {
             if overflow { break }
             seq = next
             entries.append(
-                HistoryEntry(kind: byte() & 1 == 0 ? .message : .action, seq: seq, time: integer(), sender: nick(), text: text()))
+                HistoryEntry(kind: kinds[Int(byte()) % kinds.count], seq: seq, time: integer(), sender: nick(), text: text()))
         }
         return entries
     }

@@ -156,6 +156,11 @@ struct MalformedInputTests {
         (rawFrame(.message, general + [0, 1] + alice), .invalidValue(.seq)),
         (rawFrame(.history, general + [1, 2, 1, 0] + alice + [0]), .invalidValue(.entryKind)),
         (rawFrame(.history, general + [2, 0, 5, 0] + alice + [0] + [0, 0, 0] + alice + [0]), .invalidValue(.seq)),
+        (rawFrame(.history, general + [1, 2, 1, 0] + alice + [0]), .invalidValue(.entryKind)),
+        (rawFrame(.historyPage, general + [1, 1, 1, 3, 1, 0] + alice + [0]), .invalidValue(.entryKind)),
+        (rawFrame(.fetchHistory, general + [2, 0, 5]), .invalidValue(.direction)),
+        (rawFrame(.roomState, general + [0, 0, 0]), .invalidValue(.epoch)),
+        (rawFrame(.historyPage, general + [1, 2, 0]), .invalidValue(.complete)),
     ])
     func rejectsValuesOutsideTheirSet(bytes: [UInt8], expected: FrameError) {
         #expect(decodingError(bytes) == expected)
@@ -168,6 +173,22 @@ struct MalformedInputTests {
         #expect(throws: FrameError.truncated(.type)) { try decoder.next() }
         decoder.append(contentsOf: FrameEncoder.encode(.ping(token: 2)))
         #expect(throws: FrameError.truncated(.type), "a poisoned decoder repeats its error") { try decoder.next() }
+    }
+
+    @Test func namesTheTypeOfTheFrameItFailedOnOnceItsTypeByteArrived() {
+        for (bytes, type) in [
+            (rawFrame(.say, [7] + utf8("General") + utf8("hi")), FrameType.say),
+            (rawFrame(.hello, [1, 5] + utf8("9lice") + [0]), .hello),
+            (rawFrame(.ping, [0x80, 0x00]), .ping),
+            (rawFrame(FrameType(rawValue: 0x80), [1]), FrameType(rawValue: 0x80)),
+            ([0x00], .none),
+            ([0x81, 0x80, 0x01], .none),
+        ] {
+            var decoder = FrameDecoder(maxFrameSize: 16_384)
+            decoder.append(contentsOf: FrameEncoder.encode(.ping(token: 1)) + bytes)
+            #expect(throws: FrameError.self) { while try decoder.next() != nil {} }
+            #expect(decoder.failedFrameType == type, "for \(bytes)")
+        }
     }
 
     @Test func describesErrorsForHumans() {

@@ -19,6 +19,8 @@ enum SampleFrames {
         "who": .who(room: "general"),
         "setTopic": .setTopic(room: "general", text: "Swift sockets"),
         "requestHistory": .requestHistory(room: "general", count: 20),
+        "fetchHistory": .fetchHistory(room: "general", direction: .after, seq: 300, limit: 50),
+        "setAway": .setAway(text: "lunch"),
         "welcome": .welcome(version: 1, nick: "alice", maxFrameSize: 16384, motd: "Welcome!"),
         "message": .message(room: "general", seq: 7, time: time, sender: "alice", text: "hello"),
         "action": .action(room: "general", seq: 8, time: time + 1500, sender: "alice", text: "waves"),
@@ -38,6 +40,15 @@ enum SampleFrames {
             HistoryEntry(kind: .message, seq: 7, time: time, sender: "alice", text: "hello"),
             HistoryEntry(kind: .action, seq: 8, time: time + 1500, sender: "bob", text: "waves"),
         ]),
+        "roomState": .roomState(room: "general", epoch: 0x2545_F491_4F6C_DD1D, firstSeq: 201, lastSeq: 305),
+        "historyPage": .historyPage(room: "general", epoch: 0x2545_F491_4F6C_DD1D, complete: true, entries: [
+            HistoryEntry(kind: .topic, seq: 302, time: time, sender: "alice", text: "v2"),
+            HistoryEntry(kind: .message, seq: 304, time: time + 1500, sender: "bob", text: "hi"),
+        ]),
+        "roomListPage": .roomListPage(complete: false, rooms: [RoomInfo(name: "general", memberCount: 3, topic: "")]),
+        "membersPage": .membersPage(room: "general", complete: true, nicks: ["alice", "bob"]),
+        "away": .away(nick: "bob", text: "lunch"),
+        "limits": .limits(requestRate: 50_000, requestBurst: 100, byteRate: 65_536, byteBurst: 1_048_576),
         "ping": .ping(token: 42),
         "pong": .pong(token: 42),
         "error": .error(code: .nickTaken, fatal: true, frameType: .hello, reason: "nick alice is taken"),
@@ -59,6 +70,7 @@ enum SampleFrames {
         "bad-utf8": .invalidUTF8(.text),
         "bad-name": .badName(.room, .invalidCharacter),
         "bad-value": .invalidValue(.fatal),
+        "bad-topic-in-history": .invalidValue(.entryKind),
     ]
 
     /// Frames beyond the examples: edge values, empty lists and texts, multi-byte UTF-8.
@@ -73,6 +85,15 @@ enum SampleFrames {
         .roomList(rooms: []),
         .members(room: "empty", nicks: []),
         .history(room: "general", entries: []),
+        .fetchHistory(room: "r", direction: .before, seq: 0, limit: 0),
+        .fetchHistory(room: "r", direction: .after, seq: .max, limit: .max),
+        .setAway(text: ""),
+        .roomState(room: "r", epoch: .max, firstSeq: 0, lastSeq: 0),
+        .historyPage(room: "r", epoch: 1, complete: false, entries: []),
+        .roomListPage(complete: true, rooms: []),
+        .membersPage(room: "r", complete: false, nicks: []),
+        .away(nick: "a", text: ""),
+        .limits(requestRate: .max, requestBurst: 0, byteRate: .max, byteBurst: 0),
         .history(room: "general", entries: [
             HistoryEntry(kind: .message, seq: 1, time: .max, sender: "a", text: ""),
             HistoryEntry(kind: .action, seq: 2, time: 0, sender: "b", text: "clock went back"),

@@ -4,16 +4,19 @@ import Testing
 @testable import ChatServer
 
 /// Drives a `ChatCore` with a hand-held clock: no sockets, no waiting.
-private struct Harness {
+struct Harness {
     var core: ChatCore
     var now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
     private var nextSlot = 0
 
+    /// A chat with `adjust`ed limits (no rate limit unless `adjust` sets one) whose rooms take
+    /// the epochs 1, 2, 3 … in order of creation.
     init(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
         var configuration = ChatServerConfiguration()
         configuration.messageRate = 0
         adjust(&configuration)
-        core = ChatCore(configuration: configuration)
+        let epochs = EpochCounter()
+        core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
     }
 
     /// Opens a connection from `address`; returns its id and what the core did.
@@ -25,11 +28,11 @@ private struct Harness {
         return (id, actions)
     }
 
-    /// Opens a connection and completes the handshake as `nick`.
-    mutating func connect(_ nick: String) -> ClientID {
+    /// Opens a connection and completes the handshake as `nick`, speaking `version`.
+    mutating func connect(_ nick: String, version: UInt16 = 1) -> ClientID {
         let (id, _) = open()
-        let actions = send(.hello(version: 1, nick: nick, password: nil), from: id)
-        precondition(actions.count == 1, "expected a welcome for \(nick)")
+        let actions = send(.hello(version: version, nick: nick, password: nil), from: id)
+        precondition(actions.first.map { if case .send(.welcome, _) = $0 { true } else { false } } == true, "expected a welcome for \(nick)")
         return id
     }
 
@@ -49,8 +52,19 @@ private struct Harness {
     }
 }
 
+/// Hands out 1, 2, 3 …; the harness's rooms take their epochs from it.
+final class EpochCounter: @unchecked Sendable {
+    // Only the core calls it, from the test's own thread.
+    private var last: UInt64 = 0
+
+    func next() -> UInt64 {
+        last += 1
+        return last
+    }
+}
+
 /// The frames `actions` deliver to `id`, in order.
-private func frames(to id: ClientID, in actions: [ChatAction]) -> [Frame] {
+func frames(to id: ClientID, in actions: [ChatAction]) -> [Frame] {
     actions.compactMap { action in
         switch action {
         case .send(let frame, id): frame
@@ -70,7 +84,7 @@ struct ChatCoreTests {
     @Test func welcomesHelloWithTheNickAndLimits() {
         var chat = Harness { $0.motd = "hi" }
         let (id, _) = chat.open()
-        let actions = chat.send(.hello(version: 7, nick: "Alice", password: nil), from: id)
+        let actions = chat.send(.hello(version: 1, nick: "Alice", password: nil), from: id)
         #expect(actions == [.send(.welcome(version: 1, nick: "Alice", maxFrameSize: 16_384, motd: "hi"), to: id)])
         #expect(chat.core.nick(of: id) == "Alice")
     }
@@ -374,7 +388,8 @@ struct ChatCoreTests {
         for seq in 1...7 as ClosedRange<UInt64> {
             history.append(HistoryEntry(kind: .message, seq: seq, time: 0, sender: "a", text: ""))
         }
-        #expect(history.suffix(10).map(\.seq) == [5, 6, 7])
-        #expect(history.suffix(1).map(\.seq) == [7])
+        #expect(history.recentMessages(10).map(\.seq) == [5, 6, 7])
+        #expect(history.recentMessages(1).map(\.seq) == [7])
+        #expect(history.firstSeq == 5)
     }
 }

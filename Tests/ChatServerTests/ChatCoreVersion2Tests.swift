@@ -1,0 +1,229 @@
+import ChatProtocol
+import Testing
+
+@testable import ChatServer
+
+@Suite("Protocol version 2 in the chat logic")
+struct ChatCoreVersion2Tests {
+    @Test func agreesOnTheLowerVersionAndTellsAVersion2ClientItsLimits() {
+        var chat = Harness {
+            $0.messageRate = 2.5
+            $0.messageBurst = 40
+        }
+        let (newer, _) = chat.open()
+        #expect(
+            chat.send(.hello(version: 7, nick: "alice", password: nil), from: newer) == [
+                .send(.welcome(version: 2, nick: "alice", maxFrameSize: 16_384, motd: ""), to: newer),
+                .send(.limits(requestRate: 2_500, requestBurst: 40, byteRate: 0, byteBurst: 0), to: newer),
+            ])
+        let (older, _) = chat.open()
+        #expect(
+            chat.send(.hello(version: 1, nick: "bob", password: nil), from: older) == [
+                .send(.welcome(version: 1, nick: "bob", maxFrameSize: 16_384, motd: ""), to: older)
+            ], "a version 1 client gets no version 2 frames")
+    }
+
+    @Test func saysNoRateLimitAsZero() {
+        var chat = Harness()
+        let (id, _) = chat.open()
+        let actions = chat.send(.hello(version: 2, nick: "alice", password: nil), from: id)
+        #expect(actions.last == .send(.limits(requestRate: 0, requestBurst: 0, byteRate: 0, byteBurst: 0), to: id))
+    }
+
+    @Test func tellsAJoinerTheRoomsEpochAndStoredRangeThenReplaysOnePage() {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)
+        chat.send(.say(room: "general", text: "one"), from: alice)
+        chat.send(.setTopic(room: "general", text: "sockets"), from: alice)
+        chat.send(.emote(room: "general", text: "waves"), from: alice)
+        let bob = chat.connect("bob", version: 2)
+        let received = frames(to: bob, in: chat.send(.join(room: "general"), from: bob))
+        let time = chat.now.wallMillis
+        #expect(
+            received == [
+                .joined(room: "general", seq: 5, time: time, nick: "bob"),
+                .roomState(room: "general", epoch: 1, firstSeq: 2, lastSeq: 5),
+                .membersPage(room: "general", complete: true, nicks: ["alice", "bob"]),
+                .topic(room: "general", seq: 3, time: time, setBy: "alice", text: "sockets"),
+                .historyPage(
+                    room: "general", epoch: 1, complete: true,
+                    entries: [
+                        HistoryEntry(kind: .message, seq: 2, time: time, sender: "alice", text: "one"),
+                        HistoryEntry(kind: .topic, seq: 3, time: time, setBy: "alice", text: "sockets"),
+                        HistoryEntry(kind: .action, seq: 4, time: time, sender: "alice", text: "waves"),
+                    ]),
+            ])
+    }
+
+    @Test func aVersion1JoinerGetsNoTopicChangesInItsHistory() {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)
+        chat.send(.setTopic(room: "general", text: "sockets"), from: alice)
+        chat.send(.say(room: "general", text: "one"), from: alice)
+        let bob = chat.connect("bob")
+        let received = frames(to: bob, in: chat.send(.join(room: "general"), from: bob))
+        let time = chat.now.wallMillis
+        #expect(
+            received == [
+                .joined(room: "general", seq: 4, time: time, nick: "bob"),
+                .members(room: "general", nicks: ["alice", "bob"]),
+                .topic(room: "general", seq: 2, time: time, setBy: "alice", text: "sockets"),
+                .history(room: "general", entries: [HistoryEntry(kind: .message, seq: 3, time: time, sender: "alice", text: "one")]),
+            ])
+        let asked = frames(to: bob, in: chat.send(.requestHistory(room: "general", count: 10), from: bob))
+        #expect(asked == [.history(room: "general", entries: [HistoryEntry(kind: .message, seq: 3, time: time, sender: "alice", text: "one")])])
+    }
+
+    @Test func aRoomCreatedAgainHasANewEpoch() {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)
+        chat.send(.part(room: "general"), from: alice)
+        let again = frames(to: alice, in: chat.send(.join(room: "general"), from: alice))
+        #expect(again.contains(.roomState(room: "general", epoch: 2, firstSeq: 0, lastSeq: 1)), "\(again)")
+    }
+
+    @Test func pagesBackwardAndForwardFromASeq() {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)
+        for number in 1...10 { chat.send(.say(room: "general", text: "m\(number)"), from: alice) }
+        // Messages m1…m10 have seq 2…11.
+        func page(_ direction: HistoryDirection, _ seq: UInt64, _ limit: UInt32) -> (seqs: [UInt64], complete: Bool)? {
+            let answer = frames(to: alice, in: chat.send(.fetchHistory(room: "general", direction: direction, seq: seq, limit: limit), from: alice))
+            guard answer.count == 1, case let .historyPage("general", 1, complete, entries) = answer[0] else { return nil }
+            return (entries.map(\.seq), complete)
+        }
+        #expect(page(.before, 0, 3)! == ([9, 10, 11], false), "the newest page")
+        #expect(page(.before, 9, 3)! == ([6, 7, 8], false))
+        #expect(page(.before, 4, 3)! == ([2, 3], true), "reaches the oldest")
+        #expect(page(.before, 2, 3)! == ([], true), "nothing older than the first")
+        #expect(page(.after, 0, 4)! == ([2, 3, 4, 5], false), "from the oldest")
+        #expect(page(.after, 8, 4)! == ([9, 10, 11], true), "reaches the newest")
+        #expect(page(.after, 11, 4)! == ([], true), "nothing newer than the last")
+        #expect(page(.after, 1, 100)! == (Array(2...11), true), "presence events leave gaps, not entries")
+    }
+
+    @Test func capsAPageAtTheHistorySizeAndTheFrameLimit() {
+        var chat = Harness {
+            $0.historySize = 200
+            $0.maxFrameSize = 16_384
+        }
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)
+        let big = String(repeating: "x", count: 16_000)
+        for _ in 1...100 { chat.send(.say(room: "general", text: big), from: alice) }
+        let answer = frames(to: alice, in: chat.send(.fetchHistory(room: "general", direction: .after, seq: 0, limit: 1_000), from: alice))
+        guard case let .historyPage(_, _, complete, entries) = answer.first else {
+            Issue.record("expected a historyPage, got \(answer)")
+            return
+        }
+        #expect(!complete, "100 × 16 KB does not fit one frame")
+        #expect(entries.count >= 60 && entries.count < 100, "as many as fit: \(entries.count)")
+        #expect(FrameEncoder.encode(answer[0]).count <= WireProtocol.maxFrameSize + WireProtocol.maxVarintLength)
+        let rest = frames(
+            to: alice, in: chat.send(.fetchHistory(room: "general", direction: .after, seq: entries.last!.seq, limit: 1_000), from: alice))
+        guard case let .historyPage(_, _, restComplete, restEntries) = rest.first else {
+            Issue.record("expected a historyPage, got \(rest)")
+            return
+        }
+        #expect(restComplete)
+        #expect(entries.count + restEntries.count == 100, "the two pages hold every message once")
+    }
+
+    @Test func fetchingARoomOneIsNotInIsRefused() {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        let answer = frames(to: alice, in: chat.send(.fetchHistory(room: "general", direction: .before, seq: 0, limit: 5), from: alice))
+        guard case let .error(code, fatal, frameType, _) = answer.first else {
+            Issue.record("expected an error, got \(answer)")
+            return
+        }
+        #expect(code == .notInRoom && !fatal && frameType == .fetchHistory)
+    }
+
+    @Test func listsEveryRoomOverSeveralFrames() {
+        var chat = Harness()
+        let topic = String(repeating: "t", count: 16_000)
+        var owners: [ClientID] = []
+        for number in 0..<100 {
+            let owner = chat.connect("o\(number)")
+            chat.send(.join(room: "room\(number)"), from: owner)
+            chat.send(.setTopic(room: "room\(number)", text: topic), from: owner)
+            owners.append(owner)
+        }
+        let newer = chat.connect("newer", version: 2)
+        let pages = frames(to: newer, in: chat.send(.listRooms, from: newer))
+        var listed: [String] = []
+        for (index, page) in pages.enumerated() {
+            guard case let .roomListPage(complete, rooms) = page else {
+                Issue.record("expected roomListPage, got \(page)")
+                return
+            }
+            #expect(complete == (index == pages.count - 1), "only the last page is complete")
+            listed += rooms.map(\.name)
+        }
+        #expect(pages.count >= 2, "1.6 MB of topics needs more than one frame")
+        #expect(listed == (0..<100).map { "room\($0)" }.sorted(), "every room, once, in order")
+
+        let older = chat.connect("older")
+        let lists = frames(to: older, in: chat.send(.listRooms, from: older))
+        let all = lists.flatMap { frame -> [String] in
+            guard case let .roomList(rooms) = frame else { return [] }
+            return rooms.map(\.name)
+        }
+        #expect(lists.count == pages.count && all == listed, "a version 1 client gets several roomList frames")
+    }
+
+    @Test func membersArePagedForAVersion2ClientAndListedForAVersion1Client() {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        let bob = chat.connect("bob")
+        chat.send(.join(room: "general"), from: alice)
+        chat.send(.join(room: "general"), from: bob)
+        #expect(frames(to: alice, in: chat.send(.who(room: "general"), from: alice)) == [.membersPage(room: "general", complete: true, nicks: ["alice", "bob"])])
+        #expect(frames(to: bob, in: chat.send(.who(room: "general"), from: bob)) == [.members(room: "general", nicks: ["alice", "bob"])])
+        #expect(frames(to: bob, in: chat.send(.who(room: "empty"), from: bob)) == [.members(room: "empty", nicks: [])])
+    }
+
+    @Test func splitsAListWhereTheNextItemWouldOverflowTheBudget() {
+        var parts: [([Int], Bool)] = []
+        ChatCore.splitIntoFrames(Array(1...7), budget: 10, cost: { $0 }) { parts.append(($0, $1)) }
+        #expect(parts.map(\.0) == [[1, 2, 3, 4], [5], [6], [7]])
+        #expect(parts.map(\.1) == [false, false, false, true])
+        parts = []
+        ChatCore.splitIntoFrames([50], budget: 10, cost: { $0 }) { parts.append(($0, $1)) }
+        #expect(parts.map(\.0) == [[50]], "an item above the budget still goes, alone")
+        parts = []
+        ChatCore.splitIntoFrames([Int](), budget: 10, cost: { $0 }) { parts.append(($0, $1)) }
+        #expect(parts.count == 1 && parts[0].0.isEmpty && parts[0].1, "an empty list is one empty, complete part")
+    }
+
+    @Test func anAwayRecipientIsAnnouncedToAVersion2SenderAfterTheEcho() {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        let bob = chat.connect("bob", version: 2)
+        let carol = chat.connect("carol")
+        #expect(frames(to: bob, in: chat.send(.setAway(text: "lunch"), from: bob)) == [.away(nick: "bob", text: "lunch")])
+        let time = chat.now.wallMillis
+        #expect(
+            frames(to: alice, in: chat.send(.tell(recipient: "bob", text: "hi"), from: alice)) == [
+                .direct(sender: "alice", recipient: "bob", time: time, text: "hi"), .away(nick: "bob", text: "lunch"),
+            ])
+        #expect(
+            frames(to: carol, in: chat.send(.tell(recipient: "bob", text: "hi"), from: carol)) == [
+                .direct(sender: "carol", recipient: "bob", time: time, text: "hi")
+            ], "a version 1 sender gets no away frame")
+        #expect(frames(to: bob, in: chat.send(.setAway(text: ""), from: bob)) == [.away(nick: "bob", text: "")])
+        #expect(frames(to: alice, in: chat.send(.tell(recipient: "bob", text: "back?"), from: alice)).count == 1)
+    }
+}
+
+extension HistoryEntry {
+    /// A topic change as a history entry, spelled the way the protocol names its fields.
+    fileprivate init(kind: Kind, seq: UInt64, time: UInt64, setBy: String, text: String) {
+        self.init(kind: kind, seq: seq, time: time, sender: setBy, text: text)
+    }
+}
