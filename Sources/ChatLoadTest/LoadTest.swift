@@ -129,7 +129,7 @@ private final class LoadRun: @unchecked Sendable {
 
     func start() {
         queue.async { [self] in
-            serverBeforeConnect = configuration.serverPID.flatMap(ProcessSample.read(pid:))
+            serverBeforeConnect = ProcessSample.read(pids: configuration.serverPIDs)
             phaseStart = MonotonicClock.now()
             let timer = DispatchSource.makeTimerSource(queue: queue)
             timer.schedule(deadline: .now(), repeating: .milliseconds(10), leeway: .milliseconds(2))
@@ -170,7 +170,7 @@ private final class LoadRun: @unchecked Sendable {
         let settled = counters.joined.load(ordering: .relaxed) + counters.failed.load(ordering: .relaxed)
         guard settled >= clients.count || elapsed > configuration.connectTimeout else { return }
         // Everyone has joined (or will not): count the members and start the senders.
-        serverIdle = configuration.serverPID.flatMap(ProcessSample.read(pid:))
+        serverIdle = ProcessSample.read(pids: configuration.serverPIDs)
         var members = Array(repeating: 0, count: configuration.rooms)
         for worker in workers {
             for (room, count) in worker.io.queue.sync(execute: { worker.joinedPerRoom() }).enumerated() { members[room] += count }
@@ -180,7 +180,7 @@ private final class LoadRun: @unchecked Sendable {
         joinedSenders = clients.prefix(configuration.senders).count { client in
             worker(of: client).io.queue.sync { client.phase == .joined }
         }
-        serverAtSend = configuration.serverPID.flatMap(ProcessSample.read(pid:))
+        serverAtSend = ProcessSample.read(pids: configuration.serverPIDs)
         selfAtSend = ProcessSample.current()
         sendStart = MonotonicClock.now()
         let startNanos = sendStart
@@ -210,7 +210,7 @@ private final class LoadRun: @unchecked Sendable {
         let stalled = seconds(since: lastDeliveryChange, now) >= configuration.drainTimeout
         guard complete || stalled || seconds(since: phaseStart, now) >= Self.drainLimit else { return }
         drainEnd = now
-        serverAtEnd = configuration.serverPID.flatMap(ProcessSample.read(pid:))
+        serverAtEnd = ProcessSample.read(pids: configuration.serverPIDs)
         selfAtEnd = ProcessSample.current()
         for worker in workers { worker.io.queue.async { worker.closeAll() } }
         enter(.closing, now)

@@ -20,10 +20,10 @@ public struct LoadTestConfiguration: Sendable {
     /// The most clients one run may open (each is a descriptor here and one in the server).
     public static let maximumClients = 20_000
 
-    /// The server's address: one of `loopbackHosts`.
-    public var host: String = "127.0.0.1"
-    /// The server's port.
-    public var port: Int = 7000
+    /// The servers the clients connect to: client `i` goes to `servers[i % servers.count]`, so
+    /// with several nodes of a cluster every room has members on each and delivery accounting
+    /// covers cross-node delivery. Hosts must be in `loopbackHosts`.
+    public var servers: [ServerAddress] = [ServerAddress(host: "127.0.0.1", port: 7000)]
     /// How many clients connect.
     public var clients: Int = 50
     /// How many rooms they are spread over (client `i` joins room `i % rooms`).
@@ -47,8 +47,9 @@ public struct LoadTestConfiguration: Sendable {
     /// After sending stops, how long to wait for deliveries without progress before counting the
     /// missing ones as lost.
     public var drainTimeout: Double = 5
-    /// The server's process ID, to report its CPU time and memory from /proc; nil: not reported.
-    public var serverPID: Int32?
+    /// The server processes (every node of a cluster, and Redis if wanted), to report their CPU
+    /// time and memory, summed, from /proc; empty: not reported.
+    public var serverPIDs: [Int32] = []
     /// Prefix of the nicks and rooms, so that runs against one server do not mix.
     public var namePrefix: String = "lt"
 
@@ -58,10 +59,11 @@ public struct LoadTestConfiguration: Sendable {
     /// Everything wrong with this configuration, one sentence each; empty when it can run.
     public var problems: [String] {
         var problems: [String] = []
-        if !Self.loopbackHosts.contains(host) {
+        if servers.isEmpty { problems.append("at least one server is needed") }
+        if servers.contains(where: { !Self.loopbackHosts.contains($0.host) }) {
             problems.append("host must be one of \(Self.loopbackHosts.sorted().joined(separator: ", ")): a load test only targets this machine")
         }
-        if !(1...65_535).contains(port) { problems.append("port must be 1...65535") }
+        if servers.contains(where: { !(1...65_535).contains($0.port) }) { problems.append("port must be 1...65535") }
         if !(1...Self.maximumClients).contains(clients) { problems.append("clients must be 1...\(Self.maximumClients)") }
         if !(1...max(1, clients)).contains(rooms) { problems.append("rooms must be 1...clients") }
         if !(1...max(1, clients)).contains(senders) { problems.append("senders must be 1...clients") }
@@ -90,8 +92,45 @@ public struct LoadTestConfiguration: Sendable {
     /// The room client `index` joins.
     func room(ofClient index: Int) -> Int { index % rooms }
 
+    /// The server client `index` connects to.
+    func server(ofClient index: Int) -> ServerAddress { servers[index % servers.count] }
+
     /// How many messages sender `ordinal` may send: `messages` split as evenly as it goes.
     func quota(ofSender ordinal: Int) -> UInt64 {
         UInt64(messages / senders + (ordinal < messages % senders ? 1 : 0))
     }
+}
+
+/// A server's host and port.
+public struct ServerAddress: Sendable, Hashable, CustomStringConvertible {
+    /// A host name or IP address.
+    public var host: String
+    /// A TCP port.
+    public var port: Int
+
+    /// An address from its parts.
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Parses `HOST:PORT`, or `[IPV6]:PORT`; nil if it is not of that form.
+    public init?(parsing text: String) {
+        let hostPart: Substring
+        let portPart: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            hostPart = text[text.index(after: text.startIndex)..<close]
+            portPart = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":"), !text[..<colon].contains(":") else { return nil }
+            hostPart = text[..<colon]
+            portPart = text[text.index(after: colon)...]
+        }
+        guard !hostPart.isEmpty, let port = Int(portPart) else { return nil }
+        self.init(host: String(hostPart), port: port)
+    }
+
+    /// `HOST:PORT`, with an IPv6 host in brackets.
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }

@@ -138,8 +138,9 @@ final class LoadWorker: @unchecked Sendable {
     func connect(_ client: LoadClient) {
         clients.append(client)
         if client.senderOrdinal != nil { senders.append(client) }
+        let server = configuration.server(ofClient: client.index)
         SocketConnector.connect(
-            host: configuration.host, port: configuration.port,
+            host: server.host, port: server.port,
             timeout: .seconds(configuration.connectTimeout), queue: io.queue
         ) { [self] result in
             switch result {

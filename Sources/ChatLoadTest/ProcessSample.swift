@@ -42,6 +42,20 @@ public struct ProcessSample: Sendable, Hashable {
         return ProcessSample(cpuSeconds: (user + system) / ticks, residentBytes: rss * 1024, peakResidentBytes: (kilobytes("VmHWM") ?? rss) * 1024)
     }
 
+    /// The sum over `pids` (the nodes of a cluster, say); nil when the list is empty or any of
+    /// them cannot be read.
+    public static func read(pids: [Int32]) -> ProcessSample? {
+        guard !pids.isEmpty else { return nil }
+        var total = ProcessSample(cpuSeconds: 0, residentBytes: 0, peakResidentBytes: 0)
+        for pid in pids {
+            guard let sample = read(pid: pid) else { return nil }
+            total.cpuSeconds += sample.cpuSeconds
+            total.residentBytes += sample.residentBytes
+            total.peakResidentBytes += sample.peakResidentBytes
+        }
+        return total
+    }
+
     /// This process's own CPU time (from getrusage) and memory.
     public static func current() -> ProcessSample {
         var usage = rusage()

@@ -23,6 +23,10 @@ struct LoadTestCommand: AsyncParsableCommand {
             Only loopback targets are accepted. Start a server first, for example:
               chat-server --port 7000 &
               chat-loadtest --port 7000 --clients 50 --senders 5 --server-pid $!
+            Against the nodes of a cluster, name each with --server (client i connects to the \
+            (i mod n)-th, so every room has members on every node) and each process with \
+            --server-pid:
+              chat-loadtest --server 127.0.0.1:7001 --server 127.0.0.1:7002 --server-pid 4242 --server-pid 4243
             Scripts/loadtest.sh builds both, runs a standard matrix and prints a table.
             """)
 
@@ -31,6 +35,11 @@ struct LoadTestCommand: AsyncParsableCommand {
 
     @Option(help: "The server's port.")
     var port = 7000
+
+    @Option(name: .customLong("server"), help: ArgumentHelp(
+        "A server to spread the clients over, instead of --host and --port; repeat it for each node of a cluster.",
+        valueName: "HOST:PORT"))
+    var servers: [String] = []
 
     @Option(help: "Clients to connect (1...20000; each needs a file descriptor here and in the server).")
     var clients = 50
@@ -68,8 +77,10 @@ struct LoadTestCommand: AsyncParsableCommand {
     @Option(name: .customLong("drain-timeout"), help: "After sending, seconds without a delivery before the missing ones count as lost.")
     var drainTimeout = 5.0
 
-    @Option(name: .customLong("server-pid"), help: "The server's process ID: report its CPU time and memory (from /proc).")
-    var serverPID: Int32?
+    @Option(name: .customLong("server-pid"), help: ArgumentHelp(
+        "A server process whose CPU time and memory to report (from /proc); repeat it for several, which are summed.",
+        valueName: "PID"))
+    var serverPIDs: [Int32] = []
 
     @Flag(help: "Print one JSON line with the result instead of the report.")
     var json = false
@@ -87,8 +98,8 @@ struct LoadTestCommand: AsyncParsableCommand {
 
     var loadConfiguration: LoadTestConfiguration {
         var configuration = LoadTestConfiguration()
-        configuration.host = host
-        configuration.port = port
+        configuration.servers =
+            servers.isEmpty ? [ServerAddress(host: host, port: port)] : servers.map { ServerAddress(parsing: $0) ?? ServerAddress(host: $0, port: 0) }
         configuration.clients = clients
         configuration.rooms = rooms
         configuration.senders = senders
@@ -100,11 +111,14 @@ struct LoadTestCommand: AsyncParsableCommand {
         configuration.threads = threads
         configuration.connectTimeout = connectTimeout
         configuration.drainTimeout = drainTimeout
-        configuration.serverPID = serverPID
+        configuration.serverPIDs = serverPIDs
         return configuration
     }
 
     func validate() throws {
+        if let bad = servers.first(where: { ServerAddress(parsing: $0) == nil }) {
+            throw ValidationError("--server \(bad): expected HOST:PORT, such as 127.0.0.1:7000 or [::1]:7000")
+        }
         let problems = loadConfiguration.problems
         if !problems.isEmpty { throw ValidationError(problems.joined(separator: "\n")) }
     }

@@ -138,14 +138,36 @@ import Testing
     @Test func refusesHostsOtherThanLoopback() {
         for host in ["10.0.0.1", "example.com", "0.0.0.0", ""] {
             var configuration = LoadTestConfiguration()
-            configuration.host = host
+            configuration.servers = [ServerAddress(host: "127.0.0.1", port: 7000), ServerAddress(host: host, port: 7001)]
             #expect(configuration.problems.contains { $0.hasPrefix("host must be") }, "expected \(host) refused")
             #expect(throws: LoadTestConfigurationError.self) { try LoadTest(configuration: configuration) }
         }
         for host in ["127.0.0.1", "::1", "localhost"] {
             var configuration = LoadTestConfiguration()
-            configuration.host = host
+            configuration.servers = [ServerAddress(host: host, port: 7000)]
             #expect(configuration.problems.isEmpty, "expected \(host) accepted, got \(configuration.problems)")
+        }
+        var none = LoadTestConfiguration()
+        none.servers = []
+        #expect(none.problems == ["at least one server is needed"])
+    }
+
+    @Test func parsesServerAddressesAndSpreadsClientsOverThem() {
+        #expect(ServerAddress(parsing: "127.0.0.1:7001") == ServerAddress(host: "127.0.0.1", port: 7001))
+        #expect(ServerAddress(parsing: "[::1]:7002") == ServerAddress(host: "::1", port: 7002))
+        #expect(ServerAddress(parsing: "localhost:80")?.description == "localhost:80")
+        #expect(ServerAddress(host: "::1", port: 7002).description == "[::1]:7002")
+        for bad in ["7000", "::1:7000", "[::1]7000", ":7000", "host:", "host:x"] {
+            #expect(ServerAddress(parsing: bad) == nil, "expected \(bad) refused")
+        }
+        var configuration = LoadTestConfiguration()
+        configuration.servers = [ServerAddress(host: "127.0.0.1", port: 1), ServerAddress(host: "127.0.0.1", port: 2)]
+        configuration.rooms = 3
+        #expect((0..<6).map { configuration.server(ofClient: $0).port } == [1, 2, 1, 2, 1, 2])
+        // Every room has members on both servers, so its deliveries cross from one to the other.
+        for room in 0..<3 {
+            let ports = Set((0..<6).filter { configuration.room(ofClient: $0) == room }.map { configuration.server(ofClient: $0).port })
+            #expect(ports == [1, 2], "room \(room)")
         }
     }
 

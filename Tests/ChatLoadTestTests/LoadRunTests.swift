@@ -6,7 +6,7 @@ import Testing
     /// A small run: 6 clients in 2 rooms, 2 senders (client 0 in room 0, client 1 in room 1).
     static func configuration(port: Int, messages: Int = 400) -> LoadTestConfiguration {
         var configuration = LoadTestConfiguration()
-        configuration.port = port
+        configuration.servers = [ServerAddress(host: "127.0.0.1", port: port)]
         configuration.clients = 6
         configuration.rooms = 2
         configuration.senders = 2

@@ -10,13 +10,13 @@ import TestSupport
         let server = try await Self.startServer()
         defer { server.stop() }
         var configuration = LoadTestConfiguration()
-        configuration.port = server.port
+        configuration.servers = [ServerAddress(host: "127.0.0.1", port: server.port)]
         configuration.clients = 20
         configuration.rooms = 2
         configuration.senders = 4
         configuration.messages = 4_000
         configuration.duration = 60
-        configuration.serverPID = server.pid
+        configuration.serverPIDs = [server.pid]
         let result = await (try LoadTest(configuration: configuration)).run()
 
         #expect(result.joined == 20 && result.failedClients == 0 && result.disconnectedClients == 0, "\(result.textReport())")
@@ -47,6 +47,33 @@ import TestSupport
         #expect(deliveries["expected"] as? Int == 10_000 && deliveries["lost"] as? Int == 0, "got \(deliveries)")
         let distribution = try String(contentsOf: hgrm, encoding: .utf8)
         #expect(distribution.contains("Percentile") && distribution.contains("#[Max"), "expected an .hgrm file:\n\(distribution)")
+    }
+
+    @Test func spreadsClientsOverSeveralServers() async throws {
+        // Two independent servers and two rooms: client i goes to server i mod 2 and room i mod 2,
+        // so each room lives on one server and the run passes without a cluster.
+        let first = try await ChatServerProcess(arguments: ["--rate-limit", "0", "--log-level", "info"])
+        let second = try await ChatServerProcess(arguments: ["--rate-limit", "0", "--log-level", "info"])
+        defer {
+            first.stop()
+            second.stop()
+        }
+        let run = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-loadtest"), [
+            "--server", "127.0.0.1:\(first.port)", "--server", "127.0.0.1:\(second.port)", "--clients", "10", "--rooms", "2",
+            "--senders", "2", "--messages", "200", "--server-pid", "\(first.pid)", "--server-pid", "\(second.pid)", "--json",
+        ])
+        let status = await run.waitForExit(timeout: .seconds(120))
+        #expect(status == 0, "expected a clean run; output:\n\(run.output)")
+        for server in [first, second] {
+            let connects = server.child.lines.count { $0.contains("client connected") }
+            #expect(connects == 5, "each server gets half of the clients; \(server.port) logged \(connects)")
+        }
+    }
+
+    @Test func commandLineRefusesAMalformedServerAddress() async throws {
+        let run = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-loadtest"), ["--server", "127.0.0.1"])
+        #expect(await run.waitForExit(timeout: .seconds(60)) == 64, "expected EX_USAGE")
+        #expect(run.output.contains("expected HOST:PORT"), "output:\n\(run.output)")
     }
 
     @Test func commandLineRefusesRemoteHostsWithUsageStatus() async throws {
