@@ -57,11 +57,11 @@ public final class SocketChannel: @unchecked Sendable {
     private var closeReason: SocketError?
     private var liveSources = 0
 
-    private var readSource: DispatchSourceRead?
+    private var readSource: SuspendableSource?
     private var readPaused = false
     private var readEnded = false
 
-    private var writeSource: DispatchSourceWrite?
+    private var writeSource: SuspendableSource?
     private var waitingForWritable = false
     // Sent chunks become nil at once (releasing them) and the array is compacted when drained.
     // The write path runs once per queued chunk (millions of times a second in the server), and
@@ -99,8 +99,7 @@ public final class SocketChannel: @unchecked Sendable {
             sourceCancelled()
         }
         liveSources += 1
-        readSource = source
-        source.activate()
+        readSource = SuspendableSource(activating: source)
     }
 
     // MARK: Reading
@@ -271,8 +270,7 @@ public final class SocketChannel: @unchecked Sendable {
             sourceCancelled()
         }
         liveSources += 1
-        writeSource = source
-        source.activate()
+        writeSource = SuspendableSource(activating: source)
     }
 
     private func writable() {
@@ -305,15 +303,10 @@ public final class SocketChannel: @unchecked Sendable {
             closeReason = reason
             outbound.removeAll()
             outboundBytes = 0
-            // A suspended source must be resumed before it is cancelled, or it never cancels.
-            if let readSource, !readEnded {
-                if readPaused { readSource.resume() }
-                readSource.cancel()
-            }
-            if let writeSource {
-                if !waitingForWritable { writeSource.resume() }
-                writeSource.cancel()
-            }
+            // SuspendableSource resumes a suspended source before cancelling it (or it would never
+            // cancel), and ignores a second cancel (the read source's, at end of input).
+            readSource?.cancel()
+            writeSource?.cancel()
             finishClosing()
         }
     }
