@@ -60,10 +60,8 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     private var outputStatus = Stream.Status.notOpen
     private var inputError: SocketError?
     private var outputError: SocketError?
-    private var readSource: DispatchSourceRead?
-    private var readSuspended = false
-    private var writeSource: DispatchSourceWrite?
-    private var writeSuspended = false
+    private var readSource: SuspendableSource?
+    private var writeSource: SuspendableSource?
     /// The output stream was opened, then closed before the connection was up: send FIN once it is.
     private var shutdownWhenConnected = false
     private var liveSources = 0
@@ -166,10 +164,10 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                 inputStatus = .atEnd
                 inputEvents.post([.openCompleted, .endEncountered])
             } else {
-                inputEvents.post(readSuspended ? [.openCompleted, .hasBytesAvailable] : .openCompleted)
+                inputEvents.post(readSource?.isSuspended == true ? [.openCompleted, .hasBytesAvailable] : .openCompleted)
             }
         case .output:
-            outputEvents.post(writeSuspended ? [.openCompleted, .hasSpaceAvailable] : .openCompleted)
+            outputEvents.post(writeSource?.isSuspended == true ? [.openCompleted, .hasSpaceAvailable] : .openCompleted)
         }
     }
 
@@ -179,24 +177,22 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         let source = DispatchSource.makeReadSource(fileDescriptor: socket.descriptor, queue: queue)
         source.setEventHandler { [self] in readSourceFired() }
         source.setCancelHandler { [self] in sourceCancelled() }
-        readSource = source
+        readSource = SuspendableSource(activating: source)
         liveSources += 1
-        source.activate()
     }
 
     private func startWriteSourceLocked(_ socket: Socket) {
         let source = DispatchSource.makeWriteSource(fileDescriptor: socket.descriptor, queue: queue)
         source.setEventHandler { [self] in writeSourceFired() }
         source.setCancelHandler { [self] in sourceCancelled() }
-        writeSource = source
+        writeSource = SuspendableSource(activating: source)
         liveSources += 1
-        source.activate()
     }
 
     /// On `queue`: the socket is readable.
     private func readSourceFired() {
         condition.withLock {
-            guard socket != nil, readSource != nil, !readSuspended else { return }
+            guard socket != nil, let readSource, !readSource.isSuspended else { return }
             sourceEvents += 1
             defer { condition.broadcast() }
             checkInputLocked()
@@ -206,10 +202,10 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     /// On `queue`: the socket has room to send.
     private func writeSourceFired() {
         condition.withLock {
-            guard writeSource != nil, !writeSuspended else { return }
+            guard let writeSource, !writeSource.isSuspended else { return }
             sourceEvents += 1
             defer { condition.broadcast() }
-            suspendWriteLocked()
+            writeSource.suspend()
             if outputStatus == .open { outputEvents.post(.hasSpaceAvailable) }
         }
     }
@@ -222,30 +218,6 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         }
     }
 
-    private func suspendReadLocked() {
-        guard let readSource, !readSuspended else { return }
-        readSuspended = true
-        readSource.suspend()
-    }
-
-    private func resumeReadLocked() {
-        guard let readSource, readSuspended else { return }
-        readSuspended = false
-        readSource.resume()
-    }
-
-    private func suspendWriteLocked() {
-        guard let writeSource, !writeSuspended else { return }
-        writeSuspended = true
-        writeSource.suspend()
-    }
-
-    private func resumeWriteLocked() {
-        guard let writeSource, writeSuspended else { return }
-        writeSuspended = false
-        writeSource.resume()
-    }
-
     /// Peeks at the socket and acts on what is there: bytes post `.hasBytesAvailable` with the read
     /// source suspended until the next read; end of stream and errors are handled at once; only
     /// when nothing is there does the read source wait. Used when the source fires and after each
@@ -255,11 +227,11 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         do throws(SocketError) {
             switch try peek(socket) {
             case .wouldBlock:
-                resumeReadLocked()
+                readSource?.resume()
             case .done(0):
                 reachedEndLocked()
             case .done:
-                suspendReadLocked()
+                readSource?.suspend()
                 if inputStatus == .open { inputEvents.post(.hasBytesAvailable) }
             }
         } catch {
@@ -274,23 +246,18 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         if outputReadyLocked() {
             if outputStatus == .open { outputEvents.post(.hasSpaceAvailable) }
         } else {
-            resumeWriteLocked()
+            writeSource?.resume()
         }
     }
 
     private func cancelReadSourceLocked() {
-        guard let readSource else { return }
-        // A suspended source never runs its cancel handler.
-        resumeReadLocked()
-        readSource.cancel()
-        self.readSource = nil
+        readSource?.cancel()
+        readSource = nil
     }
 
     private func cancelWriteSourceLocked() {
-        guard let writeSource else { return }
-        resumeWriteLocked()
-        writeSource.cancel()
-        self.writeSource = nil
+        writeSource?.cancel()
+        writeSource = nil
     }
 
     // MARK: End and failure
@@ -393,7 +360,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                         return count
                     case .wouldBlock:
                         // Nothing yet: block like Apple's socket streams, until the read source fires.
-                        resumeReadLocked()
+                        readSource?.resume()
                         condition.wait()
                     }
                 } catch {
@@ -424,7 +391,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                         return count
                     case .wouldBlock:
                         // No room at all: block until the write source says there is some.
-                        resumeWriteLocked()
+                        writeSource?.resume()
                         condition.wait()
                     }
                 } catch {
@@ -476,12 +443,12 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                 guard side == .input, current == .open else { return false }
                 if inputReadyLocked() { return true }
                 // Already read past (a `while hasBytesAvailable` loop): watch for the next bytes.
-                resumeReadLocked()
+                readSource?.resume()
                 return false
             case .hasSpaceAvailable:
                 guard side == .output, current == .open else { return false }
                 if outputReadyLocked() { return true }
-                resumeWriteLocked()
+                writeSource?.resume()
                 return false
             case .errorOccurred:
                 return current == .error
