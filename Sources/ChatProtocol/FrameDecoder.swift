@@ -1,16 +1,18 @@
 /// Turns a byte stream, arriving in chunks of any size, into frames.
 ///
 /// Feed it with `append` whatever a read returned, then call `next()` until it returns nil:
-/// it yields each complete frame and keeps the partial one. A length prefix above
-/// `maxFrameSize` is rejected as soon as the prefix is complete, before any of the body is
-/// waited for, so once `next()` has returned nil at most `maxFrameSize` +
-/// `WireProtocol.maxVarintLength` - 1 bytes stay buffered.
+/// it yields each complete frame and keeps the partial one. Frames are found by a
+/// `FrameSplitter`, which rejects a length prefix above `maxFrameSize` as soon as the prefix is
+/// complete, before any of the body is waited for, so once `next()` has returned nil at most
+/// `maxFrameSize` + `WireProtocol.maxVarintLength` - 1 bytes stay buffered.
 ///
 /// The first error poisons the decoder: framing can no longer be trusted, so every later
 /// `next()` throws the same error. A value type: give each connection its own.
 public struct FrameDecoder: Sendable {
     /// The largest frame body (type + fields) accepted, in bytes.
-    public let maxFrameSize: Int
+    public var maxFrameSize: Int { splitter.maxFrameSize }
+
+    private let splitter: FrameSplitter
 
     private var storage: [UInt8] = []
     private var readIndex = 0
@@ -25,10 +27,7 @@ public struct FrameDecoder: Sendable {
     /// `WireProtocol.maxFrameSize`). Servers use `WireProtocol.defaultServerMaxFrameSize`;
     /// clients use `WireProtocol.maxFrameSize`.
     public init(maxFrameSize: Int = WireProtocol.maxFrameSize) {
-        precondition(
-            (1...WireProtocol.maxFrameSize).contains(maxFrameSize),
-            "maxFrameSize must be 1...\(WireProtocol.maxFrameSize)")
-        self.maxFrameSize = maxFrameSize
+        splitter = FrameSplitter(maxFrameSize: maxFrameSize)
     }
 
     /// Bytes appended but not yet returned as frames.
@@ -53,21 +52,15 @@ public struct FrameDecoder: Sendable {
     public mutating func next() throws(FrameError) -> Frame? {
         if let failure { throw failure }
         let start = readIndex
-        let limit = maxFrameSize
+        let splitter = splitter
         var type = FrameType.none
         do throws(FrameError) {
             let decoded = try storage.withUnsafeBufferPointer {
                 (bytes) throws(FrameError) -> (frame: Frame, end: Int)? in
-                guard let (length, bodyStart) = try Varint.read(bytes, from: start, field: .length) else {
-                    return nil
-                }
-                guard length <= UInt64(limit) else { throw .frameTooLarge(length: length, limit: limit) }
-                guard length > 0 else { throw .truncated(.type) }
-                let end = bodyStart + Int(length)
-                guard end <= bytes.count else { return nil }
-                type = FrameType(rawValue: bytes[bodyStart])
-                let frame = try FrameDecoder.decodeBody(UnsafeBufferPointer(rebasing: bytes[bodyStart..<end]))
-                return (frame, end)
+                guard let split = try splitter.frame(in: UnsafeRawBufferPointer(bytes), at: start) else { return nil }
+                type = split.type
+                let frame = try FrameDecoder.decodeBody(UnsafeBufferPointer(rebasing: bytes[split.body]))
+                return (frame, split.end)
             }
             guard let decoded else { return nil }
             readIndex = decoded.end

@@ -16,7 +16,7 @@ struct FrameReader {
 
     /// Reads an unsigned LEB128 varint; the frame may not end inside it.
     mutating func varint(_ field: Field) throws(FrameError) -> UInt64 {
-        guard let (value, next) = try Varint.read(bytes, from: index, field: field) else {
+        guard let (value, next) = try Varint.read(UnsafeRawBufferPointer(bytes), from: index, field: field) else {
             throw .truncated(field)
         }
         index = next
@@ -133,11 +133,14 @@ struct FrameReader {
 }
 
 /// Unsigned LEB128 varints as the protocol allows them: at most 64 bits, minimally encoded.
-enum Varint {
+public enum Varint {
     /// Reads the varint at `start`, returning its value and the index after it, or nil if
     /// `bytes` ends before the varint does.
-    static func read(
-        _ bytes: UnsafeBufferPointer<UInt8>, from start: Int, field: Field
+    ///
+    /// Throws `.integerOverflow(field)` past 64 bits and `.nonMinimalInteger(field)` for a
+    /// needlessly long encoding (one that ends in a zero byte).
+    public static func read(
+        _ bytes: UnsafeRawBufferPointer, from start: Int, field: Field
     ) throws(FrameError) -> (value: UInt64, next: Int)? {
         guard start < bytes.count else { return nil }
         let first = bytes[start]
