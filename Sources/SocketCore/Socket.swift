@@ -6,7 +6,14 @@ import Glibc
 /// `Socket` does no locking: its owner (a `SocketChannel`, a `SocketListener`, a stream pair) keeps it
 /// on one queue or thread at a time. When Dispatch sources watch the descriptor, the owner calls
 /// `close()` only after every source's cancel handler has run, so no source ever sees a reused
-/// descriptor number. A socket dropped without `close()` closes itself in `deinit`.
+/// descriptor number.
+///
+/// Every owner must `close()` its socket. Dropping an open one is a bug, and in debug builds
+/// `deinit` traps on it (as swift-nio's `BaseSocket` does), so that the leak is found where it
+/// happens instead of hidden; release builds close the descriptor and carry on.
+///
+/// The socket never changes a process-wide setting: sends pass `MSG_NOSIGNAL` instead of relying on
+/// `SIGPIPE` being ignored, so a program's signal dispositions stay its own.
 public final class Socket: @unchecked Sendable {
     /// The descriptor, or `-1` once closed.
     public private(set) var descriptor: Int32
@@ -15,7 +22,6 @@ public final class Socket: @unchecked Sendable {
 
     /// Takes ownership of `descriptor`, which must be an open stream socket.
     public init(takingOwnershipOf descriptor: Int32, label: String = "") {
-        _ = BrokenPipeSignal.ignored
         self.descriptor = descriptor
         self.label = label
     }
@@ -28,6 +34,7 @@ public final class Socket: @unchecked Sendable {
     }
 
     deinit {
+        assert(descriptor < 0, "Socket \(descriptor) (\(label)) dropped without close(): its owner leaked it")
         if descriptor >= 0 { Glibc.close(descriptor) }
     }
 

@@ -39,13 +39,3 @@ package func retryingInterruptsNonBlocking<T: BinaryInteger>(
         throw error
     }
 }
-
-/// Makes sure a write to a closed peer yields `EPIPE` instead of killing the process.
-///
-/// Our own sends pass `MSG_NOSIGNAL`; this covers any other write path in the process (a library,
-/// a stray `write(2)`) and is done once, when the first socket is made.
-enum BrokenPipeSignal {
-    static let ignored: Void = {
-        signal(SIGPIPE, SIG_IGN)
-    }()
-}

@@ -25,12 +25,18 @@ public final class ChildProcess: @unchecked Sendable {
     private var waiters: [(ChildProcess) -> Bool] = []
     private var input: Int32
 
+    /// The test runner ignores SIGPIPE, decided here for itself since no library does it any more:
+    /// writing to the input of a child that has already exited then fails with `EPIPE` instead of
+    /// killing every test in the process. The children start with SIGPIPE at its default (below).
+    private static let brokenPipesFailWrites: Void = { _ = Glibc.signal(SIGPIPE, SIG_IGN) }()
+
     /// Starts `executable` with `arguments`; `environment` is added to the test's own. With
     /// `collectOutput` false, standard output and error go to /dev/null (for a child that prints
     /// more than a test wants to keep).
     public init(
         _ executable: URL, _ arguments: [String], environment: [String: String] = [:], collectOutput: Bool = true
     ) throws {
+        _ = Self.brokenPipesFailWrites
         var stdinPipe: [Int32] = [0, 0]
         var stdoutPipe: [Int32] = [0, 0]
         guard pipe(&stdinPipe) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
