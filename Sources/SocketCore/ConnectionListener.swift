@@ -3,8 +3,10 @@ import Dispatch
 /// Accepts TCP connections for Swift concurrency: `connections` yields a `SocketConnection` for
 /// each peer that connects.
 ///
-/// Accepted connections wait in `connections` until taken; a server that stops taking them should
-/// `close()` the listener, which ends the sequence.
+/// Accepted connections wait in `connections` until taken. The listener stops (its socket closed,
+/// the sequence ended) on `close()`, when it is released, and when the sequence ends because the
+/// task iterating it was cancelled: nobody could take a connection after that, and accepting
+/// connections only to drop them would tell clients a server is there.
 public final class ConnectionListener: Sendable {
     /// Each accepted connection, in order of arrival; ends after `close()`.
     public let connections: AsyncStream<SocketConnection>
@@ -12,16 +14,22 @@ public final class ConnectionListener: Sendable {
     public let localAddress: SocketAddress
 
     private let listener: SocketListener
-    private let queue = DispatchQueue(label: "SocketStreams.ConnectionListener")
+    private let queue: DispatchQueue
     private let continuation: AsyncStream<SocketConnection>.Continuation
 
     /// Binds and listens on `host:port` (see `SocketListener.init` for the parameters).
     public init(host: String, port: Int, dualStack: Bool = false, backlog: Int32 = 1024) throws(SocketError) {
-        listener = try SocketListener(host: host, port: port, dualStack: dualStack, backlog: backlog)
+        let listener = try SocketListener(host: host, port: port, dualStack: dualStack, backlog: backlog)
+        let queue = DispatchQueue(label: "SocketCore.ConnectionListener")
+        self.queue = queue
+        self.listener = listener
         localAddress = listener.localAddress
         (connections, continuation) = AsyncStream.makeStream(of: SocketConnection.self)
-        queue.async { [listener, continuation] in
-            listener.start(queue: self.queue) { socket in
+        continuation.onTermination = { _ in
+            queue.async { listener.close() }
+        }
+        queue.async { [continuation] in
+            listener.start(queue: queue) { socket in
                 try? socket.setNoDelay()
                 continuation.yield(SocketConnection(socket: socket))
             }
@@ -33,9 +41,11 @@ public final class ConnectionListener: Sendable {
 
     /// Stops accepting, closes the listening socket and ends `connections`.
     public func close() {
-        queue.async { [listener, continuation] in
-            listener.close()
-            continuation.finish()
-        }
+        // Ending the sequence runs `onTermination`, which closes the listener on its queue.
+        continuation.finish()
+    }
+
+    deinit {
+        close()
     }
 }

@@ -18,7 +18,7 @@ public final class IOQueue: Sendable {
         readBuffer = ReadBuffer()
     }
 
-    private static let pool: [IOQueue] = (0..<max(1, System.coreCount)).map { IOQueue(label: "SocketStreams.io.\($0)") }
+    private static let pool: [IOQueue] = (0..<max(1, System.coreCount)).map { IOQueue(label: "SocketCore.io.\($0)") }
     private static let nextIndex = Locked(0)
 
     /// The next queue of the shared pool, round robin.
@@ -31,9 +31,10 @@ public final class IOQueue: Sendable {
     }
 }
 
-/// Facts about the machine the pool is sized by.
-enum System {
-    static var coreCount: Int {
+/// Facts about the machine the pools are sized by.
+package enum System {
+    /// The number of online processors.
+    package static var coreCount: Int {
         Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
     }
 }

@@ -1,3 +1,4 @@
+import Dispatch
 import Glibc
 
 /// An IPv4 or IPv6 socket address (`sockaddr_in` / `sockaddr_in6`) as a value.
@@ -12,8 +13,13 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         bytes = Array(UnsafeRawBufferPointer(start: address, count: Int(length)))
     }
 
-    /// Parses a numeric IPv4 or IPv6 address (no name lookup), e.g. `SocketAddress(ip: "::1", port: 7000)`.
+    /// The ports TCP has.
+    public static let validPorts = 0...65535
+
+    /// Parses a numeric IPv4 or IPv6 address (no name lookup), e.g. `SocketAddress(ip: "::1", port: 7000)`;
+    /// nil when `ip` is not one or `port` is outside `validPorts`.
     public init?(ip: String, port: Int) {
+        guard Self.validPorts.contains(port) else { return nil }
         var v4 = sockaddr_in()
         if inet_pton(AF_INET, ip, &v4.sin_addr) == 1 {
             v4.sin_family = sa_family_t(AF_INET)
@@ -87,15 +93,20 @@ public enum Resolver {
     /// Resolves `host` (a name or a numeric address) to the stream-socket addresses for `port`,
     /// in the order `getaddrinfo` prefers them, without duplicates.
     ///
-    /// Blocks while the system resolver works; call it off any latency-sensitive queue.
+    /// Blocks while the system resolver works; call it off any latency-sensitive queue, or use
+    /// `resolveInBackground`. A port outside `SocketAddress.validPorts` fails with `EINVAL` before any
+    /// lookup (`getaddrinfo` itself would truncate 70000 to 4464).
     /// - Parameter passive: resolve for `bind` (an empty host then means every local address).
     public static func resolve(host: String, port: Int, passive: Bool = false) throws(SocketError) -> [SocketAddress] {
+        let target = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        guard SocketAddress.validPorts.contains(port) else {
+            throw SocketError(.posix(EINVAL), operation: "resolve", target: target, detail: "port \(port) is outside 0…65535")
+        }
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)
         var list: UnsafeMutablePointer<addrinfo>?
-        let target = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         let status = getaddrinfo(host.isEmpty ? nil : host, String(port), &hints, &list)
         guard status == 0 else {
             if status == EAI_SYSTEM { throw SocketError.lastErrno("resolve", target: target) }
@@ -115,4 +126,27 @@ public enum Resolver {
         if addresses.isEmpty { throw SocketError(.resolver(EAI_NONAME), operation: "resolve", target: target) }
         return addresses
     }
+}
+
+extension Resolver {
+    /// Resolves like `resolve(host:port:passive:)` on the resolver's own threads and hands the
+    /// result to `completion` there.
+    ///
+    /// `getaddrinfo` blocks a thread for as long as the lookup takes. Run on Dispatch's global
+    /// queues, every lookup in flight held a worker thread and Dispatch kept adding workers: 300
+    /// streams opening at once raised a process to several hundred threads. Here lookups queue for
+    /// a fixed pool (`lookupThreads` serial queues), so they cost at most that many threads however
+    /// many are pending.
+    public static func resolveInBackground(
+        host: String, port: Int, completion: @escaping @Sendable (Result<[SocketAddress], SocketError>) -> Void
+    ) {
+        lookupQueues.next().async {
+            completion(Result { () throws(SocketError) in try resolve(host: host, port: port) })
+        }
+    }
+
+    /// How many lookups run at once: enough that one slow DNS answer does not hold up the rest.
+    public static let lookupThreads = 4
+
+    private static let lookupQueues = QueueRing(label: "SocketCore.resolver", count: lookupThreads)
 }

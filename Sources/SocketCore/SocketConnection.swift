@@ -6,10 +6,22 @@ import Glibc
 ///
 /// Buffering is bounded in both directions. Incoming bytes that nobody consumes stop the channel
 /// reading once `inboundLimit` bytes wait (the kernel then pushes back on the peer). A `write`
-/// queues its bytes and, when more than `outboundLimit` bytes are still waiting for the kernel,
-/// suspends until they have left; so at most `outboundLimit` plus one write is ever buffered.
+/// that finds more than `outboundLimit` bytes still waiting for the kernel suspends before it
+/// queues anything, until they have left; so at most `outboundLimit` plus one write is ever buffered.
 ///
-/// Errors are `SocketError`s, or `CancellationError` when the waiting task is cancelled.
+/// Every call throws only `SocketError`. A call whose task is cancelled ends with `ECANCELED`
+/// (`SocketError.isCancellation`), and what that means is exact:
+/// - a cancelled `connect` closes its socket before it returns;
+/// - a cancelled `write` that was waiting for room has queued nothing, so retrying it sends its
+///   bytes once; a write that has returned is committed, and cancelling its task later changes
+///   nothing;
+/// - a cancelled read loses no bytes: they are there for the next one.
+///
+/// Once the connection has failed or been closed, every write fails at once with the error that
+/// ended it (`EPIPE` when it ended cleanly). A write's success means the bytes are queued, not that
+/// the peer has them: the first write after the peer closed is usually accepted by the kernel, and
+/// the peer's reset fails a later one.
+///
 /// The connection owns its socket; `close()` (or the peer going away) releases it.
 public final class SocketConnection: Sendable {
     /// The bytes arriving from the peer, in chunks, until the peer shuts down its side; iterate it
@@ -21,6 +33,8 @@ public final class SocketConnection: Sendable {
     private let core: ConnectionCore
 
     /// Connects to `host:port` (trying each resolved address in turn within `timeout`).
+    ///
+    /// Cancelling the task ends the connect at once with `ECANCELED`, its socket closed.
     public static func connect(
         host: String, port: Int, timeout: Duration = .seconds(10),
         inboundLimit: Int = 256 * 1024, outboundLimit: Int = 256 * 1024
@@ -39,24 +53,37 @@ public final class SocketConnection: Sendable {
         ioQueue.queue.async { [core] in core.start() }
     }
 
-    /// Sends `bytes`, suspending while more than `outboundLimit` bytes wait for the peer.
-    public func write(_ bytes: some Collection<UInt8>) async throws {
+    /// Queues `bytes` for sending, first waiting while more than `outboundLimit` bytes wait for the
+    /// peer (see the type's notes on cancellation and failure).
+    public func write(_ bytes: some Collection<UInt8>) async throws(SocketError) {
         try await write(ByteChunk(bytes))
     }
 
-    /// Sends `chunk` without copying it, suspending while more than `outboundLimit` bytes wait for the peer.
-    public func write(_ chunk: ByteChunk) async throws {
-        try await core.write(chunk)
+    /// Queues `chunk` for sending without copying it, first waiting while more than
+    /// `outboundLimit` bytes wait for the peer (see the type's notes on cancellation and failure).
+    public func write(_ chunk: ByteChunk) async throws(SocketError) {
+        try await core.write(chunk).get()
     }
 
     /// Shuts down the sending side once everything written has left; `inbound` keeps delivering.
+    /// Later writes fail with `EPIPE`.
     public func shutdownWrite() {
-        core.queue.async { [core] in core.channel.shutdownWrite() }
+        core.queue.async { [core] in core.shutdownWrite() }
     }
 
     /// Closes the connection; pending reads end and pending writes fail.
     public func close() {
         core.queue.async { [core] in core.channel.close() }
+    }
+
+    /// How many writes are suspended waiting for room, as the connection's queue sees them now.
+    /// Lets tests act on a write that is certainly waiting instead of guessing how long to pause.
+    var waitingWriteCount: Int {
+        get async {
+            await withCheckedContinuation { continuation in
+                core.queue.async { [core] in continuation.resume(returning: core.waitingWriteCount) }
+            }
+        }
     }
 
     deinit {
@@ -71,15 +98,19 @@ public final class SocketConnection: Sendable {
 public struct InboundBytes: AsyncSequence, Sendable {
     /// A chunk of bytes as it arrived: never empty.
     public typealias Element = [UInt8]
+    /// The only error: the connection's failure, or `ECANCELED` when the reading task is cancelled.
+    public typealias Failure = SocketError
     fileprivate let core: ConnectionCore
 
     /// Iterates `InboundBytes`.
     public struct AsyncIterator: AsyncIteratorProtocol {
+        /// The connection's failure, or `ECANCELED`.
+        public typealias Failure = SocketError
         fileprivate let core: ConnectionCore
 
         /// The next bytes, or `nil` at end of stream.
-        public mutating func next() async throws -> [UInt8]? {
-            try await core.read()
+        public mutating func next() async throws(SocketError) -> [UInt8]? {
+            try await core.read().get()
         }
     }
 
@@ -98,10 +129,14 @@ private final class ConnectionCore: @unchecked Sendable {
 
     private var inbound: [UInt8] = []
     private var inboundEnded = false
-    private var failure: SocketError?
+    /// Whether the channel has closed (its `onClosed` ran); `failure` then says why, if it failed.
     private var closed = false
-    private var reader: Waiter<[UInt8]?>?
-    private var writers: [Waiter<Void>] = []
+    private var failure: SocketError?
+    private var writeShutDown = false
+    private var reader: PendingCall<[UInt8]?>?
+    /// Writes waiting, oldest first: for room (their bytes not queued yet), or, once the channel is
+    /// closing, for the error that closes it.
+    private var waitingWrites: [PendingWrite] = []
 
     init(channel: SocketChannel, inboundLimit: Int, outboundLimit: Int) {
         self.channel = channel
@@ -116,16 +151,20 @@ private final class ConnectionCore: @unchecked Sendable {
             inboundEnded = true
             wakeReader()
         }
-        channel.onDrained = { [self] in wakeWriters() }
+        channel.onDrained = { [self] in admitWaitingWrites() }
         channel.onClosed = { [self] error in
             closed = true
             failure = failure ?? error
             inboundEnded = true
             wakeReader()
-            wakeWriters()
+            let waiting = waitingWrites
+            waitingWrites = []
+            for write in waiting { write.call.resume(.failure(closedError)) }
         }
         channel.start()
     }
+
+    // MARK: Reading
 
     private func received(_ bytes: UnsafeRawBufferPointer) {
         inbound.append(contentsOf: bytes)
@@ -136,11 +175,11 @@ private final class ConnectionCore: @unchecked Sendable {
     private func wakeReader() {
         guard let waiting = reader, let result = takeInbound() else { return }
         reader = nil
-        waiting.resume(with: result)
+        waiting.resume(result)
     }
 
     /// What a read returns now, or `nil` when it has to wait.
-    private func takeInbound() -> Result<[UInt8]?, Error>? {
+    private func takeInbound() -> Result<[UInt8]?, SocketError>? {
         if !inbound.isEmpty {
             let bytes = inbound
             inbound = []
@@ -152,92 +191,122 @@ private final class ConnectionCore: @unchecked Sendable {
         return nil
     }
 
-    func read() async throws -> [UInt8]? {
-        let waiter = Waiter<[UInt8]?>()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
+    func read() async -> Result<[UInt8]?, SocketError> {
+        let call = PendingCall<[UInt8]?>()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
                 queue.async { [self] in
-                    guard !waiter.cancelled else {
-                        continuation.resume(throwing: CancellationError())
+                    call.continuation = continuation
+                    guard !call.cancelled else {
+                        call.resume(.failure(.cancelled("recv from", target: channel.label)))
                         return
                     }
                     precondition(reader == nil, "InboundBytes iterated from two tasks at once")
                     if let result = takeInbound() {
-                        continuation.resume(with: result)
+                        call.resume(result)
                     } else {
-                        waiter.continuation = continuation
-                        reader = waiter
+                        reader = call
                     }
                 }
             }
         } onCancel: {
             queue.async { [self] in
-                waiter.cancelled = true
-                guard reader === waiter else { return }
+                call.cancelled = true
+                guard reader === call else { return }
                 reader = nil
-                waiter.resume(with: .failure(CancellationError()))
+                call.resume(.failure(.cancelled("recv from", target: channel.label)))
             }
         }
     }
 
-    func write(_ chunk: ByteChunk) async throws {
-        let waiter = Waiter<Void>()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+    // MARK: Writing
+
+    /// Writes suspended in `waitingWrites`; read on `queue`.
+    var waitingWriteCount: Int { waitingWrites.count }
+
+    /// Why writes fail once the channel has closed.
+    private var closedError: SocketError {
+        failure ?? SocketError(.posix(EPIPE), operation: "send to", target: channel.label)
+    }
+
+    func write(_ chunk: ByteChunk) async -> Result<Void, SocketError> {
+        let write = PendingWrite(chunk)
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
                 queue.async { [self] in
-                    guard !waiter.cancelled else {
-                        continuation.resume(throwing: CancellationError())
+                    write.call.continuation = continuation
+                    guard !write.call.cancelled else {
+                        write.call.resume(.failure(.cancelled("send to", target: channel.label)))
                         return
                     }
-                    if closed || !channel.isOpen {
-                        continuation.resume(throwing: failure ?? SocketError(.posix(EPIPE), operation: "send to", target: channel.label))
-                        return
-                    }
-                    channel.write(chunk)
-                    // Wait while too much is queued, or, if this write failed, until onClosed (which runs
-                    // after the channel's cancel handlers) has recorded why.
-                    if !channel.isOpen || channel.outboundBytes > outboundLimit {
-                        waiter.continuation = continuation
-                        writers.append(waiter)
+                    if closed || writeShutDown {
+                        write.call.resume(.failure(closedError))
+                    } else if channel.isOpen, waitingWrites.isEmpty, channel.outboundBytes <= outboundLimit {
+                        send(write)
                     } else {
-                        continuation.resume()
+                        waitingWrites.append(write)
                     }
                 }
             }
         } onCancel: {
             queue.async { [self] in
-                waiter.cancelled = true
-                guard let index = writers.firstIndex(where: { $0 === waiter }) else { return }
-                writers.remove(at: index).resume(with: .failure(CancellationError()))
+                write.call.cancelled = true
+                // Only a write still waiting can be taken back; one whose bytes are queued stands.
+                guard let index = waitingWrites.firstIndex(where: { $0 === write }) else { return }
+                waitingWrites.remove(at: index)
+                write.call.resume(.failure(.cancelled("send to", target: channel.label)))
             }
         }
     }
 
-    private func wakeWriters() {
-        let waiting = writers
-        writers = []
-        for writer in waiting {
-            if closed {
-                writer.resume(with: .failure(failure ?? SocketError(.posix(EPIPE), operation: "send to", target: channel.label)))
-            } else {
-                writer.resume(with: .success(()))
-            }
+    /// Queues a write's bytes on the open channel and settles the write.
+    private func send(_ write: PendingWrite) {
+        channel.write(write.chunk)
+        if closed {
+            // The send failed and the channel, with no source left to wait for, closed inside it.
+            write.call.resume(.failure(closedError))
+        } else if channel.isOpen {
+            write.call.resume(.success(()))
+        } else {
+            // The send failed and the channel is closing: `onClosed` brings the error.
+            waitingWrites.append(write)
         }
     }
 
+    /// The channel's queue has drained: queue waiting writes, in order, until the limit is passed again.
+    private func admitWaitingWrites() {
+        while channel.isOpen, !waitingWrites.isEmpty, channel.outboundBytes <= outboundLimit {
+            send(waitingWrites.removeFirst())
+        }
+    }
+
+    func shutdownWrite() {
+        writeShutDown = true
+        channel.shutdownWrite()
+    }
 }
 
 /// One suspended `read` or `write`, used only on the connection's queue.
 ///
 /// Registering the wait and cancelling it both run on that serial queue, in whichever order they
-/// happen: a cancellation that comes first marks the waiter, and the registration then fails at
-/// once instead of waiting for a wake-up that would never come.
-private final class Waiter<Value: Sendable>: @unchecked Sendable {
-    var continuation: CheckedContinuation<Value, Error>?
+/// happen: a cancellation that comes first marks the call, and the registration then fails it at
+/// once instead of waiting for a wake-up that would never come. Resuming twice does nothing.
+private final class PendingCall<Value: Sendable>: @unchecked Sendable {
+    var continuation: CheckedContinuation<Result<Value, SocketError>, Never>?
     var cancelled = false
 
-    func resume(with result: sending Result<Value, Error>) {
-        continuation?.resume(with: result)
+    func resume(_ result: sending Result<Value, SocketError>) {
+        continuation?.resume(returning: result)
         continuation = nil
+    }
+}
+
+/// A `write` with the bytes it will queue once there is room.
+private final class PendingWrite: @unchecked Sendable {
+    let chunk: ByteChunk
+    let call = PendingCall<Void>()
+
+    init(_ chunk: ByteChunk) {
+        self.chunk = chunk
     }
 }

@@ -4,6 +4,9 @@ import Glibc
 ///
 /// Its description reads like `connect to localhost:7000 failed: Connection refused (errno 111)`;
 /// resolver failures read like `resolve nosuch.invalid:7000 failed: Name or service not known (EAI_NONAME)`.
+///
+/// Cancellation is a `SocketError` too, so that the async API can throw one typed error: a call
+/// whose task is cancelled fails with `ECANCELED` (`isCancellation`), naming the call it ended.
 public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Where the failure code comes from.
     public enum Code: Sendable, Hashable {
@@ -19,13 +22,25 @@ public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
     public let operation: String
     /// What the operation was applied to, e.g. `"localhost:7000"`; empty when nothing useful can be named.
     public let target: String
+    /// Our own wording of the failure, when the system's would not say what is wrong (an argument we
+    /// refused before making any call); `reason` uses it instead of `strerror`.
+    public let detail: String?
 
-    /// Creates an error from an explicit code.
-    public init(_ code: Code, operation: String, target: String = "") {
+    /// Creates an error from an explicit code, optionally with our own wording of it.
+    public init(_ code: Code, operation: String, target: String = "", detail: String? = nil) {
         self.code = code
         self.operation = operation
         self.target = target
+        self.detail = detail
     }
+
+    /// The error a call ends with when its task is cancelled: `ECANCELED`.
+    public static func cancelled(_ operation: String, target: String = "") -> SocketError {
+        SocketError(.posix(ECANCELED), operation: operation, target: target)
+    }
+
+    /// Whether the call ended because its task was cancelled, not because the connection failed.
+    public var isCancellation: Bool { code == .posix(ECANCELED) }
 
     /// Creates an error from the calling thread's current `errno`.
     public static func lastErrno(_ operation: String, target: String = "") -> SocketError {
@@ -38,13 +53,13 @@ public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
-    /// The system's wording of the failure, without the operation.
+    /// The wording of the failure, without the operation: the system's, or `detail` when there is one.
     public var reason: String {
         switch code {
         case .posix(let value):
-            return "\(String(cString: strerror(value))) (errno \(value))"
+            return "\(detail ?? String(cString: strerror(value))) (errno \(value))"
         case .resolver(let value):
-            return "\(String(cString: gai_strerror(value))) (\(Self.resolverCodeName(value)))"
+            return "\(detail ?? String(cString: gai_strerror(value))) (\(Self.resolverCodeName(value)))"
         }
     }
 

@@ -14,10 +14,11 @@ extension SocketConnection {
 
 /// Polls `condition` every 10 ms until it holds, recording an issue after `timeout`.
 ///
-/// For effects that have no event to wait on, such as the kernel releasing a descriptor.
-func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: () -> Bool) async throws {
+/// For effects that have no event to wait on, such as the kernel releasing a descriptor or a
+/// write reaching its wait.
+func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: () async -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
-    while !condition() {
+    while !(await condition()) {
         if ContinuousClock.now > deadline {
             Issue.record("timed out waiting until \(what)")
             return
@@ -69,5 +70,13 @@ extension ConnectionListener {
         var accepted = connections.makeAsyncIterator()
         let server = try #require(await accepted.next())
         return (client, server)
+    }
+}
+
+extension Result {
+    /// The error, if this is a failure.
+    var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
     }
 }
