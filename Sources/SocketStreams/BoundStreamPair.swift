@@ -38,6 +38,11 @@ final class BoundStreamPair: StreamPairCore, @unchecked Sendable {
         storage.deallocate()
     }
 
+    /// `false`: an in-memory pair has no property to set.
+    func setProperty(_ value: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
+        false
+    }
+
     func events(for side: StreamSide) -> StreamEventDelivery {
         side == .input ? inputEvents : outputEvents
     }
@@ -47,7 +52,7 @@ final class BoundStreamPair: StreamPairCore, @unchecked Sendable {
     }
 
     func error(_ side: StreamSide) -> Error? {
-        condition.withLock { side == .input ? nil : outputError }
+        condition.withLock { side == .input ? nil : outputError?.nsError }
     }
 
     func open(_ side: StreamSide) {

@@ -31,6 +31,8 @@ protocol StreamPairCore: AnyObject, Sendable {
     /// core's watch so that the next real one is posted.
     func stillHolds(_ event: Stream.Event, for side: StreamSide) -> Bool
     func property(forKey key: Stream.PropertyKey, side: StreamSide) -> AnyObject?
+    /// `setProperty(_:forKey:)` for either stream: whether the property was taken.
+    func setProperty(_ value: AnyObject?, forKey key: Stream.PropertyKey) -> Bool
 }
 
 /// The order in which one batch of coalesced events reaches the delegate, as CFStream orders them.
@@ -116,9 +118,9 @@ final class BridgedInputStream: InputStream, StreamDelegate, StreamEventTarget {
         core.property(forKey: key, side: .input)
     }
 
-    /// Always `false`: no property of these streams can be changed.
+    /// Takes the socket security properties (see `getStreamsToHost`); `false` for anything else.
     override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
-        false
+        core.setProperty(property, forKey: key)
     }
 
     func deliver(_ events: Stream.Event) {
@@ -189,9 +191,9 @@ final class BridgedOutputStream: OutputStream, StreamDelegate, StreamEventTarget
         core.property(forKey: key, side: .output)
     }
 
-    /// Always `false`: no property of these streams can be changed.
+    /// Takes the socket security properties (see `getStreamsToHost`); `false` for anything else.
     override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
-        false
+        core.setProperty(property, forKey: key)
     }
 
     func deliver(_ events: Stream.Event) {

@@ -1,23 +1,51 @@
 #if os(Linux)
 import Foundation
 
-// MARK: - SocketError as an NSError
+// MARK: - Stream errors as NSErrors
 //
-// Stream code written for Apple platforms inspects `streamError as NSError`: errno failures such as
-// a refused connect arrive there in `NSPOSIXErrorDomain` with the errno as code, and the same must
-// hold here. Swift code keeps the richer value with `streamError as? SocketError`.
+// Stream code written for Apple platforms inspects `streamError as NSError` and matches its domain
+// and code, so `streamError` is an NSError in the domain CFNetwork uses for the same failure:
 //
-// The shortcut taken: `CustomNSError` gives one domain per type, and swift-corelibs-foundation's
-// `as NSError` always uses it, so a resolver failure bridged with `as NSError` also says
-// `NSPOSIXErrorDomain` (with the negative `EAI_*` value as code, which no errno collides with).
-// `nsError` gives each failure its proper domain; use it when the domain matters.
+// | failure | domain | code | userInfo |
+// | --- | --- | --- | --- |
+// | a socket call (refused, reset, timed out, …) | `NSPOSIXErrorDomain` | the errno | |
+// | a name lookup (`getaddrinfo`) | `kCFErrorDomainCFNetwork` | `kCFHostErrorUnknown` (2) | `kCFGetAddrInfoFailureKey`: the `EAI_*` value |
+// | a request the bridge refuses (TLS) | `SocketStreamsErrorDomain` | a `SocketStreamsErrorCode` | |
+//
+// `localizedDescription` is the whole message (`connect to localhost:7000 failed: Connection
+// refused (errno 111)`), and Swift code finds the `SocketError` itself under `NSUnderlyingErrorKey`.
+// The `EAI_*` values are glibc's (negative), not Darwin's: code that compares them with constants
+// from its own platform's netdb.h matches either way.
+
+/// The domain CFNetwork reports failed host lookups in; Foundation on Linux has no CFNetwork, so
+/// SocketStreams names it for code that matches `streamError` against it.
+public let kCFErrorDomainCFNetwork = "kCFErrorDomainCFNetwork"
+
+/// The `userInfo` key under which a `kCFHostErrorUnknown` error carries `getaddrinfo`'s result code.
+public let kCFGetAddrInfoFailureKey = "kCFGetAddrInfoFailureKey"
+
+/// The host-lookup codes of CFNetwork's `kCFErrorDomainCFNetwork`, spelled as Apple's Swift overlay
+/// spells them.
+public enum CFNetworkErrors: Int32, Sendable {
+    /// The host name was not found (CFHost reports this; streams report `cfHostErrorUnknown`).
+    case cfHostErrorHostNotFound = 1
+    /// The lookup failed; `kCFGetAddrInfoFailureKey` holds `getaddrinfo`'s code.
+    case cfHostErrorUnknown = 2
+}
+
+/// The domain of failures that are the bridge's own decision rather than a system call's.
+public let SocketStreamsErrorDomain = "SocketStreamsErrorDomain"
+
+/// The codes of `SocketStreamsErrorDomain`.
+public enum SocketStreamsErrorCode: Int, Sendable {
+    /// TLS was requested (a socket security level or SSL settings) and this bridge has none, so the
+    /// stream failed to open rather than send in cleartext.
+    case tlsUnavailable = 1
+}
 
 extension SocketError: CustomNSError {
-    /// The domain `nsError` gives resolver (`getaddrinfo`) failures, named after CFNetwork's
-    /// `kCFStreamErrorDomainNetDB`; the code is the `EAI_*` value.
-    public static let resolverErrorDomain = "kCFStreamErrorDomainNetDB"
-
-    /// `NSPOSIXErrorDomain`: the domain `as NSError` uses for every `SocketError` (see `nsError`).
+    /// `NSPOSIXErrorDomain`, the domain `error as NSError` gives every `SocketError`, since
+    /// `CustomNSError` has one domain per type; `nsError` gives a lookup failure CFNetwork's domain.
     public static var errorDomain: String { NSPOSIXErrorDomain }
 
     /// The `errno` or `EAI_*` value.
@@ -28,19 +56,24 @@ extension SocketError: CustomNSError {
     }
 
     /// The full description (`connect to host:port failed: …`) under `NSLocalizedDescriptionKey`,
-    /// the system's wording alone under `NSLocalizedFailureReasonErrorKey`.
+    /// the wording alone under `NSLocalizedFailureReasonErrorKey`.
     public var errorUserInfo: [String: Any] {
         [NSLocalizedDescriptionKey: description, NSLocalizedFailureReasonErrorKey: reason]
     }
 
-    /// The error as an `NSError` in the domain its code belongs to: `NSPOSIXErrorDomain` for errno
-    /// values, `SocketError.resolverErrorDomain` for `getaddrinfo` results.
+    /// The error as CFNetwork would report it (see the table above): `NSPOSIXErrorDomain` and the
+    /// errno for socket calls, `kCFErrorDomainCFNetwork` / `kCFHostErrorUnknown` with the `EAI_*`
+    /// value under `kCFGetAddrInfoFailureKey` for lookups; the `SocketError` under `NSUnderlyingErrorKey`.
     public var nsError: NSError {
+        var userInfo = errorUserInfo
+        userInfo[NSUnderlyingErrorKey] = self
         switch code {
-        case .posix:
-            return NSError(domain: NSPOSIXErrorDomain, code: errorCode, userInfo: errorUserInfo)
-        case .resolver:
-            return NSError(domain: Self.resolverErrorDomain, code: errorCode, userInfo: errorUserInfo)
+        case .posix(let value):
+            return NSError(domain: NSPOSIXErrorDomain, code: Int(value), userInfo: userInfo)
+        case .resolver(let value):
+            userInfo[kCFGetAddrInfoFailureKey] = Int(value)
+            return NSError(
+                domain: kCFErrorDomainCFNetwork, code: Int(CFNetworkErrors.cfHostErrorUnknown.rawValue), userInfo: userInfo)
         }
     }
 }

@@ -41,15 +41,20 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         case connecting
         /// `socket` is connected.
         case connected
-        /// Connecting failed, or the connection broke; `socket` (if any) stays until both streams close.
-        case failed(SocketError)
+        /// Connecting failed or was refused, or the connection broke (`streamError` is this);
+        /// `socket` (if any) stays until both streams close.
+        case failed(NSError)
         /// Both streams closed and the descriptor is closed.
         case closed
     }
 
     private let host: String
     private let port: Int
-    private let queue = DispatchQueue(label: "SocketStreams.SocketStreamPair")
+    /// Where the pair's sources and connect run: one of a few queues all pairs share, so that any
+    /// number of pairs costs at most that many threads (a queue per pair let 300 pairs opening at
+    /// once start 264 Dispatch threads). Handlers only take `condition` briefly, never wait on it.
+    private let queue = SocketStreamPair.queues.next()
+    private static let queues = QueueRing(label: "SocketStreams.pairs", count: max(2, System.coreCount))
     private let inputEvents = StreamEventDelivery()
     private let outputEvents = StreamEventDelivery()
 
@@ -58,8 +63,12 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     private var socket: Socket?
     private var inputStatus = Stream.Status.notOpen
     private var outputStatus = Stream.Status.notOpen
-    private var inputError: SocketError?
-    private var outputError: SocketError?
+    private var inputError: NSError?
+    private var outputError: NSError?
+    /// The connect under way while `connection` is `.connecting`.
+    private var connectAttempt: ConnectAttempt?
+    /// What the app asked of the connection's security (`StreamSecurity`).
+    private var security = StreamSecurity.Request.none
     private var readSource: SuspendableSource?
     private var writeSource: SuspendableSource?
     /// The output stream was opened, then closed before the connection was up: send FIN once it is.
@@ -77,6 +86,9 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         self.host = host
         self.port = port
     }
+
+    /// `host:port` for messages.
+    private var target: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
     func events(for side: StreamSide) -> StreamEventDelivery {
         side == .input ? inputEvents : outputEvents
@@ -104,8 +116,12 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
             switch connection {
             case .idle:
                 setStatusLocked(side, .opening)
+                if case .tls(let requested) = security {
+                    failLocked(StreamSecurity.tlsRefusal(requested, target: target))
+                    return
+                }
                 connection = .connecting
-                SocketConnector.connect(host: host, port: port, timeout: Self.connectTimeout, queue: queue) {
+                connectAttempt = SocketConnector.connect(host: host, port: port, timeout: Self.connectTimeout, queue: queue) {
                     [self] result in connectFinished(result)
                 }
             case .connecting:
@@ -125,16 +141,22 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     private func connectFinished(_ result: Result<Socket, SocketError>) {
         condition.withLock {
             defer { condition.broadcast() }
+            connectAttempt = nil
+            if case .failed = connection {
+                // Refused while connecting (TLS was asked for): the connection is not wanted.
+                if case .success(let connected) = result { connected.close() }
+                return
+            }
+            guard inputStatus != .closed || outputStatus != .closed else {
+                // Both streams were closed while connecting (`close` cancelled the attempt).
+                if case .success(let connected) = result { connected.close() }
+                connection = .closed
+                return
+            }
             switch result {
             case .failure(let error):
-                failLocked(error)
+                failLocked(error.nsError)
             case .success(let connected):
-                guard inputStatus != .closed || outputStatus != .closed else {
-                    // Both streams were closed while connecting: nobody wants this connection.
-                    connected.close()
-                    connection = .closed
-                    return
-                }
                 socket = connected
                 connection = .connected
                 if inputStatus != .closed { startReadSourceLocked(connected) }
@@ -235,7 +257,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                 if inputStatus == .open { inputEvents.post(.hasBytesAvailable) }
             }
         } catch {
-            failLocked(error)
+            failLocked(error.nsError)
         }
     }
 
@@ -271,8 +293,9 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         }
     }
 
-    /// The connection failed or broke: every opened side reports `error`; sides opened later do too.
-    private func failLocked(_ error: SocketError) {
+    /// The connection failed, broke or was refused: every opened side reports `error`; sides opened
+    /// later do too.
+    private func failLocked(_ error: NSError) {
         connection = .failed(error)
         cancelReadSourceLocked()
         cancelWriteSourceLocked()
@@ -283,7 +306,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         condition.broadcast()
     }
 
-    private func failSideLocked(_ side: StreamSide, _ error: SocketError) {
+    private func failSideLocked(_ side: StreamSide, _ error: NSError) {
         setStatusLocked(side, .error)
         if side == .input {
             inputError = error
@@ -316,7 +339,10 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
             condition.broadcast()
             guard inputStatus == .closed, outputStatus == .closed else { return }
             if case .connecting = connection {
-                // connectFinished closes the socket when it arrives.
+                // As with CFStream, the socket goes now, not when the connect would have ended:
+                // the attempt closes it, then `connectFinished` marks the pair closed.
+                connectAttempt?.cancel()
+                while case .connecting = connection { condition.wait() }
                 return
             }
             while liveSources > 0 { condition.wait() }
@@ -364,7 +390,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                         condition.wait()
                     }
                 } catch {
-                    failLocked(error)
+                    failLocked(error.nsError)
                     return -1
                 }
             }
@@ -395,7 +421,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                         condition.wait()
                     }
                 } catch {
-                    failLocked(error)
+                    failLocked(error.nsError)
                     return -1
                 }
             }
@@ -461,6 +487,25 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     }
 
     // MARK: Properties
+
+    /// Takes the security properties (`StreamSecurity`), for both streams of the pair; every other
+    /// property is refused with `false`. TLS asked for makes opening fail; asked for once the
+    /// connection is under way, it fails the pair at once, since nothing more may go out in cleartext.
+    func setProperty(_ value: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
+        guard let request = StreamSecurity.request(setting: value, forKey: key) else { return false }
+        condition.withLock {
+            security = request
+            guard case .tls(let requested) = request else { return }
+            switch connection {
+            case .connecting, .connected:
+                connectAttempt?.cancel()
+                failLocked(StreamSecurity.tlsRefusal(requested, target: target))
+            case .idle, .failed, .closed:
+                break
+            }
+        }
+        return true
+    }
 
     /// Answers CFSocketStream's socket properties: `kCFStreamPropertySocketNativeHandle` (the
     /// descriptor as `Data` of an `Int32`, while connected), `kCFStreamPropertySocketRemoteHostName`

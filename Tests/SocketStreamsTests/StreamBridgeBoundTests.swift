@@ -64,7 +64,7 @@ struct StreamBridgeBoundTests {
             let result = writer.write(Array("late".utf8), maxLength: 4)
             bridgeRunRunLoop { recorder.saw(.errorOccurred, on: writer) }
             defer { writer.close() }
-            return (result, writer.streamError as? SocketError, recorder.saw(.errorOccurred, on: writer))
+            return (result, (writer.streamError as NSError?)?.userInfo[NSUnderlyingErrorKey] as? SocketError, recorder.saw(.errorOccurred, on: writer))
         }
 
         #expect(result == -1)

@@ -69,18 +69,22 @@ struct StreamBridgeSocketTests {
             bridgeRunRunLoop { recorder.saw(.errorOccurred, on: input) && recorder.saw(.errorOccurred, on: output) }
             defer { input.close(); output.close() }
             return (recorder.names(for: input) + recorder.names(for: output),
-                    input.streamError as? SocketError, output.streamError as? SocketError,
+                    input.streamError as NSError?, output.streamError as NSError?,
                     [input.streamStatus, output.streamStatus])
         }
 
         #expect(events == ["errorOccurred", "errorOccurred"], "expected one errorOccurred per stream, got \(events)")
-        #expect(inputError?.errno == ECONNREFUSED, "input streamError: \(String(describing: inputError))")
-        #expect(outputError?.errno == ECONNREFUSED, "output streamError: \(String(describing: outputError))")
         #expect(statuses == [.error, .error])
-        let bridged = try #require(inputError) as NSError
-        #expect(bridged.domain == NSPOSIXErrorDomain && bridged.code == Int(ECONNREFUSED),
-                "expected NSPOSIXErrorDomain/\(ECONNREFUSED), got \(bridged.domain)/\(bridged.code)")
-        #expect(bridged.localizedDescription.contains("Connection refused"), "\(bridged.localizedDescription)")
+        for error in [inputError, outputError] {
+            // As CFNetwork reports it: the errno in NSPOSIXErrorDomain.
+            let bridged = try #require(error, "expected a streamError")
+            #expect(bridged.domain == NSPOSIXErrorDomain && bridged.code == Int(ECONNREFUSED),
+                    "expected NSPOSIXErrorDomain/\(ECONNREFUSED), got \(bridged.domain)/\(bridged.code)")
+            #expect(bridged.localizedDescription == "connect to 127.0.0.1:\(port) failed: Connection refused (errno 111)")
+            // Swift code can have the SocketError itself.
+            let socketError = bridged.userInfo[NSUnderlyingErrorKey] as? SocketError
+            #expect(socketError?.errno == ECONNREFUSED, "expected the SocketError under NSUnderlyingErrorKey")
+        }
     }
 
     @Test func unknownHostReportsTheResolverError() async throws {
@@ -92,18 +96,21 @@ struct StreamBridgeSocketTests {
             input.open()
             bridgeRunRunLoop { !recorder.entries.isEmpty }
             defer { input.close(); output.close() }
-            return (recorder.names(for: input).first, input.streamError as? SocketError)
+            return (recorder.names(for: input).first, input.streamError as NSError?)
         }
 
         #expect(event == "errorOccurred")
-        let resolverError = try #require(error, "expected a SocketError in streamError")
-        #expect(resolverError.operation == "resolve", "expected a resolver failure, got \(resolverError)")
-        guard case .resolver(let code) = resolverError.code else {
-            Issue.record("expected a getaddrinfo code, got \(resolverError.code)")
-            return
-        }
-        #expect(resolverError.nsError.domain == SocketError.resolverErrorDomain)
-        #expect(resolverError.nsError.code == Int(code))
+        // As CFNetwork reports a failed lookup: kCFErrorDomainCFNetwork, kCFHostErrorUnknown, and
+        // getaddrinfo's own code under kCFGetAddrInfoFailureKey.
+        let bridged = try #require(error, "expected a streamError")
+        #expect(bridged.domain == kCFErrorDomainCFNetwork && bridged.code == Int(CFNetworkErrors.cfHostErrorUnknown.rawValue),
+                "expected kCFErrorDomainCFNetwork/kCFHostErrorUnknown, got \(bridged.domain)/\(bridged.code)")
+        let lookupCode = bridged.userInfo[kCFGetAddrInfoFailureKey] as? Int
+        #expect(lookupCode == Int(EAI_NONAME) || lookupCode == Int(EAI_AGAIN),
+                "expected EAI_NONAME (or EAI_AGAIN without DNS), got \(String(describing: lookupCode))")
+        #expect(bridged.localizedDescription.hasPrefix("resolve nosuch.invalid:7000 failed: "), "\(bridged.localizedDescription)")
+        let socketError = bridged.userInfo[NSUnderlyingErrorKey] as? SocketError
+        #expect(socketError?.operation == "resolve", "expected the SocketError under NSUnderlyingErrorKey")
     }
 
     @Test func peerCloseEndsTheInputStream() async throws {
@@ -249,7 +256,7 @@ struct StreamBridgeSocketTests {
             if !failedWrite { failedWrite = output.write(chunk, maxLength: chunk.count) == -1 }
             bridgeRunRunLoop { recorder.saw(.errorOccurred, on: output) }
             defer { input.close(); output.close() }
-            return (failedWrite, output.streamError as? SocketError, output.streamStatus,
+            return (failedWrite, (output.streamError as NSError?)?.userInfo[NSUnderlyingErrorKey] as? SocketError, output.streamStatus,
                     recorder.saw(.errorOccurred, on: output))
         }
 
