@@ -16,6 +16,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
     ],
@@ -24,7 +25,8 @@ let package = Package(
         .target(name: "CSocketShims"),
         // POSIX sockets + Dispatch sources and the async API; no Foundation, so what links only this
         // (the server, the load tester) does not carry Foundation and ICU.
-        .target(name: "SocketCore", dependencies: ["CSocketShims"]),
+        .target(
+            name: "SocketCore", dependencies: ["CSocketShims", .product(name: "DequeModule", package: "swift-collections")]),
         // Stream.getStreamsToHost / getBoundStreams for Linux: Foundation's InputStream/OutputStream
         // on SocketCore. Apps written for Apple's NSStream API import this.
         .target(name: "SocketStreams", dependencies: ["SocketCore"]),
