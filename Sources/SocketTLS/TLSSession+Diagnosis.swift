@@ -153,8 +153,8 @@ extension TLSSession {
             case .certificateExpired:
                 advice = "\(peerName) says \(selfName)'s certificate has expired; renew it"
             default:
-                advice = "\(peerName) rejected \(selfName)'s certificate (self-signed, or not naming the host "
-                    + "\(peerName) connected to, are refused like this)"
+                advice = "\(peerName) rejected \(selfName)'s certificate; clients say this when it is self-signed "
+                    + "or does not name the host they connected to"
             }
             return TLSError(.peerRejectedCertificate(alert), operation: operation, target: peerLabel,
                             reason: "\(advice) [alert \(alert)]", detail: detail)
@@ -163,8 +163,7 @@ extension TLSSession {
         var reason = "\(peerName) ended the \(stage) with alert \(alert)"
         switch alert {
         case .handshakeFailure:
-            reason += " (no parameters in common, or a refusal it does not explain; a client that checks host names "
-                + "sends this too when the certificate does not name the host it connected to)"
+            reason += " (no parameters in common, or a refusal it does not explain)"
         case TLSAlert(112):
             reason += " (the server does not serve the host name this client asked for)"
         default:

@@ -79,11 +79,12 @@ final class TestPKI {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// A self-signed CA certificate named `name`, valid from an hour ago for ten years.
-    func certificateAuthority(_ name: String) -> Identity {
+    /// A CA certificate named `name`, self-signed (a root) or issued by `issuer` (an intermediate),
+    /// valid from an hour ago for ten years.
+    func certificateAuthority(_ name: String, issuedBy issuer: Identity? = nil) -> Identity {
         let key = Self.makeKey()
         let certificate = makeCertificate(
-            commonName: name, publicKey: key, issuer: nil, signingKey: key, names: [],
+            commonName: name, publicKey: key, issuer: issuer?.certificate, signingKey: issuer?.key ?? key, names: [],
             validFrom: -3600, validFor: 10 * 365 * 86_400, isCA: true)
         return store(name, certificate: certificate, key: key)
     }
@@ -92,7 +93,7 @@ final class TestPKI {
     /// itself when `nil`), valid from `validFrom` seconds from now for `validFor` seconds.
     func serverCertificate(
         _ fileName: String, commonName: String = "localhost", names: [String] = ["localhost", "127.0.0.1", "::1"],
-        issuedBy issuer: Identity?, validFrom: Int = -3600, validFor: Int = 30 * 86_400
+        issuedBy issuer: Identity?, validFrom: Int = -3600, validFor: Int = 365 * 86_400
     ) -> Identity {
         let key = Self.makeKey()
         let certificate = makeCertificate(
