@@ -205,7 +205,7 @@ public final class TLSContext: @unchecked Sendable {
                 + "every client will refuse it until it is renewed")
         } else if leaf.secondsUntilExpiry < expiryWarningSeconds {
             warnings.append("the certificate in \(chainFile) (\(leaf.subject)) expires at \(leaf.validUntil), "
-                + "in \(leaf.secondsUntilExpiry / 86_400) days; renew it")
+                + "in \((leaf.secondsUntilExpiry + 86_399) / 86_400) days; renew it")
         }
         if leaf.names.isEmpty {
             warnings.append("the certificate in \(chainFile) (\(leaf.subject)) has no subjectAltName; clients check "
