@@ -1,12 +1,16 @@
+#if !FUZZING
 @testable import SocketTLS
+#endif
 
 /// Two sessions wired together through memory, the way two channels would be through a socket,
 /// except that every transfer is cut into chunks of the sizes given (cycled), empty ones included,
 /// and plaintext is read out through buffers of cycling sizes too.
 ///
-/// Each side records what it received, whether the peer's close_notify arrived and the error that
-/// ended it. A side that failed keeps delivering what it queued (its alert) to the other side,
-/// as a channel would before closing.
+/// Each side queues plaintext as a list of chunks and encrypts from the head of that list with a
+/// limit, as a channel's outbound queue will. Each side records what it received, whether the
+/// peer's close_notify arrived and the error that ended it. A side that failed keeps delivering
+/// what it queued (its alert) to the other side, as a channel would before closing. One byte in
+/// transit can be corrupted on purpose.
 final class SessionPair {
     /// One side of the pair.
     final class Side {
@@ -19,8 +23,11 @@ final class SessionPair {
         var error: TLSError?
         /// Whether the handshake completed on this side (as `receive` reported it).
         var handshakeCompleted = false
-        /// Plaintext queued by `send` and not yet consumed by `encrypt`.
-        var unsent: [UInt8] = []
+        /// Plaintext chunks queued by `send`; the first from `headOffset` on is not yet encrypted.
+        var unsent: [PlaintextChunk] = []
+        var headOffset = 0
+        /// Everything ever queued, in order (what the peer should receive).
+        var sent: [UInt8] = []
         /// Whether `closeOutput` is wanted once everything queued is encrypted.
         var closeRequested = false
 
@@ -34,21 +41,32 @@ final class SessionPair {
     private let readSizes: [Int]
     private var nextRead = 0
 
-    /// Ciphertext bytes that crossed in each direction (for checks on overhead).
-    private(set) var clientToServerBytes = 0
-    private(set) var serverToClientBytes = 0
+    /// Ciphertext bytes that crossed, both directions together.
+    private(set) var transferredBytes = 0
+    /// At most this many plaintext bytes per `encrypt` call.
+    var encryptLimit = Int.max
+    /// Flip the bits of `mask` in the byte at this position of all ciphertext transferred.
+    var corruption: (position: Int, mask: UInt8)?
+
+    // Scratch for readPlaintext, as large as the largest read size.
+    private let readBuffer: UnsafeMutableRawBufferPointer
 
     init(client: TLSSession, server: TLSSession, chunkSizes: [Int] = [Int.max], readSizes: [Int] = [64 * 1024]) {
         precondition(chunkSizes.contains { $0 > 0 } && readSizes.allSatisfy { $0 > 0 })
+        readBuffer = .allocate(byteCount: readSizes.max()!, alignment: 16)
         self.client = Side(client)
         self.server = Side(server)
         self.chunkSizes = chunkSizes
         self.readSizes = readSizes
     }
 
-    /// Queues plaintext on `side`; `pump` encrypts it once the handshake allows.
+    deinit { readBuffer.deallocate() }
+
+    /// Queues plaintext on `side` as one chunk; `pump` encrypts it once the handshake allows.
     func send(_ bytes: [UInt8], from side: Side) {
-        side.unsent += bytes
+        guard !bytes.isEmpty else { return }
+        side.unsent.append(PlaintextChunk(bytes))
+        side.sent += bytes
     }
 
     /// Asks `side` to send close_notify after what it has queued.
@@ -75,16 +93,28 @@ final class SessionPair {
     private func encrypt(_ side: Side) -> Bool {
         guard side.error == nil, side.session.isEstablished else { return false }
         var moved = false
-        if !side.unsent.isEmpty {
+        while !side.unsent.isEmpty {
+            let consumed: Int
             do {
-                let consumed = try side.unsent.withBytes { bytes throws(TLSError) in
-                    try side.session.encrypt(CollectionOfOne(bytes))
-                }
-                side.unsent.removeFirst(consumed)
-                moved = consumed > 0
+                consumed = try encryptQueue(of: side)
             } catch {
                 side.error = error
                 return true
+            }
+            guard consumed > 0 else { break }
+            moved = true
+            // Drop what was consumed: whole chunks, then part of the next.
+            var remaining = consumed
+            while remaining > 0 {
+                let available = side.unsent[0].bytes.count - side.headOffset
+                if remaining >= available {
+                    remaining -= available
+                    side.unsent.removeFirst()
+                    side.headOffset = 0
+                } else {
+                    side.headOffset += remaining
+                    remaining = 0
+                }
             }
         }
         if side.unsent.isEmpty, side.closeRequested {
@@ -95,28 +125,39 @@ final class SessionPair {
         return moved
     }
 
+    /// One `encrypt` over the whole queue from its head offset, as a channel's flush would call it.
+    private func encryptQueue(of side: Side) throws(TLSError) -> Int {
+        let buffers = side.unsent.enumerated().lazy.map { index, chunk in
+            UnsafeRawBufferPointer(rebasing: chunk.bytes[(index == 0 ? side.headOffset : 0)...])
+        }
+        return try side.session.encrypt(buffers, limit: encryptLimit)
+    }
+
     /// Moves `from`'s pending ciphertext into `to`, one chunk per `receive`.
     private func transfer(from: Side, to: Side) -> Bool {
-        let pending = Array(from.session.pendingCiphertext)
+        var pending = Array(from.session.pendingCiphertext)
         guard !pending.isEmpty else { return false }
         from.session.consumeCiphertext(pending.count)
-        if from === client { clientToServerBytes += pending.count } else { serverToClientBytes += pending.count }
+        if let corruption, (transferredBytes..<(transferredBytes + pending.count)).contains(corruption.position) {
+            pending[corruption.position - transferredBytes] ^= corruption.mask
+        }
+        transferredBytes += pending.count
         guard to.error == nil else { return true }
-        var offset = 0
-        while offset < pending.count {
-            let size = min(chunkSizes[nextChunk % chunkSizes.count], pending.count - offset)
-            nextChunk += 1
-            let outcome: TLSSession.ReceiveOutcome
-            do {
-                outcome = try Array(pending[offset..<(offset + size)]).withBytes { bytes throws(TLSError) in
-                    try to.session.receive(bytes)
+        pending.withUnsafeBytes { all in
+            var offset = 0
+            while offset < all.count {
+                let size = min(chunkSizes[nextChunk % chunkSizes.count], all.count - offset)
+                nextChunk += 1
+                do throws(TLSError) {
+                    if try to.session.receive(UnsafeRawBufferPointer(rebasing: all[offset..<(offset + size)])) == .handshakeCompleted {
+                        to.handshakeCompleted = true
+                    }
+                } catch {
+                    to.error = error
+                    return
                 }
-            } catch {
-                to.error = error
-                return true
+                offset += size
             }
-            if outcome == .handshakeCompleted { to.handshakeCompleted = true }
-            offset += size
         }
         return true
     }
@@ -128,17 +169,16 @@ final class SessionPair {
         while true {
             let size = readSizes[nextRead % readSizes.count]
             nextRead += 1
-            var buffer = [UInt8](repeating: 0, count: size)
             let result: TLSSession.PlaintextRead
             do {
-                result = try buffer.withMutableBytes { bytes throws(TLSError) in try side.session.readPlaintext(into: bytes) }
+                result = try side.session.readPlaintext(into: UnsafeMutableRawBufferPointer(rebasing: readBuffer[0..<size]))
             } catch {
                 side.error = error
                 return true
             }
             switch result {
             case .bytes(let count):
-                side.received += buffer[0..<count]
+                side.received += readBuffer[0..<count]
                 moved = true
             case .needsCiphertext:
                 return moved
@@ -159,4 +199,16 @@ final class SessionPair {
         }
         _ = readPlaintext(side)
     }
+}
+
+/// Plaintext queued on a side: bytes at a stable address, as a channel's `ByteChunk`.
+final class PlaintextChunk {
+    let bytes: UnsafeMutableRawBufferPointer
+
+    init(_ source: [UInt8]) {
+        bytes = .allocate(byteCount: source.count, alignment: 1)
+        bytes.copyBytes(from: source)
+    }
+
+    deinit { bytes.deallocate() }
 }

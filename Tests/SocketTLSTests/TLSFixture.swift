@@ -1,5 +1,6 @@
-import Testing
+#if !FUZZING
 @testable import SocketTLS
+#endif
 
 /// A test CA, a server certificate it issued for localhost, 127.0.0.1 and ::1, and the contexts and
 /// session pairs most tests start from.
