@@ -66,10 +66,6 @@ static inline int sockettls_CTX_add0_chain_cert(SSL_CTX *context, X509 *certific
     return (int)SSL_CTX_add0_chain_cert(context, certificate);
 }
 
-static inline void sockettls_free(void *pointer) {
-    OPENSSL_free(pointer);
-}
-
 static inline int sockettls_GENERAL_NAMES_count(const GENERAL_NAMES *names) {
     return sk_GENERAL_NAME_num(names);
 }

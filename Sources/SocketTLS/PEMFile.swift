@@ -8,8 +8,6 @@ import Glibc
 /// a swapped certificate and key and a passphrase-protected key all as some "PEM lib" or "no start
 /// line" error. Reading the bytes here first lets each of those say what to do instead.
 struct PEMFile {
-    /// The path, as given.
-    let path: String
     /// The file's bytes.
     let bytes: [UInt8]
     /// What the file is meant to hold, for messages: "certificate chain", "private key", "CA certificates".
@@ -21,7 +19,6 @@ struct PEMFile {
 
     /// Reads `path`; the errors name the file and say what is wrong with it.
     init(path: String, purpose: String, operation: String) throws(TLSError) {
-        self.path = path
         self.purpose = purpose
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else {

@@ -17,9 +17,6 @@ public struct TLSCertificateSummary: Sendable, Hashable, CustomStringConvertible
     /// Seconds from now until `validUntil`; negative once expired.
     public let secondsUntilExpiry: Int64
 
-    /// Whether subject and issuer are the same (a self-signed certificate or a root CA).
-    public var isSelfIssued: Bool { subject == issuer }
-
     /// `CN=localhost (localhost, 127.0.0.1, ::1), valid until 2026-01-01 00:00:00 UTC`.
     public var description: String {
         let covered = names.isEmpty ? "" : " (\(names.joined(separator: ", ")))"

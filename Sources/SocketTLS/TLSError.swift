@@ -94,20 +94,12 @@ public struct TLSAlert: Sendable, Hashable, CustomStringConvertible {
     /// Wraps an alert number.
     public init(_ code: UInt8) { self.code = code }
 
-    /// close_notify (0): the orderly end of one direction.
-    public static let closeNotify = TLSAlert(0)
     /// handshake_failure (40): no acceptable set of parameters, or another reason the peer keeps to itself.
     public static let handshakeFailure = TLSAlert(40)
     /// bad_certificate (42).
     public static let badCertificate = TLSAlert(42)
-    /// unsupported_certificate (43).
-    public static let unsupportedCertificate = TLSAlert(43)
-    /// certificate_revoked (44).
-    public static let certificateRevoked = TLSAlert(44)
     /// certificate_expired (45).
     public static let certificateExpired = TLSAlert(45)
-    /// certificate_unknown (46).
-    public static let certificateUnknown = TLSAlert(46)
     /// unknown_ca (48).
     public static let unknownCA = TLSAlert(48)
     /// protocol_version (70).

@@ -290,6 +290,34 @@ struct TLSSessionTests {
         #expect(pair.client.error == nil && pair.server.error == nil)
     }
 
+    @Test func plaintextLeftUnreadWaitsInTheSession() throws {
+        let fixture = TLSFixture()
+        let pair = try fixture.pair()
+        pair.pump()
+        let data = patternBytes(40_000)
+        _ = try data.withBytes { bytes throws(TLSError) in try pair.client.session.encrypt(CollectionOfOne(bytes)) }
+        let server = pair.server.session
+        try server.receive(pair.client.session.pendingCiphertext)
+        #expect(server.hasBufferedInput == true)
+
+        // The owner reads a little, then pauses (its consumer is full).
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1_000)
+        guard case .bytes(let first) = try buffer.withMutableBytes({ bytes throws(TLSError) in try server.readPlaintext(into: bytes) }) else {
+            Issue.record("expected plaintext")
+            return
+        }
+        received += buffer[0..<first]
+        #expect(server.hasBufferedInput, "the rest waits inside the session, with no new ciphertext to announce it")
+
+        // Resuming reads the rest without any new ciphertext.
+        while case .bytes(let count) = try buffer.withMutableBytes({ bytes throws(TLSError) in try server.readPlaintext(into: bytes) }) {
+            received += buffer[0..<count]
+        }
+        #expect(received == data)
+        #expect(!server.hasBufferedInput)
+    }
+
     @Test func idleSessionsHoldNoCiphertextBuffers() throws {
         let fixture = TLSFixture()
         let pair = try fixture.pair(chunkSizes: [777])
