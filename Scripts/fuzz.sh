@@ -20,7 +20,7 @@ Tests/SocketTLSTests/TLSFuzzProperties.swift):
   tls        arbitrary bytes as a hostile TLS peer (never plaintext, a sticky typed error,
              bounded memory, the same verdict however the bytes are cut), or as the
              schedule of a conversation between two sessions with perhaps one flipped
-             byte (all data arrives intact, or a prefix of it and an error).
+             byte (all data arrives intact, or only a prefix of it: never altered).
 
 Builds with `swiftc -sanitize=fuzzer,address` into .build-fuzz/. Seeds come from
 Fuzz/corpus/<target>/ and Fuzz/regressions/<target>/; inputs the fuzzer finds
@@ -70,9 +70,9 @@ mkdir -p "$build"
 # Swift's backtracer would otherwise intercept the crash before libFuzzer reports it.
 export SWIFT_BACKTRACE=enable=no
 
+codec=("$root"/Sources/ChatProtocol/*.swift "$root/Tests/ChatProtocolTests/FuzzProperties.swift")
+tls_tests="$root/Tests/SocketTLSTests"
 for target in "${targets[@]}"; do
-    codec=("$root"/Sources/ChatProtocol/*.swift "$root/Tests/ChatProtocolTests/FuzzProperties.swift")
-    tls_tests="$root/Tests/SocketTLSTests"
     case $target in
         decode) sources=("${codec[@]}" "$root/Fuzz/DecodeTarget.swift") module=ChatProtocolFuzz links=() ;;
         roundtrip) sources=("${codec[@]}" "$root/Fuzz/RoundTripTarget.swift") module=ChatProtocolFuzz links=() ;;

@@ -1,3 +1,5 @@
+// Also compiled into the TLS fuzz target by Scripts/fuzz.sh (-D FUZZING, one module with
+// the SocketTLS sources): no Testing, no imports of our modules outside `#if !FUZZING`.
 import COpenSSL
 import Glibc
 
