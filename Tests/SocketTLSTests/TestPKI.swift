@@ -46,14 +46,24 @@ final class TestPKI {
     }
 
     deinit {
-        if let entries = opendir(directory) {
+        Self.removeTree(directory)
+    }
+
+    /// Deletes `path` and everything below it (tests make subdirectories, e.g. for dev-cert.sh).
+    private static func removeTree(_ path: String) {
+        if let entries = opendir(path) {
             while let entry = readdir(entries) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-                if name != "." && name != ".." { unlink("\(directory)/\(name)") }
+                guard name != "." && name != ".." else { continue }
+                if Int32(entry.pointee.d_type) == DT_DIR {
+                    removeTree("\(path)/\(name)")
+                } else {
+                    unlink("\(path)/\(name)")
+                }
             }
             closedir(entries)
         }
-        rmdir(directory)
+        rmdir(path)
     }
 
     /// A path inside the directory.
