@@ -32,7 +32,7 @@ struct DevCertScriptTests {
             let clientEnd = LoopbackEnd(socket: sockets.client, session: try client.makeClientSession(serverName: name, peerLabel: name))
             let serverEnd = LoopbackEnd(socket: sockets.server, session: server.makeServerSession(peerLabel: "client"))
             clientEnd.send(Array("hi".utf8))
-            #expect(drive([clientEnd, serverEnd]) { serverEnd.received == Array("hi".utf8) || clientEnd.error != nil },
+            #expect(await drive([clientEnd, serverEnd]) { serverEnd.received == Array("hi".utf8) || clientEnd.error != nil },
                     "handshake for \(name)")
             #expect(clientEnd.error == nil, "\(name): \(String(describing: clientEnd.error))")
             sockets.client.close()

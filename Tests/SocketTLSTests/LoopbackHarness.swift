@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import SocketCore
 @testable import SocketTLS
@@ -6,8 +7,9 @@ import SocketCore
 /// reads fed to the session, plaintext read out, ciphertext sent as the socket takes it. Without a
 /// session it is a plain-text peer (bytes go out and come in as they are).
 ///
-/// Used only from the thread that calls `drive`.
-final class LoopbackEnd {
+/// Thread confinement, not a lock: while `drive` runs, only its thread touches the end; the test
+/// reads it between drives, never during one.
+final class LoopbackEnd: @unchecked Sendable {
     let socket: Socket
     let session: TLSSession?
     /// What arrived: plaintext through the session, or the raw bytes without one.
@@ -181,8 +183,19 @@ final class LoopbackEnd {
 
 /// Drives `ends` with poll(2) until `condition` holds (returns true) or `timeout` passes (false).
 /// Never sleeps on a guess: it waits for the sockets, 50 ms at a time, and checks after each event.
+///
+/// The loop blocks in poll(2), so it runs on a thread of its own: on the concurrency runtime's
+/// pool (two threads on two cores) it would starve other suites' tasks running meanwhile.
 @discardableResult
-func drive(_ ends: [LoopbackEnd], timeout: Duration = .seconds(30), until condition: () -> Bool) -> Bool {
+func drive(
+    _ ends: [LoopbackEnd], timeout: Duration = .seconds(30), until condition: @escaping @Sendable () -> Bool
+) async -> Bool {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: driveBlocking(ends, timeout: timeout, until: condition)) }.start()
+    }
+}
+
+private func driveBlocking(_ ends: [LoopbackEnd], timeout: Duration, until condition: () -> Bool) -> Bool {
     let deadline = ContinuousClock.now + timeout
     while true {
         var moved = true

@@ -59,15 +59,15 @@ struct OpenSSLInteropTests {
         let end = LoopbackEnd(socket: try connectedSocket(port: port), session: session)
         defer { end.socket.close() }
         end.send(Array("hello from swift\n".utf8))
-        #expect(drive([end]) { server.output.contains("hello from swift") }, "s_server output: \(server.output)")
+        #expect(await drive([end]) { server.output.contains("hello from swift") }, "s_server output: \(server.output)")
         server.send("hello from openssl")
-        #expect(drive([end]) { String(decoding: end.received, as: UTF8.self).contains("hello from openssl") })
+        #expect(await drive([end]) { String(decoding: end.received, as: UTF8.self).contains("hello from openssl") })
         #expect(end.error == nil, "\(String(describing: end.error))")
         #expect(session.negotiatedVersion == (version == "-tls1_2" ? .v1_2 : .v1_3))
     }
 
     @Test(arguments: ["-tls1_2", "-tls1_3"])
-    func openSSLClientTalksToOurServer(version: String) throws {
+    func openSSLClientTalksToOurServer(version: String) async throws {
         let fixture = TLSFixture()
         let (client, end) = try connectClient(fixture, server: try fixture.serverContext(), [version, "-quiet"])
         defer {
@@ -75,10 +75,10 @@ struct OpenSSLInteropTests {
             end.socket.close()
         }
         client.send("hello from openssl")
-        #expect(drive([end]) { String(decoding: end.received, as: UTF8.self).contains("hello from openssl") },
+        #expect(await drive([end]) { String(decoding: end.received, as: UTF8.self).contains("hello from openssl") },
                 "s_client output: \(client.output)")
         end.send(Array("hello from swift\n".utf8))
-        #expect(drive([end]) { client.output.contains("hello from swift") }, "s_client output: \(client.output)")
+        #expect(await drive([end]) { client.output.contains("hello from swift") }, "s_client output: \(client.output)")
         #expect(end.error == nil, "\(String(describing: end.error))")
     }
 
@@ -91,9 +91,9 @@ struct OpenSSLInteropTests {
             end.socket.close()
         }
         client.send("before")
-        #expect(drive([end]) { String(decoding: end.received, as: UTF8.self).contains("before") }, "s_client: \(client.output)")
+        #expect(await drive([end]) { String(decoding: end.received, as: UTF8.self).contains("before") }, "s_client: \(client.output)")
         client.send("R")
-        #expect(drive([end]) { end.isClosed }, "s_client: \(client.output)")
+        #expect(await drive([end]) { end.isClosed }, "s_client: \(client.output)")
         let output = await finalOutput(of: client)
         #expect(output.contains("RENEGOTIATING"))
         #expect(output.contains("no renegotiation"), "s_client was told no_renegotiation: \(output)")
@@ -109,17 +109,17 @@ struct OpenSSLInteropTests {
         let end = LoopbackEnd(socket: try connectedSocket(port: port), session: session)
         defer { end.socket.close() }
         end.send(Array("hello\n".utf8))
-        #expect(drive([end]) { server.output.contains("hello") }, "s_server: \(server.output)")
+        #expect(await drive([end]) { server.output.contains("hello") }, "s_server: \(server.output)")
         // s_server's "r" command sends a HelloRequest.
         server.send("r")
-        #expect(drive([end]) { end.isClosed }, "s_server: \(server.output)")
+        #expect(await drive([end]) { end.isClosed }, "s_server: \(server.output)")
         let output = await finalOutput(of: server)
         #expect(output.contains("no renegotiation"), "s_server was told no_renegotiation: \(output)")
         #expect(end.error?.kind == .renegotiationRefused, "\(String(describing: end.error))")
         #expect(end.error?.reason.hasPrefix("the server asked to renegotiate") == true)
     }
 
-    @Test func keyUpdateRequestedByOpenSSLIsAnswered() throws {
+    @Test func keyUpdateRequestedByOpenSSLIsAnswered() async throws {
         let fixture = TLSFixture()
         let (client, end) = try connectClient(fixture, server: try fixture.serverContext(), ["-tls1_3"])
         defer {
@@ -127,13 +127,13 @@ struct OpenSSLInteropTests {
             end.socket.close()
         }
         client.send("first")
-        #expect(drive([end]) { String(decoding: end.received, as: UTF8.self).contains("first") }, "s_client: \(client.output)")
+        #expect(await drive([end]) { String(decoding: end.received, as: UTF8.self).contains("first") }, "s_client: \(client.output)")
         // "K": a KeyUpdate that asks us to update our keys as well.
         client.send("K")
-        #expect(drive([end]) { client.output.contains("KEYUPDATE") }, "s_client: \(client.output)")
+        #expect(await drive([end]) { client.output.contains("KEYUPDATE") }, "s_client: \(client.output)")
         client.send("second")
         end.send(Array("reply after update\n".utf8))
-        #expect(drive([end]) { String(decoding: end.received, as: UTF8.self).contains("second") && client.output.contains("reply after update") },
+        #expect(await drive([end]) { String(decoding: end.received, as: UTF8.self).contains("second") && client.output.contains("reply after update") },
                 "s_client: \(client.output)")
         #expect(end.error == nil, "\(String(describing: end.error))")
     }
@@ -146,7 +146,7 @@ struct OpenSSLInteropTests {
             client.stop()
             end.socket.close()
         }
-        #expect(drive([end]) { end.isClosed }, "s_client: \(client.output)")
+        #expect(await drive([end]) { end.isClosed }, "s_client: \(client.output)")
         #expect(end.error?.kind == .protocolVersion, "\(String(describing: end.error))")
         #expect(end.error?.reason.hasPrefix("the client offered only versions older than TLS 1.2 (this server speaks TLS 1.2 and 1.3)") == true,
                 "\(String(describing: end.error))")
@@ -154,14 +154,14 @@ struct OpenSSLInteropTests {
         #expect(output.contains("protocol version"), "s_client was told: \(output)")
     }
 
-    @Test func clientWithoutForwardSecretCiphersIsRefusedNamingIt() throws {
+    @Test func clientWithoutForwardSecretCiphersIsRefusedNamingIt() async throws {
         let fixture = TLSFixture()
         let (client, end) = try connectClient(fixture, server: try fixture.serverContext(), ["-tls1_2", "-cipher", "AES128-SHA"])
         defer {
             client.stop()
             end.socket.close()
         }
-        #expect(drive([end]) { end.isClosed }, "s_client: \(client.output)")
+        #expect(await drive([end]) { end.isClosed }, "s_client: \(client.output)")
         #expect(end.error?.kind == .noSharedCipher, "\(String(describing: end.error))")
     }
 
@@ -172,7 +172,7 @@ struct OpenSSLInteropTests {
         let session = try fixture.clientContext(maximum: .v1_2).makeClientSession(serverName: "localhost", peerLabel: "s_server")
         let end = LoopbackEnd(socket: try connectedSocket(port: port), session: session)
         defer { end.socket.close() }
-        #expect(drive([end]) { end.isClosed })
+        #expect(await drive([end]) { end.isClosed })
         #expect(end.error?.kind == .protocolVersion, "\(String(describing: end.error))")
     }
 }
