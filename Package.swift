@@ -9,6 +9,7 @@ let package = Package(
     products: [
         .library(name: "SocketCore", targets: ["SocketCore"]),
         .library(name: "SocketStreams", targets: ["SocketStreams"]),
+        .library(name: "SocketTLS", targets: ["SocketTLS"]),
         .library(name: "ChatProtocol", targets: ["ChatProtocol"]),
         .executable(name: "chat-server", targets: ["chat-server"]),
         .executable(name: "chat-client", targets: ["chat-client"]),
@@ -27,6 +28,12 @@ let package = Package(
         // (the server, the load tester) does not carry Foundation and ICU.
         .target(
             name: "SocketCore", dependencies: ["CSocketShims", .product(name: "DequeModule", package: "swift-collections")]),
+        // OpenSSL 3 from Debian's libssl-dev, found with pkg-config; shim.h wraps the macros Swift
+        // cannot import.
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        // TLS 1.2/1.3 as a per-connection state machine over memory BIOs: ciphertext in, plaintext
+        // out and back, never a socket. SocketChannel will carry one (docs/TLS.md).
+        .target(name: "SocketTLS", dependencies: ["COpenSSL"]),
         // Stream.getStreamsToHost / getBoundStreams for Linux: Foundation's InputStream/OutputStream
         // on SocketCore. Apps written for Apple's NSStream API import this.
         .target(name: "SocketStreams", dependencies: ["SocketCore"]),
@@ -62,6 +69,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["SocketCore"], path: "Tests/TestSupport"),
         .testTarget(name: "SocketCoreTests", dependencies: ["SocketCore", "TestSupport"]),
         .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "TestSupport"]),
+        .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
         .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol"]),
