@@ -49,7 +49,9 @@ let package = Package(
         .executableTarget(name: "chat-wire", dependencies: ["ChatProtocol", "ChatWireComparison", argumentParser]),
 
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
-        .target(name: "ChatServer", dependencies: ["SocketCore", "ChatProtocol", logging]),
+        .target(
+            name: "ChatServer",
+            dependencies: ["SocketCore", "ChatProtocol", logging, .product(name: "DequeModule", package: "swift-collections")]),
         .executableTarget(name: "chat-server", dependencies: ["ChatServer", argumentParser, logging]),
 
         // libedit, found through pkg-config; Debian's libedit-dev provides it.

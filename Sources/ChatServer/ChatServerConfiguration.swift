@@ -20,14 +20,22 @@ public struct ChatServerConfiguration: Sendable {
     /// The most rooms one client may be in.
     public var maxRoomsPerClient = 50
 
-    /// Requests a client may send per second, on average; 0 turns rate limiting off.
+    /// Frames a client may send per second, on average; 0 turns this limit off. Every frame
+    /// counts, pings included; only `goodbye` always gets through.
     public var messageRate: Double = 50
-    /// Requests a client may send in a burst above the average rate.
+    /// Frames a client may send in a burst above the average rate.
     public var messageBurst = 100
-    /// Requests refused in a row (for exceeding the rate) after which the client is disconnected.
+    /// Bytes a client may send per second, on average, counting whole frames; 0 turns this limit
+    /// off.
+    public var byteRate = 64 << 10
+    /// Bytes a client may send in a burst above the average byte rate; at least `maxFrameSize`,
+    /// or a frame of the largest size could never pass.
+    public var byteBurst = 1 << 20
+    /// Frames refused in a row (for exceeding a rate) after which the client is disconnected.
     public var rateAbuseLimit = 100
 
-    /// Messages and actions kept per room and replayed to a joiner.
+    /// Messages, actions and topic changes kept per room and replayed to a joiner; the memory
+    /// budget may keep fewer.
     public var historySize = 100
     /// How long a connection may take to complete the handshake.
     public var handshakeTimeout: Duration = .seconds(5)
@@ -35,9 +43,13 @@ public struct ChatServerConfiguration: Sendable {
     public var idlePingInterval: Duration = .seconds(30)
     /// How long a client may stay silent (answering no ping) before it is disconnected.
     public var idleTimeout: Duration = .seconds(90)
-    /// The most bytes waiting to be sent to one client; a client that lets more pile up is
-    /// disconnected as a slow consumer.
-    public var outboundQueueLimit = 1 << 20
+    /// The most memory the server may use, in bytes: `MemoryBudget` divides it among connections,
+    /// history and output queues, and the server keeps each part within its share.
+    public var maxMemory = 512 << 20
+    /// How long a client's outbound queue may stay above `MemoryBudget.lagThreshold` before it is
+    /// disconnected as a slow consumer. A client that reads catches up long before; a burst that
+    /// others may legally send never gets a reading client disconnected.
+    public var slowConsumerTimeout: Duration = .seconds(10)
     /// On shutdown, how long to wait for queued bytes to reach the clients.
     public var drainTimeout: Duration = .seconds(5)
     /// How long a connection being closed (after a fatal error or goodbye) may wait for the peer to
@@ -46,6 +58,14 @@ public struct ChatServerConfiguration: Sendable {
 
     /// The password clients must present in `hello`; nil for none.
     public var password: String?
+    /// Wrong passwords from one address after which that address is refused for
+    /// `passwordLockout`, right password or not.
+    public var passwordAttempts = 5
+    /// How long an address that guessed wrong `passwordAttempts` times is refused.
+    public var passwordLockout: Duration = .seconds(60)
+    /// How long the answer to a wrong password is held back, so guesses cannot come in quick
+    /// succession even before the lockout.
+    public var passwordDelay: Duration = .seconds(1)
     /// The message of the day sent in `welcome`.
     public var motd = ""
 
@@ -55,6 +75,11 @@ public struct ChatServerConfiguration: Sendable {
 
     /// The defaults, listening on 127.0.0.1:7000.
     public init() {}
+
+    /// How `maxMemory` is divided for these limits.
+    public var memoryBudget: MemoryBudget {
+        MemoryBudget(total: maxMemory, maxClients: maxClients, maxFrameSize: maxFrameSize)
+    }
 
     /// Returns a description of the first setting that cannot work, or nil if all can.
     public func problem() -> String? {
@@ -67,12 +92,19 @@ public struct ChatServerConfiguration: Sendable {
         if maxRoomsPerClient < 1 { return "the room limit must be at least 1" }
         if messageRate < 0 || !messageRate.isFinite { return "the message rate must be 0 or more" }
         if messageBurst < 1 { return "the burst must be at least 1" }
+        if byteRate < 0 { return "the byte rate must be 0 or more" }
+        if byteRate > 0, byteBurst < maxFrameSize {
+            return "the byte burst (\(byteBurst)) must be at least the frame size limit (\(maxFrameSize)), or the largest frames could never pass"
+        }
         if rateAbuseLimit < 1 { return "the abuse limit must be at least 1" }
         if historySize < 0 { return "the history size must be 0 or more" }
-        if outboundQueueLimit < 1024 { return "the outbound queue limit must be at least 1024 bytes" }
+        if let problem = memoryBudget.problem { return problem }
+        if passwordAttempts < 1 { return "the password attempts must be at least 1" }
+        if passwordDelay < .zero { return "the password delay must be 0 or more" }
         for (name, value) in [
             ("handshake timeout", handshakeTimeout), ("idle ping interval", idlePingInterval),
             ("idle timeout", idleTimeout), ("drain timeout", drainTimeout), ("linger timeout", lingerTimeout),
+            ("slow consumer timeout", slowConsumerTimeout), ("password lockout", passwordLockout),
         ] where value <= .zero {
             return "the \(name) must be positive"
         }

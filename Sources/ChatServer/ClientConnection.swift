@@ -22,9 +22,19 @@ final class ClientConnection {
     let id: ClientID
     /// A number unique for the server's lifetime (slots are reused), for logs.
     let serial: UInt64
+    /// The peer's IP address, for logs and limits.
+    let address: String
     let channel: SocketChannel
     var decoder: FrameDecoder
     var phase = Phase.active
+    /// Whether the client completed the handshake (its disconnection is then always logged).
+    var welcomed = false
+    /// Whether the client's requests wait (its connection is not read, its decoded-but-unserved
+    /// frames stay in the decoder) because too much is queued for it.
+    var requestsPaused = false
+    /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
+    /// it is below.
+    var lagSince: UInt64?
     /// Whether the connection is in the server's list of channels to flush.
     var isDirty = false
     /// Whether bytes arrived since the last tick; an idle decoder is replaced to give back its buffer.
@@ -32,9 +42,10 @@ final class ClientConnection {
     /// Whether the decoder may hold a grown buffer.
     var decoderHasGrown = false
 
-    init(id: ClientID, serial: UInt64, channel: SocketChannel, maxFrameSize: Int) {
+    init(id: ClientID, serial: UInt64, address: String, channel: SocketChannel, maxFrameSize: Int) {
         self.id = id
         self.serial = serial
+        self.address = address
         self.channel = channel
         decoder = FrameDecoder(maxFrameSize: maxFrameSize)
     }

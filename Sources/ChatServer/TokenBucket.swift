@@ -1,4 +1,4 @@
-/// A token bucket: allows `rate` events per second on average and `burst` at once.
+/// A token bucket: allows `rate` tokens per second on average and `burst` at once.
 ///
 /// Time comes in as a parameter (milliseconds on a monotonic clock), so the limiter is plain
 /// arithmetic and tests need no clock.
@@ -12,14 +12,17 @@ struct TokenBucket: Sendable {
         lastRefill = now
     }
 
-    /// Takes one token if there is one; refills first for the time passed since the last call.
-    mutating func take(rate: Double, burst: Int, now: UInt64) -> Bool {
+    /// Whether `count` tokens are there, after refilling for the time passed since the last call.
+    mutating func has(_ count: Double, rate: Double, burst: Int, now: UInt64) -> Bool {
         if now > lastRefill {
             tokens = min(Double(burst), tokens + Double(now - lastRefill) * rate / 1000)
             lastRefill = now
         }
-        guard tokens >= 1 else { return false }
-        tokens -= 1
-        return true
+        return tokens >= count
+    }
+
+    /// Takes `count` tokens; call after `has` said they are there.
+    mutating func spend(_ count: Double) {
+        tokens -= count
     }
 }

@@ -88,6 +88,14 @@ public final class SocketChannel: @unchecked Sendable {
     /// What one queue slot costs beyond its chunk: the reference in the ring buffer.
     public static let slotBytes = MemoryLayout<ByteChunk>.stride
 
+    /// Counts this queue's slots (`slotBytes` each) while they are taken, so an owner of many
+    /// channels can add up what queues cost beyond the chunks themselves (which a chunk's own
+    /// `MemoryMeter` counts once, however many queues share it). Updated once per `flush`, not per
+    /// chunk, to stay off the hot path. Set it before `start()`.
+    public var slotMeter: MemoryMeter?
+    /// Slot bytes taken or given back since the meter was last told.
+    @exclusivity(unchecked) private var unreportedSlotBytes = 0
+
     /// Wraps a connected socket; nothing happens until `start()`.
     /// - Parameter readBuffer: scratch to read into; share one among channels on the same queue.
     public init(socket: Socket, queue: DispatchQueue, readBuffer: ReadBuffer? = nil) {
@@ -192,6 +200,13 @@ public final class SocketChannel: @unchecked Sendable {
         outbound.append(chunk)
         outboundBytes += chunk.count
         outboundCost += ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+        unreportedSlotBytes += Self.slotBytes
+    }
+
+    private func reportSlots() {
+        guard unreportedSlotBytes != 0 else { return }
+        slotMeter?.add(unreportedSlotBytes)
+        unreportedSlotBytes = 0
     }
 
     /// Drops every queued chunk that has not started to leave, keeping the one partly sent (so
@@ -207,8 +222,10 @@ public final class SocketChannel: @unchecked Sendable {
             let chunk = outbound.removeLast()
             dropped += chunk.count
             outboundCost -= ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+            unreportedSlotBytes -= Self.slotBytes
         }
         outboundBytes -= dropped
+        reportSlots()
         return dropped
     }
 
@@ -221,6 +238,7 @@ public final class SocketChannel: @unchecked Sendable {
     /// Sends queued bytes until the queue is empty or the kernel pushes back.
     public func flush() {
         assertOnQueue()
+        defer { reportSlots() }
         guard state == .open, !waitingForWritable else { return }
         while !outbound.isEmpty {
             let result: IOResult<Int>
@@ -291,6 +309,7 @@ public final class SocketChannel: @unchecked Sendable {
                 remaining -= available
                 outbound.removeFirst()
                 outboundCost -= ByteChunk.cost(ofBytes: count) + Self.slotBytes
+                unreportedSlotBytes -= Self.slotBytes
                 headOffset = 0
             } else {
                 headOffset += remaining
@@ -344,6 +363,8 @@ public final class SocketChannel: @unchecked Sendable {
         case .open:
             state = .closing
             closeReason = reason
+            unreportedSlotBytes -= outbound.count * Self.slotBytes
+            reportSlots()
             outbound.removeAll()
             outboundBytes = 0
             outboundCost = 0

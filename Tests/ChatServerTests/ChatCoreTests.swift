@@ -9,11 +9,12 @@ struct Harness {
     var now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
     private var nextSlot = 0
 
-    /// A chat with `adjust`ed limits (no rate limit unless `adjust` sets one) whose rooms take
+    /// A chat with `adjust`ed limits (no rate limits unless `adjust` sets them) whose rooms take
     /// the epochs 1, 2, 3 … in order of creation.
     init(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
         var configuration = ChatServerConfiguration()
         configuration.messageRate = 0
+        configuration.byteRate = 0
         adjust(&configuration)
         let epochs = EpochCounter()
         core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
@@ -39,7 +40,7 @@ struct Harness {
     @discardableResult
     mutating func send(_ frame: Frame, from id: ClientID) -> [ChatAction] {
         var actions: [ChatAction] = []
-        core.received(frame, from: id, at: now, into: &actions)
+        core.received(frame, size: FrameEncoder.encode(frame).count, from: id, at: now, into: &actions)
         return actions
     }
 
@@ -65,11 +66,12 @@ final class EpochCounter: @unchecked Sendable {
 
 /// The frames `actions` deliver to `id`, in order.
 func frames(to id: ClientID, in actions: [ChatAction]) -> [Frame] {
-    actions.compactMap { action in
+    actions.flatMap { action -> [Frame] in
         switch action {
-        case .send(let frame, id): frame
-        case .broadcast(let frame, let recipients) where recipients.contains(id): frame
-        default: nil
+        case .send(let frame, id): [frame]
+        case .sendShared(let shared, id): shared.frames
+        case .broadcast(let frame, let recipients) where recipients.contains(id): [frame]
+        default: []
         }
     }
 }
@@ -100,11 +102,11 @@ struct ChatCoreTests {
 
     @Test func refusesAMissingOrWrongPasswordAndAcceptsTheRightOne() {
         var chat = Harness { $0.password = "s3cret" }
-        for password in [nil, "wrong"] as [String?] {
-            let (id, _) = chat.open()
-            let actions = chat.send(.hello(version: 1, nick: "alice", password: password), from: id)
-            #expect(disconnection(of: id, in: actions)?.code == .badPassword)
-        }
+        let (missing, _) = chat.open()
+        #expect(disconnection(of: missing, in: chat.send(.hello(version: 1, nick: "alice", password: nil), from: missing))?.code == .badPassword)
+        let (wrong, _) = chat.open()
+        #expect(chat.send(.hello(version: 1, nick: "alice", password: "wrong"), from: wrong).isEmpty, "a wrong password is answered later")
+        #expect(disconnection(of: wrong, in: chat.tick(advancingBy: 1_000))?.code == .badPassword)
         let (id, _) = chat.open()
         let actions = chat.send(.hello(version: 1, nick: "alice", password: "s3cret"), from: id)
         #expect(disconnection(of: id, in: actions) == nil)
@@ -194,6 +196,8 @@ struct ChatCoreTests {
         var chat = Harness {
             $0.historySize = 100
             $0.maxFrameSize = ChatServerConfiguration.maxFrameSizeCeiling
+            // Few connections, so that 1 MiB frames leave the memory budget room for history.
+            $0.maxClients = 10
         }
         let alice = chat.connect("alice")
         chat.send(.join(room: "r"), from: alice)
@@ -384,7 +388,7 @@ struct ChatCoreTests {
     }
 
     @Test func historyRingKeepsTheNewestEntriesInOrder() {
-        var history = RoomHistory(capacity: 3)
+        var history = RoomHistory(capacity: 3, byteCapacity: 1 << 20)
         for seq in 1...7 as ClosedRange<UInt64> {
             history.append(HistoryEntry(kind: .message, seq: seq, time: 0, sender: "a", text: ""))
         }

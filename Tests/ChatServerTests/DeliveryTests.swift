@@ -80,7 +80,7 @@ struct DeliveryTests {
 
     @Test func disconnectsAClientThatStopsReadingWhileOthersReceiveEverything() async throws {
         let configuration = testConfiguration {
-            $0.outboundQueueLimit = 1 << 20
+            $0.slowConsumerTimeout = .seconds(2)
             $0.maxFrameSize = 16 << 10
         }
         try await withServer(configuration) { server in

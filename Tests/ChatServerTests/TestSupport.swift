@@ -31,12 +31,13 @@ func withTimeout<T: Sendable>(
     }
 }
 
-/// A configuration for in-process tests: an OS-chosen port, quick shutdown, no rate limit.
+/// A configuration for in-process tests: an OS-chosen port, quick shutdown, no rate limits.
 func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) -> ChatServerConfiguration {
     var configuration = ChatServerConfiguration()
     configuration.port = 0
     configuration.drainTimeout = .seconds(2)
     configuration.messageRate = 0
+    configuration.byteRate = 0
     adjust(&configuration)
     return configuration
 }
