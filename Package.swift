@@ -68,13 +68,13 @@ let package = Package(
         .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", argumentParser]),
 
         // Helpers that several test targets share (descriptor counts, child processes).
-        .target(name: "TestSupport", dependencies: ["SocketCore"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["SocketCore", "ChatProtocol"], path: "Tests/TestSupport"),
         .testTarget(name: "SocketCoreTests", dependencies: ["SocketCore", "TestSupport"]),
         .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "TestSupport"]),
         .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
-        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol"]),
+        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
     ],

@@ -212,14 +212,3 @@ func refusal(_ connect: () async throws -> TestClient) async -> ErrorCode? {
         return nil
     }
 }
-
-/// Resident memory of this process in bytes, from /proc/self/statm (its second field, in pages).
-func residentBytes() -> Int {
-    guard let file = fopen("/proc/self/statm", "r") else { return 0 }
-    defer { fclose(file) }
-    var buffer = [UInt8](repeating: 0, count: 256)
-    let count = fread(&buffer, 1, buffer.count, file)
-    let fields = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ")
-    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
-    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
-}
