@@ -66,6 +66,10 @@ let package = Package(
             dependencies: ["ChatProtocol", "SocketCore", "ChatWireComparison", .product(name: "Histogram", package: "hdrhistogram-swift")]
         ),
         .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", argumentParser]),
+        // Plays the attacks of docs/SECURITY.md against a server; Scripts/abuse.sh runs them all.
+        .executableTarget(
+            name: "chat-abuse",
+            dependencies: ["ChatProtocol", "SocketCore", argumentParser, .product(name: "Histogram", package: "hdrhistogram-swift")]),
 
         // Helpers that several test targets share (descriptor counts, child processes).
         .target(name: "TestSupport", dependencies: ["SocketCore", "ChatProtocol"], path: "Tests/TestSupport"),

@@ -14,7 +14,8 @@ import DequeModule
 ///
 /// What it keeps is bounded by `configuration.memoryBudget`: history by entries and bytes per
 /// room and in all rooms together (the globally oldest entries go first), and every frame a
-/// client sends by a request rate and a byte rate.
+/// client sends by a request rate and a byte rate — per connection, and for all connections from one
+/// address together.
 public struct ChatCore: Sendable {
     /// The limits in force.
     public let configuration: ChatServerConfiguration
@@ -26,7 +27,8 @@ public struct ChatCore: Sendable {
     private var clients: [ClientState?] = []
     private var nicks: [String: ClientID] = [:]
     private var rooms: [String: ChatRoom] = [:]
-    private var connectionsPerAddress: [String: Int] = [:]
+    /// Connections and shared rate limits by address, for addresses with connections open.
+    private var addresses: [String: AddressState] = [:]
     private var nextPingToken: UInt64 = 1
     private let budget: MemoryBudget
 
@@ -69,7 +71,7 @@ public struct ChatCore: Sendable {
             actions.append(.disconnect(id, Disconnection(code: .serverFull, frameType: .hello, reason: reason), nick: nil))
             return
         }
-        let fromAddress = connectionsPerAddress[address, default: 0]
+        let fromAddress = addresses[address]?.connections ?? 0
         if fromAddress >= configuration.maxClientsPerAddress {
             let reason = "too many connections from \(address) (limit \(configuration.maxClientsPerAddress))"
             let refusal = Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
@@ -80,7 +82,7 @@ public struct ChatCore: Sendable {
         precondition(clients[id.slot] == nil, "slot \(id.slot) reused while in use")
         clients[id.slot] = ClientState(
             address: address, burst: configuration.messageBurst, byteBurst: configuration.byteBurst, now: now.uptimeMillis)
-        connectionsPerAddress[address] = fromAddress + 1
+        addresses[address, default: AddressState(configuration: configuration, now: now.uptimeMillis)].connections += 1
         clientCount += 1
     }
 
@@ -90,6 +92,10 @@ public struct ChatCore: Sendable {
         _ frame: Frame, size: Int, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]!.pendingRefusal == nil else { return }
+        // Every frame read costs its address, whatever becomes of it.
+        let address = clients[id.slot]!.address
+        if configuration.addressMessageRate > 0 { addresses[address]!.bucket.spend(1) }
+        if configuration.addressByteRate > 0 { addresses[address]!.byteBucket.spend(Double(size)) }
         clients[id.slot]!.lastHeard = now.uptimeMillis
         clients[id.slot]!.pinged = false
         guard let nick = clients[id.slot]!.nick else {
@@ -155,8 +161,13 @@ public struct ChatCore: Sendable {
         guard id.slot < clients.count, let client = clients[id.slot] else { return }
         clients[id.slot] = nil
         clientCount -= 1
-        let remaining = connectionsPerAddress[client.address, default: 1] - 1
-        connectionsPerAddress[client.address] = remaining > 0 ? remaining : nil
+        // The address's buckets go with its last connection: coming back for a full burst costs
+        // an attacker every connection it had.
+        if let state = addresses[client.address], state.connections > 1 {
+            addresses[client.address]!.connections -= 1
+        } else {
+            addresses[client.address] = nil
+        }
         if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
             for room in client.rooms {
@@ -349,6 +360,32 @@ public struct ChatCore: Sendable {
             actions.append(.send(.error(code: .rateLimited, fatal: false, frameType: frame.type, reason: reason), to: id))
         }
         return false
+    }
+
+    /// How long, in milliseconds, the connections from `id`'s address must wait before the next
+    /// frame from any of them is read: 0 while the address's shared buckets are not in debt.
+    ///
+    /// The address's limits are kept by reading its connections no faster, not by refusing: the
+    /// server stops reading them until then, TCP pushes back on the sender, and nothing is
+    /// dropped. Each frame read spends its tokens after the fact (`received`), so the buckets may
+    /// go one frame into debt; the average rate holds all the same.
+    public mutating func addressWait(for id: ClientID, at now: ServerTime) -> UInt64 {
+        let limits = configuration
+        guard limits.addressMessageRate > 0 || limits.addressByteRate > 0, id.slot < clients.count,
+            let address = clients[id.slot]?.address
+        else { return 0 }
+        var wait: UInt64 = 0
+        if limits.addressMessageRate > 0 {
+            wait = addresses[address]!.bucket.millisecondsUntilSolvent(
+                rate: limits.addressMessageRate, burst: limits.addressMessageBurst, now: now.uptimeMillis)
+        }
+        if limits.addressByteRate > 0 {
+            wait = max(
+                wait,
+                addresses[address]!.byteBucket.millisecondsUntilSolvent(
+                    rate: Double(limits.addressByteRate), burst: limits.addressByteBurst, now: now.uptimeMillis))
+        }
+        return wait
     }
 
     private static func format(_ rate: Double) -> String {
@@ -670,6 +707,19 @@ private struct HistoryRecord: Sendable {
     /// Tells the room from a later one of the same name.
     var epoch: UInt64
     var seq: UInt64
+}
+
+/// What all connections from one address share.
+private struct AddressState: Sendable {
+    var connections = 0
+    var bucket: TokenBucket
+    var byteBucket: TokenBucket
+
+    /// Full buckets as of `now`, no connections yet.
+    init(configuration: ChatServerConfiguration, now: UInt64) {
+        bucket = TokenBucket(burst: configuration.addressMessageBurst, now: now)
+        byteBucket = TokenBucket(burst: configuration.addressByteBurst, now: now)
+    }
 }
 
 /// Wrong passwords from one address.

@@ -1,4 +1,5 @@
 import ChatProtocol
+import DequeModule
 import Dispatch
 import Glibc
 import Logging
@@ -64,8 +65,13 @@ public final class ChatServer: @unchecked Sendable {
     private var dirty: [ClientConnection] = []
     private var flushing: [ClientConnection] = []
     private var flushScheduled = false
-    /// Clients whose requests wait for their queue to drain.
-    private var paused: [ClientConnection] = []
+    /// Clients whose requests wait for their address's rate, in the order they are served again
+    /// (round robin among an address's connections); each waits until its `throttledUntil`.
+    private var throttled = Deque<ClientConnection>()
+    /// Fires when the first of `throttled` may go on.
+    private var throttleTimer: DispatchSourceTimer?
+    /// When `throttleTimer` is armed for (uptime milliseconds); nil when it is not.
+    private var throttleTimerDeadline: UInt64?
 
     private var refusalLog = LogThrottle()
     private var timer: DispatchSourceTimer?
@@ -198,14 +204,23 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     /// Hands the frames waiting in `connection`'s decoder to the chat, one at a time, and stops —
-    /// pausing the connection's reading — as soon as more than `replyHighWater` is queued for it:
-    /// its requests wait until it has read what it asked for.
+    /// pausing the connection's reading — as soon as more than `replyHighWater` is queued for it
+    /// (its requests wait until it has read what it asked for), or its address has used its
+    /// shared rate (they wait until the address may go on).
     private func serveRequests(of connection: ClientConnection) {
+        // A throttled client is served again by `serveThrottled` only, so it is queued there once.
+        guard connection.throttledUntil == nil else { return }
         let now = Self.now()
         do {
             while connection.isActive {
                 if connection.channel.outboundCost > budget.replyHighWater {
                     pauseRequests(of: connection)
+                    return
+                }
+                guard connection.decoder.bufferedByteCount > 0 else { break }
+                let wait = core.addressWait(for: connection.id, at: now)
+                if wait > 0 {
+                    throttle(connection, until: now.uptimeMillis + wait)
                     return
                 }
                 let before = connection.decoder.bufferedByteCount
@@ -234,8 +249,45 @@ public final class ChatServer: @unchecked Sendable {
     private func pauseRequests(of connection: ClientConnection) {
         guard !connection.requestsPaused else { return }
         connection.requestsPaused = true
-        connection.channel.pauseReading()
-        paused.append(connection)
+        connection.updateReading()
+    }
+
+    private func throttle(_ connection: ClientConnection, until deadline: UInt64) {
+        connection.throttledUntil = deadline
+        connection.updateReading()
+        throttled.append(connection)
+        if throttleTimerDeadline.map({ deadline < $0 }) ?? true { armThrottleTimer(for: deadline) }
+    }
+
+    private func armThrottleTimer(for deadline: UInt64) {
+        throttleTimerDeadline = deadline
+        let delay = Int(deadline &- min(deadline, Self.now().uptimeMillis))
+        throttleTimer?.schedule(deadline: .now() + .milliseconds(delay))
+    }
+
+    /// Serves the throttled connections whose wait is over, in turn; those whose address has
+    /// used its rate again go to the back.
+    private func serveThrottled() {
+        throttleTimerDeadline = nil
+        let now = Self.now().uptimeMillis
+        var earliest: UInt64?
+        for _ in 0..<throttled.count {
+            let connection = throttled.removeFirst()
+            guard connection.isActive, let until = connection.throttledUntil else { continue }
+            if until > now {
+                throttled.append(connection)
+                earliest = min(earliest ?? until, until)
+                continue
+            }
+            connection.throttledUntil = nil
+            serveRequests(of: connection)
+            if let again = connection.throttledUntil {
+                earliest = min(earliest ?? again, again)
+            } else {
+                connection.updateReading()
+            }
+        }
+        if let earliest, throttleTimerDeadline.map({ earliest < $0 }) ?? true { armThrottleTimer(for: earliest) }
     }
 
     /// Serves `connection`'s requests again once its queue is under `replyLowWater`.
@@ -244,9 +296,8 @@ public final class ChatServer: @unchecked Sendable {
             connection.channel.outboundCost < budget.replyLowWater
         else { return }
         connection.requestsPaused = false
-        paused.removeAll { $0 === connection }
         serveRequests(of: connection)
-        if !connection.requestsPaused, connection.isActive { connection.channel.resumeReading() }
+        connection.updateReading()
     }
 
     private func drained(_ connection: ClientConnection) {
@@ -257,7 +308,7 @@ public final class ChatServer: @unchecked Sendable {
     /// The client ended its input; it may still read. Its session ends once the requests it sent
     /// before are served (later, if they wait for its queue to drain).
     private func endOfInput(on connection: ClientConnection) {
-        guard connection.isActive, !connection.requestsPaused else { return }
+        guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil else { return }
         serveRequests(of: connection)
     }
 
@@ -268,7 +319,6 @@ public final class ChatServer: @unchecked Sendable {
             perform()
         }
         connection.phase = .closed
-        if connection.requestsPaused { paused.removeAll { $0 === connection } }
         connections[connection.id.slot] = nil
         freeSlots.append(connection.id.slot)
         openConnections -= 1
@@ -407,6 +457,10 @@ public final class ChatServer: @unchecked Sendable {
         timer.setEventHandler { [weak self] in self?.tick() }
         self.timer = timer
         timer.activate()
+        let throttleTimer = DispatchSource.makeTimerSource(queue: queue)
+        throttleTimer.setEventHandler { [weak self] in self?.serveThrottled() }
+        self.throttleTimer = throttleTimer
+        throttleTimer.activate()
     }
 
     /// Runs the core's timeouts, disconnects clients that lagged too long, serves paused clients
@@ -448,6 +502,9 @@ public final class ChatServer: @unchecked Sendable {
         state = .stopped
         timer?.cancel()
         timer = nil
+        throttleTimer?.cancel()
+        throttleTimer = nil
+        throttled.removeAll()
         logger.info("server stopped")
         let waiters = stopWaiters
         stopWaiters = []

@@ -31,6 +31,17 @@ public struct ChatServerConfiguration: Sendable {
     /// Bytes a client may send in a burst above the average byte rate; at least `maxFrameSize`,
     /// or a frame of the largest size could never pass.
     public var byteBurst = 1 << 20
+    /// Frames all connections from one address may send per second together, on average; 0
+    /// turns this limit off. Without it, an address's connections would multiply its rate.
+    public var addressMessageRate: Double = 500
+    /// Frames all connections from one address may send in a burst above their average rate.
+    public var addressMessageBurst = 1_000
+    /// Bytes all connections from one address may send per second together, on average; 0
+    /// turns this limit off.
+    public var addressByteRate = 1 << 20
+    /// Bytes all connections from one address may send in a burst above their average byte rate;
+    /// at least `maxFrameSize`.
+    public var addressByteBurst = 4 << 20
     /// Frames refused in a row (for exceeding a rate) after which the client is disconnected.
     public var rateAbuseLimit = 100
 
@@ -76,6 +87,15 @@ public struct ChatServerConfiguration: Sendable {
     /// The defaults, listening on 127.0.0.1:7000.
     public init() {}
 
+    /// Turns off every rate limit, per connection and per address: for load tests, whose clients
+    /// all come from one address as fast as they can.
+    public mutating func turnOffRateLimits() {
+        messageRate = 0
+        byteRate = 0
+        addressMessageRate = 0
+        addressByteRate = 0
+    }
+
     /// How `maxMemory` is divided for these limits.
     public var memoryBudget: MemoryBudget {
         MemoryBudget(total: maxMemory, maxClients: maxClients, maxFrameSize: maxFrameSize)
@@ -95,6 +115,12 @@ public struct ChatServerConfiguration: Sendable {
         if byteRate < 0 { return "the byte rate must be 0 or more" }
         if byteRate > 0, byteBurst < maxFrameSize {
             return "the byte burst (\(byteBurst)) must be at least the frame size limit (\(maxFrameSize)), or the largest frames could never pass"
+        }
+        if addressMessageRate < 0 || !addressMessageRate.isFinite { return "the address message rate must be 0 or more" }
+        if addressMessageBurst < 1 { return "the address burst must be at least 1" }
+        if addressByteRate < 0 { return "the address byte rate must be 0 or more" }
+        if addressByteRate > 0, addressByteBurst < maxFrameSize {
+            return "the address byte burst (\(addressByteBurst)) must be at least the frame size limit (\(maxFrameSize))"
         }
         if rateAbuseLimit < 1 { return "the abuse limit must be at least 1" }
         if historySize < 0 { return "the history size must be 0 or more" }

@@ -32,6 +32,9 @@ final class ClientConnection {
     /// Whether the client's requests wait (its connection is not read, its decoded-but-unserved
     /// frames stay in the decoder) because too much is queued for it.
     var requestsPaused = false
+    /// Until when (uptime milliseconds) the client's requests wait, its connection not read,
+    /// because its address has used its shared rate; nil when they do not.
+    var throttledUntil: UInt64?
     /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
     /// it is below.
     var lagSince: UInt64?
@@ -65,6 +68,17 @@ final class ClientConnection {
         decoder = FrameDecoder(maxFrameSize: decoder.maxFrameSize)
         if let farewell { channel.enqueue(farewell) }
         channel.shutdownWrite()
+    }
+
+    /// Reads while the client's requests are served; pauses while they wait, for its queue to
+    /// drain or for its address's rate.
+    func updateReading() {
+        guard isActive else { return }
+        if requestsPaused || throttledUntil != nil {
+            channel.pauseReading()
+        } else {
+            channel.resumeReading()
+        }
     }
 
     /// Replaces an idle, empty decoder so that an idle connection holds no receive buffer.

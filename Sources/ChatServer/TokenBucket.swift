@@ -21,8 +21,16 @@ struct TokenBucket: Sendable {
         return tokens >= count
     }
 
-    /// Takes `count` tokens; call after `has` said they are there.
+    /// Takes `count` tokens: after `has` said they are there, or into debt, which
+    /// `millisecondsUntilSolvent` then makes the spender wait out.
     mutating func spend(_ count: Double) {
         tokens -= count
+    }
+
+    /// How long, after refilling for the time passed, until the bucket holds more than nothing:
+    /// 0 when it already does.
+    mutating func millisecondsUntilSolvent(rate: Double, burst: Int, now: UInt64) -> UInt64 {
+        guard !has(Double.leastNonzeroMagnitude, rate: rate, burst: burst, now: now) else { return 0 }
+        return UInt64((-tokens * 1000 / rate).rounded(.up)) + 1
     }
 }

@@ -15,8 +15,9 @@ struct ChatServerCommand: ParsableCommand {
             every client a goodbye with the reason after what is queued for it, waits up to --drain-timeout \
             for it to leave, and exits 0.
 
-            The defaults suit one machine with people chatting. Load tests from one address need \
-            --rate-limit 0 --byte-rate 0 (or high rates) and, beyond 1000 connections, \
+            The defaults suit a server people chat on, exposed to the internet. Rates are limited \
+            per connection and, for all connections from one address together, per address. Load \
+            tests from one address need --no-rate-limits and, beyond 1000 connections, \
             --max-clients-per-address.
 
             --max-memory bounds the server's memory whatever clients do: it is divided among the \
@@ -64,6 +65,21 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(help: "Bytes a client may send at once above the average byte rate; at least --max-frame-size.")
     var byteBurst = 1_048_576
+
+    @Option(help: "Frames all connections from one address may send per second together, on average; 0 turns the limit off.")
+    var addressRateLimit: Double = 500
+
+    @Option(help: "Frames all connections from one address may send at once above their average rate.")
+    var addressRateBurst = 1_000
+
+    @Option(help: "Bytes all connections from one address may send per second together, on average; 0 turns the limit off.")
+    var addressByteRate = 1_048_576
+
+    @Option(help: "Bytes all connections from one address may send at once above their average byte rate; at least --max-frame-size.")
+    var addressByteBurst = 4_194_304
+
+    @Flag(help: "Turn off every rate limit, per connection and per address (for load tests), whatever the rate flags say.")
+    var noRateLimits = false
 
     @Option(help: "Frames refused in a row for exceeding a rate after which the client is disconnected (rateLimited).")
     var rateAbuseLimit = 100
@@ -155,6 +171,11 @@ struct ChatServerCommand: ParsableCommand {
         configuration.messageBurst = rateBurst
         configuration.byteRate = byteRate
         configuration.byteBurst = byteBurst
+        configuration.addressMessageRate = addressRateLimit
+        configuration.addressMessageBurst = addressRateBurst
+        configuration.addressByteRate = addressByteRate
+        configuration.addressByteBurst = addressByteBurst
+        if noRateLimits { configuration.turnOffRateLimits() }
         configuration.rateAbuseLimit = rateAbuseLimit
         configuration.historySize = historySize
         configuration.handshakeTimeout = try seconds(handshakeTimeout, "--handshake-timeout")

@@ -16,9 +16,13 @@ struct AttackTests {
     static let budget = 128 << 20
     static let budgetFlags = ["--max-memory", "128M", "--max-clients", "1000", "--log-level", "warning"]
 
-    /// A room member that reads everything: the control whose deliveries must all arrive.
-    private static func member(_ nick: String, port: Int, room: String) async throws -> TestClient {
-        let client = try await TestClient.connect(port: port, nick: nick)
+    /// A room member that reads everything: the control whose deliveries must all arrive. From
+    /// `host`, so that a control can come from another address than the attackers (::1 needs a
+    /// server on `::`).
+    private static func member(
+        _ nick: String, host: String = "127.0.0.1", port: Int, room: String
+    ) async throws -> TestClient {
+        let client = try await TestClient.connect(host: host, port: port, nick: nick)
         try await client.join(room)
         return client
     }
@@ -58,7 +62,7 @@ struct AttackTests {
     // MARK: Request amplification
 
     @Test func aClientThatPipelinesBigRequestsWithoutReadingCannotGrowTheServer() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--rate-limit", "0", "--byte-rate", "0"])
+        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--no-rate-limits"])
         defer { server.stop() }
         let alice = try await Self.member("alice", port: server.port, room: "big")
         let bob = try await Self.member("bob", port: server.port, room: "big")
@@ -94,7 +98,7 @@ struct AttackTests {
     // MARK: Tiny-frame pinning
 
     @Test func pipelinedPingsFromClientsThatNeverReadStayWithinTheBudget() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--rate-limit", "0", "--byte-rate", "0"])
+        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--no-rate-limits"])
         defer { server.stop() }
         let alice = try await Self.member("alice", port: server.port, room: "r")
         let bob = try await Self.member("bob", port: server.port, room: "r")
@@ -117,7 +121,7 @@ struct AttackTests {
     // MARK: History
 
     @Test func historyInManyRoomsStaysWithinItsShareAndKeepsTheNewest() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--rate-limit", "0", "--byte-rate", "0"])
+        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--no-rate-limits"])
         defer { server.stop() }
         let text = String(repeating: "m", count: 16_000)
         // 20 clients fill 10 rooms each with 100 messages of 16 kB: 320 MB of history offered.
@@ -204,9 +208,14 @@ struct AttackTests {
     // MARK: Floods and guessing
 
     @Test func aPingFloodIsRateLimitedAndTheFloodersDisconnected() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags)
+        // The limits per connection, alone: with the address's, 20 flooders would share 500
+        // frames a second, each under its own rate, and be read slowly rather than cut off (the
+        // address's pacing has a test of its own).
+        let perConnectionOnly = ["--address-rate-limit", "0", "--address-byte-rate", "0"]
+        let server = try await ChatServerProcess(arguments: Self.budgetFlags + perConnectionOnly + ["--host", "::"])
         defer { server.stop() }
-        let alice = try await Self.member("alice", port: server.port, room: "r")
+        // From ::1, as a bystander would be.
+        let alice = try await Self.member("alice", host: "::1", port: server.port, room: "r")
         let flood = (0..<20_000).map { Frame.ping(token: UInt64($0)) }
         var flooders: [BlockingSocket] = []
         for number in 0..<20 {
@@ -230,6 +239,51 @@ struct AttackTests {
             }
         }
         _ = try await Self.chat(20, from: alice, in: "r", readers: [alice])
+    }
+
+    @Test func connectionsFromOneAddressAreReadNoFasterThanItsRateAndLoseNothing() async throws {
+        // Per connection, 40 frames of 16 kB are within the byte burst; per address, 8 connections
+        // together (5.1 MB) are not: past the address's 1 MiB burst they are read at 1 MiB/s.
+        let addressLimits = ["--address-byte-rate", "1048576", "--address-byte-burst", "1048576"]
+        let server = try await ChatServerProcess(arguments: Self.budgetFlags + addressLimits + ["--host", "::"])
+        defer { server.stop() }
+        let control = try await Self.member("control", host: "::1", port: server.port, room: "r")
+        let senders = try await (0..<8).asyncMap { try await Self.member("sender\($0)", port: server.port, room: "r") }
+        let started = ContinuousClock.now
+        for (number, sender) in senders.enumerated() {
+            try await sender.send((0..<40).map { Frame.say(room: "r", text: "\(number) \($0) " + String(repeating: "s", count: 16_000)) })
+        }
+        // The senders read too (a member that stopped reading 5 MB would rightly be cut off), and
+        // none is refused anything: every frame it gets back is a message.
+        let sendersDone = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for sender in senders {
+                    group.addTask {
+                        _ = try await sender.collect(320, "the room's lines", limit: .seconds(120)) { frame -> Bool? in
+                            if case .error = frame { Issue.record("\(sender.nick) got \(frame)") }
+                            if case .message = frame { return true }
+                            return nil
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        // The control, on its own address, gets every line, each sender's in order.
+        let lines = try await control.collect(320, "the senders' lines", limit: .seconds(120)) { frame -> String? in
+            if case .message("r", _, _, let nick, let text) = frame, nick.hasPrefix("sender") { return String(text.prefix(8)) }
+            return nil
+        }
+        let elapsed = ContinuousClock.now - started
+        _ = try await sendersDone.value
+        for number in 0..<8 {
+            let own = lines.filter { $0.hasPrefix("\(number) ") }.map { $0.split(separator: " ")[1] }
+            #expect(own == (0..<40).map { "\($0)"[...] }, "sender\(number)'s lines arrive, all and in order")
+        }
+        // 5.1 MB at 1 MiB/s after a 1 MiB burst cannot take less than about 3.9 s: the address was
+        // read at its rate, not at the speed of loopback.
+        #expect(elapsed > .seconds(3), "read no faster than the address's rate: took \(elapsed)")
+        _ = try await Self.chat(20, from: control, in: "r", readers: [control] + senders)
     }
 
     @Test func passwordGuessesAreDelayedThenTheAddressIsLockedOut() async throws {

@@ -13,8 +13,7 @@ struct Harness {
     /// the epochs 1, 2, 3 … in order of creation.
     init(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
         var configuration = ChatServerConfiguration()
-        configuration.messageRate = 0
-        configuration.byteRate = 0
+        configuration.turnOffRateLimits()
         adjust(&configuration)
         let epochs = EpochCounter()
         core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
@@ -29,9 +28,9 @@ struct Harness {
         return (id, actions)
     }
 
-    /// Opens a connection and completes the handshake as `nick`, speaking `version`.
-    mutating func connect(_ nick: String, version: UInt16 = 1) -> ClientID {
-        let (id, _) = open()
+    /// Opens a connection from `address` and completes the handshake as `nick`, speaking `version`.
+    mutating func connect(_ nick: String, version: UInt16 = 1, from address: String = "127.0.0.1") -> ClientID {
+        let (id, _) = open(from: address)
         let actions = send(.hello(version: version, nick: nick, password: nil), from: id)
         precondition(actions.first.map { if case .send(.welcome, _) = $0 { true } else { false } } == true, "expected a welcome for \(nick)")
         return id
@@ -331,6 +330,53 @@ struct ChatCoreTests {
         // Burst 3: the join and two says pass; then refusals; the fourth refusal in a row disconnects.
         #expect(codes == [nil, nil, .rateLimited, .rateLimited, .rateLimited, .rateLimited])
         #expect(chat.core.nick(of: alice) == nil)
+    }
+
+    @Test func connectionsFromOneAddressShareItsBucketsAndOtherAddressesDoNot() {
+        var chat = Harness {
+            $0.addressMessageRate = 10
+            $0.addressMessageBurst = 4
+            $0.addressByteRate = 1_000
+            $0.addressByteBurst = 100_000
+        }
+        // The handshakes (two frames) spend from the address too.
+        let first = chat.connect("first", from: "10.0.0.1")
+        let second = chat.connect("second", from: "10.0.0.1")
+        let other = chat.connect("other", from: "10.0.0.2")
+        func wait(_ id: ClientID) -> UInt64 { chat.core.addressWait(for: id, at: chat.now) }
+        #expect(wait(first) == 0 && wait(second) == 0)
+        // Frames are never refused for the address: they spend, into debt, and the address waits.
+        for id in [first, second, first] {
+            #expect(frames(to: id, in: chat.send(.ping(token: 1), from: id)) == [.pong(token: 1)])
+        }
+        // Five frames of a burst of four: one token of debt, 100 ms at 10 per second.
+        #expect(wait(first) == 101 && wait(second) == 101, "the address's connections share its debt")
+        #expect(wait(other) == 0, "another address has buckets of its own")
+        _ = chat.tick(advancingBy: 101)
+        #expect(wait(first) == 0)
+        chat.send(.join(room: "r"), from: first)
+        #expect(wait(second) > 0, "out of request tokens again")
+        // The buckets go with the address's last connection: a new one starts full.
+        var actions: [ChatAction] = []
+        for id in [first, second] { chat.core.disconnect(id, Disconnection(code: nil, reason: "bye"), at: chat.now, into: &actions) }
+        let later = chat.connect("later", from: "10.0.0.1")
+        #expect(wait(later) == 0)
+    }
+
+    @Test func anAddressInByteDebtWaitsItOut() {
+        var chat = Harness {
+            $0.addressByteRate = 1_000
+            $0.addressByteBurst = 20_000
+        }
+        let alice = chat.connect("alice", from: "10.0.0.1")
+        chat.send(.join(room: "r"), from: alice)
+        let text = String(repeating: "x", count: 16_000)
+        #expect(frames(to: alice, in: chat.send(.say(room: "r", text: text), from: alice)).count == 1)
+        #expect(chat.core.addressWait(for: alice, at: chat.now) == 0, "still within the burst")
+        #expect(frames(to: alice, in: chat.send(.say(room: "r", text: text), from: alice)).count == 1, "delivered, not refused")
+        let wait = chat.core.addressWait(for: alice, at: chat.now)
+        // About 12 kB of debt at 1 kB per second.
+        #expect((12_000...13_000).contains(wait), "waits out its debt: \(wait) ms")
     }
 
     @Test func rateLimitRefillsOverTime() {

@@ -36,8 +36,7 @@ func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ i
     var configuration = ChatServerConfiguration()
     configuration.port = 0
     configuration.drainTimeout = .seconds(2)
-    configuration.messageRate = 0
-    configuration.byteRate = 0
+    configuration.turnOffRateLimits()
     adjust(&configuration)
     return configuration
 }
@@ -79,9 +78,12 @@ final class TestClient: @unchecked Sendable {
         try await connect(port: server.port, nick: nick, password: password)
     }
 
-    /// Connects to the server on `port` of 127.0.0.1 and completes the handshake as `nick`.
-    static func connect(port: Int, nick: String, password: String? = nil) async throws -> TestClient {
-        let connection = try await ChatConnection.connect(host: "127.0.0.1", port: port, nick: nick, password: password)
+    /// Connects to the server on `port` of `host` (127.0.0.1 unless said) and completes the
+    /// handshake as `nick`.
+    static func connect(
+        host: String = "127.0.0.1", port: Int, nick: String, password: String? = nil
+    ) async throws -> TestClient {
+        let connection = try await ChatConnection.connect(host: host, port: port, nick: nick, password: password)
         return TestClient(connection: connection)
     }
 
