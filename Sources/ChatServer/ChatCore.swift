@@ -105,6 +105,8 @@ public struct ChatCore: Sendable {
         // Every frame counts against the limits (a flood of pings costs as much as one of
         // messages), except goodbye: ending the session must always work.
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
+        let firstAction = actions.count
+        defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
         switch frame {
         case .changeNick(let newNick):
             changeNick(of: id, from: nick, to: newNick, at: now, into: &actions)
@@ -362,6 +364,20 @@ public struct ChatCore: Sendable {
         return false
     }
 
+    /// Spends from `address`'s fan-out bucket what the broadcasts among `actions`, caused by one
+    /// frame of `size` bytes, cost to send: the frame's size (plus what a delivery adds) once per
+    /// recipient. A line to a room of a thousand costs a thousand times its size.
+    private mutating func chargeFanout(of address: String, size: Int, for actions: ArraySlice<ChatAction>) {
+        guard configuration.addressFanoutRate > 0, addresses[address] != nil else { return }
+        var recipients = 0
+        for case .broadcast(_, let to) in actions { recipients += to.count }
+        guard recipients > 0 else { return }
+        addresses[address]!.fanoutBucket.spend(Double((size + Self.deliveryOverhead) * recipients))
+    }
+
+    /// About what a delivery adds to what a client sent (seq, time, sender).
+    private static let deliveryOverhead = 24
+
     /// How long, in milliseconds, the connections from `id`'s address must wait before the next
     /// frame from any of them is read: 0 while the address's shared buckets are not in debt.
     ///
@@ -371,7 +387,8 @@ public struct ChatCore: Sendable {
     /// go one frame into debt; the average rate holds all the same.
     public mutating func addressWait(for id: ClientID, at now: ServerTime) -> UInt64 {
         let limits = configuration
-        guard limits.addressMessageRate > 0 || limits.addressByteRate > 0, id.slot < clients.count,
+        guard limits.addressMessageRate > 0 || limits.addressByteRate > 0 || limits.addressFanoutRate > 0,
+            id.slot < clients.count,
             let address = clients[id.slot]?.address
         else { return 0 }
         var wait: UInt64 = 0
@@ -384,6 +401,12 @@ public struct ChatCore: Sendable {
                 wait,
                 addresses[address]!.byteBucket.millisecondsUntilSolvent(
                     rate: Double(limits.addressByteRate), burst: limits.addressByteBurst, now: now.uptimeMillis))
+        }
+        if limits.addressFanoutRate > 0 {
+            wait = max(
+                wait,
+                addresses[address]!.fanoutBucket.millisecondsUntilSolvent(
+                    rate: Double(limits.addressFanoutRate), burst: limits.addressFanoutBurst, now: now.uptimeMillis))
         }
         return wait
     }
@@ -714,11 +737,14 @@ private struct AddressState: Sendable {
     var connections = 0
     var bucket: TokenBucket
     var byteBucket: TokenBucket
+    /// What the address's frames cost to deliver, every recipient counted.
+    var fanoutBucket: TokenBucket
 
     /// Full buckets as of `now`, no connections yet.
     init(configuration: ChatServerConfiguration, now: UInt64) {
         bucket = TokenBucket(burst: configuration.addressMessageBurst, now: now)
         byteBucket = TokenBucket(burst: configuration.addressByteBurst, now: now)
+        fanoutBucket = TokenBucket(burst: configuration.addressFanoutBurst, now: now)
     }
 }
 

@@ -42,6 +42,13 @@ public struct ChatServerConfiguration: Sendable {
     /// Bytes all connections from one address may send in a burst above their average byte rate;
     /// at least `maxFrameSize`.
     public var addressByteBurst = 4 << 20
+    /// Bytes per second, on average, that the frames of all connections from one address may
+    /// cost the server to deliver, every recipient counted (a line to a room of 1,000 costs its
+    /// size 1,000 times); 0 turns this limit off. Room fan-out is the one amplification left once
+    /// reading is limited: this bounds the work one address can make the server do.
+    public var addressFanoutRate = 32 << 20
+    /// Delivery bytes all connections from one address may cause in a burst above their average.
+    public var addressFanoutBurst = 64 << 20
     /// Frames refused in a row (for exceeding a rate) after which the client is disconnected.
     public var rateAbuseLimit = 100
 
@@ -94,6 +101,7 @@ public struct ChatServerConfiguration: Sendable {
         byteRate = 0
         addressMessageRate = 0
         addressByteRate = 0
+        addressFanoutRate = 0
     }
 
     /// How `maxMemory` is divided for these limits.
@@ -121,6 +129,10 @@ public struct ChatServerConfiguration: Sendable {
         if addressByteRate < 0 { return "the address byte rate must be 0 or more" }
         if addressByteRate > 0, addressByteBurst < maxFrameSize {
             return "the address byte burst (\(addressByteBurst)) must be at least the frame size limit (\(maxFrameSize))"
+        }
+        if addressFanoutRate < 0 { return "the address fan-out rate must be 0 or more" }
+        if addressFanoutRate > 0, addressFanoutBurst < maxFrameSize {
+            return "the address fan-out burst (\(addressFanoutBurst)) must be at least the frame size limit (\(maxFrameSize))"
         }
         if rateAbuseLimit < 1 { return "the abuse limit must be at least 1" }
         if historySize < 0 { return "the history size must be 0 or more" }

@@ -78,6 +78,12 @@ struct ChatServerCommand: ParsableCommand {
     @Option(help: "Bytes all connections from one address may send at once above their average byte rate; at least --max-frame-size.")
     var addressByteBurst = 4_194_304
 
+    @Option(help: "Bytes per second, on average, that the frames of one address's connections may cost to deliver, every recipient counted; 0 turns the limit off.")
+    var addressFanoutRate = 33_554_432
+
+    @Option(help: "Delivery bytes one address's connections may cause at once above their average fan-out rate.")
+    var addressFanoutBurst = 67_108_864
+
     @Flag(help: "Turn off every rate limit, per connection and per address (for load tests), whatever the rate flags say.")
     var noRateLimits = false
 
@@ -175,6 +181,8 @@ struct ChatServerCommand: ParsableCommand {
         configuration.addressMessageBurst = addressRateBurst
         configuration.addressByteRate = addressByteRate
         configuration.addressByteBurst = addressByteBurst
+        configuration.addressFanoutRate = addressFanoutRate
+        configuration.addressFanoutBurst = addressFanoutBurst
         if noRateLimits { configuration.turnOffRateLimits() }
         configuration.rateAbuseLimit = rateAbuseLimit
         configuration.historySize = historySize

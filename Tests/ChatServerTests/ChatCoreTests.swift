@@ -363,6 +363,27 @@ struct ChatCoreTests {
         #expect(wait(later) == 0)
     }
 
+    @Test func anAddressPaysForItsFanOutToEveryRecipient() {
+        var chat = Harness {
+            $0.addressFanoutRate = 10_000
+            $0.addressFanoutBurst = 20_000
+        }
+        let speaker = chat.connect("speaker", from: "10.0.0.1")
+        let listeners = (0..<9).map { chat.connect("listener\($0)", from: "10.0.0.2") }
+        for id in [speaker] + listeners { chat.send(.join(room: "r"), from: id) }
+        #expect(chat.core.addressWait(for: speaker, at: chat.now) == 0)
+        // 1,000 bytes to ten members: about 10 kB of fan-out, within the burst.
+        let line = Frame.say(room: "r", text: String(repeating: "x", count: 1_000))
+        chat.send(line, from: speaker)
+        #expect(chat.core.addressWait(for: speaker, at: chat.now) == 0)
+        chat.send(line, from: speaker)
+        chat.send(line, from: speaker)
+        // About 30 kB spent of 20 kB: about a second of debt at 10 kB/s, for the speaker's address only.
+        let wait = chat.core.addressWait(for: speaker, at: chat.now)
+        #expect((900...1_400).contains(wait), "waits out its fan-out: \(wait) ms")
+        #expect(chat.core.addressWait(for: listeners[0], at: chat.now) == 0, "the listeners' address paid only for its joins")
+    }
+
     @Test func anAddressInByteDebtWaitsItOut() {
         var chat = Harness {
             $0.addressByteRate = 1_000
