@@ -27,7 +27,9 @@ public struct ChatCore: Sendable {
     private var clients: [ClientState?] = []
     private var nicks: [String: ClientID] = [:]
     private var rooms: [String: ChatRoom] = [:]
-    /// Connections and shared rate limits by address, for addresses with connections open.
+    /// Connections and shared rate limits by address: for addresses with connections open, and
+    /// for those without until their buckets are full again (`tick` forgets them then), so that
+    /// reconnecting does not refill them.
     private var addresses: [String: AddressState] = [:]
     private var nextPingToken: UInt64 = 1
     private let budget: MemoryBudget
@@ -78,11 +80,24 @@ public struct ChatCore: Sendable {
             actions.append(.disconnect(id, refusal, nick: nil))
             return
         }
+        var state = addresses[address] ?? AddressState(configuration: configuration, now: now.uptimeMillis)
+        let connectionRate = configuration.addressConnectionRate
+        if connectionRate > 0 {
+            guard state.connectBucket.has(1, rate: connectionRate, burst: configuration.addressConnectionBurst, now: now.uptimeMillis)
+            else {
+                let reason = "connecting too fast from \(address) (at most \(Self.format(connectionRate)) per second)"
+                let refusal = Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
+                actions.append(.disconnect(id, refusal, nick: nil))
+                return
+            }
+            state.connectBucket.spend(1)
+        }
         if clients.count <= id.slot { clients.append(contentsOf: repeatElement(nil, count: id.slot - clients.count + 1)) }
         precondition(clients[id.slot] == nil, "slot \(id.slot) reused while in use")
         clients[id.slot] = ClientState(
             address: address, burst: configuration.messageBurst, byteBurst: configuration.byteBurst, now: now.uptimeMillis)
-        addresses[address, default: AddressState(configuration: configuration, now: now.uptimeMillis)].connections += 1
+        state.connections += 1
+        addresses[address] = state
         clientCount += 1
     }
 
@@ -163,13 +178,7 @@ public struct ChatCore: Sendable {
         guard id.slot < clients.count, let client = clients[id.slot] else { return }
         clients[id.slot] = nil
         clientCount -= 1
-        // The address's buckets go with its last connection: coming back for a full burst costs
-        // an attacker every connection it had.
-        if let state = addresses[client.address], state.connections > 1 {
-            addresses[client.address]!.connections -= 1
-        } else {
-            addresses[client.address] = nil
-        }
+        addresses[client.address]?.connections -= 1
         if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
             for room in client.rooms {
@@ -210,6 +219,10 @@ public struct ChatCore: Sendable {
                 actions.append(.send(.ping(token: nextPingToken), to: id))
                 nextPingToken += 1
             }
+        }
+        addresses = addresses.filter { _, state in
+            var state = state
+            return state.connections > 0 || !state.isFull(configuration, now: now.uptimeMillis)
         }
         let lockout = configuration.passwordLockout.milliseconds
         passwordFailures = passwordFailures.filter { _, failures in
@@ -739,12 +752,30 @@ private struct AddressState: Sendable {
     var byteBucket: TokenBucket
     /// What the address's frames cost to deliver, every recipient counted.
     var fanoutBucket: TokenBucket
+    /// Connections opened.
+    var connectBucket: TokenBucket
 
     /// Full buckets as of `now`, no connections yet.
     init(configuration: ChatServerConfiguration, now: UInt64) {
         bucket = TokenBucket(burst: configuration.addressMessageBurst, now: now)
         byteBucket = TokenBucket(burst: configuration.addressByteBurst, now: now)
         fanoutBucket = TokenBucket(burst: configuration.addressFanoutBurst, now: now)
+        connectBucket = TokenBucket(burst: configuration.addressConnectionBurst, now: now)
+    }
+
+    /// Whether every bucket is full again as of `now`: forgetting the address would change nothing.
+    mutating func isFull(_ configuration: ChatServerConfiguration, now: UInt64) -> Bool {
+        let limits = configuration
+        return (limits.addressMessageRate == 0
+            || bucket.has(Double(limits.addressMessageBurst), rate: limits.addressMessageRate, burst: limits.addressMessageBurst, now: now))
+            && (limits.addressByteRate == 0
+                || byteBucket.has(Double(limits.addressByteBurst), rate: Double(limits.addressByteRate), burst: limits.addressByteBurst, now: now))
+            && (limits.addressFanoutRate == 0
+                || fanoutBucket.has(
+                    Double(limits.addressFanoutBurst), rate: Double(limits.addressFanoutRate), burst: limits.addressFanoutBurst, now: now))
+            && (limits.addressConnectionRate == 0
+                || connectBucket.has(
+                    Double(limits.addressConnectionBurst), rate: limits.addressConnectionRate, burst: limits.addressConnectionBurst, now: now))
     }
 }
 

@@ -49,6 +49,13 @@ public struct ChatServerConfiguration: Sendable {
     public var addressFanoutRate = 32 << 20
     /// Delivery bytes all connections from one address may cause in a burst above their average.
     public var addressFanoutBurst = 64 << 20
+    /// Connections one address may open per second, on average; more are refused with
+    /// `tooManyConnectionsFromAddress`. 0 turns this limit off. A reconnect loop costs the server
+    /// a session (and log lines) per turn; this bounds how many.
+    public var addressConnectionRate: Double = 20
+    /// Connections one address may open at once above its average rate: a whole office
+    /// reconnecting after a restart.
+    public var addressConnectionBurst = 200
     /// Frames refused in a row (for exceeding a rate) after which the client is disconnected.
     public var rateAbuseLimit = 100
 
@@ -102,6 +109,7 @@ public struct ChatServerConfiguration: Sendable {
         addressMessageRate = 0
         addressByteRate = 0
         addressFanoutRate = 0
+        addressConnectionRate = 0
     }
 
     /// How `maxMemory` is divided for these limits.
@@ -134,6 +142,8 @@ public struct ChatServerConfiguration: Sendable {
         if addressFanoutRate > 0, addressFanoutBurst < maxFrameSize {
             return "the address fan-out burst (\(addressFanoutBurst)) must be at least the frame size limit (\(maxFrameSize))"
         }
+        if addressConnectionRate < 0 || !addressConnectionRate.isFinite { return "the address connection rate must be 0 or more" }
+        if addressConnectionBurst < 1 { return "the address connection burst must be at least 1" }
         if rateAbuseLimit < 1 { return "the abuse limit must be at least 1" }
         if historySize < 0 { return "the history size must be 0 or more" }
         if let problem = memoryBudget.problem { return problem }

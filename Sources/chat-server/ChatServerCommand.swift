@@ -84,6 +84,12 @@ struct ChatServerCommand: ParsableCommand {
     @Option(help: "Delivery bytes one address's connections may cause at once above their average fan-out rate.")
     var addressFanoutBurst = 67_108_864
 
+    @Option(help: "Connections one address may open per second, on average; more are refused. 0 turns the limit off.")
+    var addressConnectionRate: Double = 20
+
+    @Option(help: "Connections one address may open at once above its average connection rate.")
+    var addressConnectionBurst = 200
+
     @Flag(help: "Turn off every rate limit, per connection and per address (for load tests), whatever the rate flags say.")
     var noRateLimits = false
 
@@ -183,6 +189,8 @@ struct ChatServerCommand: ParsableCommand {
         configuration.addressByteBurst = addressByteBurst
         configuration.addressFanoutRate = addressFanoutRate
         configuration.addressFanoutBurst = addressFanoutBurst
+        configuration.addressConnectionRate = addressConnectionRate
+        configuration.addressConnectionBurst = addressConnectionBurst
         if noRateLimits { configuration.turnOffRateLimits() }
         configuration.rateAbuseLimit = rateAbuseLimit
         configuration.historySize = historySize

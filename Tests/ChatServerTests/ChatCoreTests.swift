@@ -356,11 +356,36 @@ struct ChatCoreTests {
         #expect(wait(first) == 0)
         chat.send(.join(room: "r"), from: first)
         #expect(wait(second) > 0, "out of request tokens again")
-        // The buckets go with the address's last connection: a new one starts full.
+        // Reconnecting does not refill the buckets; an address is forgotten only once they are full.
         var actions: [ChatAction] = []
         for id in [first, second] { chat.core.disconnect(id, Disconnection(code: nil, reason: "bye"), at: chat.now, into: &actions) }
         let later = chat.connect("later", from: "10.0.0.1")
-        #expect(wait(later) == 0)
+        #expect(wait(later) > 0, "the debt outlives the connections")
+    }
+
+    @Test func anAddressThatConnectsTooFastIsRefusedUntilItsBucketRefills() {
+        var chat = Harness {
+            $0.addressConnectionRate = 2
+            $0.addressConnectionBurst = 3
+        }
+        func refusal(from address: String) -> Disconnection? {
+            let (id, actions) = chat.open(from: address)
+            var closing: [ChatAction] = []
+            defer { chat.core.disconnect(id, Disconnection(code: nil, reason: "bye"), at: chat.now, into: &closing) }
+            return disconnection(of: id, in: actions)
+        }
+        // Open and closed at once, as a reconnect loop does: the count never grows, the rate does.
+        #expect((0..<3).map { _ in refusal(from: "10.0.0.1") == nil } == [true, true, true])
+        let refused = refusal(from: "10.0.0.1")
+        #expect(refused?.code == .tooManyConnectionsFromAddress)
+        #expect(refused?.reason.contains("too fast") == true, "\(String(describing: refused))")
+        #expect(refusal(from: "10.0.0.2") == nil, "another address is not affected")
+        _ = chat.tick(advancingBy: 500)
+        #expect(refusal(from: "10.0.0.1") == nil, "half a second refills one connection at 2 per second")
+        #expect(refusal(from: "10.0.0.1") != nil)
+        // Once its buckets are full again, the address is forgotten; a new one starts full.
+        _ = chat.tick(advancingBy: 2_000)
+        #expect((0..<3).map { _ in refusal(from: "10.0.0.1") == nil } == [true, true, true])
     }
 
     @Test func anAddressPaysForItsFanOutToEveryRecipient() {

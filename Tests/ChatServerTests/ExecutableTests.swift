@@ -62,7 +62,8 @@ struct ExecutableTests {
         for flag in [
             "--host", "--port", "--max-clients", "--max-clients-per-address", "--max-frame-size", "--max-rooms-per-client",
             "--rate-limit", "--rate-burst", "--byte-rate", "--byte-burst", "--address-rate-limit", "--address-rate-burst",
-            "--address-byte-rate", "--address-byte-burst", "--address-fanout-rate", "--address-fanout-burst", "--no-rate-limits", "--rate-abuse-limit", "--history-size",
+            "--address-byte-rate", "--address-byte-burst", "--address-fanout-rate", "--address-fanout-burst",
+            "--address-connection-rate", "--address-connection-burst", "--no-rate-limits", "--rate-abuse-limit", "--history-size",
             "--handshake-timeout", "--idle-ping-interval", "--idle-timeout", "--max-memory", "--slow-consumer-timeout",
             "--drain-timeout", "--password-file", "--password-attempts", "--password-lockout", "--log-level",
         ] {
