@@ -1,13 +1,14 @@
 import ChatProtocol
 import Foundation
 import Testing
+import TestSupport
 
 /// chat-client with stdin and stdout on pipes, against the real chat-server.
 @Suite(.serialized) struct PipeModeTests {
     @Test func twoPipedClientsExchangeMessages() async throws {
-        let server = try await TestServer()
+        let server = try await ChatServerProcess()
         defer { server.stop() }
-        let client = try Executables.url("chat-client")
+        let client = try ChildProcess.builtExecutable(named: "chat-client")
         let ann = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)", "--room", "#General"])
         defer { ann.stop() }
         #expect(await ann.waitForOutput("#general -!- ann joined"), "ann joins #general: \(ann.output)")
@@ -32,12 +33,12 @@ import Testing
     }
 
     @Test func scriptedClientSaysItsLinesAndLeaves() async throws {
-        let server = try await TestServer()
+        let server = try await ChatServerProcess()
         defer { server.stop() }
         let watcher = try await Peer(nick: "watcher", port: server.port)
         defer { watcher.close() }
         // The shell form: printf 'hi\n/quit\n' | chat-client --nick bot --room general
-        let bot = try ChildProcess(try Executables.url("chat-client"), ["--nick", "bot", "--port", "\(server.port)", "--room", "general"])
+        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(server.port)", "--room", "general"])
         defer { bot.stop() }
         bot.send("hi")
         bot.send("/quit")
@@ -49,10 +50,10 @@ import Testing
     }
 
     @Test func scriptedClientFailsWhenTheServerIsUnreachable() async throws {
-        let server = try await TestServer()
+        let server = try await ChatServerProcess()
         let port = server.port
         server.stop()
-        let bot = try ChildProcess(try Executables.url("chat-client"), ["--nick", "bot", "--port", "\(port)"])
+        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(port)"])
         defer { bot.stop() }
         #expect(await bot.waitForExit() == 1, "exit status 1 when nothing listens")
         #expect(bot.output.contains("cannot reach 127.0.0.1:\(port)"), "says why: \(bot.output)")
