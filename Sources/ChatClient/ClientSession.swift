@@ -548,8 +548,8 @@ public struct ClientSession: Sendable {
         catchUp.awaitingReplay = true
         var actions: [SessionAction] = []
         if let previous = catchUp.previous, let oldEpoch = previous.epoch, oldEpoch != epoch {
-            actions.append(.show(.marker(room: room, time: clock(),
-                text: "#\(room) started again: the server was restarted or forgot the room, and its earlier messages are gone")))
+            // The earlier messages are gone with the old epoch; what the replay holds is new.
+            actions.append(.show(.marker(room: room, time: clock(), text: "started again: the server restarted or forgot the room")))
             catchUp.previous = nil
         }
         catchUps[room] = catchUp

@@ -3,10 +3,11 @@
 ///
 /// The server meters each client with token buckets (requests, and bytes) that start full
 /// and refill at a steady rate; a frame that finds its bucket empty is dropped with
-/// `rateLimited`. The pacer keeps its own copy of each bucket with half the server's burst and
-/// 80 % of its rate, and is told of every frame sent. So its buckets never hold more than the
-/// server's minus half a burst: whenever the pacer lets a frame go, the server's bucket has
-/// room for it, even if half the burst was already spent in ways the pacer did not see.
+/// `rateLimited`. The pacer keeps its own copy of each bucket with half the server's burst
+/// (rounded down, at least 1) and 80 % of its rate, and is told of every frame sent. So its
+/// buckets never hold more than the server's minus half a burst: whenever the pacer lets a
+/// frame go, the server's bucket has room for it, even if half the burst was already spent in
+/// ways the pacer did not see.
 public struct PastePacer: Sendable {
     private var requests: Bucket
     private var bytes: Bucket

@@ -24,8 +24,8 @@ final class Peer: @unchecked Sendable {
     let connection: ChatConnection
     private var reader: Task<Void, Never>?
 
-    init(nick: String, port: Int, room: String? = "general") async throws {
-        connection = try await ChatConnection.connect(host: "127.0.0.1", port: port, nick: nick)
+    init(nick: String, port: Int, room: String? = "general", version: UInt16 = 1) async throws {
+        connection = try await ChatConnection.connect(host: "127.0.0.1", port: port, nick: nick, version: version)
         reader = Task { [connection, weak self] in
             do {
                 for try await frame in connection.frames {
@@ -59,6 +59,11 @@ final class Peer: @unchecked Sendable {
         let nick = connection.welcome.nick
         try await connection.send(.join(room: room))
         #expect(await waitFor { if case .joined(room, _, _, nick) = $0 { true } else { false } }, "\(nick) joined #\(room)")
+    }
+
+    /// Sends `text` to `nick` alone.
+    func tell(_ nick: String, _ text: String) async throws {
+        try await connection.send(.tell(recipient: nick, text: text))
     }
 
     /// Says `text` in `room`.
