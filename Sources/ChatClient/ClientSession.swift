@@ -288,6 +288,8 @@ public struct ClientSession: Sendable {
             return [.send([.setTopic(room: room, text: text)])]
         case .history(let count):
             guard let room = currentRoom else { return [noRoom()] }
+            // The answer is shown as asked for, not taken for a version 1 join's catch-up.
+            catchUps[room] = nil
             return [.send([.requestHistory(room: room, count: count)])]
         case .away(let text):
             guard isConnected else { return [error("not connected; /away needs the server")] }

@@ -1,3 +1,4 @@
+import ChatClient
 import ChatProtocol
 import Foundation
 import Testing
@@ -57,5 +58,42 @@ import TestSupport
         defer { bot.stop() }
         #expect(await bot.waitForExit() == 1, "exit status 1 when nothing listens")
         #expect(bot.output.contains("cannot reach 127.0.0.1:\(port)"), "says why: \(bot.output)")
+    }
+}
+
+/// `--version`, and `--help` and docs/CLIENT.md naming the same commands and options.
+@Suite struct ClientDocumentationTests {
+    private func run(_ arguments: [String]) async throws -> (Int32?, String) {
+        let child = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), arguments)
+        defer { child.stop() }
+        let status = await child.waitForExit()
+        return (status, child.output)
+    }
+
+    @Test func versionNamesTheReleaseAndTheProtocol() async throws {
+        let (status, output) = try await run(["--version"])
+        #expect(status == 0)
+        #expect(output == "chat-client \(ClientVersion.current) (chat protocol \(WireProtocol.version))\n")
+    }
+
+    @Test func helpAndClientDocumentTheSameCommandsAndOptions() async throws {
+        let (status, help) = try await run(["--help"])
+        #expect(status == 0)
+        let docsURL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/CLIENT.md")
+        let docs = try String(contentsOf: docsURL, encoding: .utf8)
+        for spec in CommandSpec.all {
+            #expect(help.contains("/" + spec.name), "--help names /\(spec.name)")
+            #expect(docs.contains("`/" + spec.name), "CLIENT.md names /\(spec.name)")
+        }
+        let options = help.split(separator: "\n").compactMap { line -> String? in
+            let trimmed = line.drop { $0 == " " }
+            guard trimmed.hasPrefix("--") else { return nil }
+            return String(trimmed.prefix { $0 != " " })
+        }
+        #expect(options.count >= 9, "the options were found in --help: \(options)")
+        for option in options where option != "--help" {
+            #expect(docs.contains("`" + option + "`"), "CLIENT.md documents \(option)")
+        }
     }
 }
