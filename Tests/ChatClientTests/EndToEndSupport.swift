@@ -228,8 +228,9 @@ func clientInTerminal(nick: String, port: Int, home: URL, rooms: [String] = ["ge
 /// connections while the server and everyone else stay (a network outage for one client).
 ///
 /// Each accepted connection gets a connection to the target and a thread that copies bytes
-/// both ways with `poll`. `cutAll` shuts down every connection open now; new ones are relayed
-/// as before. Thread safety: `lock` protects `pairs` and `stopped`.
+/// both ways with `poll`. `cutAll` shuts down every connection open now; while `refusing` is set,
+/// new ones are closed as soon as they are accepted. Thread safety: `lock` protects `pairs`,
+/// `stopped` and `refusing`.
 final class TCPRelay: @unchecked Sendable {
     let port: Int
     private let target: Int
@@ -237,6 +238,13 @@ final class TCPRelay: @unchecked Sendable {
     private let lock = NSLock()
     private var pairs: [(Int32, Int32)] = []
     private var stopped = false
+    private var refusing = false
+
+    /// Whether new connections are closed at once instead of relayed (the server seems down).
+    var refusesConnections: Bool {
+        get { lock.withLock { refusing } }
+        set { lock.withLock { refusing = newValue } }
+    }
 
     /// A relay to `127.0.0.1:target` listening on a free loopback port.
     init(to target: Int) throws {
@@ -265,6 +273,10 @@ final class TCPRelay: @unchecked Sendable {
             if client < 0 {
                 if errno == EINTR { continue }
                 return
+            }
+            if refusesConnections {
+                close(client)
+                continue
             }
             let server = Self.connectLoopback(port: target)
             guard server >= 0 else {

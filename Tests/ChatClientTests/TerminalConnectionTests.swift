@@ -77,11 +77,15 @@ extension TerminalTests {
             for index in 1...3 { try await bob.say("seen \(index)") }
             try await tmux.waitFor("<bob> seen 3")
 
+            // The outage lasts until bob has said two things: the client's redials are refused.
+            relay.refusesConnections = true
             relay.cutAll()
             try await tmux.waitFor("disconnected:")
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", _) = $0 { true } else { false } }, "the server saw alice go")
             try await bob.say("missed 1")
             try await bob.say("missed 2")
+            #expect(await bob.waitFor(TerminalTests.said("missed 2", by: "bob")), "bob's lines are in the room's history")
+            relay.refusesConnections = false
             try await tmux.waitFor("#general — 2 new since you left —")
             try await tmux.waitFor("<bob> missed 2")
             let rows = try await tmux.screen()

@@ -100,3 +100,14 @@ extension TerminalTests {
         }
     }
 }
+
+extension TerminalTests.Rooms {
+    @Test func hostileTextIsShownHarmlessly() async throws {
+        try await TerminalTests.start { _, tmux, bob, _ in
+            try await tmux.type("kept")
+            try await bob.say("\u{1B}[2J\u{1B}[31mevil \u{202E}desrever\u{2028}fake line")
+            try await tmux.waitFor("<bob> ^[[2J^[[31mevil <U+202E>desrever<U+2028>fake line")
+            try await tmux.waitForInput("kept", prompt: TerminalTests.prompt)
+        }
+    }
+}
