@@ -139,6 +139,32 @@ public struct KeyDecoder: Sendable {
         return keys
     }
 
+    /// `keys` read at once, taken as a paste when they can only be one: a terminal without
+    /// bracketed paste delivers pasted lines as text and Enter keys, and no one types a line
+    /// break and more text between two reads. So text with an Enter followed by more text,
+    /// and nothing but text, Enter and Tab, becomes one `.paste`; anything else is returned
+    /// as it is.
+    public static func pasteHeuristic(_ keys: [Key]) -> [Key] {
+        var text = ""
+        var sawBreakThenText = false
+        var sawBreak = false
+        for key in keys {
+            switch key {
+            case .text(let typed):
+                text += typed
+                if sawBreak { sawBreakThenText = true }
+            case .enter:
+                text += "\n"
+                sawBreak = true
+            case .tab:
+                text += "\t"
+            default:
+                return keys
+            }
+        }
+        return sawBreakThenText ? [.paste(text)] : keys
+    }
+
     /// The keys held back waiting for the rest of an escape sequence, as they stand: a lone
     /// `ESC` is the Escape key; `ESC` and a character is Alt with it.
     public mutating func flushPendingEscape() -> [Key] {

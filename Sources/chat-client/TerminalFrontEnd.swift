@@ -119,7 +119,7 @@ final class TerminalFrontEnd: ClientDisplay {
             driver?.quit(reason: "terminal closed")
             return
         }
-        handle(decoder.feed(buffer[..<count]))
+        handle(KeyDecoder.pasteHeuristic(decoder.feed(buffer[..<count])))
         if decoder.hasPendingEscape { scheduleEscapeFlush() }
     }
 

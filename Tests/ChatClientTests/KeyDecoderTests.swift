@@ -62,4 +62,12 @@ import Testing
     @Test func malformedUTF8BecomesAReplacementCharacterAndLosesNoKey() {
         #expect(decode([0xE6, 0x41, 0x0D]) == [.text("\u{FFFD}A"), .enter])
     }
+
+    @Test func lineBreaksAndTextInOneReadAreAPaste() {
+        #expect(KeyDecoder.pasteHeuristic([.text("one"), .enter, .text("/part"), .enter]) == [.paste("one\n/part\n")],
+                "a terminal without bracketed paste: lines arrive in one read")
+        #expect(KeyDecoder.pasteHeuristic([.text("typed"), .enter]) == [.text("typed"), .enter], "a line and Enter is typing")
+        #expect(KeyDecoder.pasteHeuristic([.text("a"), .enter, .control("r")]) == [.text("a"), .enter, .control("r")],
+                "keys other than text and Enter are typing")
+    }
 }

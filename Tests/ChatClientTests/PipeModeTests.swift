@@ -1,6 +1,7 @@
 import ChatClient
 import ChatProtocol
 import Foundation
+import Glibc
 import Testing
 import TestSupport
 
@@ -95,5 +96,57 @@ import TestSupport
         for option in options where option != "--help" {
             #expect(docs.contains("`" + option + "`"), "CLIENT.md documents \(option)")
         }
+    }
+}
+
+/// The client against servers that misbehave in ways the real server never does.
+@Suite struct HostileServerTests {
+    /// A server that reads a hello, answers with a welcome and closes at once, every time.
+    private final class WelcomeAndDrop: @unchecked Sendable {
+        let port: Int
+        private let listener: Int32
+
+        init() throws {
+            let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            self.listener = listener
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+            guard listen(listener, 8) == 0 else { throw POSIXError(.EADDRINUSE) }
+            _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+            port = Int(UInt16(bigEndian: address.sin_port))
+            var encoded: [UInt8] = []
+            FrameEncoder.encode(.welcome(version: 1, nick: "bot", maxFrameSize: 16_384, motd: ""), into: &encoded)
+            let welcome = encoded
+            Thread.detachNewThread {
+                while true {
+                    let client = accept(listener, nil, nil)
+                    if client < 0 { return }
+                    var buffer = [UInt8](repeating: 0, count: 1024)
+                    _ = read(client, &buffer, buffer.count)
+                    _ = welcome.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
+                    close(client)
+                }
+            }
+        }
+
+        func stop() {
+            shutdown(listener, Int32(SHUT_RDWR))
+            close(listener)
+        }
+    }
+
+    @Test func aServerThatWelcomesAndDropsIsRedialledWithGrowingDelays() async throws {
+        let server = try WelcomeAndDrop()
+        defer { server.stop() }
+        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(server.port)"])
+        defer { bot.stop() }
+        #expect(await bot.waitForOutput("(attempt 4)"), "the client keeps redialling: \(bot.output)")
+        let attempts = bot.lines.filter { $0.contains("reconnecting in") }
+        #expect(attempts.filter { $0.hasSuffix("(attempt 1)") }.count == 1,
+                "a session that did not stay up never resets the backoff:\n\(attempts.joined(separator: "\n"))")
+        #expect(attempts.contains { $0.hasSuffix("(attempt 3)") })
     }
 }

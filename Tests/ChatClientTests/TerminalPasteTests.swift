@@ -59,6 +59,16 @@ extension TerminalTests {
             }
         }
 
+        @Test func linesPastedWithoutBracketsAreTextToo() async throws {
+            try await TerminalTests.start { _, tmux, bob, _ in
+                // What a terminal without bracketed paste sends: the lines and CRs in one write.
+                try await tmux.tmux(["send-keys", "-l", "unbracketed one\r/part\rthree"])
+                #expect(await eventually { bob.messages(from: "alice") == ["unbracketed one", "/part", "three"] },
+                        "said as text: \(bob.messages(from: "alice"))")
+                #expect(!bob.frames.contains { if case .left(_, _, _, "alice") = $0 { true } else { false } }, "the pasted /part did not run")
+            }
+        }
+
         @Test func aLongPasteIsConfirmedAndPacedWithoutLoss() async throws {
             // A strict server: 10 messages a second, 10 at once. Sent as fast as possible,
             // most of 150 lines would be dropped.
