@@ -178,7 +178,10 @@ public final class ChatClientDriver {
     /// Sends queued pasted lines as fast as the pacer allows.
     private func sendPastedLines() async {
         while let next = pasteQueue.first {
-            guard session.isConnected, outbound != nil else { return }
+            guard session.isConnected, outbound != nil else {
+                // The connection went while the user was asked, or between two lines.
+                return dropPendingPaste(because: "not connected")
+            }
             let delay = pacer.delay(forFrameOf: Self.encodedSize(of: next.frame), at: now())
             if delay > .zero {
                 do { try await Task.sleep(for: delay) } catch { return }
