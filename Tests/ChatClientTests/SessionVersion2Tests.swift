@@ -77,6 +77,21 @@ import Testing
         #expect(shown.last == "live 301", "the live message follows what it came after")
     }
 
+    @Test func aVersion1RejoinFiltersItsHistoryBySeq() {
+        var session = ClientSession(nick: "alice", rooms: ["general"], clock: { 1000 })
+        _ = session.connected(nick: "alice", motd: "", version: 1)
+        _ = session.receive(.joined(room: "general", seq: 5, time: 5, nick: "alice"))
+        #expect(texts(session.receive(.history(room: "general", entries: [message(3, "old")]))) == ["old"])
+        _ = session.receive(.message(room: "general", seq: 6, time: 6, sender: "bob", text: "live 6"))
+        session.disconnected()
+        _ = session.connected(nick: "alice", motd: "", version: 1)
+        _ = session.receive(.joined(room: "general", seq: 9, time: 9, nick: "alice"))
+        let shown = session.receive(.history(room: "general", entries: [message(3, "old"), message(6, "live 6"), message(8, "missed 8")]))
+        #expect(texts(shown) == ["1 new since you left", "missed 8"])
+        #expect(texts(session.receive(.history(room: "general", entries: [message(3, "old")]))) == ["old"],
+                "a later /history answer is shown as it is")
+    }
+
     @Test func aNewEpochSaysTheRoomStartedAgain() {
         var session = session()
         session.disconnected()
