@@ -54,11 +54,9 @@ let package = Package(
             dependencies: ["SocketCore", "ChatProtocol", logging, .product(name: "DequeModule", package: "swift-collections")]),
         .executableTarget(name: "chat-server", dependencies: ["ChatServer", argumentParser, logging]),
 
-        // libedit, found through pkg-config; Debian's libedit-dev provides it.
-        .systemLibrary(name: "CLibEdit", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(name: "ChatClient", dependencies: ["SocketCore", "ChatProtocol"]),
-        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "CLibEdit", argumentParser]),
+        .executableTarget(name: "chat-client", dependencies: ["ChatClient", argumentParser]),
 
         // Load generation and exact delivery accounting.
         .target(
@@ -79,7 +77,7 @@ let package = Package(
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
         .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
-        .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore"]),
+        .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages the project needs and a fresh Debian machine lacks:
-# libedit-dev (chat-client's line editing), libssl-dev (TLS), pkg-config (finds both), tmux (the
+# libssl-dev (TLS), pkg-config (finds it), tmux (the
 # terminal tests) and openssl (Scripts/dev-cert.sh, the TLS interoperability tests). Does nothing
 # when all are there. Called by the other scripts; safe to run by hand.
 set -euo pipefail
@@ -10,15 +10,13 @@ case "${1:-}" in
         cat <<'USAGE'
 Usage: Scripts/bootstrap.sh
 
-Installs, with apt-get, whichever of these is missing: libedit-dev, libssl-dev, pkg-config,
-tmux, openssl.
+Installs, with apt-get, whichever of these is missing: libssl-dev, pkg-config, tmux, openssl.
 Needs root (or sudo). Prints nothing when everything is already installed.
 USAGE
         exit 0 ;;
 esac
 
 missing=()
-[[ -f /usr/include/editline/readline.h ]] || missing+=(libedit-dev)
 [[ -f /usr/include/openssl/ssl.h ]] || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
