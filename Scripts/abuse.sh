@@ -26,9 +26,10 @@ Options:
   --no-build        use the binaries already built
   -h, --help        show this help
 
-Every server but the reconnect one allows --connections + 10 connections from one address, so
-the attackers are not simply refused at the door; the reconnect attack runs against the limit
-of 50 and the guessing one against a server with a password.
+Every server but the reconnect one allows --connections + 10 connections from one address, opened
+as fast as they come (--address-connection-rate 0), so the attackers are not simply refused at
+the door; the reconnect attack runs against the defaults but a limit of 50 connections, and the
+guessing one against a server with a password.
 
 Environment:
   SCRATCH_PATH      build directory (default .build-release)
@@ -119,7 +120,7 @@ failures=0
 for attack in amplification pings history burst ping-flood slowloris reconnect guessing; do
     if [[ -n "$only" && $attack != "$only" ]]; then continue; fi
     echo "attack: $attack" >&2
-    flags=(--max-clients-per-address "$((connections + 10))")
+    flags=(--max-clients-per-address "$((connections + 10))" --address-connection-rate 0)
     abuse_flags=()
     attackers="$connections"
     case "$attack" in
