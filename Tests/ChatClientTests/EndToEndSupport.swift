@@ -185,8 +185,10 @@ final class TmuxSession {
     func stop() {
         guard !stopped else { return }
         stopped = true
+        // kill-server must be let finish: stopping it at once left the tmux server (and the
+        // client in it) running, unreachable once the socket below is gone.
         if let child = try? ChildProcess(URL(fileURLWithPath: "/usr/bin/tmux"), ["-L", socket, "kill-server"], collectOutput: false) {
-            child.stop()
+            child.finish()
         }
         // tmux leaves its socket file behind after kill-server.
         let directory = ProcessInfo.processInfo.environment["TMUX_TMPDIR"] ?? "/tmp"
