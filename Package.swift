@@ -9,6 +9,7 @@ let package = Package(
     products: [
         .library(name: "SocketCore", targets: ["SocketCore"]),
         .library(name: "SocketStreams", targets: ["SocketStreams"]),
+        .library(name: "SocketTLS", targets: ["SocketTLS"]),
         .library(name: "ChatProtocol", targets: ["ChatProtocol"]),
         .executable(name: "chat-server", targets: ["chat-server"]),
         .executable(name: "chat-client", targets: ["chat-client"]),
@@ -16,6 +17,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
     ],
@@ -24,7 +26,14 @@ let package = Package(
         .target(name: "CSocketShims"),
         // POSIX sockets + Dispatch sources and the async API; no Foundation, so what links only this
         // (the server, the load tester) does not carry Foundation and ICU.
-        .target(name: "SocketCore", dependencies: ["CSocketShims"]),
+        .target(
+            name: "SocketCore", dependencies: ["CSocketShims", .product(name: "DequeModule", package: "swift-collections")]),
+        // OpenSSL 3 from Debian's libssl-dev, found with pkg-config; shim.h wraps the macros Swift
+        // cannot import.
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        // TLS 1.2/1.3 as a per-connection state machine over memory BIOs: ciphertext in, plaintext
+        // out and back, never a socket. SocketChannel will carry one (docs/TLS.md).
+        .target(name: "SocketTLS", dependencies: ["COpenSSL"]),
         // Stream.getStreamsToHost / getBoundStreams for Linux: Foundation's InputStream/OutputStream
         // on SocketCore. Apps written for Apple's NSStream API import this.
         .target(name: "SocketStreams", dependencies: ["SocketCore"]),
@@ -40,14 +49,14 @@ let package = Package(
         .executableTarget(name: "chat-wire", dependencies: ["ChatProtocol", "ChatWireComparison", argumentParser]),
 
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
-        .target(name: "ChatServer", dependencies: ["SocketCore", "ChatProtocol", logging]),
+        .target(
+            name: "ChatServer",
+            dependencies: ["SocketCore", "ChatProtocol", logging, .product(name: "DequeModule", package: "swift-collections")]),
         .executableTarget(name: "chat-server", dependencies: ["ChatServer", argumentParser, logging]),
 
-        // libedit, found through pkg-config; Debian's libedit-dev provides it.
-        .systemLibrary(name: "CLibEdit", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(name: "ChatClient", dependencies: ["SocketCore", "ChatProtocol"]),
-        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "CLibEdit", argumentParser]),
+        .executableTarget(name: "chat-client", dependencies: ["ChatClient", argumentParser]),
 
         // Load generation and exact delivery accounting.
         .target(
@@ -55,15 +64,20 @@ let package = Package(
             dependencies: ["ChatProtocol", "SocketCore", "ChatWireComparison", .product(name: "Histogram", package: "hdrhistogram-swift")]
         ),
         .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", argumentParser]),
+        // Plays the attacks of docs/SECURITY.md against a server; Scripts/abuse.sh runs them all.
+        .executableTarget(
+            name: "chat-abuse",
+            dependencies: ["ChatProtocol", "SocketCore", argumentParser, .product(name: "Histogram", package: "hdrhistogram-swift")]),
 
         // Helpers that several test targets share (descriptor counts, child processes).
-        .target(name: "TestSupport", dependencies: ["SocketCore"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["SocketCore", "ChatProtocol"], path: "Tests/TestSupport"),
         .testTarget(name: "SocketCoreTests", dependencies: ["SocketCore", "TestSupport"]),
         .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "TestSupport"]),
+        .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
-        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol"]),
-        .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore"]),
+        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
+        .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the project needs and a fresh Debian machine lacks:
-# libedit-dev (chat-client's line editing), pkg-config (finds libedit) and tmux (the terminal
-# tests). Does nothing when all are there. Called by the other scripts; safe to run by hand.
+# libssl-dev (TLS), pkg-config (finds it), tmux (the
+# terminal tests) and openssl (Scripts/dev-cert.sh, the TLS interoperability tests). Does nothing
+# when all are there. Called by the other scripts; safe to run by hand.
 set -euo pipefail
 
 case "${1:-}" in
@@ -9,16 +10,17 @@ case "${1:-}" in
         cat <<'USAGE'
 Usage: Scripts/bootstrap.sh
 
-Installs, with apt-get, whichever of these is missing: libedit-dev, pkg-config, tmux.
+Installs, with apt-get, whichever of these is missing: libssl-dev, pkg-config, tmux, openssl.
 Needs root (or sudo). Prints nothing when everything is already installed.
 USAGE
         exit 0 ;;
 esac
 
 missing=()
-[[ -f /usr/include/editline/readline.h ]] || missing+=(libedit-dev)
+[[ -f /usr/include/openssl/ssl.h ]] || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 sudo=""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the ChatProtocol codec with libFuzzer: builds the two targets of Fuzz/ and runs
-# them side by side (one per core) for the given time. Exits non-zero if either finds a crash.
+# Fuzzes the ChatProtocol codec and SocketTLS's record path with libFuzzer: builds the targets of
+# Fuzz/ and runs them side by side for the given time. Exits non-zero if any finds a crash.
 set -euo pipefail
 
 usage() {
@@ -8,14 +8,19 @@ usage() {
 Usage: Scripts/fuzz.sh [SECONDS]
        Scripts/fuzz.sh --refresh-seeds
 
-Fuzzes the ChatProtocol codec (Sources/ChatProtocol) with libFuzzer for SECONDS
-(default 60) per target; both targets run at once, so the wall time is about SECONDS
-plus a minute of building.
+Fuzzes the ChatProtocol codec (Sources/ChatProtocol) and SocketTLS's record path
+(Sources/SocketTLS) with libFuzzer for SECONDS (default 60) per target; all targets run
+at once, so the wall time is about SECONDS plus a minute or two of building.
 
-Targets (Fuzz/*.swift, checking Tests/ChatProtocolTests/FuzzProperties.swift):
+Targets (Fuzz/*.swift, checking Tests/ChatProtocolTests/FuzzProperties.swift and
+Tests/SocketTLSTests/TLSFuzzProperties.swift):
   decode     arbitrary bytes fed to FrameDecoder whole and in chunks: no crash, the
              same frames either way, re-encoding reproduces the bytes, bounded buffering.
   roundtrip  arbitrary bytes turned into a valid frame: encode -> decode is the identity.
+  tls        arbitrary bytes as a hostile TLS peer (never plaintext, a sticky typed error,
+             bounded memory, the same verdict however the bytes are cut), or as the
+             schedule of a conversation between two sessions with perhaps one flipped
+             byte (all data arrives intact, or only a prefix of it: never altered).
 
 Builds with `swiftc -sanitize=fuzzer,address` into .build-fuzz/. Seeds come from
 Fuzz/corpus/<target>/ and Fuzz/regressions/<target>/; inputs the fuzzer finds
@@ -30,7 +35,7 @@ EOF
 }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-targets=(decode roundtrip)
+targets=(decode roundtrip tls)
 seconds=60
 
 refresh_seeds() {
@@ -65,17 +70,20 @@ mkdir -p "$build"
 # Swift's backtracer would otherwise intercept the crash before libFuzzer reports it.
 export SWIFT_BACKTRACE=enable=no
 
+codec=("$root"/Sources/ChatProtocol/*.swift "$root/Tests/ChatProtocolTests/FuzzProperties.swift")
+tls_tests="$root/Tests/SocketTLSTests"
 for target in "${targets[@]}"; do
     case $target in
-        decode) source_file="$root/Fuzz/DecodeTarget.swift" ;;
-        roundtrip) source_file="$root/Fuzz/RoundTripTarget.swift" ;;
+        decode) sources=("${codec[@]}" "$root/Fuzz/DecodeTarget.swift") module=ChatProtocolFuzz links=() ;;
+        roundtrip) sources=("${codec[@]}" "$root/Fuzz/RoundTripTarget.swift") module=ChatProtocolFuzz links=() ;;
+        tls)
+            sources=("$root"/Sources/SocketTLS/*.swift "$tls_tests/TLSFuzzProperties.swift" "$tls_tests/TestPKI.swift"
+                "$tls_tests/TLSFixture.swift" "$tls_tests/SessionPair.swift" "$root/Fuzz/TLSTarget.swift")
+            module=SocketTLSFuzz links=(-I "$root/Sources/COpenSSL" -lssl -lcrypto) ;;
     esac
     echo "building $target ..."
     swiftc -sanitize=fuzzer,address -parse-as-library -O -g -D FUZZING \
-        -module-name ChatProtocolFuzz \
-        "$root"/Sources/ChatProtocol/*.swift \
-        "$root/Tests/ChatProtocolTests/FuzzProperties.swift" \
-        "$source_file" \
+        -module-name "$module" "${links[@]}" "${sources[@]}" \
         -o "$build/fuzz-$target" 2> >(grep -v 'Cannot export local symbol' >&2)
 done
 
@@ -101,7 +109,7 @@ for index in "${!targets[@]}"; do
         failed=1
         echo "$target: FAILED; end of its log:" >&2
         tail -n 40 "$build/$target.log" >&2
-        echo "Copy the crash input into Fuzz/regressions/$target/ and fix the codec." >&2
+        echo "Copy the crash input into Fuzz/regressions/$target/ and fix the code." >&2
     fi
 done
 exit "$failed"

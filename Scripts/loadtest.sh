@@ -42,7 +42,7 @@ Environment:
 Notes:
   - The 10000-client case raises the open-file limit to the hard limit (ulimit -Hn must be at
     least about 10100) and lifts the server's per-address limit, since every client comes from
-    127.0.0.1. Servers run with --rate-limit 0: a load test must not be throttled.
+    127.0.0.1. Servers run with --no-rate-limits: a load test must not be throttled.
   - Both processes share this machine's cores; when the load generator's CPU is near 100% per
     thread, it, not the server, is the bottleneck (docs/BENCHMARKS.md discusses it).
 USAGE
@@ -149,8 +149,8 @@ trap 'exit 130' INT TERM
 start_server() {
     rm -f "$work/server.fifo"
     mkfifo "$work/server.fifo"
-    "$bin/chat-server" --host 127.0.0.1 --port 0 --rate-limit 0 \
-        --max-clients 20000 --max-clients-per-address 20000 \
+    "$bin/chat-server" --host 127.0.0.1 --port 0 --no-rate-limits \
+        --max-clients 20000 --max-clients-per-address 20000 --max-memory 2G \
         --idle-ping-interval 300 --idle-timeout 600 --drain-timeout 2 --log-level warning \
         >"$work/server.fifo" 2>"$work/server.err" &
     server_pid=$!

@@ -10,7 +10,7 @@ usage() {
 Usage: Scripts/test.sh [--fast]
 
 Runs, in order:
-  1. Scripts/bootstrap.sh         install libedit-dev, pkg-config, tmux when missing
+  1. Scripts/bootstrap.sh         install libssl-dev, pkg-config, tmux, openssl when missing
   2. Scripts/fuzz.sh 60           libFuzzer on the ChatProtocol codec (FUZZ_SECONDS to change)
   3. swift test --sanitize=thread the socket layer's tests (SocketCore, SocketStreams) under TSan (.build-tsan/)
   4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss

@@ -6,16 +6,21 @@ import ChatProtocol
 public protocol ClientDisplay: AnyObject {
     /// Shows one event.
     func show(_ event: ChatEvent)
-    /// The session changed (current room, nick, connection): refresh the prompt.
+    /// The session changed (windows, nick, connection, activity): refresh the status and prompt.
     func sessionChanged()
+    /// Draws the user's attention: a mention of their nick or a direct message arrived.
+    func alert()
+    /// Asks the user a yes/no question; calls `answer` once.
+    func ask(_ question: String, answer: @escaping (Bool) -> Void)
 }
 
 /// Runs one chat client: connects, turns typed lines into frames and frames into events,
+/// paces pastes under the server's rate limit, watches that the server still answers,
 /// reconnects with backoff when the connection drops, and leaves politely on `/quit`.
 ///
-/// Main-actor isolated, like the terminal code it serves (libedit is not thread-safe): frames
-/// are decoded off the main thread and handled on it. Outgoing frames go through one writer
-/// task per connection, so they leave in the order they were produced.
+/// Main-actor isolated, like the terminal code it serves: frames are decoded off the main
+/// thread and handled on it. Outgoing frames go through one writer task per connection, so
+/// they leave in the order they were produced.
 @MainActor
 public final class ChatClientDriver {
     /// Where and how to connect.
@@ -31,24 +36,38 @@ public final class ChatClientDriver {
         /// Whether to give up (exit status 1) when the very first connection fails, instead of
         /// retrying: right for scripts, which should not hang on a server that is not there.
         public var exitIfFirstConnectFails: Bool
+        /// How long to wait for the server's answer to our hello.
+        public var handshakeTimeout: Duration
+        /// After this long without hearing from the server, the client pings it; if the ping
+        /// goes unanswered for as long again, the connection is taken for dead and redialled.
+        public var pingInterval: Duration
 
         /// A configuration for `host:port`.
-        public init(host: String, port: Int, password: String? = nil, backoff: ReconnectBackoff = ReconnectBackoff(), exitIfFirstConnectFails: Bool = false) {
+        public init(
+            host: String, port: Int, password: String? = nil, backoff: ReconnectBackoff = ReconnectBackoff(),
+            exitIfFirstConnectFails: Bool = false, handshakeTimeout: Duration = .seconds(10),
+            pingInterval: Duration = .seconds(30)
+        ) {
             self.host = host
             self.port = port
             self.password = password
             self.backoff = backoff
             self.exitIfFirstConnectFails = exitIfFirstConnectFails
+            self.handshakeTimeout = handshakeTimeout
+            self.pingInterval = pingInterval
         }
     }
 
-    /// The chat state: nick, rooms, current room, known nicks.
+    /// The chat state: nick, windows, current window, known nicks.
     public private(set) var session: ClientSession
     /// Called once, with the process exit status, when the client has finished (after `/quit`,
     /// end of input, or a refusal it cannot recover from). The front end restores the terminal.
     public var onFinished: (Int32) -> Void = { _ in }
     /// Called once after the first successful handshake and joins, e.g. to start reading input.
     public var onFirstConnect: () -> Void = {}
+
+    /// Pastes of more lines than this ask before they are sent.
+    public static let pasteLinesWithoutAsking = 3
 
     private let configuration: Configuration
     private weak var display: (any ClientDisplay)?
@@ -59,6 +78,12 @@ public final class ChatClientDriver {
     private var quitting = false
     private var finished = false
     private var loop: Task<Void, Never>?
+    private let started = ContinuousClock.now
+    private var pacer = PastePacer(limits: .assumed, now: .zero)
+    private var pasteQueue: [PastedLine] = []
+    private var pasteTask: Task<Void, Never>?
+    private var lastHeard = ContinuousClock.now
+    private var deadReason: String?
 
     /// A driver for `session`, showing events on `display` (which it does not retain).
     public init(configuration: Configuration, session: ClientSession, display: any ClientDisplay) {
@@ -66,6 +91,10 @@ public final class ChatClientDriver {
         self.session = session
         self.display = display
     }
+
+    /// The most bytes a typed line may have: what fits one frame after the framing, the
+    /// command and the longest room or nick name.
+    public var maxMessageBytes: Int { max(1, maxFrameSize - 40) }
 
     /// Starts connecting; returns at once.
     public func start() {
@@ -87,6 +116,91 @@ public final class ChatClientDriver {
         perform([.quit(reason: reason)], fromUser: true)
     }
 
+    /// Makes window `number` (from 1) current.
+    public func selectWindow(number: Int) {
+        if !session.selectWindow(number: number) {
+            show(.error(time: ClientClock.now(), text: "there is no window \(number) (there are \(session.windows.count))"))
+        }
+        display?.sessionChanged()
+    }
+
+    /// Moves `offset` windows on, wrapping around.
+    public func cycleWindow(by offset: Int) {
+        session.cycleWindow(by: offset)
+        display?.sessionChanged()
+    }
+
+    // MARK: Pastes
+
+    /// Sends pasted text to the current window, one message per line, as text and never as
+    /// commands; more than `pasteLinesWithoutAsking` lines are confirmed first. Lines are paced
+    /// under the server's rate limit; blank lines are skipped.
+    public func paste(_ text: String) {
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
+            .filter { !$0.allSatisfy(\.isWhitespace) }
+        guard !lines.isEmpty else { return }
+        guard session.isConnected else {
+            show(.error(time: ClientClock.now(), text: "not connected; the paste (\(lines.count) lines) was not sent"))
+            return
+        }
+        guard let window = session.currentWindow else {
+            show(.error(time: ClientClock.now(), text: "you are not in a room; the paste was not sent"))
+            return
+        }
+        if let index = lines.firstIndex(where: { $0.utf8.count > maxMessageBytes }) {
+            show(.error(time: ClientClock.now(), text:
+                "the paste was not sent: line \(index + 1) is \(lines[index].utf8.count) bytes, and a message can hold at most \(maxMessageBytes) (the server's frame limit)"))
+            return
+        }
+        guard lines.count > Self.pasteLinesWithoutAsking else { return enqueue(lines, to: window) }
+        display?.ask("send \(lines.count) pasted lines to \(window.title)? (y/n) ") { [weak self] yes in
+            guard let self else { return }
+            if yes {
+                self.enqueue(lines, to: window)
+            } else {
+                self.show(.notice(time: ClientClock.now(), text: "paste of \(lines.count) lines discarded"))
+            }
+            self.display?.sessionChanged()
+        }
+    }
+
+    private func enqueue(_ lines: [String], to window: ChatWindow) {
+        for (index, line) in lines.enumerated() {
+            pasteQueue.append(PastedLine(window: window, text: line, index: index + 1, total: lines.count))
+        }
+        guard pasteTask == nil else { return }
+        pasteTask = Task { [weak self] in
+            await self?.sendPastedLines()
+            self?.pasteTask = nil
+        }
+    }
+
+    /// Sends queued pasted lines as fast as the pacer allows.
+    private func sendPastedLines() async {
+        while let next = pasteQueue.first {
+            guard session.isConnected, outbound != nil else {
+                // The connection went while the user was asked, or between two lines.
+                return dropPendingPaste(because: "not connected")
+            }
+            let delay = pacer.delay(forFrameOf: Self.encodedSize(of: next.frame), at: now())
+            if delay > .zero {
+                do { try await Task.sleep(for: delay) } catch { return }
+                continue  // other frames may have gone meanwhile: ask again
+            }
+            pasteQueue.removeFirst()
+            perform(session.sendPasted(next.text, to: next.window, index: next.index, total: next.total), fromUser: true)
+        }
+    }
+
+    private func dropPendingPaste(because reason: String) {
+        pasteTask?.cancel()
+        pasteTask = nil
+        guard let first = pasteQueue.first else { return }
+        show(.error(time: ClientClock.now(), text:
+            "\(reason): lines \(first.index)–\(first.total) of the paste (\(pasteQueue.count)) were not sent"))
+        pasteQueue = []
+    }
+
     // MARK: Actions
 
     private func perform(_ actions: [SessionAction], fromUser: Bool) {
@@ -96,6 +210,8 @@ public final class ChatClientDriver {
                 display?.show(event)
             case .send(let frames):
                 send(frames, fromUser: fromUser)
+            case .alert:
+                display?.alert()
             case .quit(let reason):
                 beginQuit(reason: reason)
             }
@@ -110,12 +226,12 @@ public final class ChatClientDriver {
         }
         var allowed: [Frame] = []
         for frame in frames {
-            var bytes: [UInt8] = []
-            FrameEncoder.encode(frame, into: &bytes)
+            let size = Self.encodedSize(of: frame)
             // The server ends the session over a frame above its limit, so refuse it here.
-            if bytes.count > maxFrameSize {
+            if size > maxFrameSize {
                 show(.error(time: ClientClock.now(), text: "too long to send (the server accepts \(maxFrameSize) bytes per frame)"))
             } else {
+                pacer.record(frameOf: size, at: now())
                 allowed.append(frame)
             }
         }
@@ -124,9 +240,18 @@ public final class ChatClientDriver {
 
     private func show(_ event: ChatEvent) { display?.show(event) }
 
+    private func now() -> Duration { ContinuousClock.now - started }
+
+    private static func encodedSize(of frame: Frame) -> Int {
+        var bytes: [UInt8] = []
+        FrameEncoder.encode(frame, into: &bytes)
+        return bytes.count
+    }
+
     private func beginQuit(reason: String) {
         guard !quitting else { return }
         quitting = true
+        dropPendingPaste(because: "leaving")
         guard let connection, let outbound else {
             loop?.cancel()
             finish(0)
@@ -152,15 +277,31 @@ public final class ChatClientDriver {
 
     private func connectionLoop() async {
         var attempt = 0
+        var fallbackAttempt = 0
+        let requestedNick = session.nick
         while !quitting {
             var lostReason = "the server closed the connection"
+            var sessionLasted: Duration?
             do {
                 let connection = try await ChatConnection.connect(
                     host: configuration.host, port: configuration.port, nick: session.nick,
-                    password: configuration.password)
-                attempt = 0
+                    password: configuration.password, version: WireProtocol.version,
+                    handshakeTimeout: configuration.handshakeTimeout)
+                let began = ContinuousClock.now
+                defer { sessionLasted = ContinuousClock.now - began }
                 try await run(connection)
+                if let deadReason { lostReason = deadReason }
             } catch let refusal as ChatConnection.HandshakeError {
+                if case .refused(.nickTaken, _) = refusal, !hasConnected {
+                    // Someone holds our nick at the start: take nick_, as IRC clients do.
+                    fallbackAttempt += 1
+                    if let fallback = ClientSession.fallbackNick(for: requestedNick, attempt: fallbackAttempt) {
+                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) is taken; trying \(fallback)"))
+                        session.useNick(fallback)
+                        closeConnection()
+                        continue
+                    }
+                }
                 if case .refused(let code, let reason) = refusal, mustGiveUp(code) {
                     show(.error(time: ClientClock.now(), text: "the server refused us: \(reason)"))
                     finish(1)
@@ -170,7 +311,7 @@ public final class ChatClientDriver {
             } catch is CancellationError {
                 break
             } catch {
-                lostReason = "\(error)"
+                lostReason = deadReason ?? "\(error)"
             }
             closeConnection()
             if quitting { break }
@@ -179,7 +320,7 @@ public final class ChatClientDriver {
                 finish(1)
                 return
             }
-            attempt += 1
+            attempt = configuration.backoff.nextAttempt(after: attempt, sessionLasted: sessionLasted)
             let delay = configuration.backoff.delay(attempt: attempt)
             show(.error(time: ClientClock.now(), text: "disconnected: \(lostReason); reconnecting in \(Self.describe(delay)) (attempt \(attempt))"))
             display?.sessionChanged()
@@ -191,7 +332,7 @@ public final class ChatClientDriver {
 
     /// Whether a handshake refusal will not go away by retrying. A taken nick may be our own
     /// previous session that the server has not noticed is gone yet, so only the first
-    /// connection gives up on it.
+    /// connection gives up on it (after trying the fallback nicks).
     private func mustGiveUp(_ code: ErrorCode) -> Bool {
         switch code {
         case .invalidNick, .badPassword, .unsupportedVersion: true
@@ -203,7 +344,9 @@ public final class ChatClientDriver {
     /// Runs one open connection until it ends; throws what ended it.
     private func run(_ connection: ChatConnection) async throws {
         self.connection = connection
+        deadReason = nil
         maxFrameSize = connection.welcome.maxFrameSize
+        pacer = PastePacer(limits: .assumed, now: now())
         let (stream, continuation) = AsyncStream<[Frame]>.makeStream()
         outbound = continuation
         let writer = Task.detached {
@@ -215,15 +358,42 @@ public final class ChatClientDriver {
             }
         }
         defer { writer.cancel() }
+        lastHeard = ContinuousClock.now
+        let watchdog = Task { [weak self] in await self?.watch(connection) }
+        defer { watchdog.cancel() }
 
-        show(.notice(time: ClientClock.now(), text: "connected to \(configuration.host):\(configuration.port) as \(connection.welcome.nick)"))
-        perform(session.connected(nick: connection.welcome.nick, motd: connection.welcome.motd), fromUser: false)
+        let welcome = connection.welcome
+        show(.notice(time: ClientClock.now(), text: "connected to \(configuration.host):\(configuration.port) as \(welcome.nick)"))
+        perform(session.connected(nick: welcome.nick, motd: welcome.motd, version: welcome.version), fromUser: false)
         if !hasConnected {
             hasConnected = true
             onFirstConnect()
         }
         for try await frame in connection.frames {
+            lastHeard = ContinuousClock.now
             perform(session.receive(frame), fromUser: false)
+            if case .limits = frame, let limits = session.limits { pacer = PastePacer(limits: limits, now: now()) }
+        }
+    }
+
+    /// Pings a server that has been silent for `pingInterval`, and closes the connection when
+    /// the ping stays unanswered as long again: a server that stopped (or a network that
+    /// dropped the connection without a word) is noticed and redialled.
+    private func watch(_ connection: ChatConnection) async {
+        let interval = configuration.pingInterval
+        var token: UInt64 = 0
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: interval) } catch { return }
+            guard ContinuousClock.now - lastHeard >= interval else { continue }
+            token += 1
+            let pinged = ContinuousClock.now
+            send([.ping(token: token)], fromUser: false)
+            do { try await Task.sleep(for: interval) } catch { return }
+            if lastHeard < pinged {
+                deadReason = "the server did not answer a ping for \(interval.components.seconds) s"
+                connection.close()
+                return
+            }
         }
     }
 
@@ -234,6 +404,7 @@ public final class ChatClientDriver {
         connection = nil
         if session.isConnected {
             session.disconnected()
+            dropPendingPaste(because: "disconnected")
             // A client on its way out has nothing to reconnect, so its prompt stays as it was.
             if !quitting { display?.sessionChanged() }
         }
@@ -242,5 +413,20 @@ public final class ChatClientDriver {
     private static func describe(_ delay: Duration) -> String {
         let milliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
         return "\(milliseconds / 1000).\(milliseconds % 1000 / 100) s"
+    }
+}
+
+/// One line of a paste waiting for its turn.
+private struct PastedLine: Sendable {
+    let window: ChatWindow
+    let text: String
+    let index: Int
+    let total: Int
+
+    var frame: Frame {
+        switch window {
+        case .room(let room): .say(room: room, text: text)
+        case .query(let nick): .tell(recipient: nick, text: text)
+        }
     }
 }

@@ -27,6 +27,8 @@ public final class ChatConnection: Sendable {
         case closedBeforeWelcome
         /// The server answered with something other than a welcome or an error.
         case unexpected(FrameType)
+        /// The server accepted the connection but did not answer the hello in time.
+        case timedOut(Duration)
 
         /// What to tell the user, e.g. `server refused: nick taken (nickTaken)`.
         public var description: String {
@@ -34,6 +36,7 @@ public final class ChatConnection: Sendable {
             case .refused(let code, let reason): return "server refused: \(reason) (\(code))"
             case .closedBeforeWelcome: return "server closed the connection during the handshake"
             case .unexpected(let type): return "server sent \(type) instead of a welcome"
+            case .timedOut(let limit): return "server did not answer the hello within \(limit.components.seconds) s"
             }
         }
     }
@@ -46,21 +49,38 @@ public final class ChatConnection: Sendable {
 
     private let connection: SocketConnection
 
-    /// Connects to `host:port` and performs the handshake as `nick`.
+    /// Connects to `host:port` and performs the handshake as `nick`, asking for protocol
+    /// `version` (1 by default, which every server speaks; the terminal client asks for 2).
     ///
-    /// Throws `SocketError` when the connection fails, `HandshakeError` when the server refuses.
+    /// `timeout` bounds the TCP connect, `handshakeTimeout` the wait for the server's answer, so
+    /// a server that accepts and says nothing cannot hang the caller. Throws `SocketError` when
+    /// the connection fails, `HandshakeError` when the server refuses or does not answer.
     public static func connect(
-        host: String, port: Int, nick: String, password: String? = nil, timeout: Duration = .seconds(10)
+        host: String, port: Int, nick: String, password: String? = nil, version: UInt16 = 1,
+        timeout: Duration = .seconds(10), handshakeTimeout: Duration = .seconds(10)
     ) async throws -> ChatConnection {
         let connection = try await SocketConnection.connect(host: host, port: port, timeout: timeout)
+        let deadline = ContinuousClock.now + handshakeTimeout
+        // Closing the connection at the deadline ends the read below; the clock tells why.
+        let watchdog = Task {
+            try await Task.sleep(until: deadline)
+            connection.close()
+        }
+        defer { watchdog.cancel() }
         do {
             var hello: [UInt8] = []
-            // Version 1 until the session handles version 2's frames (catch-up by seq, away,
-            // paced pastes); a version 2 server speaks version 1 to it.
-            FrameEncoder.encode(.hello(version: 1, nick: nick, password: password), into: &hello)
+            FrameEncoder.encode(.hello(version: version, nick: nick, password: password), into: &hello)
             try await connection.write(hello)
             var reader = FrameStream(connection: connection)
-            guard let first = try await reader.next() else { throw HandshakeError.closedBeforeWelcome }
+            let first: Frame?
+            do {
+                first = try await reader.next()
+            } catch where ContinuousClock.now >= deadline {
+                throw HandshakeError.timedOut(handshakeTimeout)
+            }
+            guard let first else {
+                throw ContinuousClock.now >= deadline ? HandshakeError.timedOut(handshakeTimeout) : HandshakeError.closedBeforeWelcome
+            }
             switch first {
             case .welcome(let version, let nick, let maxFrameSize, let motd):
                 let welcome = Welcome(version: version, nick: nick, maxFrameSize: Int(maxFrameSize), motd: motd)

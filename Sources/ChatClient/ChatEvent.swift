@@ -25,8 +25,17 @@ public enum ChatEvent: Equatable, Sendable {
     case members(room: String, time: UInt64, nicks: [String])
     /// Every room on the server.
     case roomList(time: UInt64, rooms: [RoomInfo])
+    /// A line that marks a point in `room`'s stream: "— 3 new since you left —", or that the
+    /// room started again.
+    case marker(room: String, time: UInt64, text: String)
     /// Something the client itself tells the user (help, connection state, room switches).
     case notice(time: UInt64, text: String)
     /// Something that went wrong: a refused request, a bad command, a lost connection.
     case error(time: UInt64, text: String)
+}
+
+/// The client's release, as `chat-client --version` prints it.
+public enum ClientVersion {
+    /// The version number.
+    public static let current = "0.2.0"
 }

@@ -11,7 +11,8 @@ public enum ClientCommand: Equatable, Sendable {
     case emote(String)
     /// `/join #room`: enter a room and make it the current one.
     case join(room: String)
-    /// `/part [#room]`: leave a room, the current one when none is given.
+    /// `/part [#room]`: leave a room, the current one when none is given (in a query window:
+    /// close it).
     case part(room: String?)
     /// `/switch #room`: talk in another room we are in.
     case switchRoom(String)
@@ -29,6 +30,14 @@ public enum ClientCommand: Equatable, Sendable {
     case setTopic(String)
     /// `/history [count]`: fetch the current room's most recent messages.
     case history(count: UInt32)
+    /// `/query nick`: open (or go to) a direct-message conversation with `nick`.
+    case query(String)
+    /// `/away [text]`: mark ourselves away with `text`, or back when it is empty.
+    case away(String)
+    /// `/ignore [nick]`: hide `nick`'s messages, or list who is ignored.
+    case ignore(String?)
+    /// `/unignore nick`: show `nick`'s messages again.
+    case unignore(String)
     /// `/quit [reason]`: leave the server.
     case quit(reason: String)
     /// `/help [command]`: show the command list, or one command's usage.
@@ -85,16 +94,20 @@ public struct CommandSpec: Sendable, Equatable {
     /// Every command, in the order `/help` lists them.
     public static let all: [CommandSpec] = [
         CommandSpec(name: "join", usage: "/join #room", summary: "enter a room (created if new) and talk there", argument: .room),
-        CommandSpec(name: "part", usage: "/part [#room]", summary: "leave a room, the current one by default", argument: .room),
+        CommandSpec(name: "part", usage: "/part [#room]", summary: "leave a room, the current one by default (or close a query)", argument: .room),
         CommandSpec(name: "switch", usage: "/switch #room", summary: "talk in another room you are in", argument: .room),
         CommandSpec(name: "msg", usage: "/msg nick text", summary: "send a direct message", argument: .nick),
+        CommandSpec(name: "query", usage: "/query nick", summary: "talk to nick in private, in a window of its own", argument: .nick),
         CommandSpec(name: "me", usage: "/me text", summary: "describe an action: * you waves", argument: .text),
         CommandSpec(name: "nick", usage: "/nick newnick", summary: "change your nick", argument: .text),
         CommandSpec(name: "who", usage: "/who [#room]", summary: "list who is in a room", argument: .room),
         CommandSpec(name: "rooms", usage: "/rooms", summary: "list every room on the server", argument: .text),
         CommandSpec(name: "topic", usage: "/topic [text | -clear]", summary: "show, set or clear the current room's topic", argument: .text),
         CommandSpec(name: "history", usage: "/history [count]", summary: "show the current room's recent messages (default 20)", argument: .text),
-        CommandSpec(name: "quit", usage: "/quit [reason]", summary: "leave the server (Ctrl-D and Ctrl-C too)", argument: .text),
+        CommandSpec(name: "away", usage: "/away [message]", summary: "mark yourself away (no message: back)", argument: .text),
+        CommandSpec(name: "ignore", usage: "/ignore [nick]", summary: "hide a nick's messages (no nick: list)", argument: .nick),
+        CommandSpec(name: "unignore", usage: "/unignore nick", summary: "show a nick's messages again", argument: .nick),
+        CommandSpec(name: "quit", usage: "/quit [reason]", summary: "leave the server (also Ctrl-D, or Ctrl-C twice)", argument: .text),
         CommandSpec(name: "help", usage: "/help [command]", summary: "show this list, or one command's usage", argument: .command),
     ]
 
@@ -161,6 +174,18 @@ public enum CommandParser {
             if rest.isEmpty { return .history(count: defaultHistoryCount) }
             guard let count = UInt32(rest), count > 0 else { throw usage }
             return .history(count: count)
+        case "query":
+            guard let nick = singleWord(rest) else { throw usage }
+            return .query(try validNick(nick))
+        case "away":
+            return .away(rest)
+        case "ignore":
+            if rest.isEmpty { return .ignore(nil) }
+            guard let nick = singleWord(rest) else { throw usage }
+            return .ignore(try validNick(nick))
+        case "unignore":
+            guard let nick = singleWord(rest) else { throw usage }
+            return .unignore(try validNick(nick))
         case "quit":
             return .quit(reason: rest.isEmpty ? defaultQuitReason : rest)
         default:  // "help"

@@ -11,18 +11,20 @@ public enum SessionAction: Equatable, Sendable {
     case send([Frame])
     /// Show this event to the user.
     case show(ChatEvent)
+    /// Draw the user's attention (the terminal bell): a mention or a direct message arrived.
+    case alert
     /// Leave the server with this reason (send `goodbye`, wait for the close, exit).
     case quit(reason: String)
 }
 
-/// The client's view of the chat, as a value: who we are, which rooms we are in, which room we
-/// talk in, and who we have seen. Commands and frames go in; frames to send and events to show
-/// come out. It does no I/O, so it is tested without sockets; the driver owns the connection.
+/// The client's view of the chat, as a value: who we are, which rooms and direct-message
+/// conversations ("windows") we have, which one we talk in, what happened in the others, and
+/// how far we have read each room. Commands and frames go in; frames to send and events to
+/// show come out. It does no I/O, so it is tested without sockets; the driver owns the
+/// connection.
 public struct ClientSession: Sendable {
     /// Our nick as the server knows it (the requested one until the welcome says otherwise).
     public private(set) var nick: String
-    /// The room plain text goes to, if any.
-    public private(set) var currentRoom: String?
     /// Rooms the server confirmed we are in, in the order we entered them.
     public private(set) var rooms: [String] = []
     /// Rooms we asked to join and have no answer for yet, oldest first; the server answers
@@ -30,11 +32,37 @@ public struct ClientSession: Sendable {
     public private(set) var pendingJoins: [String]
     /// Whether a connection is open (between `connected` and `disconnected`).
     public private(set) var isConnected = false
+    /// The protocol version agreed with the server (1 until a version 2 welcome).
+    public private(set) var version: UInt16 = 1
+    /// Every window in the order they were opened: rooms we are in or joining, then queries.
+    public private(set) var windows: [ChatWindow] = []
+    /// The window plain text goes to, if any.
+    public private(set) var currentWindow: ChatWindow?
+    /// What happened in each window while it was not the current one.
+    public private(set) var activity: [ChatWindow: WindowActivity] = [:]
+    /// Our away message, nil when we are not away.
+    public private(set) var awayMessage: String?
+    /// The rate limits the server announced (version 2), or nil.
+    public private(set) var limits: RateLimits?
+    /// The nicks whose messages we do not show (as typed by the user).
+    public private(set) var ignored: [String] = []
 
     private var membersByRoom: [String: [String]] = [:]
+    private var membersInProgress: [String: [String]] = [:]
+    private var roomListInProgress: [RoomInfo] = []
     private var topics: [String: String] = [:]
     private var serverRooms: Set<String> = []
+    /// How far we have seen each room: its epoch and the last `seq` shown.
+    private var seen: [String: RoomPosition] = [:]
+    /// Rooms being caught up after a (re)join, until their missed messages are shown.
+    private var catchUps: [String: CatchUp] = [:]
+    /// Requests whose echo or error has not come back yet, oldest first: the server answers
+    /// each in order, so an error about a `say` belongs to the oldest `say` here.
+    private var unanswered: [SentRequest] = []
     private let clock: @Sendable () -> UInt64
+
+    /// How many history entries to ask for per `fetchHistory` while catching up.
+    static let catchUpPageSize: UInt32 = 200
 
     /// A session for `nick` that will join `rooms` (user spelling, e.g. `#General`; invalid
     /// ones are the caller's to reject) once connected; the first becomes the current room.
@@ -46,8 +74,15 @@ public struct ClientSession: Sendable {
             if let name = try? ChatName.normalizedRoom(room), !wanted.contains(name) { wanted.append(name) }
         }
         self.pendingJoins = wanted
-        self.currentRoom = wanted.first
+        self.windows = wanted.map(ChatWindow.room)
+        self.currentWindow = windows.first
         self.clock = clock
+    }
+
+    /// The room plain text goes to, if the current window is a room.
+    public var currentRoom: String? {
+        if case .room(let name) = currentWindow { return name }
+        return nil
     }
 
     // MARK: Completion data
@@ -58,13 +93,14 @@ public struct ClientSession: Sendable {
     /// Every nick we know, the current room's first (those are the likeliest to be addressed).
     public var knownNicks: [String] {
         var result: [String] = []
-        var seen: Set<String> = []
+        var seenKeys: Set<String> = []
         let order = (currentRoom.map { [$0] } ?? []) + rooms.sorted()
         for room in order {
-            for nick in membersByRoom[room] ?? [] where seen.insert(ChatName.nickKey(nick)).inserted {
+            for nick in membersByRoom[room] ?? [] where seenKeys.insert(ChatName.nickKey(nick)).inserted {
                 result.append(nick)
             }
         }
+        for case .query(let nick) in windows where seenKeys.insert(ChatName.nickKey(nick)).inserted { result.append(nick) }
         return result
     }
 
@@ -76,14 +112,20 @@ public struct ClientSession: Sendable {
 
     // MARK: Connection life
 
-    /// The connection is open with this welcome: records our nick and returns the joins for
-    /// every room we were in or asked for, so a reconnect puts us back where we were.
-    public mutating func connected(nick welcomedNick: String, motd: String) -> [SessionAction] {
+    /// The connection is open with this welcome: records our nick and the protocol version, and
+    /// returns the joins for every room we were in or asked for, so a reconnect puts us back
+    /// where we were.
+    public mutating func connected(nick welcomedNick: String, motd: String, version: UInt16 = 1) -> [SessionAction] {
         isConnected = true
         nick = welcomedNick
+        self.version = version
+        limits = nil
+        unanswered = []
+        catchUps = [:]
         var actions: [SessionAction] = []
         if !motd.isEmpty { actions.append(.show(.notice(time: clock(), text: motd))) }
         if !pendingJoins.isEmpty { actions.append(.send(pendingJoins.map { .join(room: $0) })) }
+        if let awayMessage, version >= 2 { actions.append(.send([.setAway(text: awayMessage)])) }
         return actions
     }
 
@@ -93,6 +135,96 @@ public struct ClientSession: Sendable {
         for room in rooms.reversed() where !pendingJoins.contains(room) { pendingJoins.insert(room, at: 0) }
         rooms = []
         membersByRoom = [:]
+        membersInProgress = [:]
+        catchUps = [:]
+        unanswered = []
+    }
+
+    /// Asks for a different nick before connecting again (after `nickTaken` at the start).
+    public mutating func useNick(_ newNick: String) {
+        nick = newNick
+    }
+
+    /// The nick to try after `nick` was taken at the start, the `attempt`th time (1, 2, 3):
+    /// `nick_`, `nick__`, … within the nick length limit; nil when there is none left to try.
+    public static func fallbackNick(for nick: String, attempt: Int) -> String? {
+        guard attempt >= 1, attempt <= 3 else { return nil }
+        let suffix = String(repeating: "_", count: attempt)
+        let candidate = String(nick.prefix(ChatName.maxNickLength - suffix.count)) + suffix
+        return ChatName.isValidNick(candidate) ? candidate : nil
+    }
+
+    // MARK: Windows
+
+    /// Makes `window` (which must be one of ours) the current one; its activity is cleared.
+    public mutating func select(_ window: ChatWindow) {
+        guard windows.contains(window) else { return }
+        currentWindow = window
+        activity[window] = nil
+    }
+
+    /// Makes window number `number` (from 1, as the status line numbers them) current; false
+    /// when there is no such window.
+    @discardableResult
+    public mutating func selectWindow(number: Int) -> Bool {
+        guard number >= 1, number <= windows.count else { return false }
+        select(windows[number - 1])
+        return true
+    }
+
+    /// Moves `offset` windows on from the current one, wrapping around.
+    public mutating func cycleWindow(by offset: Int) {
+        guard !windows.isEmpty else { return }
+        let index = currentWindow.flatMap { windows.firstIndex(of: $0) } ?? 0
+        let count = windows.count
+        select(windows[((index + offset) % count + count) % count])
+    }
+
+    /// Whether `text` mentions `nick`: the nick as a whole word, in any letter case.
+    public static func mentions(_ text: String, nick: String) -> Bool {
+        let key = ChatName.nickKey(nick)
+        guard !key.isEmpty else { return false }
+        let isNickCharacter: (Character) -> Bool = { $0.isLetter || $0.isNumber || "_-[]\\`^{}|".contains($0) }
+        var word = ""
+        for character in text + " " {
+            if isNickCharacter(character) {
+                word.append(character)
+            } else {
+                if !word.isEmpty, ChatName.nickKey(word) == key { return true }
+                word = ""
+            }
+        }
+        return false
+    }
+
+    private mutating func addWindow(_ window: ChatWindow) {
+        if !windows.contains(window) { windows.append(window) }
+    }
+
+    private mutating func removeWindow(_ window: ChatWindow) {
+        guard let index = windows.firstIndex(of: window) else { return }
+        windows.remove(at: index)
+        activity[window] = nil
+        if currentWindow == window {
+            currentWindow = windows.isEmpty ? nil : windows[max(0, index - 1)]
+            if let currentWindow { activity[currentWindow] = nil }
+        }
+    }
+
+    private func queryWindow(with other: String) -> ChatWindow? {
+        windows.first { if case .query(let nick) = $0 { ChatName.nickKey(nick) == ChatName.nickKey(other) } else { false } }
+    }
+
+    /// Counts a live message in `window` unless the user is looking at it; an alert when it
+    /// mentions us (or is a direct message).
+    private mutating func noteActivity(in window: ChatWindow, mentioned: Bool) -> [SessionAction] {
+        if window != currentWindow {
+            var entry = activity[window] ?? WindowActivity()
+            entry.unread += 1
+            entry.mentioned = entry.mentioned || mentioned
+            activity[window] = entry
+        }
+        return mentioned ? [.alert] : []
     }
 
     // MARK: Commands
@@ -101,21 +233,29 @@ public struct ClientSession: Sendable {
     public mutating func perform(_ command: ClientCommand) -> [SessionAction] {
         switch command {
         case .say(let text):
-            guard let room = currentRoom else { return [noRoom()] }
-            return [.send([.say(room: room, text: text)])]
+            return sayInCurrentWindow(text, label: nil)
         case .emote(let text):
-            guard let room = currentRoom else { return [noRoom()] }
-            return [.send([.emote(room: room, text: text)])]
+            guard let room = currentRoom else {
+                return [currentWindow == nil ? noRoom() : error("/me works in rooms only")]
+            }
+            return request(.emote(room: room, text: text), label: nil)
         case .join(let room):
             if rooms.contains(room) || pendingJoins.contains(room) { return perform(.switchRoom(room)) }
             pendingJoins.append(room)
-            currentRoom = room
+            addWindow(.room(room))
+            select(.room(room))
+            guard isConnected else { return [notice("not connected: you will join #\(room) when the client reconnects")] }
             return [.send([.join(room: room)])]
         case .part(let room):
+            if room == nil, case .query(let other) = currentWindow {
+                removeWindow(.query(other))
+                return [notice("closed the conversation with \(other)")]
+            }
             guard let room = room ?? currentRoom else { return [noRoom()] }
-            if let index = pendingJoins.firstIndex(of: room), !rooms.contains(room), !isConnected {
+            if !isConnected {
+                guard let index = pendingJoins.firstIndex(of: room) else { return [error("you are not in #\(room)")] }
                 pendingJoins.remove(at: index)
-                if currentRoom == room { currentRoom = rooms.last ?? pendingJoins.last }
+                removeWindow(.room(room))
                 return [notice("no longer joining #\(room)")]
             }
             return [.send([.part(room: room)])]
@@ -123,12 +263,17 @@ public struct ClientSession: Sendable {
             guard rooms.contains(room) || pendingJoins.contains(room) else {
                 return [error("you are not in #\(room); /join #\(room) first")]
             }
-            currentRoom = room
+            select(.room(room))
             return [notice("now talking in #\(room)")]
-        case .tell(let nick, let text):
-            return [.send([.tell(recipient: nick, text: text)])]
-        case .changeNick(let nick):
-            return [.send([.changeNick(nick: nick)])]
+        case .query(let other):
+            let window = queryWindow(with: other) ?? .query(other)
+            addWindow(window)
+            select(window)
+            return [notice("talking to \(window.title) in private (/part closes it)")]
+        case .tell(let recipient, let text):
+            return request(.tell(recipient: recipient, text: text), label: nil)
+        case .changeNick(let newNick):
+            return [.send([.changeNick(nick: newNick)])]
         case .who(let room):
             guard let room = room ?? currentRoom else { return [noRoom()] }
             return [.send([.who(room: room)])]
@@ -143,7 +288,23 @@ public struct ClientSession: Sendable {
             return [.send([.setTopic(room: room, text: text)])]
         case .history(let count):
             guard let room = currentRoom else { return [noRoom()] }
+            // The answer is shown as asked for, not taken for a version 1 join's catch-up.
+            catchUps[room] = nil
             return [.send([.requestHistory(room: room, count: count)])]
+        case .away(let text):
+            guard isConnected else { return [error("not connected; /away needs the server")] }
+            guard version >= 2 else { return [error("this server speaks protocol version 1, which has no away messages")] }
+            return [.send([.setAway(text: text)])]
+        case .ignore(let other):
+            guard let other else {
+                return [notice(ignored.isEmpty ? "you ignore nobody" : "you ignore: " + ignored.joined(separator: " "))]
+            }
+            if !ignored.contains(where: { ChatName.nickKey($0) == ChatName.nickKey(other) }) { ignored.append(other) }
+            return [notice("ignoring \(other): their messages, actions and direct messages are not shown (/unignore \(other))")]
+        case .unignore(let other):
+            let before = ignored.count
+            ignored.removeAll { ChatName.nickKey($0) == ChatName.nickKey(other) }
+            return [notice(ignored.count < before ? "no longer ignoring \(other)" : "you were not ignoring \(other)")]
         case .quit(let reason):
             return [.quit(reason: reason)]
         case .help(let topic):
@@ -156,87 +317,311 @@ public struct ClientSession: Sendable {
         [self.error(error.description)]
     }
 
+    /// Sends one pasted line, line `index` of `total`, to `window` as text (never a command).
+    /// If the server drops it, the error names the line.
+    public mutating func sendPasted(_ text: String, to window: ChatWindow, index: Int, total: Int) -> [SessionAction] {
+        let label = "line \(index) of \(total) of the paste"
+        switch window {
+        case .room(let room): return request(.say(room: room, text: text), label: label)
+        case .query(let other): return request(.tell(recipient: other, text: text), label: label)
+        }
+    }
+
+    private mutating func sayInCurrentWindow(_ text: String, label: String?) -> [SessionAction] {
+        switch currentWindow {
+        case .room(let room): return request(.say(room: room, text: text), label: label)
+        case .query(let other): return request(.tell(recipient: other, text: text), label: label)
+        case nil: return [noRoom()]
+        }
+    }
+
+    /// Sends `frame`, remembering it until its echo or error comes back.
+    private mutating func request(_ frame: Frame, label: String?) -> [SessionAction] {
+        guard isConnected else { return [.send([frame])] }  // the driver says it was not sent
+        unanswered.append(SentRequest(type: frame.type, text: Self.text(of: frame), label: label))
+        return [.send([frame])]
+    }
+
+    private static func text(of frame: Frame) -> String {
+        switch frame {
+        case .say(_, let text), .emote(_, let text), .tell(_, let text): text
+        default: ""
+        }
+    }
+
+    /// The oldest unanswered request of `type`, taken off the list.
+    private mutating func answer(_ type: FrameType) -> SentRequest? {
+        guard let index = unanswered.firstIndex(where: { $0.type == type }) else { return nil }
+        return unanswered.remove(at: index)
+    }
+
     // MARK: Frames from the server
 
     /// What to do for a frame from the server: update what we know, say what to show, and
     /// answer `ping` with `pong`.
     public mutating func receive(_ frame: Frame) -> [SessionAction] {
         switch frame {
-        case let .message(room, _, time, sender, text):
-            return [.show(.message(room: room, time: time, sender: sender, text: text, replayed: false))]
-        case let .action(room, _, time, sender, text):
-            return [.show(.action(room: room, time: time, sender: sender, text: text, replayed: false))]
+        case let .message(room, seq, time, sender, text):
+            if isSelf(sender) { _ = answer(.say) }
+            return live(room: room, seq: seq, .message(room: room, time: time, sender: sender, text: text, replayed: false), from: sender, text: text)
+        case let .action(room, seq, time, sender, text):
+            if isSelf(sender) { _ = answer(.emote) }
+            return live(room: room, seq: seq, .action(room: room, time: time, sender: sender, text: text, replayed: false), from: sender, text: text)
         case let .direct(sender, recipient, time, text):
-            let outgoing = ChatName.nickKey(sender) == ChatName.nickKey(nick)
-                && ChatName.nickKey(recipient) != ChatName.nickKey(nick)
-            return [.show(.direct(time: time, sender: sender, recipient: recipient, text: text, outgoing: outgoing))]
-        case let .joined(room, _, time, who):
+            return direct(sender: sender, recipient: recipient, time: time, text: text)
+        case let .joined(room, seq, time, who):
             if isSelf(who) {
                 pendingJoins.removeAll { $0 == room }
                 if !rooms.contains(room) { rooms.append(room) }
-                if currentRoom == nil { currentRoom = room }
-            } else {
-                addMember(who, to: room)
+                addWindow(.room(room))
+                if currentWindow == nil { currentWindow = .room(room) }
+                catchUps[room] = CatchUp(previous: seen[room])
+                return [.show(.joined(room: room, time: time, nick: who))]
             }
-            return [.show(.joined(room: room, time: time, nick: who))]
-        case let .left(room, _, time, who):
-            if isSelf(who) { leave(room) } else { removeMember(who, from: room) }
-            var actions: [SessionAction] = [.show(.left(room: room, time: time, nick: who))]
-            if isSelf(who), let current = currentRoom, current != room || !rooms.contains(current) {
-                actions.append(notice("now talking in #\(current)"))
+            addMember(who, to: room)
+            return live(room: room, seq: seq, .joined(room: room, time: time, nick: who))
+        case let .left(room, seq, time, who):
+            if isSelf(who) {
+                leave(room)
+                var actions: [SessionAction] = [.show(.left(room: room, time: time, nick: who))]
+                if let current = currentWindow { actions.append(notice("now talking in \(current.title)")) }
+                return actions
             }
-            return actions
-        case let .quit(room, _, time, who, reason):
             removeMember(who, from: room)
-            return [.show(.quit(room: room, time: time, nick: who, reason: reason))]
-        case let .nickChanged(room, _, time, old, new):
+            return live(room: room, seq: seq, .left(room: room, time: time, nick: who))
+        case let .quit(room, seq, time, who, reason):
+            removeMember(who, from: room)
+            return live(room: room, seq: seq, .quit(room: room, time: time, nick: who, reason: reason))
+        case let .nickChanged(room, seq, time, old, new):
             if let index = membersByRoom[room]?.firstIndex(where: { ChatName.nickKey($0) == ChatName.nickKey(old) }) {
                 membersByRoom[room]?[index] = new
             }
-            return [.show(.nickChanged(room: room, time: time, old: old, new: new))]
+            return live(room: room, seq: seq, .nickChanged(room: room, time: time, old: old, new: new))
         case let .nickAccepted(newNick):
             nick = newNick
             return [notice("you are now known as \(newNick)")]
         case let .members(room, nicks):
             membersByRoom[room] = nicks
             return [.show(.members(room: room, time: clock(), nicks: nicks))]
-        case let .topic(room, _, time, setBy, text):
+        case let .membersPage(room, complete, nicks):
+            membersInProgress[room, default: []].append(contentsOf: nicks)
+            guard complete else { return [] }
+            let all = membersInProgress.removeValue(forKey: room) ?? []
+            membersByRoom[room] = all
+            return deferIfCatchingUp(room, [.show(.members(room: room, time: clock(), nicks: all))])
+        case let .topic(room, seq, time, setBy, text):
             topics[room] = text
-            return [.show(.topic(room: room, time: time, setBy: setBy, text: text))]
+            return live(room: room, seq: seq, .topic(room: room, time: time, setBy: setBy, text: text))
         case let .history(room, entries):
-            return entries.map { entry in
-                switch entry.kind {
-                case .message:
-                    .show(.message(room: room, time: entry.time, sender: entry.sender, text: entry.text, replayed: true))
-                case .action:
-                    .show(.action(room: room, time: entry.time, sender: entry.sender, text: entry.text, replayed: true))
-                case .topic:
-                    // `history` never carries topic changes (only `historyPage` does).
-                    .show(.topic(room: room, time: entry.time, setBy: entry.sender, text: entry.text))
-                }
-            }
+            return historyBatch(room: room, entries: entries)
+        case let .roomState(room, epoch, _, lastSeq):
+            return roomState(room: room, epoch: epoch, lastSeq: lastSeq)
+        case let .historyPage(room, epoch, complete, entries):
+            return historyPage(room: room, epoch: epoch, complete: complete, entries: entries)
         case let .roomList(list):
             serverRooms = Set(list.map(\.name))
             return [.show(.roomList(time: clock(), rooms: list.sorted { $0.name < $1.name }))]
+        case let .roomListPage(complete, list):
+            roomListInProgress.append(contentsOf: list)
+            guard complete else { return [] }
+            let all = roomListInProgress
+            roomListInProgress = []
+            serverRooms = Set(all.map(\.name))
+            return [.show(.roomList(time: clock(), rooms: all.sorted { $0.name < $1.name }))]
+        case let .away(who, text):
+            if isSelf(who) {
+                awayMessage = text.isEmpty ? nil : text
+                return [notice(text.isEmpty ? "you are no longer marked away" : "you are marked away: \(text)")]
+            }
+            return [notice("\(who) is away: \(text)")]
+        case let .limits(requestRate, requestBurst, byteRate, byteBurst):
+            limits = RateLimits(
+                requestsPerSecond: Double(requestRate) / 1000, requestBurst: Int(requestBurst),
+                bytesPerSecond: Double(byteRate), byteBurst: Int(byteBurst))
+            return []
         case let .ping(token):
             return [.send([.pong(token: token)])]
         case let .error(code, fatal, frameType, reason):
-            if !fatal, frameType == .join, !pendingJoins.isEmpty {
-                let room = pendingJoins.removeFirst()
-                if code == .alreadyInRoom, !rooms.contains(room) { rooms.append(room) }
-                if currentRoom == room, !rooms.contains(room) { currentRoom = rooms.last ?? pendingJoins.last }
-            }
-            let text = reason.isEmpty ? "\(code)" : reason
-            return [error(fatal ? "server closed the session: \(text)" : text)]
+            return serverError(code: code, fatal: fatal, frameType: frameType, reason: reason)
         case .goodbye(let reason):
             return [notice(reason.isEmpty ? "server said goodbye" : "server said goodbye: \(reason)")]
         case .welcome, .pong, .unknown, .hello, .changeNick, .join, .part, .say, .emote, .tell,
             .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway:
             // Skippable or misdirected frames carry nothing to show.
             return []
-        case .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits:
-            // Version 2 frames; the session says hello with version 1, so a server sends none.
-            return []
+        }
+    }
+
+    /// A live room event: remembered as seen, counted as activity (messages and actions from
+    /// others), hidden when its sender is ignored, and held back while the room catches up so
+    /// that it shows after the messages it follows.
+    private mutating func live(room: String, seq: UInt64, _ event: ChatEvent, from sender: String? = nil, text: String? = nil) -> [SessionAction] {
+        markSeen(room, seq)
+        if let sender, isIgnored(sender) { return [] }
+        var actions: [SessionAction] = [.show(event)]
+        if let sender, let text, !isSelf(sender) {
+            actions += noteActivity(in: .room(room), mentioned: Self.mentions(text, nick: nick))
+        }
+        return deferIfCatchingUp(room, actions)
+    }
+
+    private mutating func deferIfCatchingUp(_ room: String, _ actions: [SessionAction]) -> [SessionAction] {
+        guard var catchUp = catchUps[room], catchUp.isFetching else { return actions }
+        catchUp.deferred += actions
+        catchUps[room] = catchUp
+        return []
+    }
+
+    private mutating func direct(sender: String, recipient: String, time: UInt64, text: String) -> [SessionAction] {
+        let outgoing = isSelf(sender) && !isSelf(recipient)
+        if isSelf(sender) { _ = answer(.tell) }
+        if !outgoing, isIgnored(sender) { return [] }
+        var actions: [SessionAction] = [.show(.direct(time: time, sender: sender, recipient: recipient, text: text, outgoing: outgoing))]
+        if !outgoing {
+            let window = queryWindow(with: sender) ?? .query(sender)
+            addWindow(window)
+            actions += noteActivity(in: window, mentioned: true)
+        }
+        return actions
+    }
+
+    private mutating func serverError(code: ErrorCode, fatal: Bool, frameType: FrameType, reason: String) -> [SessionAction] {
+        let text = reason.isEmpty ? "\(code)" : reason
+        if fatal { return [error("server closed the session: \(text)")] }
+        switch frameType {
+        case .join:
+            guard !pendingJoins.isEmpty else { break }
+            let room = pendingJoins.removeFirst()
+            if code == .alreadyInRoom, !rooms.contains(room) {
+                rooms.append(room)
+            } else if !rooms.contains(room) {
+                removeWindow(.room(room))
+            }
+        case .say, .emote, .tell:
+            guard let request = answer(frameType) else { break }
+            let what = request.label.map { "\($0) (“\(Self.excerpt(request.text))”)" } ?? "your message “\(Self.excerpt(request.text))”"
+            return [error("\(text): \(what) was not delivered")]
+        default:
+            break
+        }
+        return [error(text)]
+    }
+
+    private static func excerpt(_ text: String) -> String {
+        text.count <= 40 ? text : String(text.prefix(39)) + "…"
+    }
+
+    // MARK: Catching up (version 2)
+
+    /// Where a room's history stood for us: its epoch (nil from a version 1 server) and the
+    /// last `seq` shown.
+    private struct RoomPosition: Sendable {
+        var epoch: UInt64?
+        var lastSeq: UInt64
+    }
+
+    /// A room between our own `joined` and the end of its catch-up.
+    private struct CatchUp: Sendable {
+        /// Where we were before this join; nil the first time.
+        var previous: RoomPosition?
+        /// Set by `roomState`: the join's replay page is the next `historyPage`.
+        var awaitingReplay = false
+        /// The join's replay, kept while earlier pages are fetched.
+        var replay: [HistoryEntry] = []
+        /// Entries fetched `after` our last `seq`, below the replay.
+        var fetched: [HistoryEntry] = []
+        /// Whether a `fetchHistory` is out.
+        var isFetching = false
+        /// Events that arrived while fetching, shown after the catch-up.
+        var deferred: [SessionAction] = []
+    }
+
+    private mutating func markSeen(_ room: String, _ seq: UInt64) {
+        if var position = seen[room] {
+            position.lastSeq = max(position.lastSeq, seq)
+            seen[room] = position
+        } else {
+            seen[room] = RoomPosition(epoch: nil, lastSeq: seq)
+        }
+    }
+
+    private mutating func roomState(room: String, epoch: UInt64, lastSeq: UInt64) -> [SessionAction] {
+        guard var catchUp = catchUps[room] else { return [] }
+        catchUp.awaitingReplay = true
+        var actions: [SessionAction] = []
+        if let previous = catchUp.previous, let oldEpoch = previous.epoch, oldEpoch != epoch {
+            // The earlier messages are gone with the old epoch; what the replay holds is new.
+            actions.append(.show(.marker(room: room, time: clock(), text: "started again: the server restarted or forgot the room")))
+            catchUp.previous = nil
+        }
+        catchUps[room] = catchUp
+        seen[room] = RoomPosition(epoch: epoch, lastSeq: lastSeq)
+        return actions
+    }
+
+    private mutating func historyPage(room: String, epoch: UInt64, complete: Bool, entries: [HistoryEntry]) -> [SessionAction] {
+        guard var catchUp = catchUps[room] else {
+            return entries.compactMap { replayed(room: room, $0) }
+        }
+        if catchUp.awaitingReplay {
+            catchUp.awaitingReplay = false
+            guard let previous = catchUp.previous else {
+                catchUps[room] = nil
+                return entries.compactMap { replayed(room: room, $0) }
+            }
+            catchUp.replay = entries
+            let reachesBack = complete || entries.isEmpty || entries[0].seq <= previous.lastSeq + 1
+            if reachesBack {
+                catchUps[room] = catchUp
+                return finishCatchUp(room)
+            }
+            catchUp.isFetching = true
+            catchUps[room] = catchUp
+            return [.send([.fetchHistory(room: room, direction: .after, seq: previous.lastSeq, limit: Self.catchUpPageSize)])]
+        }
+        guard catchUp.isFetching else { return entries.compactMap { replayed(room: room, $0) } }
+        let replayStart = catchUp.replay.first?.seq ?? UInt64.max
+        catchUp.fetched += entries.filter { $0.seq < replayStart }
+        catchUps[room] = catchUp
+        guard let last = entries.last, !complete, last.seq + 1 < replayStart else { return finishCatchUp(room) }
+        return [.send([.fetchHistory(room: room, direction: .after, seq: last.seq, limit: Self.catchUpPageSize)])]
+    }
+
+    /// Shows what was missed in `room` since `previous`: a marker with the count, then the
+    /// messages, then whatever arrived live meanwhile.
+    private mutating func finishCatchUp(_ room: String) -> [SessionAction] {
+        guard let catchUp = catchUps.removeValue(forKey: room), let previous = catchUp.previous else { return [] }
+        var seenSeqs: Set<UInt64> = []
+        let missed = (catchUp.fetched + catchUp.replay)
+            .filter { $0.seq > previous.lastSeq && seenSeqs.insert($0.seq).inserted }
+            .sorted { $0.seq < $1.seq }
+        let count = missed.filter { $0.kind != .topic }.count
+        let text = count == 0 ? "nothing new since you left" : "\(count) new since you left"
+        var actions: [SessionAction] = [.show(.marker(room: room, time: clock(), text: text))]
+        actions += missed.compactMap { replayed(room: room, $0) }
+        for entry in missed { markSeen(room, entry.seq) }
+        return actions + catchUp.deferred
+    }
+
+    /// A version 1 history batch: after a rejoin only the entries we have not seen.
+    private mutating func historyBatch(room: String, entries: [HistoryEntry]) -> [SessionAction] {
+        guard let catchUp = catchUps.removeValue(forKey: room), let previous = catchUp.previous else {
+            return entries.compactMap { replayed(room: room, $0) }
+        }
+        let missed = entries.filter { $0.seq > previous.lastSeq }
+        let text = missed.isEmpty ? "nothing new since you left" : "\(missed.count) new since you left"
+        return [.show(.marker(room: room, time: clock(), text: text))] + missed.compactMap { replayed(room: room, $0) }
+    }
+
+    private func replayed(room: String, _ entry: HistoryEntry) -> SessionAction? {
+        if entry.kind != .topic, isIgnored(entry.sender) { return nil }
+        switch entry.kind {
+        case .message:
+            return .show(.message(room: room, time: entry.time, sender: entry.sender, text: entry.text, replayed: true))
+        case .action:
+            return .show(.action(room: room, time: entry.time, sender: entry.sender, text: entry.text, replayed: true))
+        case .topic:
+            return .show(.topic(room: room, time: entry.time, setBy: entry.sender, text: entry.text))
         }
     }
 
@@ -244,12 +629,17 @@ public struct ClientSession: Sendable {
 
     private func isSelf(_ other: String) -> Bool { ChatName.nickKey(other) == ChatName.nickKey(nick) }
 
+    private func isIgnored(_ other: String) -> Bool {
+        ignored.contains { ChatName.nickKey($0) == ChatName.nickKey(other) }
+    }
+
     private mutating func leave(_ room: String) {
         rooms.removeAll { $0 == room }
         pendingJoins.removeAll { $0 == room }
         membersByRoom[room] = nil
         topics[room] = nil
-        if currentRoom == room { currentRoom = rooms.last ?? pendingJoins.last }
+        catchUps[room] = nil
+        removeWindow(.room(room))
     }
 
     private mutating func addMember(_ who: String, to room: String) {
@@ -273,12 +663,21 @@ public struct ClientSession: Sendable {
             return [notice("\(spec.usage) — \(spec.summary)")]
         }
         let width = CommandSpec.all.map(\.usage.count).max() ?? 0
-        var lines = ["commands (plain text goes to the current room; Tab completes commands, nicks and rooms):"]
+        var lines = ["commands (plain text goes to the current window; Tab completes commands, nicks and rooms):"]
         for spec in CommandSpec.all {
             lines.append("  " + spec.usage + String(repeating: " ", count: width - spec.usage.count) + "  " + spec.summary)
         }
+        lines.append("keys: Alt-1…9 or Ctrl-N/Ctrl-P switch windows; Ctrl-C clears the line (twice on an empty line quits); Ctrl-R searches history")
         return lines.map(notice)
     }
+}
+
+/// A `say`, `emote` or `tell` sent and not yet answered.
+private struct SentRequest: Sendable {
+    let type: FrameType
+    let text: String
+    /// How to name it if it is dropped (`line 3 of 20 of the paste`); nil for a typed line.
+    let label: String?
 }
 
 /// The client's wall clock, in milliseconds since the Unix epoch, for stamping its own notes.

@@ -9,8 +9,13 @@ import Foundation
 public struct MessageRenderer: Sendable {
     /// Whether to emit ANSI colour and style codes.
     public let colour: Bool
-    /// The nick to highlight as our own (the renderer is recreated when it changes).
+    /// The nick to highlight as our own, and whose mentions are highlighted.
     public var ownNick: String?
+    /// The room the user is looking at, when lines from other rooms are to be set apart (they
+    /// show their room in brackets, `[#dev]`, and dimmed); nil shows every room alike.
+    public var currentRoom: String?
+    /// Whether lines from rooms other than `currentRoom` are set apart at all.
+    public var marksOtherRooms = false
     private let calendar: Calendar
 
     /// A renderer that shows times in `timeZone`.
@@ -32,12 +37,14 @@ public struct MessageRenderer: Sendable {
     public func render(_ event: ChatEvent) -> String {
         switch event {
         case let .message(room, time, sender, text, _):
-            return line(time, room: room, "<\(nick(sender))> \(clean(text))")
+            return line(time, room: room, "<\(nick(sender))> \(body(text, from: sender))")
         case let .action(room, time, sender, text, _):
-            return line(time, room: room, "\(style(.bold, "*")) \(nick(sender)) \(clean(text))")
+            return line(time, room: room, "\(style(.bold, "*")) \(nick(sender)) \(body(text, from: sender))")
         case let .direct(time, sender, recipient, text, outgoing):
             let marker = outgoing ? "-> *\(clean(recipient))*" : "*\(clean(sender))*"
-            return line(time, room: nil, "\(style(.direct, marker)) \(clean(text))")
+            return line(time, room: nil, "\(style(.direct, marker)) \(outgoing ? clean(text) : style(.mention, clean(text)))")
+        case let .marker(room, time, text):
+            return line(time, room: room, style(.notice, "— \(clean(text)) —"))
         case let .joined(room, time, who):
             return line(time, room: room, style(.presence, "-!- \(clean(who)) joined"))
         case let .left(room, time, who):
@@ -94,6 +101,7 @@ public struct MessageRenderer: Sendable {
         case dim = "2"
         case presence = "2;37"
         case direct = "1;35"
+        case mention = "1;33"
         case notice = "36"
         case error = "1;31"
         case time = "90"
@@ -105,10 +113,37 @@ public struct MessageRenderer: Sendable {
 
     private func clean(_ text: String) -> String { TerminalText.sanitized(text) }
 
+    /// A message's text, highlighted when it mentions our nick (and someone else wrote it).
+    private func body(_ text: String, from sender: String) -> String {
+        guard let ownNick, ChatName.nickKey(sender) != ChatName.nickKey(ownNick),
+            ClientSession.mentions(text, nick: ownNick)
+        else { return clean(text) }
+        return style(.mention, clean(text))
+    }
+
     private func line(_ time: UInt64, room: String?, _ body: String) -> String {
         let stamp = style(.time, timestamp(time))
         guard let room else { return "\(stamp) \(body)" }
+        if marksOtherRooms, room != currentRoom {
+            return "\(stamp) \(style(.dim, "[#" + clean(room) + "]")) \(body)"
+        }
         return "\(stamp) \(style(.dim, "#" + clean(room))) \(body)"
+    }
+
+    /// The cells `line` takes on screen: its text without the escape codes this renderer adds.
+    public static func visibleWidth(of line: String) -> Int {
+        var width = 0
+        var inEscape = false
+        for scalar in line.unicodeScalars {
+            if inEscape {
+                if (0x40...0x7E).contains(scalar.value), scalar != "[" { inEscape = false }
+            } else if scalar == "\u{1B}" {
+                inEscape = true
+            } else {
+                width += TerminalText.cellWidth(of: scalar)
+            }
+        }
+        return width
     }
 
     /// `HH:MM` in the renderer's time zone.

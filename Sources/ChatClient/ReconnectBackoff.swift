@@ -4,16 +4,29 @@
 /// actual delay is drawn between half and all of that ("equal jitter"), so that clients cut
 /// off together by a server restart do not all come back in the same instant, while each
 /// still waits at least half the nominal delay.
+///
+/// The delays start again from `initial` only after a session has stayed up for `stableAfter`:
+/// a server that welcomes and drops at once is not redialled at the shortest delay forever.
 public struct ReconnectBackoff: Sendable, Equatable {
     /// The nominal delay before the first attempt.
     public var initial: Duration
     /// The longest nominal delay.
     public var maximum: Duration
+    /// How long a session must last before the next loss counts as a first failure again.
+    public var stableAfter: Duration
 
-    /// A policy from `initial` doubling up to `maximum`.
-    public init(initial: Duration = .milliseconds(500), maximum: Duration = .seconds(30)) {
+    /// A policy from `initial` doubling up to `maximum`, reset by a session of `stableAfter`.
+    public init(initial: Duration = .milliseconds(500), maximum: Duration = .seconds(30), stableAfter: Duration = .seconds(60)) {
         self.initial = initial
         self.maximum = maximum
+        self.stableAfter = stableAfter
+    }
+
+    /// The attempt number for the next reconnection, after attempt `previous` (0 before any)
+    /// led to a session that lasted `sessionLasted` (nil: no session, the attempt failed).
+    public func nextAttempt(after previous: Int, sessionLasted: Duration?) -> Int {
+        if let sessionLasted, sessionLasted >= stableAfter { return 1 }
+        return previous + 1
     }
 
     /// The nominal delay before attempt `attempt` (1 for the first), before jitter.

@@ -1,13 +1,16 @@
-/// Text rules for a terminal: making untrusted text safe to print, and working out where a
-/// wrapped input line puts the cursor.
+/// Text rules for a terminal: making untrusted text safe to print, and how many cells a
+/// character takes.
 public enum TerminalText {
-    /// `text` with every control character replaced by a visible stand-in, so that nothing a
-    /// peer sends can move the cursor, clear the screen or change colours.
+    /// `text` with every character that could change how the terminal shows what follows made
+    /// visible, so that nothing a peer sends can move the cursor, clear the screen, change
+    /// colours, reverse the direction of the rest of the line or start a new one.
     ///
-    /// C0 controls and DEL become caret notation (`^[`, `^?`), C1 controls U+FFFD; a tab
-    /// becomes a space. Everything else, including all other UTF-8, passes through.
+    /// C0 controls and DEL become caret notation (`^[`, `^?`), C1 controls U+FFFD and a tab a
+    /// space. Bidirectional controls (U+202A–202E, U+2066–2069, U+200E/F, U+061C) and the line
+    /// and paragraph separators U+2028/2029 become `<U+202E>` and so on. Everything else,
+    /// including all other UTF-8, passes through.
     public static func sanitized(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        guard text.unicodeScalars.contains(where: needsReplacement) else { return text }
         var result = String.UnicodeScalarView()
         for scalar in text.unicodeScalars {
             switch scalar.value {
@@ -20,6 +23,8 @@ public enum TerminalText {
                 result.append(contentsOf: "^?".unicodeScalars)
             case 0x80..<0xA0:
                 result.append("\u{FFFD}")
+            case _ where isLayoutControl(scalar):
+                result.append(contentsOf: codePointName(scalar).unicodeScalars)
             default:
                 result.append(scalar)
             }
@@ -27,32 +32,89 @@ public enum TerminalText {
         return String(result)
     }
 
-    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F..<0xA0).contains(scalar.value)
+    private static func needsReplacement(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F..<0xA0).contains(scalar.value) || isLayoutControl(scalar)
     }
 
-    /// The row, counted from the prompt's row, that holds the cursor after `cellWidths` (the
-    /// display width of each character before the cursor, prompt included) on a terminal
-    /// `columns` wide.
-    ///
-    /// Follows how line editors lay text out: a character that does not fit in what is left of
-    /// a row starts the next row, and a cursor that has just filled a row stands at the start
-    /// of the next one (libedit forces that wrap rather than leave the cursor in the margin).
-    public static func cursorRow(cellWidths: some Sequence<Int>, columns: Int) -> Int {
-        guard columns > 0 else { return 0 }
-        var row = 0
-        var column = 0
-        for width in cellWidths where width > 0 {
-            if column + width > columns {
-                row += 1
-                column = 0
-            }
-            column += width
-            if column >= columns {
-                row += 1
-                column = 0
-            }
+    /// Bidirectional formatting characters and the Unicode line and paragraph separators:
+    /// invisible, yet they reorder or break the rest of the line.
+    private static func isLayoutControl(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
         }
-        return row
+    }
+
+    /// `<U+202E>`: the code point in the form people look up.
+    private static func codePointName(_ scalar: Unicode.Scalar) -> String {
+        let hex = String(scalar.value, radix: 16, uppercase: true)
+        return "<U+" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex + ">"
+    }
+
+    // MARK: Widths
+
+    /// The cells a terminal gives `scalar`: 0 for combining marks and other zero-width
+    /// characters, 2 for East Asian wide and full-width characters and emoji shown as emoji,
+    /// 1 for everything else — including characters this table does not know (unassigned code
+    /// points, private use), which terminals draw in one cell (tmux draws them as `_`).
+    ///
+    /// Follows the rules of `wcwidth` implementations (Markus Kuhn's, glibc's), which is what
+    /// terminals measure with; controls are never measured, since they are shown sanitized.
+    public static func cellWidth(of scalar: Unicode.Scalar) -> Int {
+        let value = scalar.value
+        if value == 0 { return 0 }
+        if value < 0x7F { return 1 }
+        switch scalar.properties.generalCategory {
+        case .nonspacingMark, .enclosingMark, .format:
+            // The soft hyphen is a format character that terminals draw.
+            return value == 0x00AD ? 1 : 0
+        default:
+            break
+        }
+        if (0x1160...0x11FF).contains(value) || value == 0x200B { return 0 }  // Hangul vowels, zero width space
+        // Regional indicators are emoji, but East Asian Width gives them one cell each (a flag
+        // is two), and so do wcwidth and the terminals that use it.
+        if (0x1F1E6...0x1F1FF).contains(value) { return 1 }
+        if isWide(value) || scalar.properties.isEmojiPresentation { return 2 }
+        return 1
+    }
+
+    /// The cells `character` takes: the sum over its scalars, which is how terminals that
+    /// measure code point by code point (tmux, xterm) place a cluster such as a family emoji.
+    public static func cellWidth(of character: Character) -> Int {
+        character.unicodeScalars.reduce(0) { $0 + cellWidth(of: $1) }
+    }
+
+    /// The cells `text` takes on one row.
+    public static func cellWidth(of text: some StringProtocol) -> Int {
+        text.unicodeScalars.reduce(0) { $0 + cellWidth(of: $1) }
+    }
+
+    /// The longest prefix of `text` that fits `columns` cells (whole characters only).
+    public static func prefix(of text: String, fitting columns: Int) -> String {
+        var used = 0
+        var result = ""
+        for character in text {
+            let width = cellWidth(of: character)
+            if used + width > columns { break }
+            used += width
+            result.append(character)
+        }
+        return result
+    }
+
+    /// East Asian Wide and Fullwidth ranges (Unicode's EastAsianWidth.txt, W and F) other than
+    /// emoji, which `isEmojiPresentation` covers.
+    private static func isWide(_ value: UInt32) -> Bool {
+        switch value {
+        case 0x1100...0x115F, 0x2329...0x232A, 0x2E80...0x303E, 0x3041...0x33FF, 0x3400...0x4DBF,
+            0x4E00...0x9FFF, 0xA000...0xA4CF, 0xA960...0xA97F, 0xAC00...0xD7A3, 0xF900...0xFAFF,
+            0xFE10...0xFE19, 0xFE30...0xFE6F, 0xFF00...0xFF60, 0xFFE0...0xFFE6, 0x16FE0...0x16FE4,
+            0x17000...0x18CFF, 0x1AFF0...0x1B2FF, 0x1F200...0x1F202, 0x1F210...0x1F23B,
+            0x1F240...0x1F248, 0x1F250...0x1F251, 0x20000...0x2FFFD, 0x30000...0x3FFFD:
+            return true
+        default:
+            return false
+        }
     }
 }

@@ -1,4 +1,5 @@
 import ChatProtocol
+import SocketCore
 
 /// Names one connection for as long as it is open.
 ///
@@ -59,7 +60,32 @@ public enum ChatAction: Sendable, Equatable {
     case send(Frame, to: ClientID)
     /// Send `frame` to every client in `recipients`, in this order; encode it once.
     case broadcast(Frame, to: [ClientID])
+    /// Send `frames`, which other clients get alike, to one client; encode them once for all.
+    case sendShared(SharedFrames, to: ClientID)
     /// The client is no longer part of the chat: send the disconnection's `error` frame if it has
     /// one, then close. `nick` is who it was, for the log line (nil before the handshake).
     case disconnect(ClientID, Disconnection, nick: String?)
+}
+
+/// Frames that many clients receive alike, such as a room's history replay: the chat logic builds
+/// them once, and the server encodes them once and keeps the bytes here for the next client, so
+/// a thousand joiners cost one encoding, not a thousand.
+///
+/// `@unchecked Sendable`: `encoded` is set and read only on the server's queue; `frames` never
+/// changes.
+public final class SharedFrames: @unchecked Sendable, Equatable {
+    /// The frames, in order.
+    public let frames: [Frame]
+    /// The frames' bytes, once the server has encoded them.
+    public var encoded: [ByteChunk]?
+
+    /// Wraps `frames`.
+    public init(_ frames: [Frame]) {
+        self.frames = frames
+    }
+
+    /// Equal when the frames are: what tests compare.
+    public static func == (left: SharedFrames, right: SharedFrames) -> Bool {
+        left.frames == right.frames
+    }
 }

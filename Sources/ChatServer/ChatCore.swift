@@ -1,4 +1,5 @@
 import ChatProtocol
+import DequeModule
 
 /// The whole chat — connections, nicks, rooms, history, limits — as a state machine without I/O.
 ///
@@ -10,6 +11,11 @@ import ChatProtocol
 ///
 /// Requests that fail are answered with a non-fatal `error`; protocol violations, refusals and
 /// timeouts remove the client at once (its rooms see `quit`) and end in `.disconnect`.
+///
+/// What it keeps is bounded by `configuration.memoryBudget`: history by entries and bytes per
+/// room and in all rooms together (the globally oldest entries go first), and every frame a
+/// client sends by a request rate and a byte rate — per connection, and for all connections from one
+/// address together.
 public struct ChatCore: Sendable {
     /// The limits in force.
     public let configuration: ChatServerConfiguration
@@ -21,8 +27,24 @@ public struct ChatCore: Sendable {
     private var clients: [ClientState?] = []
     private var nicks: [String: ClientID] = [:]
     private var rooms: [String: ChatRoom] = [:]
-    private var connectionsPerAddress: [String: Int] = [:]
+    /// Connections and shared rate limits by address: for addresses with connections open, and
+    /// for those without until their buckets are full again (`tick` forgets them then), so that
+    /// reconnecting does not refill them.
+    private var addresses: [String: AddressState] = [:]
     private var nextPingToken: UInt64 = 1
+    private let budget: MemoryBudget
+
+    /// Every history entry kept, oldest first across rooms, so the budget can forget the
+    /// globally oldest. Records of entries already gone (their room emptied, or its own bounds
+    /// forgot them) are skipped when reached, and swept out when they outnumber the live ones.
+    private var historyOrder = Deque<HistoryRecord>()
+    /// What all rooms' history costs, by `RoomHistory.cost(of:)`.
+    public private(set) var historyBytes = 0
+    /// How many history entries all rooms keep.
+    private var historyEntries = 0
+
+    /// Wrong passwords by address, for the delay and the lockout.
+    private var passwordFailures: [String: PasswordFailures] = [:]
 
     /// Connections open, handshaking ones included.
     public private(set) var clientCount = 0
@@ -35,6 +57,7 @@ public struct ChatCore: Sendable {
     ) {
         self.configuration = configuration
         self.makeEpoch = makeEpoch
+        budget = configuration.memoryBudget
     }
 
     // MARK: Events
@@ -50,30 +73,55 @@ public struct ChatCore: Sendable {
             actions.append(.disconnect(id, Disconnection(code: .serverFull, frameType: .hello, reason: reason), nick: nil))
             return
         }
-        let fromAddress = connectionsPerAddress[address, default: 0]
+        let fromAddress = addresses[address]?.connections ?? 0
         if fromAddress >= configuration.maxClientsPerAddress {
             let reason = "too many connections from \(address) (limit \(configuration.maxClientsPerAddress))"
             let refusal = Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
             actions.append(.disconnect(id, refusal, nick: nil))
             return
         }
+        var state = addresses[address] ?? AddressState(configuration: configuration, now: now.uptimeMillis)
+        let connectionRate = configuration.addressConnectionRate
+        if connectionRate > 0 {
+            guard state.connectBucket.has(1, rate: connectionRate, burst: configuration.addressConnectionBurst, now: now.uptimeMillis)
+            else {
+                let reason = "connecting too fast from \(address) (at most \(Self.format(connectionRate)) per second)"
+                let refusal = Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
+                actions.append(.disconnect(id, refusal, nick: nil))
+                return
+            }
+            state.connectBucket.spend(1)
+        }
         if clients.count <= id.slot { clients.append(contentsOf: repeatElement(nil, count: id.slot - clients.count + 1)) }
         precondition(clients[id.slot] == nil, "slot \(id.slot) reused while in use")
-        clients[id.slot] = ClientState(address: address, burst: configuration.messageBurst, now: now.uptimeMillis)
-        connectionsPerAddress[address] = fromAddress + 1
+        clients[id.slot] = ClientState(
+            address: address, burst: configuration.messageBurst, byteBurst: configuration.byteBurst, now: now.uptimeMillis)
+        state.connections += 1
+        addresses[address] = state
         clientCount += 1
     }
 
-    /// A frame arrived from `id`. Frames from clients that are no longer part of the chat are ignored.
-    public mutating func received(_ frame: Frame, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]) {
-        guard id.slot < clients.count, clients[id.slot] != nil else { return }
+    /// A frame of `size` bytes (its length prefix included) arrived from `id`. Frames from
+    /// clients that are no longer part of the chat, or whose refusal is on its way, are ignored.
+    public mutating func received(
+        _ frame: Frame, size: Int, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]!.pendingRefusal == nil else { return }
+        // Every frame read costs its address, whatever becomes of it.
+        let address = clients[id.slot]!.address
+        if configuration.addressMessageRate > 0 { addresses[address]!.bucket.spend(1) }
+        if configuration.addressByteRate > 0 { addresses[address]!.byteBucket.spend(Double(size)) }
         clients[id.slot]!.lastHeard = now.uptimeMillis
         clients[id.slot]!.pinged = false
         guard let nick = clients[id.slot]!.nick else {
             handshake(frame, from: id, at: now, into: &actions)
             return
         }
-        if Self.isRateLimited(frame), !admit(frame, from: id, at: now, into: &actions) { return }
+        // Every frame counts against the limits (a flood of pings costs as much as one of
+        // messages), except goodbye: ending the session must always work.
+        if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
+        let firstAction = actions.count
+        defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
         switch frame {
         case .changeNick(let newNick):
             changeNick(of: id, from: nick, to: newNick, at: now, into: &actions)
@@ -130,8 +178,7 @@ public struct ChatCore: Sendable {
         guard id.slot < clients.count, let client = clients[id.slot] else { return }
         clients[id.slot] = nil
         clientCount -= 1
-        let remaining = connectionsPerAddress[client.address, default: 1] - 1
-        connectionsPerAddress[client.address] = remaining > 0 ? remaining : nil
+        addresses[client.address]?.connections -= 1
         if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
             for room in client.rooms {
@@ -152,6 +199,10 @@ public struct ChatCore: Sendable {
         for slot in clients.indices {
             guard let client = clients[slot] else { continue }
             let id = ClientID(slot)
+            if let (refusal, due) = client.pendingRefusal {
+                if now.uptimeMillis >= due { disconnect(id, refusal, at: now, into: &actions) }
+                continue
+            }
             if client.nick == nil {
                 if now.uptimeMillis &- client.connectedAt >= handshakeTimeout {
                     let reason = "no hello within \(configuration.handshakeTimeout)"
@@ -168,6 +219,14 @@ public struct ChatCore: Sendable {
                 actions.append(.send(.ping(token: nextPingToken), to: id))
                 nextPingToken += 1
             }
+        }
+        addresses = addresses.filter { _, state in
+            var state = state
+            return state.connections > 0 || !state.isFull(configuration, now: now.uptimeMillis)
+        }
+        let lockout = configuration.passwordLockout.milliseconds
+        passwordFailures = passwordFailures.filter { _, failures in
+            failures.lockedUntil > now.uptimeMillis || now.uptimeMillis &- failures.lastFailure < lockout
         }
     }
 
@@ -201,10 +260,14 @@ public struct ChatCore: Sendable {
             refusal = Disconnection(
                 code: .unsupportedVersion, frameType: .hello,
                 reason: "this server speaks protocol versions \(WireProtocol.minimumVersion) to \(WireProtocol.version)")
-        } else if let expected = configuration.password, password != expected {
-            refusal = Disconnection(
-                code: .badPassword, frameType: .hello,
-                reason: password == nil ? "this server needs a password" : "wrong password")
+        } else if let expected = configuration.password, let problem = checkPassword(password, against: expected, from: id, at: now) {
+            if let delay = problem.delay {
+                // Held back: the connection stays (and says nothing) until the tick that sends it.
+                clients[id.slot]!.pendingRefusal = (problem.refusal, now.uptimeMillis + delay)
+            } else {
+                disconnect(id, problem.refusal, at: now, into: &actions)
+            }
+            return
         } else if nicks[ChatName.nickKey(nick)] != nil {
             refusal = Disconnection(code: .nickTaken, frameType: .hello, reason: "nick \(nick) is taken")
         } else {
@@ -226,40 +289,139 @@ public struct ChatCore: Sendable {
             let limits = Frame.limits(
                 requestRate: rate.isFinite && rate < Double(UInt32.max) ? UInt32(rate.rounded(.down)) : UInt32.max,
                 requestBurst: configuration.messageRate > 0 ? UInt32(clamping: configuration.messageBurst) : 0,
-                byteRate: 0, byteBurst: 0)
+                byteRate: UInt32(clamping: configuration.byteRate),
+                byteBurst: configuration.byteRate > 0 ? UInt32(clamping: configuration.byteBurst) : 0)
             actions.append(.send(limits, to: id))
         }
     }
 
-    // MARK: Rate limiting
-
-    /// Whether `frame` is a request that counts against the rate limit. Keepalive and session
-    /// frames do not: refusing them would only turn a chatty client into a dead one.
-    private static func isRateLimited(_ frame: Frame) -> Bool {
-        switch frame {
-        case .ping, .pong, .goodbye, .error, .unknown: false
-        default: true
+    /// Checks `password` from `id`'s address; nil when it may go on. A wrong one is answered
+    /// after `passwordDelay`; after `passwordAttempts` wrong ones the address is refused for
+    /// `passwordLockout` without its password being looked at, so guessing stops there.
+    private mutating func checkPassword(
+        _ password: String?, against expected: String, from id: ClientID, at now: ServerTime
+    ) -> (refusal: Disconnection, delay: UInt64?)? {
+        let address = clients[id.slot]!.address
+        let lockedUntil = passwordFailures[address]?.lockedUntil ?? 0
+        if lockedUntil > now.uptimeMillis {
+            let seconds = (lockedUntil - now.uptimeMillis + 999) / 1000
+            let reason = "too many wrong passwords from \(address); try again in \(seconds) s"
+            return (Disconnection(code: .badPassword, frameType: .hello, reason: reason), nil)
         }
+        guard let password else {
+            return (Disconnection(code: .badPassword, frameType: .hello, reason: "this server needs a password"), nil)
+        }
+        if Self.constantTimeEquals(password, expected) {
+            passwordFailures[address] = nil
+            return nil
+        }
+        var failures = passwordFailures[address] ?? PasswordFailures()
+        failures.count += 1
+        failures.lastFailure = now.uptimeMillis
+        if failures.count >= configuration.passwordAttempts {
+            failures.count = 0
+            failures.lockedUntil = now.uptimeMillis + configuration.passwordLockout.milliseconds
+        }
+        passwordFailures[address] = failures
+        let refusal = Disconnection(code: .badPassword, frameType: .hello, reason: "wrong password")
+        return (refusal, configuration.passwordDelay.milliseconds)
     }
 
-    /// Takes a token for `frame`; when none is left, answers `rateLimited` (or disconnects a client
-    /// that keeps going) and returns false.
-    private mutating func admit(_ frame: Frame, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]) -> Bool {
+    /// Compares in time that depends on the lengths only, not on where the first difference is,
+    /// so response times do not leak how much of a guess was right.
+    static func constantTimeEquals(_ guess: String, _ secret: String) -> Bool {
+        let guess = Array(guess.utf8)
+        let secret = Array(secret.utf8)
+        var difference = UInt8(truncatingIfNeeded: guess.count ^ secret.count)
+        for index in 0..<max(guess.count, secret.count) {
+            let left = index < guess.count ? guess[index] : 0
+            let right = index < secret.count ? secret[index] : 0
+            difference |= left ^ right
+        }
+        return difference == 0
+    }
+
+    // MARK: Rate limiting
+
+    /// Takes a request token and `size` byte tokens for `frame`; when either bucket is short,
+    /// takes neither, answers `rateLimited` (or disconnects a client that keeps going) and
+    /// returns false.
+    private mutating func admit(
+        _ frame: Frame, size: Int, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]
+    ) -> Bool {
         let rate = configuration.messageRate
-        guard rate > 0 else { return true }
-        if clients[id.slot]!.bucket.take(rate: rate, burst: configuration.messageBurst, now: now.uptimeMillis) {
+        let byteRate = configuration.byteRate
+        let time = now.uptimeMillis
+        var limit: String?
+        if rate > 0, !clients[id.slot]!.bucket.has(1, rate: rate, burst: configuration.messageBurst, now: time) {
+            limit = "\(Self.format(rate)) requests per second"
+        } else if byteRate > 0,
+            !clients[id.slot]!.byteBucket.has(Double(size), rate: Double(byteRate), burst: configuration.byteBurst, now: time)
+        {
+            limit = "\(byteRate) bytes per second"
+        }
+        guard let limit else {
+            if rate > 0 { clients[id.slot]!.bucket.spend(1) }
+            if byteRate > 0 { clients[id.slot]!.byteBucket.spend(Double(size)) }
             clients[id.slot]!.refusedInARow = 0
             return true
         }
         clients[id.slot]!.refusedInARow += 1
         if clients[id.slot]!.refusedInARow >= configuration.rateAbuseLimit {
-            let reason = "kept sending faster than \(Self.format(rate)) requests per second"
+            let reason = "kept sending faster than \(limit)"
             disconnect(id, Disconnection(code: .rateLimited, frameType: frame.type, reason: reason), at: now, into: &actions)
         } else {
-            let reason = "slow down: at most \(Self.format(rate)) requests per second; this \(frame.type) was dropped"
+            let reason = "slow down: at most \(limit); this \(frame.type) was dropped"
             actions.append(.send(.error(code: .rateLimited, fatal: false, frameType: frame.type, reason: reason), to: id))
         }
         return false
+    }
+
+    /// Spends from `address`'s fan-out bucket what the broadcasts among `actions`, caused by one
+    /// frame of `size` bytes, cost to send: the frame's size (plus what a delivery adds) once per
+    /// recipient. A line to a room of a thousand costs a thousand times its size.
+    private mutating func chargeFanout(of address: String, size: Int, for actions: ArraySlice<ChatAction>) {
+        guard configuration.addressFanoutRate > 0, addresses[address] != nil else { return }
+        var recipients = 0
+        for case .broadcast(_, let to) in actions { recipients += to.count }
+        guard recipients > 0 else { return }
+        addresses[address]!.fanoutBucket.spend(Double((size + Self.deliveryOverhead) * recipients))
+    }
+
+    /// About what a delivery adds to what a client sent (seq, time, sender).
+    private static let deliveryOverhead = 24
+
+    /// How long, in milliseconds, the connections from `id`'s address must wait before the next
+    /// frame from any of them is read: 0 while the address's shared buckets are not in debt.
+    ///
+    /// The address's limits are kept by reading its connections no faster, not by refusing: the
+    /// server stops reading them until then, TCP pushes back on the sender, and nothing is
+    /// dropped. Each frame read spends its tokens after the fact (`received`), so the buckets may
+    /// go one frame into debt; the average rate holds all the same.
+    public mutating func addressWait(for id: ClientID, at now: ServerTime) -> UInt64 {
+        let limits = configuration
+        guard limits.addressMessageRate > 0 || limits.addressByteRate > 0 || limits.addressFanoutRate > 0,
+            id.slot < clients.count,
+            let address = clients[id.slot]?.address
+        else { return 0 }
+        var wait: UInt64 = 0
+        if limits.addressMessageRate > 0 {
+            wait = addresses[address]!.bucket.millisecondsUntilSolvent(
+                rate: limits.addressMessageRate, burst: limits.addressMessageBurst, now: now.uptimeMillis)
+        }
+        if limits.addressByteRate > 0 {
+            wait = max(
+                wait,
+                addresses[address]!.byteBucket.millisecondsUntilSolvent(
+                    rate: Double(limits.addressByteRate), burst: limits.addressByteBurst, now: now.uptimeMillis))
+        }
+        if limits.addressFanoutRate > 0 {
+            wait = max(
+                wait,
+                addresses[address]!.fanoutBucket.millisecondsUntilSolvent(
+                    rate: Double(limits.addressFanoutRate), burst: limits.addressFanoutBurst, now: now.uptimeMillis))
+        }
+        return wait
     }
 
     private static func format(_ rate: Double) -> String {
@@ -302,7 +464,8 @@ public struct ChatCore: Sendable {
         }
         clients[id.slot]!.rooms.append(name)
         if rooms[name] == nil {
-            rooms[name] = ChatRoom(name: name, epoch: makeEpoch(), historySize: configuration.historySize)
+            rooms[name] = ChatRoom(
+                name: name, epoch: makeEpoch(), historySize: configuration.historySize, historyBytes: budget.historyPerRoom)
         }
         let version = clients[id.slot]!.version
         let room = withRoom(name) { room in
@@ -321,16 +484,33 @@ public struct ChatCore: Sendable {
             actions.append(
                 .send(.topic(room: name, seq: topic.seq, time: topic.time, setBy: topic.setBy, text: topic.text), to: id))
         }
-        if version >= 2 {
-            // One page of the most recent history, topics included; the client fetches more
-            // with `fetchHistory` if it needs to reach further back.
-            let (entries, complete) = room.history.page(
-                .before, from: 0, limit: configuration.historySize, budget: Self.listFrameBudget, cost: Self.cost)
-            actions.append(.send(.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries), to: id))
-        } else {
-            let history = room.history.recentMessages(configuration.historySize)
-            if !history.isEmpty { appendHistoryFrames(room: name, entries: history, to: id, into: &actions) }
-        }
+        if let replay = replay(of: name, version: version) { actions.append(.sendShared(replay, to: id)) }
+    }
+
+    /// The history replay a joiner of `version` gets, built once per change of the history and
+    /// shared by every joiner until then; nil when a version 1 joiner gets none.
+    private mutating func replay(of name: String, version: UInt16) -> SharedFrames? {
+        let historySize = configuration.historySize
+        return withRoom(name) { room -> SharedFrames? in
+            if version >= 2 {
+                if let cached = room.replayV2 { return cached }
+                // One page of the most recent history, topics included; the client fetches more
+                // with `fetchHistory` if it needs to reach further back.
+                let (entries, complete) = room.history.page(
+                    .before, from: 0, limit: historySize, budget: Self.listFrameBudget, cost: Self.cost)
+                let replay = SharedFrames([.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries)])
+                room.replayV2 = replay
+                return replay
+            }
+            if let cached = room.replayV1 { return cached.frames.isEmpty ? nil : cached }
+            var frames: [Frame] = []
+            Self.splitIntoFrames(room.history.recentMessages(historySize), cost: Self.cost) { part, _ in
+                if !part.isEmpty { frames.append(.history(room: name, entries: part)) }
+            }
+            let replay = SharedFrames(frames)
+            room.replayV1 = replay
+            return frames.isEmpty ? nil : replay
+        } ?? nil
     }
 
     private mutating func part(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
@@ -345,7 +525,7 @@ public struct ChatCore: Sendable {
             actions.append(.broadcast(left, to: room.members))
             room.removeMember(id)
         }
-        if rooms[name]?.members.isEmpty == true { rooms[name] = nil }
+        if rooms[name]?.members.isEmpty == true { removeRoom(name) }
     }
 
     private mutating func speak(
@@ -356,16 +536,17 @@ public struct ChatCore: Sendable {
             refuse(kind == .message ? .say : .emote, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
-        withRoom(name) { room in
+        let time = now.wallMillis
+        let seq = withRoom(name) { room in
             let seq = room.nextSeq()
-            let time = now.wallMillis
             let frame: Frame =
                 kind == .message
                 ? .message(room: name, seq: seq, time: time, sender: nick, text: text)
                 : .action(room: name, seq: seq, time: time, sender: nick, text: text)
-            room.history.append(HistoryEntry(kind: kind, seq: seq, time: time, sender: nick, text: text))
             actions.append(.broadcast(frame, to: room.members))
-        }
+            return seq
+        }!
+        recordHistory(HistoryEntry(kind: kind, seq: seq, time: time, sender: nick, text: text), in: name)
     }
 
     private mutating func tell(
@@ -389,13 +570,50 @@ public struct ChatCore: Sendable {
             refuse(.setTopic, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
-        withRoom(name) { room in
+        let seq = withRoom(name) { room in
             let seq = room.nextSeq()
             room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: nick, time: now.wallMillis, seq: seq)
-            room.history.append(HistoryEntry(kind: .topic, seq: seq, time: now.wallMillis, sender: nick, text: text))
             let frame = Frame.topic(room: name, seq: seq, time: now.wallMillis, setBy: nick, text: text)
             actions.append(.broadcast(frame, to: room.members))
+            return seq
+        }!
+        recordHistory(HistoryEntry(kind: .topic, seq: seq, time: now.wallMillis, sender: nick, text: text), in: name)
+    }
+
+    // MARK: History budget
+
+    /// Keeps `entry` in `name`'s history, then forgets the globally oldest entries while all
+    /// rooms' history costs more than the budget allows.
+    private mutating func recordHistory(_ entry: HistoryEntry, in name: String) {
+        guard configuration.historySize > 0, let epoch = rooms[name]?.epoch else { return }
+        let (countBefore, bytesBefore) = (rooms[name]!.history.count, rooms[name]!.history.bytes)
+        withRoom(name) { room in room.record(entry) }
+        historyEntries += rooms[name]!.history.count - countBefore
+        historyBytes += rooms[name]!.history.bytes - bytesBefore
+        historyOrder.append(HistoryRecord(room: name, epoch: epoch, seq: entry.seq))
+        while historyBytes > budget.history, let record = historyOrder.popFirst() {
+            guard rooms[record.room]?.epoch == record.epoch else { continue }
+            let forgotten = withRoom(record.room) { room in room.forgetOldest(ifSeq: record.seq) }!
+            if forgotten > 0 {
+                historyBytes -= forgotten
+                historyEntries -= 1
+            }
         }
+        if historyOrder.count > 2 * historyEntries + 1024 {
+            historyOrder = Deque(historyOrder.filter { record in
+                guard let room = rooms[record.room], room.epoch == record.epoch, let first = room.history.firstSeq else {
+                    return false
+                }
+                return record.seq >= first
+            })
+        }
+    }
+
+    /// Forgets the room `name`, and with it the history it kept.
+    private mutating func removeRoom(_ name: String) {
+        guard let room = rooms.removeValue(forKey: name) else { return }
+        historyBytes -= room.history.bytes
+        historyEntries -= room.history.count
     }
 
     private func sendHistory(of name: String, count: Int, id: ClientID, into actions: inout [ChatAction]) {
@@ -452,7 +670,7 @@ public struct ChatCore: Sendable {
             if !room.members.isEmpty { actions.append(.broadcast(event(room.nextSeq()), to: room.members)) }
             return room.members.isEmpty
         }
-        if isEmpty == true { rooms[name] = nil }
+        if isEmpty == true { removeRoom(name) }
     }
 
     /// Sends `id` every room with its member count and topic, sorted by name, in as many
@@ -519,6 +737,58 @@ public struct ChatCore: Sendable {
     private static let listFrameBudget = WireProtocol.maxFrameSize - 128
 }
 
+/// Where one kept history entry is, in the order entries were kept across all rooms.
+private struct HistoryRecord: Sendable {
+    var room: String
+    /// Tells the room from a later one of the same name.
+    var epoch: UInt64
+    var seq: UInt64
+}
+
+/// What all connections from one address share.
+private struct AddressState: Sendable {
+    var connections = 0
+    var bucket: TokenBucket
+    var byteBucket: TokenBucket
+    /// What the address's frames cost to deliver, every recipient counted.
+    var fanoutBucket: TokenBucket
+    /// Connections opened.
+    var connectBucket: TokenBucket
+
+    /// Full buckets as of `now`, no connections yet.
+    init(configuration: ChatServerConfiguration, now: UInt64) {
+        bucket = TokenBucket(burst: configuration.addressMessageBurst, now: now)
+        byteBucket = TokenBucket(burst: configuration.addressByteBurst, now: now)
+        fanoutBucket = TokenBucket(burst: configuration.addressFanoutBurst, now: now)
+        connectBucket = TokenBucket(burst: configuration.addressConnectionBurst, now: now)
+    }
+
+    /// Whether every bucket is full again as of `now`: forgetting the address would change nothing.
+    mutating func isFull(_ configuration: ChatServerConfiguration, now: UInt64) -> Bool {
+        let limits = configuration
+        return (limits.addressMessageRate == 0
+            || bucket.has(Double(limits.addressMessageBurst), rate: limits.addressMessageRate, burst: limits.addressMessageBurst, now: now))
+            && (limits.addressByteRate == 0
+                || byteBucket.has(Double(limits.addressByteBurst), rate: Double(limits.addressByteRate), burst: limits.addressByteBurst, now: now))
+            && (limits.addressFanoutRate == 0
+                || fanoutBucket.has(
+                    Double(limits.addressFanoutBurst), rate: Double(limits.addressFanoutRate), burst: limits.addressFanoutBurst, now: now))
+            && (limits.addressConnectionRate == 0
+                || connectBucket.has(
+                    Double(limits.addressConnectionBurst), rate: limits.addressConnectionRate, burst: limits.addressConnectionBurst, now: now))
+    }
+}
+
+/// Wrong passwords from one address.
+private struct PasswordFailures: Sendable {
+    /// Wrong passwords since the last lockout.
+    var count = 0
+    /// Uptime milliseconds of the last wrong password.
+    var lastFailure: UInt64 = 0
+    /// Until when (uptime milliseconds) the address is refused.
+    var lockedUntil: UInt64 = 0
+}
+
 /// What the chat knows about one connection.
 private struct ClientState: Sendable {
     let address: String
@@ -534,12 +804,16 @@ private struct ClientState: Sendable {
     /// The away message set with `setAway`; nil when present.
     var away: String?
     var bucket: TokenBucket
+    var byteBucket: TokenBucket
     var refusedInARow = 0
+    /// A refusal held back until the uptime given (a wrong password).
+    var pendingRefusal: (Disconnection, UInt64)?
 
-    init(address: String, burst: Int, now: UInt64) {
+    init(address: String, burst: Int, byteBurst: Int, now: UInt64) {
         self.address = address
         connectedAt = now
         lastHeard = now
         bucket = TokenBucket(burst: burst, now: now)
+        byteBucket = TokenBucket(burst: byteBurst, now: now)
     }
 }

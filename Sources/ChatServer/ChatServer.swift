@@ -1,4 +1,5 @@
 import ChatProtocol
+import DequeModule
 import Dispatch
 import Glibc
 import Logging
@@ -13,14 +14,24 @@ import SocketCore
 /// The hot path: a room event is encoded once into a `ByteChunk` that every member's queue shares;
 /// members that received something are marked dirty and flushed together in one pass scheduled
 /// after the current batch of reads, so many deliveries to one client leave in one gather write.
-/// A client whose queue stays above `outboundQueueLimit` after a flush is disconnected as a slow
-/// consumer: the server never drops a frame for a client it keeps.
+///
+/// Memory stays within `configuration.memoryBudget` by construction:
+/// - a client's requests are served only while little is queued for it (`replyHighWater`), so a
+///   client that does not read its replies cannot make the server produce more;
+/// - every chunk counts against one meter while it lives, and every queue slot against another,
+///   so what all queues pin is known exactly; past the output budget, the clients furthest behind
+///   are disconnected as slow consumers;
+/// - a client whose queue stays above the lag threshold for `slowConsumerTimeout` is a slow
+///   consumer; a client that reads catches up long before, so legal bursts never evict it.
+/// The server never drops a frame for a client it keeps.
 ///
 /// Threading: `@unchecked Sendable` because every mutable property is confined to `queue`. Call
 /// `start()` and `shutdown` from any thread except that queue.
 public final class ChatServer: @unchecked Sendable {
     /// The settings the server runs with.
     public let configuration: ChatServerConfiguration
+    /// How the server divides its memory.
+    public let budget: MemoryBudget
     /// The address the server listens on; with port 0 it carries the port the OS chose.
     public let localAddress: SocketAddress
     /// The port the server listens on.
@@ -35,6 +46,13 @@ public final class ChatServer: @unchecked Sendable {
     private var state = State.idle
     private var core: ChatCore
 
+    /// What every chunk the server encodes for its queues costs while it lives, however many
+    /// queues share it. (History replays, shared until the history changes, belong to the
+    /// history's share of the budget and are not counted here.)
+    private let chunkMeter = MemoryMeter()
+    /// What every queue slot costs while it is taken.
+    private let slotMeter = MemoryMeter()
+
     /// Open connections, indexed by `ClientID.slot`; a slot is reused only after its channel closed.
     private var connections: [ClientConnection?] = []
     private var freeSlots: [Int] = []
@@ -47,7 +65,15 @@ public final class ChatServer: @unchecked Sendable {
     private var dirty: [ClientConnection] = []
     private var flushing: [ClientConnection] = []
     private var flushScheduled = false
+    /// Clients whose requests wait for their address's rate, in the order they are served again
+    /// (round robin among an address's connections); each waits until its `throttledUntil`.
+    private var throttled = Deque<ClientConnection>()
+    /// Fires when the first of `throttled` may go on.
+    private var throttleTimer: DispatchSourceTimer?
+    /// When `throttleTimer` is armed for (uptime milliseconds); nil when it is not.
+    private var throttleTimerDeadline: UInt64?
 
+    private var refusalLog = LogThrottle()
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
 
@@ -59,8 +85,11 @@ public final class ChatServer: @unchecked Sendable {
         if let problem = configuration.problem() { throw ChatServerError.invalidConfiguration(problem) }
         self.configuration = configuration
         self.logger = logger
+        budget = configuration.memoryBudget
         core = ChatCore(configuration: configuration)
-        listener = try SocketListener(host: configuration.host, port: configuration.port, backlog: 4096)
+        // "::" takes IPv4 clients too (as IPv4-mapped addresses), as --help promises.
+        listener = try SocketListener(
+            host: configuration.host, port: configuration.port, dualStack: configuration.host == "::", backlog: 4096)
         localAddress = listener.localAddress
     }
 
@@ -99,7 +128,7 @@ public final class ChatServer: @unchecked Sendable {
             let deadline = now.uptimeMillis + configuration.drainTimeout.milliseconds
             let farewell = encode(.goodbye(reason: reason))
             for case let connection? in connections where connection.isActive {
-                logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id))
+                logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id), now: now)
                 connection.beginClosing(farewell: farewell, deadline: deadline)
                 markDirty(connection)
             }
@@ -117,6 +146,11 @@ public final class ChatServer: @unchecked Sendable {
 
     /// How many connections are open, handshaking and closing ones included.
     public var connectionCount: Int { queue.sync { openConnections } }
+
+    /// What the server's output queues pin now: chunks counted once, plus queue slots.
+    public var queuedBytes: Int { queue.sync { outputInUse } }
+
+    private var outputInUse: Int { chunkMeter.bytes + slotMeter.bytes }
 
     // MARK: Accepting
 
@@ -137,16 +171,21 @@ public final class ChatServer: @unchecked Sendable {
             connections.append(nil)
         }
         let channel = SocketChannel(socket: socket, queue: queue, readBuffer: readBuffer)
+        channel.slotMeter = slotMeter
         let connection = ClientConnection(
-            id: ClientID(slot), serial: nextSerial, channel: channel, maxFrameSize: configuration.maxFrameSize)
+            id: ClientID(slot), serial: nextSerial, address: address, channel: channel,
+            maxFrameSize: configuration.maxFrameSize)
         nextSerial += 1
         connections[slot] = connection
         openConnections += 1
         channel.onBytes = { [weak self] bytes in self?.received(bytes, on: connection) }
         channel.onEndOfInput = { [weak self] in self?.endOfInput(on: connection) }
+        channel.onDrained = { [weak self] in self?.drained(connection) }
         channel.onClosed = { [weak self] error in self?.closed(connection, error: error) }
         channel.start()
-        logger.info(
+        // Connections are logged when they are welcomed or refused: a line per attempt of a
+        // client in a reconnect loop would be a line too many.
+        logger.debug(
             "client connected",
             metadata: ["connection.id": "\(connection.serial)", "connection.remote": "\(channel.label)"])
         core.clientConnected(connection.id, address: address, at: Self.now(), into: &actions)
@@ -161,26 +200,116 @@ public final class ChatServer: @unchecked Sendable {
         connection.decoder.append(bytes)
         connection.readSinceTick = true
         connection.decoderHasGrown = true
+        serveRequests(of: connection)
+    }
+
+    /// Hands the frames waiting in `connection`'s decoder to the chat, one at a time, and stops —
+    /// pausing the connection's reading — as soon as more than `replyHighWater` is queued for it
+    /// (its requests wait until it has read what it asked for), or its address has used its
+    /// shared rate (they wait until the address may go on).
+    private func serveRequests(of connection: ClientConnection) {
+        // A throttled client is served again by `serveThrottled` only, so it is queued there once.
+        guard connection.throttledUntil == nil else { return }
         let now = Self.now()
         do {
-            while let frame = try connection.decoder.next() {
-                core.received(frame, from: connection.id, at: now, into: &actions)
+            while connection.isActive {
+                if connection.channel.outboundCost > budget.replyHighWater {
+                    pauseRequests(of: connection)
+                    return
+                }
+                guard connection.decoder.bufferedByteCount > 0 else { break }
+                let wait = core.addressWait(for: connection.id, at: now)
+                if wait > 0 {
+                    throttle(connection, until: now.uptimeMillis + wait)
+                    return
+                }
+                let before = connection.decoder.bufferedByteCount
+                guard let frame = try connection.decoder.next() else { break }
+                let size = before - connection.decoder.bufferedByteCount
+                core.received(frame, size: size, from: connection.id, at: now, into: &actions)
+                perform()
+            }
+            if connection.isActive, connection.channel.inputEnded {
+                // Every request the client sent before ending its input has been served (a partial
+                // frame at the end is dropped): its session ends as if it had said goodbye, and
+                // what is queued for it still goes out before the connection closes.
+                core.disconnect(
+                    connection.id, Disconnection(code: nil, reason: "connection closed by the client"), at: now,
+                    into: &actions)
+                perform()
             }
         } catch {
             let violation = Disconnection(
                 code: error.errorCode, frameType: connection.decoder.failedFrameType, reason: error.description)
             core.disconnect(connection.id, violation, at: now, into: &actions)
-        }
-        perform()
-    }
-
-    private func endOfInput(on connection: ClientConnection) {
-        if connection.isActive {
-            core.disconnect(connection.id, Disconnection(code: nil, reason: "connection closed by the client"), at: Self.now(), into: &actions)
             perform()
         }
-        // The peer will read no more; what is still queued for it has nowhere to go.
-        connection.channel.close()
+    }
+
+    private func pauseRequests(of connection: ClientConnection) {
+        guard !connection.requestsPaused else { return }
+        connection.requestsPaused = true
+        connection.updateReading()
+    }
+
+    private func throttle(_ connection: ClientConnection, until deadline: UInt64) {
+        connection.throttledUntil = deadline
+        connection.updateReading()
+        throttled.append(connection)
+        if throttleTimerDeadline.map({ deadline < $0 }) ?? true { armThrottleTimer(for: deadline) }
+    }
+
+    private func armThrottleTimer(for deadline: UInt64) {
+        throttleTimerDeadline = deadline
+        let delay = Int(deadline &- min(deadline, Self.now().uptimeMillis))
+        throttleTimer?.schedule(deadline: .now() + .milliseconds(delay))
+    }
+
+    /// Serves the throttled connections whose wait is over, in turn; those whose address has
+    /// used its rate again go to the back.
+    private func serveThrottled() {
+        throttleTimerDeadline = nil
+        let now = Self.now().uptimeMillis
+        var earliest: UInt64?
+        for _ in 0..<throttled.count {
+            let connection = throttled.removeFirst()
+            guard connection.isActive, let until = connection.throttledUntil else { continue }
+            if until > now {
+                throttled.append(connection)
+                earliest = min(earliest ?? until, until)
+                continue
+            }
+            connection.throttledUntil = nil
+            serveRequests(of: connection)
+            if let again = connection.throttledUntil {
+                earliest = min(earliest ?? again, again)
+            } else {
+                connection.updateReading()
+            }
+        }
+        if let earliest, throttleTimerDeadline.map({ earliest < $0 }) ?? true { armThrottleTimer(for: earliest) }
+    }
+
+    /// Serves `connection`'s requests again once its queue is under `replyLowWater`.
+    private func resumeRequestsIfDrained(_ connection: ClientConnection) {
+        guard connection.requestsPaused, connection.isActive,
+            connection.channel.outboundCost < budget.replyLowWater
+        else { return }
+        connection.requestsPaused = false
+        serveRequests(of: connection)
+        connection.updateReading()
+    }
+
+    private func drained(_ connection: ClientConnection) {
+        connection.lagSince = nil
+        resumeRequestsIfDrained(connection)
+    }
+
+    /// The client ended its input; it may still read. Its session ends once the requests it sent
+    /// before are served (later, if they wait for its queue to drain).
+    private func endOfInput(on connection: ClientConnection) {
+        guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil else { return }
+        serveRequests(of: connection)
     }
 
     private func closed(_ connection: ClientConnection, error: SocketError?) {
@@ -205,7 +334,14 @@ public final class ChatServer: @unchecked Sendable {
             switch action {
             case .send(let frame, let id):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
+                if case .welcome(_, let nick, _, _) = frame { logWelcome(connection, nick: nick) }
                 connection.channel.enqueue(encode(frame))
+                markDirty(connection)
+            case .sendShared(let shared, let id):
+                guard let connection = connections[id.slot], connection.isActive else { continue }
+                let chunks = shared.encoded ?? shared.frames.map { encode($0, meter: nil) }
+                shared.encoded = chunks
+                for chunk in chunks { connection.channel.enqueue(chunk) }
                 markDirty(connection)
             case .broadcast(let frame, let recipients):
                 let chunk = encode(frame)
@@ -216,8 +352,14 @@ public final class ChatServer: @unchecked Sendable {
                 }
             case .disconnect(let id, let disconnection, let nick):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
-                logDisconnect(connection, reason: disconnection.reason, nick: nick)
-                let deadline = Self.now().uptimeMillis + configuration.lingerTimeout.milliseconds
+                let now = Self.now()
+                logDisconnect(connection, reason: disconnection.reason, nick: nick, now: now)
+                if disconnection.code == .slowConsumer {
+                    // It is not reading: what is queued would only hold memory until the close.
+                    // Its rooms see it quit, and it can catch up from history when it returns.
+                    connection.channel.discardUnsent()
+                }
+                let deadline = now.uptimeMillis + configuration.lingerTimeout.milliseconds
                 connection.beginClosing(farewell: disconnection.errorFrame.map(encode), deadline: deadline)
                 markDirty(connection)
             }
@@ -225,11 +367,14 @@ public final class ChatServer: @unchecked Sendable {
         actions.removeAll(keepingCapacity: true)
     }
 
-    /// Encodes `frame` once into a chunk that any number of queues can share.
-    private func encode(_ frame: Frame) -> ByteChunk {
+    /// Encodes `frame` once into a chunk that any number of queues can share, counted against
+    /// `meter` (by default the output queues') while it lives.
+    private func encode(_ frame: Frame) -> ByteChunk { encode(frame, meter: chunkMeter) }
+
+    private func encode(_ frame: Frame, meter: MemoryMeter?) -> ByteChunk {
         encodeBuffer.removeAll(keepingCapacity: encodeBuffer.capacity <= 64 << 10)
         FrameEncoder.encode(frame, into: &encodeBuffer)
-        return encodeBuffer.withUnsafeBytes { ByteChunk(copying: $0) }
+        return encodeBuffer.withUnsafeBytes { ByteChunk(copying: $0, meter: meter) }
     }
 
     private func markDirty(_ connection: ClientConnection) {
@@ -242,32 +387,61 @@ public final class ChatServer: @unchecked Sendable {
         }
     }
 
-    /// Writes out every dirty channel, one gather write each, and disconnects those whose queue is
-    /// still above the limit afterwards. Repeats while disconnections dirty more channels.
+    /// Writes out every dirty channel, one gather write each; then disconnects the clients whose
+    /// queue is past the per-client bound, and, while all queues together are past the output
+    /// budget, the client furthest behind. Repeats while disconnections dirty more channels.
     private func flushDirty() {
         flushScheduled = true
         defer { flushScheduled = false }
-        var slowConsumers: [ClientConnection] = []
         while !dirty.isEmpty {
             swap(&dirty, &flushing)
+            let now = Self.now()
+            var overLimit: [ClientConnection] = []
             for connection in flushing {
                 connection.isDirty = false
                 connection.channel.flush()
-                if connection.isActive, connection.channel.outboundBytes > configuration.outboundQueueLimit {
-                    slowConsumers.append(connection)
+                guard connection.isActive else { continue }
+                let cost = connection.channel.outboundCost
+                if cost > budget.outputPerClient {
+                    overLimit.append(connection)
+                } else if cost > budget.lagThreshold {
+                    if connection.lagSince == nil { connection.lagSince = now.uptimeMillis }
+                } else {
+                    connection.lagSince = nil
+                    if connection.requestsPaused { resumeRequestsIfDrained(connection) }
                 }
             }
             flushing.removeAll(keepingCapacity: true)
-            guard !slowConsumers.isEmpty else { continue }
-            let now = Self.now()
-            for connection in slowConsumers {
-                let reason =
-                    "slow consumer: \(connection.channel.outboundBytes) bytes waiting, more than the limit of \(configuration.outboundQueueLimit)"
-                core.disconnect(connection.id, Disconnection(code: .slowConsumer, reason: reason), at: now, into: &actions)
+            for connection in overLimit {
+                evictSlowConsumer(
+                    connection,
+                    reason: "slow consumer: \(connection.channel.outboundCost) bytes queued, more than the "
+                        + "\(budget.outputPerClient) one client may hold", now: now)
             }
-            slowConsumers.removeAll()
-            perform()
+            relieveOutputPressure(now: now)
         }
+    }
+
+    /// While all queues together pin more than the output budget, disconnects the client with
+    /// the most queued: it is the furthest behind, and a client that reads never stays there.
+    private func relieveOutputPressure(now: ServerTime) {
+        while outputInUse > budget.output {
+            var furthest: ClientConnection?
+            for case let connection? in connections where connection.isActive {
+                if connection.channel.outboundCost > (furthest?.channel.outboundCost ?? 0) { furthest = connection }
+            }
+            guard let furthest else { return }
+            evictSlowConsumer(
+                furthest,
+                reason: "slow consumer: \(furthest.channel.outboundCost) bytes queued, the most of any client while "
+                    + "the server's output queues are full (\(budget.output) bytes)", now: now)
+        }
+    }
+
+    private func evictSlowConsumer(_ connection: ClientConnection, reason: String, now: ServerTime) {
+        guard connection.isActive else { return }
+        core.disconnect(connection.id, Disconnection(code: .slowConsumer, reason: reason), at: now, into: &actions)
+        perform()
     }
 
     // MARK: Time
@@ -275,7 +449,7 @@ public final class ChatServer: @unchecked Sendable {
     private func startTimer() {
         let shortest = [
             configuration.handshakeTimeout, configuration.idlePingInterval, configuration.lingerTimeout,
-            configuration.drainTimeout,
+            configuration.drainTimeout, configuration.slowConsumerTimeout,
         ].min()!
         let interval = min(max(shortest.milliseconds / 4, 10), 500)
         let timer = DispatchSource.makeTimerSource(queue: queue)
@@ -283,25 +457,43 @@ public final class ChatServer: @unchecked Sendable {
         timer.setEventHandler { [weak self] in self?.tick() }
         self.timer = timer
         timer.activate()
+        let throttleTimer = DispatchSource.makeTimerSource(queue: queue)
+        throttleTimer.setEventHandler { [weak self] in self?.serveThrottled() }
+        self.throttleTimer = throttleTimer
+        throttleTimer.activate()
     }
 
-    /// Runs the core's timeouts, closes connections whose closing deadline passed, and gives back
-    /// the decoder buffers of idle connections.
+    /// Runs the core's timeouts, disconnects clients that lagged too long, serves paused clients
+    /// whose queue drained, closes connections whose closing deadline passed, gives back the
+    /// decoder buffers of idle connections, and writes the summaries of suppressed log lines.
     private func tick() {
         let now = Self.now()
         if state == .running {
             core.tick(at: now, into: &actions)
             perform()
         }
+        let slowAfter = configuration.slowConsumerTimeout.milliseconds
         for case let connection? in connections {
             switch connection.phase {
             case .active:
                 connection.releaseIdleBuffers()
+                if connection.channel.outboundCost <= budget.lagThreshold { connection.lagSince = nil }
+                if let since = connection.lagSince, now.uptimeMillis &- since >= slowAfter {
+                    let reason =
+                        "slow consumer: more than \(budget.lagThreshold) bytes queued for longer than "
+                        + "\(configuration.slowConsumerTimeout)"
+                    evictSlowConsumer(connection, reason: reason, now: now)
+                } else if connection.requestsPaused {
+                    resumeRequestsIfDrained(connection)
+                }
             case .closing(let deadline):
                 if now.uptimeMillis >= deadline { connection.channel.close() }
             case .closed:
                 break
             }
+        }
+        for (key, count) in refusalLog.summaries(now: now.uptimeMillis) {
+            logger.info("refusals summarised", metadata: ["refusal": "\(key)", "refusal.suppressed": "\(count)"])
         }
     }
 
@@ -310,15 +502,35 @@ public final class ChatServer: @unchecked Sendable {
         state = .stopped
         timer?.cancel()
         timer = nil
+        throttleTimer?.cancel()
+        throttleTimer = nil
+        throttled.removeAll()
         logger.info("server stopped")
         let waiters = stopWaiters
         stopWaiters = []
         for waiter in waiters { waiter() }
     }
 
-    // MARK: Helpers
+    // MARK: Logging
 
-    private func logDisconnect(_ connection: ClientConnection, reason: String, nick: String?) {
+    private func logWelcome(_ connection: ClientConnection, nick: String) {
+        connection.welcomed = true
+        logger.info(
+            "client connected",
+            metadata: [
+                "connection.id": "\(connection.serial)", "connection.remote": "\(connection.channel.label)",
+                "client.nick": "\(nick)",
+            ])
+    }
+
+    /// Logs why a client left. Refusals of clients never welcomed (a full server, a wrong
+    /// password, a reconnect loop over the per-address limit) are throttled per address and
+    /// reason, with a summary of what was left out.
+    private func logDisconnect(_ connection: ClientConnection, reason: String, nick: String?, now: ServerTime) {
+        if !connection.welcomed {
+            let key = "\(connection.address): \(reason.prefix { $0 != "(" && $0 != ";" })"
+            guard refusalLog.admit(key, now: now.uptimeMillis) else { return }
+        }
         var metadata: Logger.Metadata = [
             "connection.id": "\(connection.serial)", "connection.remote": "\(connection.channel.label)",
             "disconnect.reason": "\(reason)",

@@ -22,9 +22,22 @@ final class ClientConnection {
     let id: ClientID
     /// A number unique for the server's lifetime (slots are reused), for logs.
     let serial: UInt64
+    /// The peer's IP address, for logs and limits.
+    let address: String
     let channel: SocketChannel
     var decoder: FrameDecoder
     var phase = Phase.active
+    /// Whether the client completed the handshake (its disconnection is then always logged).
+    var welcomed = false
+    /// Whether the client's requests wait (its connection is not read, its decoded-but-unserved
+    /// frames stay in the decoder) because too much is queued for it.
+    var requestsPaused = false
+    /// Until when (uptime milliseconds) the client's requests wait, its connection not read,
+    /// because its address has used its shared rate; nil when they do not.
+    var throttledUntil: UInt64?
+    /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
+    /// it is below.
+    var lagSince: UInt64?
     /// Whether the connection is in the server's list of channels to flush.
     var isDirty = false
     /// Whether bytes arrived since the last tick; an idle decoder is replaced to give back its buffer.
@@ -32,9 +45,10 @@ final class ClientConnection {
     /// Whether the decoder may hold a grown buffer.
     var decoderHasGrown = false
 
-    init(id: ClientID, serial: UInt64, channel: SocketChannel, maxFrameSize: Int) {
+    init(id: ClientID, serial: UInt64, address: String, channel: SocketChannel, maxFrameSize: Int) {
         self.id = id
         self.serial = serial
+        self.address = address
         self.channel = channel
         decoder = FrameDecoder(maxFrameSize: maxFrameSize)
     }
@@ -54,6 +68,17 @@ final class ClientConnection {
         decoder = FrameDecoder(maxFrameSize: decoder.maxFrameSize)
         if let farewell { channel.enqueue(farewell) }
         channel.shutdownWrite()
+    }
+
+    /// Reads while the client's requests are served; pauses while they wait, for its queue to
+    /// drain or for its address's rate.
+    func updateReading() {
+        guard isActive else { return }
+        if requestsPaused || throttledUntil != nil {
+            channel.pauseReading()
+        } else {
+            channel.resumeReading()
+        }
     }
 
     /// Replaces an idle, empty decoder so that an idle connection holds no receive buffer.

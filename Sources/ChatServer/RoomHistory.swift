@@ -1,41 +1,61 @@
 import ChatProtocol
+import DequeModule
 
-/// The most recent messages, actions and topic changes of one room, oldest first, in a
-/// fixed-size ring.
+/// The most recent messages, actions and topic changes of one room, oldest first, bounded by a
+/// number of entries and by bytes.
 ///
-/// Storing a `HistoryEntry` retains the strings the delivery already made, so recording costs no
-/// allocation once the ring has filled. Entries arrive in increasing `seq` order, so the ring is
-/// sorted by `seq` and a page next to a `seq` is found by binary search.
+/// Storing a `HistoryEntry` retains the strings the delivery already made. Entries arrive in
+/// increasing `seq` order, so the queue is sorted by `seq` and a page next to a `seq` is found by
+/// binary search.
 struct RoomHistory: Sendable {
+    /// The most entries kept.
     let capacity: Int
-    private var entries: [HistoryEntry] = []
-    private var start = 0
+    /// The most bytes (by `cost(of:)`) kept.
+    let byteCapacity: Int
+    private var entries = Deque<HistoryEntry>()
+    /// What the kept entries cost, by `cost(of:)`.
+    private(set) var bytes = 0
 
-    /// An empty history that keeps at most `capacity` entries.
-    init(capacity: Int) {
+    /// An empty history that keeps at most `capacity` entries costing at most `byteCapacity`.
+    init(capacity: Int, byteCapacity: Int) {
         self.capacity = capacity
+        self.byteCapacity = byteCapacity
+    }
+
+    /// What keeping `entry` costs in memory: its strings and the entry itself (a String's bytes
+    /// live in a heap object of their own once they are longer than 15).
+    static func cost(of entry: HistoryEntry) -> Int {
+        96 + entry.sender.utf8.count + entry.text.utf8.count
     }
 
     /// How many entries are kept.
     var count: Int { entries.count }
 
     /// The `seq` of the oldest entry kept, or nil when there is none.
-    var firstSeq: UInt64? { entries.isEmpty ? nil : self[0].seq }
+    var firstSeq: UInt64? { entries.first?.seq }
 
-    /// Adds `entry`, whose `seq` is above every kept one, forgetting the oldest when full.
-    mutating func append(_ entry: HistoryEntry) {
-        guard capacity > 0 else { return }
-        if entries.count < capacity {
-            entries.append(entry)
-        } else {
-            entries[start] = entry
-            start = (start + 1) % capacity
+    /// Adds `entry`, whose `seq` is above every kept one, forgetting the oldest entries while
+    /// there are more than `capacity` or they cost more than `byteCapacity`. Returns the bytes
+    /// forgotten.
+    @discardableResult
+    mutating func append(_ entry: HistoryEntry) -> Int {
+        guard capacity > 0 else { return 0 }
+        entries.append(entry)
+        bytes += Self.cost(of: entry)
+        var forgotten = 0
+        while entries.count > capacity || (bytes > byteCapacity && entries.count > 1) {
+            forgotten += removeOldest()
         }
+        return forgotten
     }
 
-    /// The entry at `offset` from the oldest.
-    private subscript(offset: Int) -> HistoryEntry {
-        entries[(start + offset) % entries.count]
+    /// Forgets the oldest entry and returns what it cost (0 when there is none).
+    @discardableResult
+    mutating func removeOldest() -> Int {
+        guard let oldest = entries.popFirst() else { return 0 }
+        let cost = Self.cost(of: oldest)
+        bytes -= cost
+        return cost
     }
 
     /// The offset of the first entry whose `seq` is above `seq` (`count` when none is).
@@ -44,7 +64,7 @@ struct RoomHistory: Sendable {
         var high = entries.count
         while low < high {
             let middle = (low + high) / 2
-            if self[middle].seq <= seq { low = middle + 1 } else { high = middle }
+            if entries[middle].seq <= seq { low = middle + 1 } else { high = middle }
         }
         return low
     }
@@ -56,7 +76,7 @@ struct RoomHistory: Sendable {
         var offset = entries.count
         while offset > 0, result.count < limit {
             offset -= 1
-            let entry = self[offset]
+            let entry = entries[offset]
             if entry.kind != .topic { result.append(entry) }
         }
         return result.reversed()
@@ -77,7 +97,7 @@ struct RoomHistory: Sendable {
         case .before:
             var offset = seq == 0 ? entries.count : self.offset(after: seq - 1)
             while offset > 0, taken.count < limit {
-                let entry = self[offset - 1]
+                let entry = entries[offset - 1]
                 spent += cost(entry)
                 if spent > budget, !taken.isEmpty { break }
                 taken.append(entry)
@@ -87,7 +107,7 @@ struct RoomHistory: Sendable {
         case .after:
             var offset = self.offset(after: seq)
             while offset < entries.count, taken.count < limit {
-                let entry = self[offset]
+                let entry = entries[offset]
                 spent += cost(entry)
                 if spent > budget, !taken.isEmpty { break }
                 taken.append(entry)

@@ -1,4 +1,4 @@
-/// A token bucket: allows `rate` events per second on average and `burst` at once.
+/// A token bucket: allows `rate` tokens per second on average and `burst` at once.
 ///
 /// Time comes in as a parameter (milliseconds on a monotonic clock), so the limiter is plain
 /// arithmetic and tests need no clock.
@@ -12,14 +12,25 @@ struct TokenBucket: Sendable {
         lastRefill = now
     }
 
-    /// Takes one token if there is one; refills first for the time passed since the last call.
-    mutating func take(rate: Double, burst: Int, now: UInt64) -> Bool {
+    /// Whether `count` tokens are there, after refilling for the time passed since the last call.
+    mutating func has(_ count: Double, rate: Double, burst: Int, now: UInt64) -> Bool {
         if now > lastRefill {
             tokens = min(Double(burst), tokens + Double(now - lastRefill) * rate / 1000)
             lastRefill = now
         }
-        guard tokens >= 1 else { return false }
-        tokens -= 1
-        return true
+        return tokens >= count
+    }
+
+    /// Takes `count` tokens: after `has` said they are there, or into debt, which
+    /// `millisecondsUntilSolvent` then makes the spender wait out.
+    mutating func spend(_ count: Double) {
+        tokens -= count
+    }
+
+    /// How long, after refilling for the time passed, until the bucket holds more than nothing:
+    /// 0 when it already does.
+    mutating func millisecondsUntilSolvent(rate: Double, burst: Int, now: UInt64) -> UInt64 {
+        guard !has(Double.leastNonzeroMagnitude, rate: rate, burst: burst, now: now) else { return 0 }
+        return UInt64((-tokens * 1000 / rate).rounded(.up)) + 1
     }
 }

@@ -1,4 +1,5 @@
 import Dispatch
+import DequeModule
 import Glibc
 
 /// Scratch memory that channels read into before handing the bytes to their consumer.
@@ -30,8 +31,12 @@ public final class ReadBuffer: @unchecked Sendable {
 /// Writes are queued as `ByteChunk`s and leave in gather writes (`sendmsg` with up to 64 buffers):
 /// `enqueue` many, then `flush` once. When the kernel's send buffer is full the channel waits on a
 /// write source (created on first need, so idle connections carry none) and sends the rest as soon
-/// as the socket is writable again. `outboundBytes` tells the owner how much is waiting, so it can
-/// bound it.
+/// as the socket is writable again. `outboundBytes` tells the owner how much is waiting and
+/// `outboundCost` what it pins in memory, so the owner can bound it.
+///
+/// Half-close: when the peer ends its input, the channel calls `onEndOfInput` and goes on
+/// writing; once the owner has shut down the sending side (`shutdownWrite`) and everything queued
+/// has left, the connection is finished both ways and the channel closes itself.
 public final class SocketChannel: @unchecked Sendable {
     /// The queue all handlers run on and all calls must come from.
     public let queue: DispatchQueue
@@ -63,17 +68,33 @@ public final class SocketChannel: @unchecked Sendable {
 
     private var writeSource: SuspendableSource?
     private var waitingForWritable = false
-    // Sent chunks become nil at once (releasing them) and the array is compacted when drained.
-    // The write path runs once per queued chunk (millions of times a second in the server), and
-    // every access here happens on `queue` without overlapping, so the run-time exclusivity checks,
-    // about 6% of the server's CPU in a profile, buy nothing.
-    @exclusivity(unchecked) private var outbound: [ByteChunk?] = []
-    @exclusivity(unchecked) private var outboundHead = 0
+    // A ring buffer: a sent chunk leaves the queue (and is released) at once, and the storage is
+    // reused, so a queue that never fully drains does not grow. The write path runs once per
+    // queued chunk (millions of times a second in the server), and every access here happens on
+    // `queue` without overlapping, so the run-time exclusivity checks, about 6% of the server's
+    // CPU in a profile, buy nothing.
+    @exclusivity(unchecked) private var outbound = Deque<ByteChunk>()
+    /// Bytes of the first queued chunk already sent.
     @exclusivity(unchecked) private var headOffset = 0
     private var writeShutdownRequested = false
+    private var writeShutDown = false
 
     /// Bytes queued but not yet accepted by the kernel.
     @exclusivity(unchecked) public private(set) var outboundBytes = 0
+    /// What the queued chunks pin in memory, counting each chunk's whole cost
+    /// (`ByteChunk.cost(ofBytes:)`) and its queue slot, as if no other queue shared it.
+    @exclusivity(unchecked) public private(set) var outboundCost = 0
+
+    /// What one queue slot costs beyond its chunk: the reference in the ring buffer.
+    public static let slotBytes = MemoryLayout<ByteChunk>.stride
+
+    /// Counts this queue's slots (`slotBytes` each) while they are taken, so an owner of many
+    /// channels can add up what queues cost beyond the chunks themselves (which a chunk's own
+    /// `MemoryMeter` counts once, however many queues share it). Updated once per `flush`, not per
+    /// chunk, to stay off the hot path. Set it before `start()`.
+    public var slotMeter: MemoryMeter?
+    /// Slot bytes taken or given back since the meter was last told.
+    @exclusivity(unchecked) private var unreportedSlotBytes = 0
 
     /// Wraps a connected socket; nothing happens until `start()`.
     /// - Parameter readBuffer: scratch to read into; share one among channels on the same queue.
@@ -86,6 +107,9 @@ public final class SocketChannel: @unchecked Sendable {
 
     /// Whether the channel is open (started and not closing).
     public var isOpen: Bool { state == .open }
+
+    /// Whether the peer has ended its input (end of stream arrived).
+    public var inputEnded: Bool { readEnded }
 
     /// Starts reading. Call once, on `queue`.
     public func start() {
@@ -158,6 +182,8 @@ public final class SocketChannel: @unchecked Sendable {
         readSource?.cancel()
         if let onEndOfInput {
             onEndOfInput()
+            // Already finished sending (the owner shut it down before the peer's end arrived).
+            if writeShutDown { close() }
         } else {
             close()
         }
@@ -172,6 +198,34 @@ public final class SocketChannel: @unchecked Sendable {
         guard state == .open, !writeShutdownRequested, chunk.count > 0 else { return }
         outbound.append(chunk)
         outboundBytes += chunk.count
+        outboundCost += ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+        unreportedSlotBytes += Self.slotBytes
+    }
+
+    private func reportSlots() {
+        guard unreportedSlotBytes != 0 else { return }
+        slotMeter?.add(unreportedSlotBytes)
+        unreportedSlotBytes = 0
+    }
+
+    /// Drops every queued chunk that has not started to leave, keeping the one partly sent (so
+    /// the peer never sees half a frame), and returns how many bytes were dropped. For an owner
+    /// that gives up on a peer: it can then queue a last word (`enqueue`) and shut down.
+    @discardableResult
+    public func discardUnsent() -> Int {
+        assertOnQueue()
+        let keep = headOffset > 0 ? 1 : 0
+        guard outbound.count > keep else { return 0 }
+        var dropped = 0
+        while outbound.count > keep {
+            let chunk = outbound.removeLast()
+            dropped += chunk.count
+            outboundCost -= ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+            unreportedSlotBytes -= Self.slotBytes
+        }
+        outboundBytes -= dropped
+        reportSlots()
+        return dropped
     }
 
     /// Queues `chunk` and sends what the kernel takes now.
@@ -183,8 +237,9 @@ public final class SocketChannel: @unchecked Sendable {
     /// Sends queued bytes until the queue is empty or the kernel pushes back.
     public func flush() {
         assertOnQueue()
+        defer { reportSlots() }
         guard state == .open, !waitingForWritable else { return }
-        while outboundHead < outbound.count {
+        while !outbound.isEmpty {
             let result: IOResult<Int>
             do {
                 result = try sendQueued()
@@ -200,8 +255,6 @@ public final class SocketChannel: @unchecked Sendable {
                 consume(written)
             }
         }
-        outbound.removeAll(keepingCapacity: outbound.capacity <= 64)
-        outboundHead = 0
         if writeShutdownRequested { shutdownWriteNow() }
     }
 
@@ -214,22 +267,27 @@ public final class SocketChannel: @unchecked Sendable {
     }
 
     private func shutdownWriteNow() {
+        guard !writeShutDown else { return }
+        writeShutDown = true
         do {
             try socket.shutdownWrite()
         } catch {
             // ENOTCONN: the peer is already gone; the read side reports that.
             if error.errno != ENOTCONN { close(error) }
+            return
         }
+        // Both directions are finished: nothing is left to do with the connection.
+        if readEnded { close() }
     }
 
     private func sendQueued() throws(SocketError) -> IOResult<Int> {
         let maxVectors = 64
         return try withUnsafeTemporaryAllocation(of: iovec.self, capacity: maxVectors) { vectors throws(SocketError) in
             var count = 0
-            var index = outboundHead
+            var index = 0
             while count < maxVectors, index < outbound.count {
-                let chunk = outbound[index].unsafelyUnwrapped.bytes
-                let skip = index == outboundHead ? headOffset : 0
+                let chunk = outbound[index].bytes
+                let skip = index == 0 ? headOffset : 0
                 vectors[count] = iovec(
                     iov_base: UnsafeMutableRawPointer(mutating: chunk.baseAddress! + skip),
                     iov_len: chunk.count - skip)
@@ -244,11 +302,13 @@ public final class SocketChannel: @unchecked Sendable {
         outboundBytes -= written
         var remaining = written
         while remaining > 0 {
-            let available = outbound[outboundHead].unsafelyUnwrapped.count - headOffset
+            let count = outbound[0].count
+            let available = count - headOffset
             if remaining >= available {
                 remaining -= available
-                outbound[outboundHead] = nil
-                outboundHead += 1
+                outbound.removeFirst()
+                outboundCost -= ByteChunk.cost(ofBytes: count) + Self.slotBytes
+                unreportedSlotBytes -= Self.slotBytes
                 headOffset = 0
             } else {
                 headOffset += remaining
@@ -301,8 +361,11 @@ public final class SocketChannel: @unchecked Sendable {
         case .open:
             state = .closing
             closeReason = reason
+            unreportedSlotBytes -= outbound.count * Self.slotBytes
+            reportSlots()
             outbound.removeAll()
             outboundBytes = 0
+            outboundCost = 0
             // SuspendableSource resumes a suspended source before cancelling it (or it would never
             // cancel), and ignores a second cancel (the read source's, at end of input).
             readSource?.cancel()

@@ -14,6 +14,9 @@ public final class SocketListener: @unchecked Sendable {
 
     private let socket: Socket
     private var source: DispatchSourceRead?
+    private var queue: DispatchQueue?
+    private var handler: ((Socket) -> Void)?
+    private var onError: ((SocketError) -> Void)?
     private var paused = false
     private var closed = false
 
@@ -63,16 +66,23 @@ public final class SocketListener: @unchecked Sendable {
         queue: DispatchQueue, handler: @escaping (Socket) -> Void, onError: @escaping (SocketError) -> Void = { _ in }
     ) {
         precondition(source == nil && !closed, "start() called twice")
+        self.queue = queue
+        self.handler = handler
+        self.onError = onError
         let source = DispatchSource.makeReadSource(fileDescriptor: socket.descriptor, queue: queue)
-        source.setEventHandler { [self] in acceptPending(queue: queue, handler: handler, onError: onError) }
+        source.setEventHandler { [self] in acceptPending() }
         source.setCancelHandler { [socket] in socket.close() }
         self.source = source
         source.activate()
     }
 
-    /// Accepts until the kernel's queue is empty (`EAGAIN`).
-    private func acceptPending(queue: DispatchQueue, handler: (Socket) -> Void, onError: (SocketError) -> Void) {
-        while !closed, !paused {
+    /// Accepts until the kernel's queue is empty (`EAGAIN`), at most 64 per turn: a flood of
+    /// connections must not keep the queue from the connections already open. The rest wait for
+    /// the next turn, through the queue (the source may not fire again for them).
+    private func acceptPending() {
+        guard let queue, let handler, let onError else { return }
+        for _ in 0..<64 {
+            guard !closed, !paused else { return }
             do {
                 guard let accepted = try socket.accept() else { return }
                 handler(accepted)
@@ -93,6 +103,7 @@ public final class SocketListener: @unchecked Sendable {
                 }
             }
         }
+        queue.async { [self] in acceptPending() }
     }
 
     private func pause(for delay: DispatchTimeInterval, queue: DispatchQueue) {
@@ -119,5 +130,8 @@ public final class SocketListener: @unchecked Sendable {
             source.resume()
         }
         source.cancel()
+        // The handlers may hold their owner, which may hold the listener.
+        handler = nil
+        onError = nil
     }
 }

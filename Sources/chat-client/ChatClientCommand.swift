@@ -8,20 +8,29 @@ import Foundation
 struct ChatClientCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "chat-client",
-        abstract: "Chat from a terminal: line editing, history and Tab completion while messages arrive.",
+        abstract: "Chat from a terminal: several rooms, line editing, history and Tab completion while messages arrive.",
         discussion: """
-            Type text to say it in the current room, or a command: /join #room, /part, \
-            /switch #room, /msg nick text, /me text, /nick name, /who, /rooms, /topic [text], \
-            /history [n], /quit [reason], /help. Tab completes commands, nicks and rooms; \
-            Up/Down and Ctrl-R search history; Ctrl-D or Ctrl-C leaves.
+            Type text to say it in the current window, or a command: /join #room, /part, \
+            /switch #room, /query nick, /msg nick text, /me text, /nick name, /who, /rooms, \
+            /topic [text], /history [n], /away [message], /ignore [nick], /unignore nick, \
+            /quit [reason], /help.
+
+            Keys: Alt-1…9, Ctrl-N and Ctrl-P switch windows (the status line numbers them and \
+            counts unread messages, with ! for a mention or a direct message); Tab completes \
+            commands, nicks and rooms; Up/Down and Ctrl-R search history; Ctrl-W deletes a \
+            word; Ctrl-C clears the line, and a second Ctrl-C on the empty line quits, as does \
+            Ctrl-D on an empty line. A paste is sent as text, never as commands; more than 3 \
+            lines are confirmed first and paced under the server's rate limit.
 
             When stdin or stdout is not a terminal, it reads plain lines from stdin and writes \
             plain lines to stdout, and leaves at end of input:
               printf 'hi\\n/quit\\n' | chat-client --nick bot --room general
 
             Colour is off when NO_COLOR is set or stdout is not a terminal. A lost connection \
-            is retried with growing delays, and the client rejoins its rooms.
-            """)
+            is retried with growing delays, and the client rejoins its rooms and shows only \
+            the messages it missed.
+            """,
+        version: "chat-client \(ClientVersion.current) (chat protocol \(WireProtocol.version))")
 
     @Option(help: "The server's host name or address.")
     var host = "127.0.0.1"
@@ -41,19 +50,28 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")
     var historyFile: String?
 
+    @Option(help: "Seconds to wait for the server to answer the handshake before trying again.")
+    var handshakeTimeout = 10.0
+
+    @Option(help: "Seconds of silence from the server before the client pings it; unanswered for as long again, the connection is redialled.")
+    var pingInterval = 30.0
+
     func validate() throws {
         guard ChatName.isValidNick(nick) else { throw ValidationError(CommandError.invalidNick(nick).description) }
         for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
             throw ValidationError(CommandError.invalidRoom(room).description)
         }
         guard (1...65535).contains(port) else { throw ValidationError("--port must be 1-65535") }
+        guard handshakeTimeout > 0, handshakeTimeout <= 3600 else { throw ValidationError("--handshake-timeout must be more than 0 and at most 3600 seconds") }
+        guard pingInterval > 0, pingInterval <= 3600 else { throw ValidationError("--ping-interval must be more than 0 and at most 3600 seconds") }
     }
 
     func run() async throws {
         let password = try passwordFile.map(Self.readPassword)
         let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
         let configuration = ChatClientDriver.Configuration(
-            host: host, port: port, password: password, exitIfFirstConnectFails: !interactive)
+            host: host, port: port, password: password, exitIfFirstConnectFails: !interactive,
+            handshakeTimeout: .milliseconds(Int(handshakeTimeout * 1000)), pingInterval: .milliseconds(Int(pingInterval * 1000)))
         let session = ClientSession(nick: nick, rooms: rooms.isEmpty ? ["general"] : rooms)
         let history = interactive ? (historyFile ?? Self.defaultHistoryFile()) : nil
         let status = await ClientApp.run(configuration: configuration, session: session, interactive: interactive, historyFile: history)

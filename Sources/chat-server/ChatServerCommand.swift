@@ -15,8 +15,16 @@ struct ChatServerCommand: ParsableCommand {
             every client a goodbye with the reason after what is queued for it, waits up to --drain-timeout \
             for it to leave, and exits 0.
 
-            The defaults suit one machine with people chatting. Load tests from one address need \
-            --rate-limit 0 (or a high rate) and, beyond 1000 connections, --max-clients-per-address.
+            The defaults suit a server people chat on, exposed to the internet. Rates are limited \
+            per connection and, for all connections from one address together, per address. Load \
+            tests from one address need --no-rate-limits and, beyond 1000 connections, \
+            --max-clients-per-address.
+
+            --max-memory bounds the server's memory whatever clients do: it is divided among the \
+            connections (each may hold a partial frame of up to --max-frame-size), room history, and \
+            what is queued for clients (docs/SECURITY.md). A client whose queue stays past a \
+            threshold for --slow-consumer-timeout, or holds the most while all queues are full, is \
+            disconnected as a slow consumer; a client that reads is never held back by what others send.
             The server raises its open-file limit to the hard limit at start: allow one descriptor \
             per client (check `ulimit -Hn`).
 
@@ -46,16 +54,49 @@ struct ChatServerCommand: ParsableCommand {
     @Option(help: "The most rooms one client may be in; one more join is refused with tooManyRooms.")
     var maxRoomsPerClient = 50
 
-    @Option(help: "Requests a client may send per second on average (token bucket); 0 turns the limit off.")
+    @Option(help: "Frames a client may send per second on average, pings included (token bucket); 0 turns the limit off.")
     var rateLimit: Double = 50
 
-    @Option(help: "Requests a client may send at once above the average rate (the bucket's size).")
+    @Option(help: "Frames a client may send at once above the average rate (the bucket's size).")
     var rateBurst = 100
 
-    @Option(help: "Requests refused in a row for exceeding the rate after which the client is disconnected.")
+    @Option(help: "Bytes a client may send per second on average, whole frames counted; 0 turns the limit off.")
+    var byteRate = 65_536
+
+    @Option(help: "Bytes a client may send at once above the average byte rate; at least --max-frame-size.")
+    var byteBurst = 1_048_576
+
+    @Option(help: "Frames all connections from one address may send per second together, on average; 0 turns the limit off.")
+    var addressRateLimit: Double = 500
+
+    @Option(help: "Frames all connections from one address may send at once above their average rate.")
+    var addressRateBurst = 1_000
+
+    @Option(help: "Bytes all connections from one address may send per second together, on average; 0 turns the limit off.")
+    var addressByteRate = 1_048_576
+
+    @Option(help: "Bytes all connections from one address may send at once above their average byte rate; at least --max-frame-size.")
+    var addressByteBurst = 4_194_304
+
+    @Option(help: "Bytes per second, on average, that the frames of one address's connections may cost to deliver, every recipient counted; 0 turns the limit off.")
+    var addressFanoutRate = 33_554_432
+
+    @Option(help: "Delivery bytes one address's connections may cause at once above their average fan-out rate.")
+    var addressFanoutBurst = 67_108_864
+
+    @Option(help: "Connections one address may open per second, on average; more are refused. 0 turns the limit off.")
+    var addressConnectionRate: Double = 20
+
+    @Option(help: "Connections one address may open at once above its average connection rate.")
+    var addressConnectionBurst = 200
+
+    @Flag(help: "Turn off every rate limit, per connection and per address (for load tests), whatever the rate flags say.")
+    var noRateLimits = false
+
+    @Option(help: "Frames refused in a row for exceeding a rate after which the client is disconnected (rateLimited).")
     var rateAbuseLimit = 100
 
-    @Option(help: "Messages and actions kept per room and replayed to each joiner.")
+    @Option(help: "Messages, actions and topic changes kept per room and replayed to each joiner (the memory budget may keep fewer).")
     var historySize = 100
 
     @Option(help: "Seconds a new connection has to send hello (slow or silent ones are dropped).")
@@ -68,17 +109,25 @@ struct ChatServerCommand: ParsableCommand {
     var idleTimeout: Double = 90
 
     @Option(
-        help: """
-            The most bytes that may wait to be sent to one client; a client that reads so slowly that \
-            more pile up is disconnected (slowConsumer). Bounds the server's memory per client.
-            """)
-    var maxOutboundBytes = 1 << 20
+        help: ArgumentHelp(
+            "The most memory the server may use (suffix K, M or G for KiB, MiB, GiB); divided among connections, history and output queues.",
+            valueName: "SIZE"))
+    var maxMemory: ByteSize = ByteSize(bytes: 512 << 20)
+
+    @Option(help: "Seconds a client's queue may stay past the lag threshold (256 KiB) before it is disconnected as a slow consumer.")
+    var slowConsumerTimeout: Double = 10
 
     @Option(help: "Seconds to let queued bytes reach the clients on shutdown before closing anyway.")
     var drainTimeout: Double = 5
 
     @Option(help: "A file whose first line is the password clients must send (default: $CHAT_SERVER_PASSWORD, else none).")
     var passwordFile: String?
+
+    @Option(help: "Wrong passwords from one address after which it is refused for --password-lockout, right password or not.")
+    var passwordAttempts = 5
+
+    @Option(help: "Seconds an address that guessed wrong --password-attempts times is refused.")
+    var passwordLockout: Double = 60
 
     @Option(help: "The message of the day sent in welcome.")
     var motd = ""
@@ -113,6 +162,7 @@ struct ChatServerCommand: ParsableCommand {
             metadata: [
                 "descriptors.limit": "\(raised.map { String($0.current) } ?? "unknown")",
                 "sockets.open": "\(socketsAtStart)",
+                "memory.budget": "\(server.budget)",
             ])
         stopped.wait()
         withExtendedLifetime(signalSources) {}
@@ -131,15 +181,29 @@ struct ChatServerCommand: ParsableCommand {
         configuration.maxRoomsPerClient = maxRoomsPerClient
         configuration.messageRate = rateLimit
         configuration.messageBurst = rateBurst
+        configuration.byteRate = byteRate
+        configuration.byteBurst = byteBurst
+        configuration.addressMessageRate = addressRateLimit
+        configuration.addressMessageBurst = addressRateBurst
+        configuration.addressByteRate = addressByteRate
+        configuration.addressByteBurst = addressByteBurst
+        configuration.addressFanoutRate = addressFanoutRate
+        configuration.addressFanoutBurst = addressFanoutBurst
+        configuration.addressConnectionRate = addressConnectionRate
+        configuration.addressConnectionBurst = addressConnectionBurst
+        if noRateLimits { configuration.turnOffRateLimits() }
         configuration.rateAbuseLimit = rateAbuseLimit
         configuration.historySize = historySize
         configuration.handshakeTimeout = try seconds(handshakeTimeout, "--handshake-timeout")
         configuration.idlePingInterval = try seconds(idlePingInterval, "--idle-ping-interval")
         configuration.idleTimeout = try seconds(idleTimeout, "--idle-timeout")
-        configuration.outboundQueueLimit = maxOutboundBytes
+        configuration.maxMemory = maxMemory.bytes
+        configuration.slowConsumerTimeout = try seconds(slowConsumerTimeout, "--slow-consumer-timeout")
         configuration.drainTimeout = try seconds(drainTimeout, "--drain-timeout")
         configuration.motd = motd
         configuration.password = try password()
+        configuration.passwordAttempts = passwordAttempts
+        configuration.passwordLockout = try seconds(passwordLockout, "--password-lockout")
         return configuration
     }
 
@@ -197,4 +261,26 @@ enum PasswordFile {
         if bytes.last == 0x0D { bytes.removeLast() }
         return String(decoding: bytes, as: UTF8.self)
     }
+}
+
+/// A size in bytes as people write it: `536870912`, `512M`, `1G`, `64K` (binary units).
+struct ByteSize: ExpressibleByArgument, Sendable {
+    var bytes: Int
+
+    init(bytes: Int) { self.bytes = bytes }
+
+    init?(argument: String) {
+        let units: [Character: Int] = ["K": 10, "M": 20, "G": 30]
+        var digits = Substring(argument.uppercased())
+        if digits.hasSuffix("IB") { digits = digits.dropLast(2) } else if digits.hasSuffix("B") { digits = digits.dropLast() }
+        var shift = 0
+        if let last = digits.last, let unit = units[last] {
+            shift = unit
+            digits = digits.dropLast()
+        }
+        guard let value = Int(digits), value > 0, value <= Int.max >> shift else { return nil }
+        bytes = value << shift
+    }
+
+    var defaultValueDescription: String { "\(bytes >> 20)M" }
 }

@@ -156,6 +156,6 @@ import Testing
         var session = joinedSession()
         #expect(session.perform(.quit(reason: "bye")) == [.quit(reason: "bye")])
         let help = events(session.perform(.help(topic: nil)))
-        #expect(help.count == CommandSpec.all.count + 1, "a heading and one line per command")
+        #expect(help.count == CommandSpec.all.count + 2, "a heading, one line per command and one on keys")
     }
 }

@@ -74,3 +74,16 @@ import Testing
         #expect(CommandError.unknownCommand("x").description.contains("/help"), "the error points to /help")
     }
 }
+
+@Suite struct NewCommandParserTests {
+    @Test func queryAwayAndIgnore() throws {
+        #expect(try CommandParser.parse("/query bob") == .query("bob"))
+        #expect(throws: CommandError.usage("/query nick")) { try CommandParser.parse("/query") }
+        #expect(try CommandParser.parse("/away gone to lunch") == .away("gone to lunch"))
+        #expect(try CommandParser.parse("/away") == .away(""), "no message: back")
+        #expect(try CommandParser.parse("/ignore") == .ignore(nil))
+        #expect(try CommandParser.parse("/ignore bob") == .ignore("bob"))
+        #expect(throws: CommandError.invalidNick("9x")) { try CommandParser.parse("/ignore 9x") }
+        #expect(try CommandParser.parse("/unignore bob") == .unignore("bob"))
+    }
+}

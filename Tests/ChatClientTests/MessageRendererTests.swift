@@ -21,6 +21,7 @@ import Testing
             .topic(room: "general", time: time, setBy: "alice", text: "Swift sockets"),
             .members(room: "general", time: time, nicks: ["alice", "bob"]),
             .roomList(time: time, rooms: [RoomInfo(name: "general", memberCount: 2, topic: "Swift")]),
+            .marker(room: "general", time: time, text: "3 new since you left"),
             .notice(time: time, text: "connected"),
             .error(time: time, text: "no such nick"),
         ]
@@ -50,9 +51,31 @@ import Testing
             "09:05 #general -!- topic: Swift sockets (set by alice)",
             "09:05 #general -!- members (2): alice bob",
             "09:05 -- rooms: #general (2) Swift",
+            "09:05 #general — 3 new since you left —",
             "09:05 -- connected",
             "09:05 !! no such nick",
         ])
+    }
+
+    @Test func linesFromOtherRoomsAreSetApart() {
+        var renderer = MessageRenderer(colour: false, timeZone: utc)
+        renderer.marksOtherRooms = true
+        renderer.currentRoom = "general"
+        #expect(renderer.render(.message(room: "general", time: time, sender: "bob", text: "here", replayed: false))
+                == "09:05 #general <bob> here")
+        #expect(renderer.render(.message(room: "dev", time: time, sender: "bob", text: "there", replayed: false))
+                == "09:05 [#dev] <bob> there", "another room's line shows its room in brackets")
+    }
+
+    @Test func mentionsOfOurNickAreHighlighted() {
+        let renderer = MessageRenderer(colour: true, ownNick: "alice", timeZone: utc)
+        let mention = renderer.render(.message(room: "general", time: time, sender: "bob", text: "Alice: look", replayed: false))
+        let other = renderer.render(.message(room: "general", time: time, sender: "bob", text: "malice aforethought", replayed: false))
+        let own = renderer.render(.message(room: "general", time: time, sender: "alice", text: "I am alice", replayed: false))
+        #expect(mention.contains("\u{1B}[1;33mAlice: look"), "a mention is bold yellow: \(mention.debugDescription)")
+        #expect(!other.contains("\u{1B}[1;33m"), "a nick inside a word is no mention")
+        #expect(!own.contains("\u{1B}[1;33m"), "our own lines are not highlighted")
+        #expect(MessageRenderer.visibleWidth(of: mention) == "09:05 #general <bob> Alice: look".count)
     }
 
     @Test func eachNickKeepsOneColourWhateverItsCase() {
@@ -96,22 +119,34 @@ import Testing
 }
 
 @Suite struct TerminalTextTests {
-    @Test func cursorRowCountsWrappedRows() {
-        #expect(TerminalText.cursorRow(cellWidths: Array(repeating: 1, count: 79), columns: 80) == 0)
-        #expect(TerminalText.cursorRow(cellWidths: Array(repeating: 1, count: 80), columns: 80) == 1,
-                "a cursor that has just filled a row stands at the start of the next")
-        #expect(TerminalText.cursorRow(cellWidths: Array(repeating: 1, count: 161), columns: 80) == 2)
-    }
-
-    @Test func wideCharacterThatDoesNotFitStartsTheNextRow() {
-        // 79 narrow cells leave one column, too few for a double-width character.
-        #expect(TerminalText.cursorRow(cellWidths: Array(repeating: 1, count: 79) + [2], columns: 80) == 1)
-        #expect(TerminalText.cursorRow(cellWidths: [1, 0, 1], columns: 2) == 1, "combining marks take no cell")
-    }
-
     @Test func sanitizedLeavesUTF8Alone() {
         #expect(TerminalText.sanitized("naïve 日本 👋") == "naïve 日本 👋")
         #expect(TerminalText.sanitized("a\u{7F}b") == "a^?b")
+        #expect(TerminalText.sanitized("a\u{1B}[2Jb\tc") == "a^[[2Jb c", "escape codes become visible text")
+    }
+
+    @Test func bidiControlsAndSeparatorsAreMadeVisible() {
+        #expect(TerminalText.sanitized("abc\u{202E}fed") == "abc<U+202E>fed", "a right-to-left override cannot reverse the rest")
+        #expect(TerminalText.sanitized("one\u{2028}two\u{2029}") == "one<U+2028>two<U+2029>", "no line or paragraph break")
+        #expect(TerminalText.sanitized("\u{2066}x\u{2069}\u{200F}") == "<U+2066>x<U+2069><U+200F>")
+        #expect(TerminalText.sanitized("\u{85}") == "\u{FFFD}", "C1 controls")
+    }
+
+    @Test func cellWidthsFollowTheTerminal() {
+        #expect(TerminalText.cellWidth(of: "abc") == 3)
+        #expect(TerminalText.cellWidth(of: "日本語") == 6, "CJK is double width")
+        #expect(TerminalText.cellWidth(of: "😀") == 2, "emoji presentation is double width")
+        #expect(TerminalText.cellWidth(of: "e\u{301}") == 1, "a combining accent takes no cell")
+        #expect(TerminalText.cellWidth(of: "ｈ") == 2, "full-width Latin")
+        #expect(TerminalText.cellWidth(of: "\u{200D}") == 0, "zero width joiner")
+        #expect(TerminalText.cellWidth(of: "\u{E000}") == 1, "private use: one cell, as terminals draw it")
+        #expect(TerminalText.cellWidth(of: Unicode.Scalar(0x50000)!) == 1, "unassigned: one cell, never 0")
+        #expect(TerminalText.cellWidth(of: "🇫🇷" as Character) == 2, "a flag is two regional indicators of one cell each")
+    }
+
+    @Test func prefixFitsWholeCharacters() {
+        #expect(TerminalText.prefix(of: "日本語", fitting: 5) == "日本", "a wide character that does not fit is left out")
+        #expect(TerminalText.prefix(of: "abc", fitting: 10) == "abc")
     }
 }
 
@@ -122,6 +157,15 @@ import Testing
         #expect(backoff.nominalDelay(attempt: 2) == .seconds(1))
         #expect(backoff.nominalDelay(attempt: 4) == .seconds(4))
         #expect(backoff.nominalDelay(attempt: 50) == .seconds(30), "capped")
+    }
+
+    @Test func delaysStartAgainOnlyAfterAStableSession() {
+        let backoff = ReconnectBackoff(stableAfter: .seconds(60))
+        #expect(backoff.nextAttempt(after: 0, sessionLasted: nil) == 1)
+        #expect(backoff.nextAttempt(after: 3, sessionLasted: nil) == 4, "a failed dial counts")
+        #expect(backoff.nextAttempt(after: 3, sessionLasted: .milliseconds(200)) == 4,
+                "a server that welcomes and drops at once keeps the delays growing")
+        #expect(backoff.nextAttempt(after: 7, sessionLasted: .seconds(61)) == 1, "a session that stayed up starts again")
     }
 
     @Test func jitteredDelayStaysBetweenHalfAndAllOfTheNominal() {

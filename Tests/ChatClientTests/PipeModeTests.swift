@@ -1,13 +1,16 @@
+import ChatClient
 import ChatProtocol
 import Foundation
+import Glibc
 import Testing
+import TestSupport
 
 /// chat-client with stdin and stdout on pipes, against the real chat-server.
 @Suite(.serialized) struct PipeModeTests {
     @Test func twoPipedClientsExchangeMessages() async throws {
-        let server = try await TestServer()
+        let server = try await ChatServerProcess()
         defer { server.stop() }
-        let client = try Executables.url("chat-client")
+        let client = try ChildProcess.builtExecutable(named: "chat-client")
         let ann = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)", "--room", "#General"])
         defer { ann.stop() }
         #expect(await ann.waitForOutput("#general -!- ann joined"), "ann joins #general: \(ann.output)")
@@ -32,12 +35,12 @@ import Testing
     }
 
     @Test func scriptedClientSaysItsLinesAndLeaves() async throws {
-        let server = try await TestServer()
+        let server = try await ChatServerProcess()
         defer { server.stop() }
         let watcher = try await Peer(nick: "watcher", port: server.port)
         defer { watcher.close() }
         // The shell form: printf 'hi\n/quit\n' | chat-client --nick bot --room general
-        let bot = try ChildProcess(try Executables.url("chat-client"), ["--nick", "bot", "--port", "\(server.port)", "--room", "general"])
+        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(server.port)", "--room", "general"])
         defer { bot.stop() }
         bot.send("hi")
         bot.send("/quit")
@@ -49,12 +52,101 @@ import Testing
     }
 
     @Test func scriptedClientFailsWhenTheServerIsUnreachable() async throws {
-        let server = try await TestServer()
+        let server = try await ChatServerProcess()
         let port = server.port
         server.stop()
-        let bot = try ChildProcess(try Executables.url("chat-client"), ["--nick", "bot", "--port", "\(port)"])
+        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(port)"])
         defer { bot.stop() }
         #expect(await bot.waitForExit() == 1, "exit status 1 when nothing listens")
         #expect(bot.output.contains("cannot reach 127.0.0.1:\(port)"), "says why: \(bot.output)")
+    }
+}
+
+/// `--version`, and `--help` and docs/CLIENT.md naming the same commands and options.
+@Suite struct ClientDocumentationTests {
+    private func run(_ arguments: [String]) async throws -> (Int32?, String) {
+        let child = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), arguments)
+        defer { child.stop() }
+        let status = await child.waitForExit()
+        return (status, child.output)
+    }
+
+    @Test func versionNamesTheReleaseAndTheProtocol() async throws {
+        let (status, output) = try await run(["--version"])
+        #expect(status == 0)
+        #expect(output == "chat-client \(ClientVersion.current) (chat protocol \(WireProtocol.version))\n")
+    }
+
+    @Test func helpAndClientDocumentTheSameCommandsAndOptions() async throws {
+        let (status, help) = try await run(["--help"])
+        #expect(status == 0)
+        let docsURL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/CLIENT.md")
+        let docs = try String(contentsOf: docsURL, encoding: .utf8)
+        for spec in CommandSpec.all {
+            #expect(help.contains("/" + spec.name), "--help names /\(spec.name)")
+            #expect(docs.contains("`/" + spec.name), "CLIENT.md names /\(spec.name)")
+        }
+        let options = help.split(separator: "\n").compactMap { line -> String? in
+            let trimmed = line.drop { $0 == " " }
+            guard trimmed.hasPrefix("--") else { return nil }
+            return String(trimmed.prefix { $0 != " " })
+        }
+        #expect(options.count >= 9, "the options were found in --help: \(options)")
+        for option in options where option != "--help" {
+            #expect(docs.contains("`" + option + "`"), "CLIENT.md documents \(option)")
+        }
+    }
+}
+
+/// The client against servers that misbehave in ways the real server never does.
+@Suite struct HostileServerTests {
+    /// A server that reads a hello, answers with a welcome and closes at once, every time.
+    private final class WelcomeAndDrop: @unchecked Sendable {
+        let port: Int
+        private let listener: Int32
+
+        init() throws {
+            let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            self.listener = listener
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+            guard listen(listener, 8) == 0 else { throw POSIXError(.EADDRINUSE) }
+            _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+            port = Int(UInt16(bigEndian: address.sin_port))
+            var encoded: [UInt8] = []
+            FrameEncoder.encode(.welcome(version: 1, nick: "bot", maxFrameSize: 16_384, motd: ""), into: &encoded)
+            let welcome = encoded
+            Thread.detachNewThread {
+                while true {
+                    let client = accept(listener, nil, nil)
+                    if client < 0 { return }
+                    var buffer = [UInt8](repeating: 0, count: 1024)
+                    _ = read(client, &buffer, buffer.count)
+                    _ = welcome.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
+                    close(client)
+                }
+            }
+        }
+
+        func stop() {
+            shutdown(listener, Int32(SHUT_RDWR))
+            close(listener)
+        }
+    }
+
+    @Test func aServerThatWelcomesAndDropsIsRedialledWithGrowingDelays() async throws {
+        let server = try WelcomeAndDrop()
+        defer { server.stop() }
+        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(server.port)"])
+        defer { bot.stop() }
+        #expect(await bot.waitForOutput("(attempt 4)"), "the client keeps redialling: \(bot.output)")
+        let attempts = bot.lines.filter { $0.contains("reconnecting in") }
+        #expect(attempts.filter { $0.hasSuffix("(attempt 1)") }.count == 1,
+                "a session that did not stay up never resets the backoff:\n\(attempts.joined(separator: "\n"))")
+        #expect(attempts.contains { $0.hasSuffix("(attempt 3)") })
     }
 }

@@ -2,209 +2,249 @@ import ChatProtocol
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 
 /// The real chat-client in a real terminal (tmux), against the real chat-server: typed with
-/// `send-keys`, read back with `capture-pane`.
+/// `send-keys`, pasted with `paste-buffer -p`, read back with `capture-pane`. One tmux test runs
+/// at a time (the nested suites share this suite's `.serialized`).
 @Suite(.serialized) struct TerminalTests {
-    private static let prompt = "[#general] "
+    static let prompt = "[#general] "
 
-    /// Starts a server, the client as alice in tmux, and a peer bob; waits until alice sees bob.
-    private func start(_ body: (TestServer, TmuxSession, Peer, URL) async throws -> Void) async throws {
-        let server = try await TestServer()
+    /// A server, the client as alice in tmux (in `rooms`), and a peer bob in #general; the
+    /// body runs once alice has seen bob arrive.
+    static func start(
+        serverArguments: [String] = [], rooms: [String] = ["general"], clientArguments: [String] = [],
+        _ body: (ChatServerProcess, TmuxSession, Peer, URL) async throws -> Void
+    ) async throws {
+        let server = try await ChatServerProcess(arguments: serverArguments)
         defer { server.stop() }
         let home = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: home) }
-        let tmux = try TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
+        let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home, rooms: rooms, extra: clientArguments))
         defer { tmux.stop() }
-        try await tmux.waitFor("-!- alice joined")
+        try await tmux.waitFor("#general -!- alice joined")
         let bob = try await Peer(nick: "bob", port: server.port)
         defer { bob.close() }
         try await tmux.waitFor("-!- bob joined")
         try await body(server, tmux, bob, home)
     }
 
-    private func said(_ text: String, by sender: String) -> (Frame) -> Bool {
+    static func said(_ text: String, by sender: String) -> (Frame) -> Bool {
         { if case .message(_, _, _, let who, let what) = $0 { who == sender && what == text } else { false } }
     }
 
-    @Test func halfTypedLineSurvivesIncomingMessages() async throws {
-        try await start { _, tmux, bob, _ in
-            let typed = "half typed ünï 日本 line"
-            try tmux.type(typed)
-            try await tmux.waitForScreen("the typed line") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + typed }
-            try tmux.press("Left", "Left", "Left", "Left")
-
-            for index in 1...3 {
-                try await bob.say("message \(index) from bob")
-                try await tmux.waitFor("<bob> message \(index) from bob")
-                try await expectInputLine(typed, in: tmux, "the line is intact after message \(index)")
-            }
-            // The cursor is still four characters from the end: what we type lands there.
-            try tmux.type("X")
-            try tmux.press("Enter")
-            #expect(await bob.waitFor(said("half typed ünï 日本 Xline", by: "alice")), "the line was sent with X inserted at the cursor")
+    /// Expects the terminal to be back in cooked mode with echo and signals.
+    static func expectSaneTerminal(_ tmux: TmuxSession) async throws {
+        // The wrapper prints EXIT= first and runs stty for the TTY= line after it.
+        try await tmux.waitFor("TTY=")
+        let modes = try await tmux.screen().first { $0.hasPrefix("TTY=") } ?? ""
+        for mode in ["icanon", "echo", "isig"] {
+            #expect(modes.contains(mode) && !modes.contains("-\(mode)"), "\(mode) is back on: \(modes)")
         }
     }
 
-    @Test func wrappedLineSurvivesIncomingMessages() async throws {
-        try await start { _, tmux, bob, _ in
-            // 11 prompt columns + 150 characters wrap over three rows of 80.
-            let typed = String(repeating: "wrap-me-", count: 18) + "ünïcode"
-            try tmux.type(typed)
-            try await tmux.waitForScreen("the wrapped line") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + typed }
-            try tmux.press("C-a")
+    // MARK: The input line
+
+    @Test func halfTypedLineSurvivesIncomingMessages() async throws {
+        try await Self.start { _, tmux, bob, _ in
+            let typed = "half typed ünï 日本 line"
+            try await tmux.type(typed)
+            try await tmux.waitForInput(typed, prompt: Self.prompt)
+            try await tmux.press("Left", "Left", "Left", "Left")
             for index in 1...3 {
-                try await bob.say("wrapped \(index)")
-                try await tmux.waitFor("<bob> wrapped \(index)")
-                try await expectInputLine(typed, in: tmux, "the wrapped line is intact after message \(index)")
+                try await bob.say("message \(index) from bob")
+                try await tmux.waitFor("<bob> message \(index) from bob")
+                try await tmux.waitForInput(typed, prompt: Self.prompt)
             }
-            try tmux.type(">")
-            try tmux.press("Enter")
-            #expect(await bob.waitFor(said(">" + typed, by: "alice")), "the cursor stayed at the start of the line")
+            // The cursor is still four characters from the end: what we type lands there.
+            try await tmux.type("X")
+            try await tmux.press("Enter")
+            #expect(await bob.waitFor(Self.said("half typed ünï 日本 Xline", by: "alice")), "the line was sent with X inserted at the cursor")
+        }
+    }
+
+    @Test func aLineWiderThanTheTerminalScrollsSideways() async throws {
+        try await Self.start { _, tmux, bob, _ in
+            let typed = String(repeating: "wrap-me-", count: 18) + "ünïcode"
+            try await tmux.type(typed)
+            try await tmux.waitForScreen("the end of the line in view") { rows in
+                rows.last { $0.hasPrefix(Self.prompt) }.map { $0.hasSuffix("ünïcode") && $0.count < 80 } ?? false
+            }
+            try await tmux.press("C-a")
+            try await tmux.waitForScreen("the start of the line in view") { rows in
+                rows.last { $0.hasPrefix(Self.prompt) }.map { $0.hasPrefix(Self.prompt + "wrap-me-wrap-me") } ?? false
+            }
+            try await bob.say("while you type")
+            try await tmux.waitFor("<bob> while you type")
+            try await tmux.type(">")
+            try await tmux.press("Enter")
+            #expect(await bob.waitFor(Self.said(">" + typed, by: "alice")), "the cursor stayed at the start of the line")
+        }
+    }
+
+    @Test func wideCharactersKeepTheCursorInItsColumn() async throws {
+        try await Self.start { _, tmux, bob, _ in
+            // 日本語 and 😀 take two cells each; e + U+0301 one.
+            try await tmux.type("日本語😀ab\u{65}\u{301}c")
+            try await tmux.press("Left", "Left", "Left", "Left")
+            try await tmux.type("X")
+            try await tmux.waitForInput("日本語😀Xabe\u{301}c", prompt: Self.prompt)
+            let expected = Self.prompt.count + 6 + 2 + 1  // after 日本語😀X
+            #expect(try await eventually { try await tmux.format("#{cursor_x}") == "\(expected)" },
+                    "the cursor stands after X, in column \(expected)")
+            try await tmux.press("BSpace", "Left")
+            try await tmux.type("Y")
+            try await tmux.waitForInput("日本語Y😀abe\u{301}c", prompt: Self.prompt)
+            #expect(try await eventually { try await tmux.format("#{cursor_x}") == "\(Self.prompt.count + 7)" },
+                    "the cursor stands after Y")
+            try await tmux.press("Enter")
+            #expect(await bob.waitFor(Self.said("日本語Y😀abe\u{301}c", by: "alice")))
+        }
+    }
+
+    @Test func resizingRedrawsTheBottomRows() async throws {
+        try await Self.start { _, tmux, bob, _ in
+            try await tmux.type("still here")
+            try await tmux.tmux(["resize-window", "-x", "50", "-y", "20"])
+            try await tmux.waitForScreen("the redrawn input row at 50 columns") { rows in
+                rows.count <= 21 && rows.last { $0.hasPrefix(Self.prompt) } == Self.prompt + "still here"
+            }
+            try await tmux.tmux(["resize-window", "-x", "100", "-y", "30"])
+            try await bob.say("after the resize")
+            try await tmux.waitFor("<bob> after the resize")
+            try await tmux.waitForInput("still here", prompt: Self.prompt)
+            let status = try await tmux.statusLine() ?? ""
+            #expect(status.hasPrefix("alice | [1:#general]"), "the status line is drawn above the input row: \(status)")
+        }
+    }
+
+    @Test func readlineKeysEditTheLine() async throws {
+        try await Self.start { _, tmux, bob, _ in
+            try await tmux.type("one two-three four")
+            try await tmux.press("C-w")
+            try await tmux.waitForInput("one two-three ", prompt: Self.prompt)
+            try await tmux.press("C-w")
+            try await tmux.waitForInput("one ", prompt: Self.prompt)  // readline's unix-word-rubout: up to whitespace
+            try await tmux.press("C-y")
+            try await tmux.waitForInput("one two-three ", prompt: Self.prompt)
+            try await tmux.press("C-a", "C-k")
+            try await tmux.waitForInput("", prompt: Self.prompt)
+            try await tmux.type("searchable line")
+            try await tmux.press("Enter")
+            #expect(await bob.waitFor(Self.said("searchable line", by: "alice")))
+            try await tmux.type("other")
+            try await tmux.press("Enter")
+            try await tmux.press("C-r")
+            try await tmux.type("search")
+            try await tmux.waitFor("(history search) “search”: searchable line")
+            try await tmux.press("C-g")
+            try await tmux.waitForInput("", prompt: Self.prompt)
         }
     }
 
     @Test func tabCompletesNicksAndCommands() async throws {
-        try await start { _, tmux, bob, _ in
-            try tmux.type("bo")
-            try tmux.press("Tab")
-            try tmux.type("hi")
-            try await tmux.waitForScreen("the completed nick") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + "bob: hi" }
-            try tmux.press("Enter")
-            #expect(await bob.waitFor(said("bob: hi", by: "alice")), "the completed line is sent")
+        try await Self.start { _, tmux, bob, _ in
+            try await tmux.type("bo")
+            try await tmux.press("Tab")
+            try await tmux.type("hi")
+            try await tmux.waitForInput("bob: hi", prompt: Self.prompt)
+            try await tmux.press("Enter")
+            #expect(await bob.waitFor(Self.said("bob: hi", by: "alice")), "the completed line is sent")
 
-            try tmux.type("/ms")
-            try tmux.press("Tab")
-            try await tmux.waitForScreen("/ms completed") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + "/msg" }
-            try tmux.type("b")
-            try tmux.press("Tab")
-            try await tmux.waitForScreen("the recipient completed") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + "/msg bob" }
-            try tmux.type("secret")
-            try await tmux.waitForScreen("the completed command") { _ in (try? tmux.inputLine(prompt: Self.prompt)) == Self.prompt + "/msg bob secret" }
-            try tmux.press("Enter")
+            try await tmux.type("/ms")
+            try await tmux.press("Tab")
+            try await tmux.type("b")
+            try await tmux.press("Tab")
+            try await tmux.type("secret")
+            try await tmux.waitForInput("/msg bob secret", prompt: Self.prompt)
+            try await tmux.press("Enter")
             #expect(await bob.waitFor { if case .direct("alice", "bob", _, "secret") = $0 { true } else { false } }, "the direct message arrives")
         }
     }
 
     @Test func historyIsRecalledAfterARestart() async throws {
-        let server = try await TestServer()
+        let server = try await ChatServerProcess()
         defer { server.stop() }
         let home = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: home) }
         let command = try clientInTerminal(nick: "alice", port: server.port, home: home)
 
-        let first = try TmuxSession(command)
+        let first = try await TmuxSession(command)
         defer { first.stop() }
         try await first.waitFor("-!- alice joined")
-        try first.type("remember this line")
-        try first.press("Enter")
+        try await first.type("remember this line")
+        try await first.press("Enter")
         try await first.waitFor("<alice> remember this line")
-        try first.type("/quit")
-        try first.press("Enter")
+        try await first.type("/quit")
+        try await first.press("Enter")
         try await first.waitFor("EXIT=0")
         first.stop()
 
-        let second = try TmuxSession(command)
+        let second = try await TmuxSession(command)
         defer { second.stop() }
         try await second.waitFor("-!- alice joined")
-        try second.press("Up")
-        try await second.waitForScreen("/quit recalled") { _ in (try? second.inputLine(prompt: Self.prompt)) == Self.prompt + "/quit" }
-        try second.press("Up")
-        try await second.waitForScreen("the older line recalled") { _ in
-            (try? second.inputLine(prompt: Self.prompt)) == Self.prompt + "remember this line"
-        }
+        try await second.press("Up")
+        try await second.waitForInput("/quit", prompt: Self.prompt)
+        try await second.press("Up")
+        try await second.waitForInput("remember this line", prompt: Self.prompt)
     }
 
-    @Test func reconnectsAndRejoinsAfterTheServerRestarts() async throws {
-        var server = try await TestServer()
-        defer { server.stop() }
-        let port = server.port
-        let home = try temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: home) }
-        let tmux = try TmuxSession(try clientInTerminal(nick: "alice", port: port, home: home))
-        defer { tmux.stop() }
-        try await tmux.waitFor("-!- alice joined")
-
-        server.stop()
-        try await tmux.waitFor("disconnected:")
-        try tmux.type("typed while offline")
-        server = try await TestServer(port: port)
-        try await tmux.waitForScreen("a second connection") { rows in
-            rows.filter { $0.contains("connected to 127.0.0.1:\(port) as alice") && !$0.contains("dis") }.count >= 2
-        }
-        let bob = try await Peer(nick: "bob", port: port)
-        defer { bob.close() }
-        try await bob.say("welcome back")
-        try await tmux.waitFor("<bob> welcome back")
-        try await expectInputLine("typed while offline", in: tmux, "the half-typed line survived the outage")
-        try tmux.press("Enter")
-        #expect(await bob.waitFor(said("typed while offline", by: "alice")), "alice talks in #general again")
-    }
+    // MARK: Leaving
 
     @Test func quitLeavesTheTerminalSane() async throws {
-        try await start { _, tmux, bob, _ in
-            try tmux.type("/quit gone fishing")
-            try tmux.press("Enter")
+        try await Self.start { _, tmux, bob, _ in
+            try await tmux.type("/quit gone fishing")
+            try await tmux.press("Enter")
             try await tmux.waitFor("EXIT=0")
-            try await expectSaneTerminal(tmux)
+            try await Self.expectSaneTerminal(tmux)
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", "gone fishing") = $0 { true } else { false } },
                     "the server got the goodbye")
-            try tmux.type("typed after")
-            try tmux.press("Enter")
+            try await tmux.type("typed after")
+            try await tmux.press("Enter")
             try await tmux.waitFor("SHELL-READ=typed after")
         }
     }
 
-    @Test func ctrlCLeavesTheTerminalSane() async throws {
-        try await start { _, tmux, bob, _ in
-            try tmux.type("half a thought")
-            try tmux.press("C-c")
+    @Test func ctrlCClearsTheLineAndASecondOneQuits() async throws {
+        try await Self.start { _, tmux, bob, _ in
+            try await tmux.type("half a thought")
+            try await tmux.press("C-c")
+            try await tmux.waitForInput("", prompt: Self.prompt)
+            try await tmux.waitFor("press Ctrl-C again to quit")
+            try await bob.say("still connected")
+            try await tmux.waitFor("<bob> still connected")
+            try await tmux.press("C-c")
             try await tmux.waitFor("EXIT=0")
-            try await expectSaneTerminal(tmux)
+            try await Self.expectSaneTerminal(tmux)
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", "interrupted") = $0 { true } else { false } },
-                    "Ctrl-C says goodbye before leaving")
-            try tmux.type("typed after")
-            try tmux.press("Enter")
+                    "the second Ctrl-C says goodbye before leaving")
+            #expect(!bob.messages(from: "alice").contains("half a thought"), "the cleared line was not sent")
+            try await tmux.type("typed after")
+            try await tmux.press("Enter")
             try await tmux.waitFor("SHELL-READ=typed after")
         }
     }
 
-    @Test(arguments: [(SIGTERM, "terminated"), (SIGHUP, "terminal closed")])
+    @Test(arguments: [(SIGTERM, "terminated"), (SIGHUP, "terminal closed"), (SIGINT, "interrupted")])
     func signalSaysGoodbyeAndLeavesTheTerminalSane(signal: Int32, reason: String) async throws {
-        try await start { _, tmux, bob, _ in
-            try tmux.type("half a thought")
-            let client = try #require(try tmux.clientPID(), "the client should be running in the pane")
+        try await Self.start { _, tmux, bob, _ in
+            try await tmux.type("half a thought")
+            let client = try #require(try await tmux.clientPID(), "the client should be running in the pane")
             kill(client, signal)
             try await tmux.waitFor("EXIT=0")
-            try await expectSaneTerminal(tmux)
+            try await Self.expectSaneTerminal(tmux)
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", reason) = $0 { true } else { false } },
                     "signal \(signal) says goodbye (\(reason)) before leaving")
         }
     }
 
-    @Test func ctrlDOnAnEmptyLineLeaves() async throws {
-        try await start { _, tmux, _, _ in
-            try tmux.press("C-d")
+    @Test func ctrlDOnAnEmptyLineLeavesCleanly() async throws {
+        try await Self.start { _, tmux, _, _ in
+            try await tmux.press("C-d")
             try await tmux.waitFor("EXIT=0")
-            try await expectSaneTerminal(tmux)
-        }
-    }
-
-    /// Expects the prompt row (and the rows it wraps onto) to read `typed`. The client redraws the
-    /// prompt right after printing a message, but tmux may show the two writes separately, so
-    /// this waits for the redraw; a mangled line still fails when the wait runs out.
-    private func expectInputLine(_ typed: String, in tmux: TmuxSession, _ what: String) async throws {
-        let intact = try await eventually(timeout: .seconds(10)) { try tmux.inputLine(prompt: Self.prompt) == Self.prompt + typed }
-        let shown = try tmux.inputLine(prompt: Self.prompt)
-        #expect(intact, "\(what): the prompt row reads \(String(describing: shown))")
-    }
-
-    private func expectSaneTerminal(_ tmux: TmuxSession) async throws {
-        // The wrapper prints EXIT= first and runs stty for the TTY= line after it.
-        try await tmux.waitFor("TTY=")
-        let modes = try tmux.screen().first { $0.hasPrefix("TTY=") } ?? ""
-        for mode in ["icanon", "echo", "isig"] {
-            #expect(modes.contains(mode) && !modes.contains("-\(mode)"), "\(mode) is back on: \(modes)")
+            try await Self.expectSaneTerminal(tmux)
+            let screen = try await tmux.screen()
+            #expect(!screen.contains { $0.contains("^D") }, "no ^D left on screen:\n\(screen.joined(separator: "\n"))")
         }
     }
 }

@@ -52,8 +52,8 @@ import TestSupport
     @Test func spreadsClientsOverSeveralServers() async throws {
         // Two independent servers and two rooms: client i goes to server i mod 2 and room i mod 2,
         // so each room lives on one server and the run passes without a cluster.
-        let first = try await ChatServerProcess(arguments: ["--rate-limit", "0", "--log-level", "info"])
-        let second = try await ChatServerProcess(arguments: ["--rate-limit", "0", "--log-level", "info"])
+        let first = try await ChatServerProcess(arguments: ["--no-rate-limits", "--log-level", "info"])
+        let second = try await ChatServerProcess(arguments: ["--no-rate-limits", "--log-level", "info"])
         defer {
             first.stop()
             second.stop()
@@ -85,6 +85,6 @@ import TestSupport
 
     /// Starts `chat-server` on a free loopback port with the rate limit off, as load tests need.
     static func startServer() async throws -> ChatServerProcess {
-        try await ChatServerProcess(arguments: ["--rate-limit", "0", "--log-level", "warning", "--drain-timeout", "1"])
+        try await ChatServerProcess(arguments: ["--no-rate-limits", "--log-level", "warning", "--drain-timeout", "1"])
     }
 }

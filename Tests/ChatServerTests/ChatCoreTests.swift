@@ -9,11 +9,11 @@ struct Harness {
     var now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
     private var nextSlot = 0
 
-    /// A chat with `adjust`ed limits (no rate limit unless `adjust` sets one) whose rooms take
+    /// A chat with `adjust`ed limits (no rate limits unless `adjust` sets them) whose rooms take
     /// the epochs 1, 2, 3 … in order of creation.
     init(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
         var configuration = ChatServerConfiguration()
-        configuration.messageRate = 0
+        configuration.turnOffRateLimits()
         adjust(&configuration)
         let epochs = EpochCounter()
         core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
@@ -28,9 +28,9 @@ struct Harness {
         return (id, actions)
     }
 
-    /// Opens a connection and completes the handshake as `nick`, speaking `version`.
-    mutating func connect(_ nick: String, version: UInt16 = 1) -> ClientID {
-        let (id, _) = open()
+    /// Opens a connection from `address` and completes the handshake as `nick`, speaking `version`.
+    mutating func connect(_ nick: String, version: UInt16 = 1, from address: String = "127.0.0.1") -> ClientID {
+        let (id, _) = open(from: address)
         let actions = send(.hello(version: version, nick: nick, password: nil), from: id)
         precondition(actions.first.map { if case .send(.welcome, _) = $0 { true } else { false } } == true, "expected a welcome for \(nick)")
         return id
@@ -39,7 +39,7 @@ struct Harness {
     @discardableResult
     mutating func send(_ frame: Frame, from id: ClientID) -> [ChatAction] {
         var actions: [ChatAction] = []
-        core.received(frame, from: id, at: now, into: &actions)
+        core.received(frame, size: FrameEncoder.encode(frame).count, from: id, at: now, into: &actions)
         return actions
     }
 
@@ -65,11 +65,12 @@ final class EpochCounter: @unchecked Sendable {
 
 /// The frames `actions` deliver to `id`, in order.
 func frames(to id: ClientID, in actions: [ChatAction]) -> [Frame] {
-    actions.compactMap { action in
+    actions.flatMap { action -> [Frame] in
         switch action {
-        case .send(let frame, id): frame
-        case .broadcast(let frame, let recipients) where recipients.contains(id): frame
-        default: nil
+        case .send(let frame, id): [frame]
+        case .sendShared(let shared, id): shared.frames
+        case .broadcast(let frame, let recipients) where recipients.contains(id): [frame]
+        default: []
         }
     }
 }
@@ -100,11 +101,11 @@ struct ChatCoreTests {
 
     @Test func refusesAMissingOrWrongPasswordAndAcceptsTheRightOne() {
         var chat = Harness { $0.password = "s3cret" }
-        for password in [nil, "wrong"] as [String?] {
-            let (id, _) = chat.open()
-            let actions = chat.send(.hello(version: 1, nick: "alice", password: password), from: id)
-            #expect(disconnection(of: id, in: actions)?.code == .badPassword)
-        }
+        let (missing, _) = chat.open()
+        #expect(disconnection(of: missing, in: chat.send(.hello(version: 1, nick: "alice", password: nil), from: missing))?.code == .badPassword)
+        let (wrong, _) = chat.open()
+        #expect(chat.send(.hello(version: 1, nick: "alice", password: "wrong"), from: wrong).isEmpty, "a wrong password is answered later")
+        #expect(disconnection(of: wrong, in: chat.tick(advancingBy: 1_000))?.code == .badPassword)
         let (id, _) = chat.open()
         let actions = chat.send(.hello(version: 1, nick: "alice", password: "s3cret"), from: id)
         #expect(disconnection(of: id, in: actions) == nil)
@@ -194,6 +195,8 @@ struct ChatCoreTests {
         var chat = Harness {
             $0.historySize = 100
             $0.maxFrameSize = ChatServerConfiguration.maxFrameSizeCeiling
+            // Few connections, so that 1 MiB frames leave the memory budget room for history.
+            $0.maxClients = 10
         }
         let alice = chat.connect("alice")
         chat.send(.join(room: "r"), from: alice)
@@ -329,6 +332,99 @@ struct ChatCoreTests {
         #expect(chat.core.nick(of: alice) == nil)
     }
 
+    @Test func connectionsFromOneAddressShareItsBucketsAndOtherAddressesDoNot() {
+        var chat = Harness {
+            $0.addressMessageRate = 10
+            $0.addressMessageBurst = 4
+            $0.addressByteRate = 1_000
+            $0.addressByteBurst = 100_000
+        }
+        // The handshakes (two frames) spend from the address too.
+        let first = chat.connect("first", from: "10.0.0.1")
+        let second = chat.connect("second", from: "10.0.0.1")
+        let other = chat.connect("other", from: "10.0.0.2")
+        func wait(_ id: ClientID) -> UInt64 { chat.core.addressWait(for: id, at: chat.now) }
+        #expect(wait(first) == 0 && wait(second) == 0)
+        // Frames are never refused for the address: they spend, into debt, and the address waits.
+        for id in [first, second, first] {
+            #expect(frames(to: id, in: chat.send(.ping(token: 1), from: id)) == [.pong(token: 1)])
+        }
+        // Five frames of a burst of four: one token of debt, 100 ms at 10 per second.
+        #expect(wait(first) == 101 && wait(second) == 101, "the address's connections share its debt")
+        #expect(wait(other) == 0, "another address has buckets of its own")
+        _ = chat.tick(advancingBy: 101)
+        #expect(wait(first) == 0)
+        chat.send(.join(room: "r"), from: first)
+        #expect(wait(second) > 0, "out of request tokens again")
+        // Reconnecting does not refill the buckets; an address is forgotten only once they are full.
+        var actions: [ChatAction] = []
+        for id in [first, second] { chat.core.disconnect(id, Disconnection(code: nil, reason: "bye"), at: chat.now, into: &actions) }
+        let later = chat.connect("later", from: "10.0.0.1")
+        #expect(wait(later) > 0, "the debt outlives the connections")
+    }
+
+    @Test func anAddressThatConnectsTooFastIsRefusedUntilItsBucketRefills() {
+        var chat = Harness {
+            $0.addressConnectionRate = 2
+            $0.addressConnectionBurst = 3
+        }
+        func refusal(from address: String) -> Disconnection? {
+            let (id, actions) = chat.open(from: address)
+            var closing: [ChatAction] = []
+            defer { chat.core.disconnect(id, Disconnection(code: nil, reason: "bye"), at: chat.now, into: &closing) }
+            return disconnection(of: id, in: actions)
+        }
+        // Open and closed at once, as a reconnect loop does: the count never grows, the rate does.
+        #expect((0..<3).map { _ in refusal(from: "10.0.0.1") == nil } == [true, true, true])
+        let refused = refusal(from: "10.0.0.1")
+        #expect(refused?.code == .tooManyConnectionsFromAddress)
+        #expect(refused?.reason.contains("too fast") == true, "\(String(describing: refused))")
+        #expect(refusal(from: "10.0.0.2") == nil, "another address is not affected")
+        _ = chat.tick(advancingBy: 500)
+        #expect(refusal(from: "10.0.0.1") == nil, "half a second refills one connection at 2 per second")
+        #expect(refusal(from: "10.0.0.1") != nil)
+        // Once its buckets are full again, the address is forgotten; a new one starts full.
+        _ = chat.tick(advancingBy: 2_000)
+        #expect((0..<3).map { _ in refusal(from: "10.0.0.1") == nil } == [true, true, true])
+    }
+
+    @Test func anAddressPaysForItsFanOutToEveryRecipient() {
+        var chat = Harness {
+            $0.addressFanoutRate = 10_000
+            $0.addressFanoutBurst = 20_000
+        }
+        let speaker = chat.connect("speaker", from: "10.0.0.1")
+        let listeners = (0..<9).map { chat.connect("listener\($0)", from: "10.0.0.2") }
+        for id in [speaker] + listeners { chat.send(.join(room: "r"), from: id) }
+        #expect(chat.core.addressWait(for: speaker, at: chat.now) == 0)
+        // 1,000 bytes to ten members: about 10 kB of fan-out, within the burst.
+        let line = Frame.say(room: "r", text: String(repeating: "x", count: 1_000))
+        chat.send(line, from: speaker)
+        #expect(chat.core.addressWait(for: speaker, at: chat.now) == 0)
+        chat.send(line, from: speaker)
+        chat.send(line, from: speaker)
+        // About 30 kB spent of 20 kB: about a second of debt at 10 kB/s, for the speaker's address only.
+        let wait = chat.core.addressWait(for: speaker, at: chat.now)
+        #expect((900...1_400).contains(wait), "waits out its fan-out: \(wait) ms")
+        #expect(chat.core.addressWait(for: listeners[0], at: chat.now) == 0, "the listeners' address paid only for its joins")
+    }
+
+    @Test func anAddressInByteDebtWaitsItOut() {
+        var chat = Harness {
+            $0.addressByteRate = 1_000
+            $0.addressByteBurst = 20_000
+        }
+        let alice = chat.connect("alice", from: "10.0.0.1")
+        chat.send(.join(room: "r"), from: alice)
+        let text = String(repeating: "x", count: 16_000)
+        #expect(frames(to: alice, in: chat.send(.say(room: "r", text: text), from: alice)).count == 1)
+        #expect(chat.core.addressWait(for: alice, at: chat.now) == 0, "still within the burst")
+        #expect(frames(to: alice, in: chat.send(.say(room: "r", text: text), from: alice)).count == 1, "delivered, not refused")
+        let wait = chat.core.addressWait(for: alice, at: chat.now)
+        // About 12 kB of debt at 1 kB per second.
+        #expect((12_000...13_000).contains(wait), "waits out its debt: \(wait) ms")
+    }
+
     @Test func rateLimitRefillsOverTime() {
         var chat = Harness {
             $0.messageRate = 10
@@ -384,7 +480,7 @@ struct ChatCoreTests {
     }
 
     @Test func historyRingKeepsTheNewestEntriesInOrder() {
-        var history = RoomHistory(capacity: 3)
+        var history = RoomHistory(capacity: 3, byteCapacity: 1 << 20)
         for seq in 1...7 as ClosedRange<UInt64> {
             history.append(HistoryEntry(kind: .message, seq: seq, time: 0, sender: "a", text: ""))
         }

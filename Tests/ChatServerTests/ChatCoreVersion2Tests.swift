@@ -9,12 +9,14 @@ struct ChatCoreVersion2Tests {
         var chat = Harness {
             $0.messageRate = 2.5
             $0.messageBurst = 40
+            $0.byteRate = 4_096
+            $0.byteBurst = 20_000
         }
         let (newer, _) = chat.open()
         #expect(
             chat.send(.hello(version: 7, nick: "alice", password: nil), from: newer) == [
                 .send(.welcome(version: 2, nick: "alice", maxFrameSize: 16_384, motd: ""), to: newer),
-                .send(.limits(requestRate: 2_500, requestBurst: 40, byteRate: 0, byteBurst: 0), to: newer),
+                .send(.limits(requestRate: 2_500, requestBurst: 40, byteRate: 4_096, byteBurst: 20_000), to: newer),
             ])
         let (older, _) = chat.open()
         #expect(

@@ -9,7 +9,7 @@ import Testing
 @Suite("chat-server executable", .serialized)
 struct ExecutableTests {
     @Test func sigtermDeliversQueuedMessagesAndGoodbyesThenExitsZeroWithNoSocketLeftOpen() async throws {
-        let server = try await ServerProcess.start(arguments: ["--port", "0", "--rate-limit", "0", "--drain-timeout", "10"])
+        let server = try await ServerProcess.start(arguments: ["--port", "0", "--no-rate-limits", "--drain-timeout", "10"])
         defer { server.terminateIfRunning() }
         let port = server.port
 
@@ -61,9 +61,11 @@ struct ExecutableTests {
         let help = server.standardOutput()
         for flag in [
             "--host", "--port", "--max-clients", "--max-clients-per-address", "--max-frame-size", "--max-rooms-per-client",
-            "--rate-limit", "--rate-burst", "--rate-abuse-limit", "--history-size", "--handshake-timeout",
-            "--idle-ping-interval", "--idle-timeout", "--max-outbound-bytes", "--drain-timeout", "--password-file",
-            "--log-level",
+            "--rate-limit", "--rate-burst", "--byte-rate", "--byte-burst", "--address-rate-limit", "--address-rate-burst",
+            "--address-byte-rate", "--address-byte-burst", "--address-fanout-rate", "--address-fanout-burst",
+            "--address-connection-rate", "--address-connection-burst", "--no-rate-limits", "--rate-abuse-limit", "--history-size",
+            "--handshake-timeout", "--idle-ping-interval", "--idle-timeout", "--max-memory", "--slow-consumer-timeout",
+            "--drain-timeout", "--password-file", "--password-attempts", "--password-lockout", "--log-level",
         ] {
             #expect(help.contains(flag), "--help mentions \(flag)")
         }

@@ -31,12 +31,12 @@ func withTimeout<T: Sendable>(
     }
 }
 
-/// A configuration for in-process tests: an OS-chosen port, quick shutdown, no rate limit.
+/// A configuration for in-process tests: an OS-chosen port, quick shutdown, no rate limits.
 func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) -> ChatServerConfiguration {
     var configuration = ChatServerConfiguration()
     configuration.port = 0
     configuration.drainTimeout = .seconds(2)
-    configuration.messageRate = 0
+    configuration.turnOffRateLimits()
     adjust(&configuration)
     return configuration
 }
@@ -78,9 +78,12 @@ final class TestClient: @unchecked Sendable {
         try await connect(port: server.port, nick: nick, password: password)
     }
 
-    /// Connects to the server on `port` of 127.0.0.1 and completes the handshake as `nick`.
-    static func connect(port: Int, nick: String, password: String? = nil) async throws -> TestClient {
-        let connection = try await ChatConnection.connect(host: "127.0.0.1", port: port, nick: nick, password: password)
+    /// Connects to the server on `port` of `host` (127.0.0.1 unless said) and completes the
+    /// handshake as `nick`.
+    static func connect(
+        host: String = "127.0.0.1", port: Int, nick: String, password: String? = nil
+    ) async throws -> TestClient {
+        let connection = try await ChatConnection.connect(host: host, port: port, nick: nick, password: password)
         return TestClient(connection: connection)
     }
 
@@ -210,15 +213,4 @@ func refusal(_ connect: () async throws -> TestClient) async -> ErrorCode? {
         Issue.record("expected a refusal, got \(error)")
         return nil
     }
-}
-
-/// Resident memory of this process in bytes, from /proc/self/statm (its second field, in pages).
-func residentBytes() -> Int {
-    guard let file = fopen("/proc/self/statm", "r") else { return 0 }
-    defer { fclose(file) }
-    var buffer = [UInt8](repeating: 0, count: 256)
-    let count = fread(&buffer, 1, buffer.count, file)
-    let fields = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ")
-    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
-    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
 }

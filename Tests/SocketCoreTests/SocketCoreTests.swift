@@ -193,7 +193,7 @@ private func unusedPort() throws -> Int {
 ///
 /// It keeps the `SocketListener` on a queue of its own, as the listener requires, and hands the
 /// first accepted socket to `acceptOne()` through a lock TSan can see.
-private final class RawAcceptor: @unchecked Sendable {
+final class RawAcceptor: @unchecked Sendable {
     private let listener: SocketListener
     private let queue = DispatchQueue(label: "RawAcceptor")
     /// The listening port.

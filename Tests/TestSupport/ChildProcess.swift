@@ -224,6 +224,13 @@ public final class ChildProcess: @unchecked Sendable {
         }
     }
 
+    /// Lets the child finish by itself for up to `seconds` (a command that must complete its
+    /// work, such as `tmux kill-server`), then stops it if it still runs. Returns when it has exited.
+    public func finish(within seconds: Double = 10) {
+        closeInput()
+        if !blockUntilExit(seconds: seconds) { stop() }
+    }
+
     /// Ends the child at once with SIGKILL, as a crash would, and returns when it has exited.
     public func killNow() {
         signal(SIGKILL)

@@ -1,0 +1,93 @@
+/// How the server divides `--max-memory` among what can grow, so that its resident memory stays
+/// under the total whatever clients do.
+///
+/// Every part that grows with what clients send has a bound derived from the total:
+///
+/// | part | bound |
+/// | --- | --- |
+/// | the process itself: code, runtime, Dispatch, allocator arenas | `baseline` |
+/// | connections: state, and the partial frame a decoder may hold | `perConnection` × `maxClients` |
+/// | room history (entries) | `history` in all |
+/// | history replays encoded once and shared (at most two per room) | up to 2 × `history` |
+/// | everything queued for clients (chunks counted once, however many queues share them) | `output` in all |
+/// | allocator slack and fragmentation | what is left (about an eighth) |
+///
+/// Past `output`, the clients that lag furthest behind are disconnected as slow consumers until
+/// the queues fit again; a client that reads keeps up and is never the furthest behind for long.
+public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
+    /// The total, `--max-memory`.
+    public let total: Int
+    /// What the process needs before any client connects, with room for its runtime's own growth.
+    public let baseline: Int
+    /// The most one connection costs without its output queue: its state (about 2 KiB, measured)
+    /// and a decoder holding a partial frame of the largest allowed size.
+    public let perConnection: Int
+    /// The most room history (texts and names) kept in all rooms together.
+    public let history: Int
+    /// The most history one room keeps.
+    public let historyPerRoom: Int
+    /// The most that may be queued for all clients together.
+    public let output: Int
+    /// The most that may be queued for one client; a client past it is disconnected at once.
+    public let outputPerClient: Int
+    /// Above this much queued for it, a client's requests wait (its connection is not read) until
+    /// its queue is back under `replyLowWater`: a client that does not read its replies cannot make
+    /// the server produce more.
+    public let replyHighWater: Int
+    /// See `replyHighWater`.
+    public let replyLowWater: Int
+    /// A client whose queue stays above this for `slowConsumerTimeout` is a slow consumer.
+    public let lagThreshold: Int
+
+    /// The process's share: measured idle release server RSS is about 12 MiB; the rest is headroom
+    /// for Dispatch threads' stacks and allocator arenas.
+    public static let baselineBytes = 40 << 20
+
+    /// What a connection's state costs: `ClientConnection`, its channel, socket and chat state;
+    /// 1.9–2.7 KiB measured, rounded up.
+    public static let connectionStateBytes = 3 << 10
+
+    /// The smallest total that leaves the growing parts room to work.
+    public static let minimumRemainder = 16 << 20
+
+    /// Divides `total` for a server of `maxClients` connections accepting frames up to
+    /// `maxFrameSize` bytes; `extraPerConnection` adds what a connection's transport costs (TLS
+    /// state, say).
+    public init(total: Int, maxClients: Int, maxFrameSize: Int, extraPerConnection: Int = 0) {
+        self.total = total
+        baseline = Self.baselineBytes
+        perConnection = Self.connectionStateBytes + maxFrameSize + extraPerConnection
+        remainder = total - baseline - perConnection * maxClients
+        let usable = max(0, remainder)
+        history = usable / 8
+        historyPerRoom = max(64 << 10, history / 16)
+        output = usable / 2
+        outputPerClient = max(8 << 20, output / 8)
+        replyHighWater = 256 << 10
+        replyLowWater = 64 << 10
+        lagThreshold = replyHighWater
+    }
+
+    /// What is left for the parts that grow, after the process and the connections.
+    public let remainder: Int
+
+    /// Why the total is too small for the connections it must hold, or nil.
+    public var problem: String? {
+        guard remainder < Self.minimumRemainder else { return nil }
+        return "--max-memory \(Self.mebibytes(total)) is too small: the process needs \(Self.mebibytes(baseline)) and "
+            + "each of --max-clients connections up to \(Self.kibibytes(perConnection)), which leaves "
+            + "\(Self.mebibytes(max(0, remainder))) of the \(Self.mebibytes(Self.minimumRemainder)) needed for history and "
+            + "output; raise --max-memory, or lower --max-clients or --max-frame-size"
+    }
+
+    /// The parts, for the start-up log line and --help.
+    public var description: String {
+        "max-memory \(Self.mebibytes(total)): process \(Self.mebibytes(baseline)), "
+            + "\(Self.kibibytes(perConnection)) per connection, history \(Self.mebibytes(history)) "
+            + "(\(Self.kibibytes(historyPerRoom)) per room), output \(Self.mebibytes(output)) "
+            + "(\(Self.mebibytes(outputPerClient)) per client)"
+    }
+
+    static func mebibytes(_ bytes: Int) -> String { "\(bytes >> 20) MiB" }
+    static func kibibytes(_ bytes: Int) -> String { "\(bytes >> 10) KiB" }
+}

@@ -1,0 +1,152 @@
+import Dispatch
+import Glibc
+import Testing
+@testable import SocketCore
+
+/// `SocketChannel`'s outbound queue: what it costs, giving up on a peer, and half-close.
+@Suite("Channel queue")
+struct ChannelQueueTests {
+    /// A server-side channel on its own queue, and the raw client socket at the other end.
+    private struct Pair {
+        let channel: SocketChannel
+        let queue: DispatchQueue
+        let client: Socket
+        /// Yields once, when the channel has closed its descriptor.
+        let closed: AsyncStream<Void>
+
+        /// With `smallBuffers`, both ends' kernel buffers are a few KiB, so a queue backs up soon.
+        static func make(smallBuffers: Bool = false) async throws -> Pair {
+            let acceptor = try RawAcceptor()
+            defer { acceptor.close() }
+            let client = try await SocketConnector.connect(host: "127.0.0.1", port: acceptor.port)
+            let accepted = await acceptor.acceptOne()
+            if smallBuffers {
+                var size: Int32 = 4096
+                setsockopt(client.descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+                setsockopt(accepted.descriptor, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            }
+            let queue = DispatchQueue(label: "ChannelQueueTests")
+            let channel = SocketChannel(socket: accepted, queue: queue)
+            let (closed, closing) = AsyncStream.makeStream(of: Void.self)
+            queue.sync {
+                channel.onClosed = { _ in
+                    closing.yield()
+                    closing.finish()
+                }
+                channel.start()
+            }
+            return Pair(channel: channel, queue: queue, client: client, closed: closed)
+        }
+
+        /// Reads from the client socket until end of stream.
+        func readToEnd() async throws -> [UInt8] {
+            try await Task.detached { [client] in
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 65_536)
+                // Blocking reads on the test's own thread, with a timeout so a bug cannot hang it.
+                var timeout = timeval(tv_sec: 30, tv_usec: 0)
+                setsockopt(client.descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                let flags = fcntl(client.descriptor, F_GETFL)
+                _ = fcntl(client.descriptor, F_SETFL, flags & ~O_NONBLOCK)
+                while true {
+                    let count = recv(client.descriptor, &buffer, buffer.count, 0)
+                    if count < 0 && errno == EINTR { continue }
+                    if count < 0 { throw SocketError(.posix(errno), operation: "recv", target: "test") }
+                    if count == 0 { return received }
+                    received += buffer[0..<count]
+                }
+            }.value
+        }
+    }
+
+    @Test func countsWhatQueuedChunksReallyCost() async throws {
+        let pair = try await Pair.make()
+        defer { pair.client.close() }
+        let (bytes, cost) = pair.queue.sync {
+            pair.channel.enqueue(ByteChunk([0x02, 0x41, 0x2A]))
+            pair.channel.enqueue(ByteChunk([UInt8](repeating: 7, count: 1000)))
+            return (pair.channel.outboundBytes, pair.channel.outboundCost)
+        }
+        #expect(bytes == 1003)
+        #expect(cost == 1003 + 2 * (ByteChunk.overheadBytes + SocketChannel.slotBytes), "a 3-byte pong costs far more than 3 bytes")
+        let drained = pair.queue.sync {
+            pair.channel.flush()
+            return (pair.channel.outboundBytes, pair.channel.outboundCost)
+        }
+        #expect(drained == (0, 0))
+        pair.queue.sync { pair.channel.close() }
+    }
+
+    @Test func aMeterCountsChunksUntilTheLastQueueLetsThemGo() {
+        let meter = MemoryMeter()
+        var chunks: [ByteChunk] = (0..<10).map { _ in ByteChunk([UInt8](repeating: 1, count: 100), meter: meter) }
+        let shared = chunks
+        #expect(meter.bytes == 10 * ByteChunk.cost(ofBytes: 100))
+        chunks.removeAll()
+        #expect(meter.bytes == 10 * ByteChunk.cost(ofBytes: 100), "still held elsewhere")
+        withExtendedLifetime(shared) {}
+        _ = consume shared
+        #expect(meter.bytes == 0)
+    }
+
+    @Test func givingUpKeepsThePartlySentChunkWholeThenSendsTheLastWord() async throws {
+        // A client that reads nothing yet, with a small receive buffer, so the queue backs up.
+        let pair = try await Pair.make(smallBuffers: true)
+        defer { pair.client.close() }
+        let chunkSize = 1000
+        let chunks = (0..<3000).map { index in
+            ByteChunk((0..<chunkSize).map { UInt8(truncatingIfNeeded: index &* 31 &+ $0) })
+        }
+        let dropped = pair.queue.sync {
+            for chunk in chunks { pair.channel.enqueue(chunk) }
+            pair.channel.flush()
+            let dropped = pair.channel.discardUnsent()
+            pair.channel.enqueue(ByteChunk(Array("END".utf8)))
+            pair.channel.shutdownWrite()
+            pair.channel.flush()
+            return dropped
+        }
+        #expect(dropped > 0, "the peer could not have taken 3 MB")
+        let received = try await pair.readToEnd()
+        #expect(received.suffix(3) == Array("END".utf8)[...], "the last word arrives last")
+        let data = received.dropLast(3)
+        #expect(data.count % chunkSize == 0, "only whole chunks before it: \(data.count) bytes")
+        let expected = chunks.prefix(data.count / chunkSize).flatMap { Array($0.bytes) }
+        #expect(Array(data) == expected, "the chunks that left, in order and intact")
+        #expect(data.count + dropped == chunks.count * chunkSize)
+        pair.queue.sync { pair.channel.close() }
+    }
+
+    @Test func afterThePeersEndTheQueuedReplyLeavesAndTheChannelClosesItself() async throws {
+        let pair = try await Pair.make()
+        defer { pair.client.close() }
+        pair.queue.sync {
+            pair.channel.onEndOfInput = { [channel = pair.channel] in
+                channel.enqueue(ByteChunk(Array("reply".utf8)))
+                channel.shutdownWrite()
+                channel.flush()
+            }
+        }
+        _ = try pair.client.write(vectors: [Array("request".utf8)])
+        _ = shutdown(pair.client.descriptor, Int32(SHUT_WR))
+        let received = try await pair.readToEnd()
+        #expect(received == Array("reply".utf8), "the reply queued at end of input arrives, then end of stream")
+        let closed = try await withTimeout(.seconds(30), "the channel to close") { [closed = pair.closed] in
+            var events = closed.makeAsyncIterator()
+            return await events.next() != nil
+        }
+        #expect(closed == true, "finished both ways, the channel closed its descriptor")
+    }
+}
+
+extension Socket {
+    /// Writes `buffers` in one call (test helper over the gather write).
+    fileprivate func write(vectors buffers: [[UInt8]]) throws -> Int {
+        var total = 0
+        for buffer in buffers {
+            let result = buffer.withUnsafeBytes { bytes in Glibc.send(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) }
+            if result > 0 { total += result }
+        }
+        return total
+    }
+}
