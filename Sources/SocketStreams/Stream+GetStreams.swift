@@ -17,9 +17,16 @@ extension Stream {
     /// Nothing happens on the network until one of the streams is opened: then the name is resolved
     /// (IPv4 and IPv6) and each address tried in turn; both streams report `.opening` until the
     /// connection is up, then `.openCompleted`. A failure (refused, unreachable, unknown host, no
-    /// connection within 60 seconds) sets `streamStatus` to `.error`, posts `.errorOccurred` and
-    /// leaves a `SocketError` in `streamError` (`streamError as? SocketError`; `as NSError` gives
-    /// errno failures in `NSPOSIXErrorDomain`, and `SocketError.nsError` the resolver's domain).
+    /// connection within 60 seconds, a port outside 0…65535) sets `streamStatus` to `.error`, posts
+    /// `.errorOccurred` and leaves an `NSError` in `streamError`, in the domain CFNetwork reports the
+    /// same failure in: `NSPOSIXErrorDomain` with the errno for socket calls, and
+    /// `kCFErrorDomainCFNetwork` / `kCFHostErrorUnknown` with the `EAI_*` value under
+    /// `kCFGetAddrInfoFailureKey` for a failed lookup. The `SocketError` is under
+    /// `NSUnderlyingErrorKey`. Closing both streams while connecting closes the socket at once.
+    ///
+    /// TLS is not available: setting `socketSecurityLevelKey` (other than `.none`) or
+    /// `kCFStreamPropertySSLSettings` makes the open fail with `SocketStreamsErrorDomain` /
+    /// `SocketStreamsErrorCode.tlsUnavailable` instead of connecting in cleartext.
     ///
     /// The two streams share one socket, which is closed once both streams are closed; closing only
     /// the output stream shuts down sending (the peer reads end of stream) and reading goes on.

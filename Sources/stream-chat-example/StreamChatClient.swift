@@ -70,7 +70,7 @@ final class StreamChatClient: NSObject, StreamDelegate {
             writeLine("* the relay closed the connection")
             exit(0)
         case .errorOccurred:
-            let reason = aStream.streamError.map { "\($0)" } ?? "unknown error"
+            let reason = aStream.streamError?.localizedDescription ?? "unknown error"
             writeLine("stream-chat-example: \(reason)", to: STDERR_FILENO)
             exit(1)
         default:
