@@ -125,6 +125,30 @@ import Testing
         }
     }
 
+    @Test func failsOnABrokenStreamExactlyAsTheDecoderDoes() throws {
+        // Both split frames with FrameSplitter, so a bad prefix or a bad message fails the same way.
+        let streams: [[UInt8]] = [
+            [0xC8, 0x01],  // 200 > 100
+            [0x00],  // a frame without its type byte
+            [0x85, 0x00],  // a needlessly long length
+            FrameEncoder.encode(Self.frames[4]) + [0x02, FrameType.message.rawValue, 0x85],  // a message cut short
+        ]
+        for stream in streams {
+            var decoder = FrameDecoder(maxFrameSize: 100)
+            decoder.append(contentsOf: stream)
+            var decoderError: FrameError?
+            do throws(FrameError) { while try decoder.next() != nil {} } catch { decoderError = error }
+            var scanner = MessageScanner(maxFrameSize: 100)
+            let scanned = stream.withUnsafeBytes { bytes in
+                Result { () throws(FrameError) in try scanner.scan(bytes) { _ in } }
+            }
+            var scannerError: FrameError?
+            if case .failure(let error) = scanned { scannerError = error }
+            #expect(decoderError != nil, "expected the decoder to refuse \(stream)")
+            #expect(scannerError == decoderError, "\(stream): the scanner threw \(String(describing: scannerError)), the decoder \(String(describing: decoderError))")
+        }
+    }
+
     @Test func rejectsAFrameLongerThanTheLimitFromItsPrefix() {
         var scanner = MessageScanner(maxFrameSize: 100)
         let prefix: [UInt8] = [0xC8, 0x01]  // 200
