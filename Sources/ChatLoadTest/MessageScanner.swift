@@ -86,16 +86,20 @@ public struct MessageScanner: Sendable {
     private static func loadPayload(_ bytes: UnsafeRawBufferPointer, fields: Range<Int>) -> LoadPayload? {
         let frame = UnsafeRawBufferPointer(rebasing: bytes[..<fields.upperBound])
         var index = fields.lowerBound
+        // Steps over one varint; with `andThatManyBytes`, over the string it is the length of too.
+        func skip(_ field: Field, andThatManyBytes: Bool = false) throws(FrameError) -> Bool {
+            guard let (value, next) = try Varint.read(frame, from: index, field: field) else { return false }
+            index = next
+            guard andThatManyBytes else { return true }
+            guard value <= UInt64(frame.count - index) else { return false }
+            index += Int(value)
+            return true
+        }
         do throws(FrameError) {
-            for field in [Field.room, .seq, .time, .sender] {
-                guard let (value, next) = try Varint.read(frame, from: index, field: field) else { return nil }
-                index = next
-                // Room and sender are a length and that many bytes, skipped unread.
-                if field == .room || field == .sender {
-                    guard value <= UInt64(frame.count - index) else { return nil }
-                    index += Int(value)
-                }
-            }
+            // Room and sender are skipped unread (the shortcut this type admits to).
+            guard try skip(.room, andThatManyBytes: true), try skip(.seq), try skip(.time),
+                  try skip(.sender, andThatManyBytes: true)
+            else { return nil }
         } catch {
             return nil
         }
