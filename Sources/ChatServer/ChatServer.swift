@@ -74,6 +74,8 @@ public final class ChatServer: @unchecked Sendable {
     private var throttleTimerDeadline: UInt64?
 
     private var refusalLog = LogThrottle()
+    /// Connections refused at the door, waiting for their clients to close.
+    private var refused = RefusedSockets()
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
 
@@ -159,17 +161,21 @@ public final class ChatServer: @unchecked Sendable {
             socket.close()
             return
         }
+        let address = (try? socket.remoteAddress().ip) ?? "unknown"
+        let slot = freeSlots.last ?? connections.count
+        let now = Self.now()
+        if let refusal = core.clientConnected(ClientID(slot), address: address, at: now) {
+            turnAway(socket, address: address, refusal: refusal, now: now)
+            return
+        }
+        if slot == connections.count {
+            connections.append(nil)
+        } else {
+            freeSlots.removeLast()
+        }
         // Chat frames are small and latency matters more than packet count; gather writes already
         // batch whatever is queued.
         try? socket.setNoDelay()
-        let address = (try? socket.remoteAddress().ip) ?? "unknown"
-        let slot: Int
-        if let free = freeSlots.popLast() {
-            slot = free
-        } else {
-            slot = connections.count
-            connections.append(nil)
-        }
         let channel = SocketChannel(socket: socket, queue: queue, readBuffer: readBuffer)
         channel.slotMeter = slotMeter
         let connection = ClientConnection(
@@ -188,8 +194,26 @@ public final class ChatServer: @unchecked Sendable {
         logger.debug(
             "client connected",
             metadata: ["connection.id": "\(connection.serial)", "connection.remote": "\(channel.label)"])
-        core.clientConnected(connection.id, address: address, at: Self.now(), into: &actions)
-        perform()
+    }
+
+    /// Refuses a connection on the listener's turn, at the cost of a few system calls: its error
+    /// frame goes into the socket's empty send buffer, then end of stream; what the client already
+    /// sent (usually its `hello`) is read and dropped. If the client has closed too, the socket is
+    /// closed now; otherwise it waits in `refused` for the client to close. A channel per attempt,
+    /// two Dispatch sources and a linger, is what made a reconnect loop over the limits slow
+    /// everyone else down.
+    private func turnAway(_ socket: Socket, address: String, refusal: Disconnection, now: ServerTime) {
+        logRefusal(address: address, label: socket.label, reason: refusal.reason, now: now)
+        if let frame = refusal.errorFrame {
+            let bytes = FrameEncoder.encode(frame)
+            _ = bytes.withUnsafeBytes { try? socket.write($0) }
+        }
+        try? socket.shutdownWrite()
+        if RefusedSockets.stillOpen(socket, scratch: readBuffer.memory) {
+            refused.add(socket, until: now.uptimeMillis + configuration.lingerTimeout.milliseconds)
+        } else {
+            socket.close()
+        }
     }
 
     // MARK: Reading
@@ -492,6 +516,7 @@ public final class ChatServer: @unchecked Sendable {
                 break
             }
         }
+        refused.sweep(now: now.uptimeMillis, scratch: readBuffer.memory)
         for (key, count) in refusalLog.summaries(now: now.uptimeMillis) {
             logger.info("refusals summarised", metadata: ["refusal": "\(key)", "refusal.suppressed": "\(count)"])
         }
@@ -500,6 +525,7 @@ public final class ChatServer: @unchecked Sendable {
     private func finishStoppingIfIdle() {
         guard state == .stopping, openConnections == 0 else { return }
         state = .stopped
+        refused.closeAll()
         timer?.cancel()
         timer = nil
         throttleTimer?.cancel()
@@ -528,8 +554,7 @@ public final class ChatServer: @unchecked Sendable {
     /// reason, with a summary of what was left out.
     private func logDisconnect(_ connection: ClientConnection, reason: String, nick: String?, now: ServerTime) {
         if !connection.welcomed {
-            let key = "\(connection.address): \(reason.prefix { $0 != "(" && $0 != ";" })"
-            guard refusalLog.admit(key, now: now.uptimeMillis) else { return }
+            guard admitRefusalLine(address: connection.address, reason: reason, now: now) else { return }
         }
         var metadata: Logger.Metadata = [
             "connection.id": "\(connection.serial)", "connection.remote": "\(connection.channel.label)",
@@ -537,6 +562,19 @@ public final class ChatServer: @unchecked Sendable {
         ]
         if let nick { metadata["client.nick"] = "\(nick)" }
         logger.info("client disconnected", metadata: metadata)
+    }
+
+    /// Logs a connection turned away at the door (a full server, an address over its limits),
+    /// throttled like other refusals.
+    private func logRefusal(address: String, label: String, reason: String, now: ServerTime) {
+        guard admitRefusalLine(address: address, reason: reason, now: now) else { return }
+        logger.info("client refused", metadata: ["connection.remote": "\(label)", "disconnect.reason": "\(reason)"])
+    }
+
+    /// Whether a refusal of `address` for `reason` gets a log line now: a few per address and
+    /// reason (the reason's numbers left out), then a periodic summary of the rest.
+    private func admitRefusalLine(address: String, reason: String, now: ServerTime) -> Bool {
+        refusalLog.admit("\(address): \(reason.prefix { $0 != "(" && $0 != ";" })", now: now.uptimeMillis)
     }
 
     /// The wall clock for stamps and the monotonic clock for timeouts, read together.
