@@ -27,16 +27,17 @@ let package = Package(
         // POSIX sockets + Dispatch sources and the async API; no Foundation, so what links only this
         // (the server, the load tester) does not carry Foundation and ICU.
         .target(
-            name: "SocketCore", dependencies: ["CSocketShims", .product(name: "DequeModule", package: "swift-collections")]),
+            name: "SocketCore",
+            dependencies: ["CSocketShims", "SocketTLS", .product(name: "DequeModule", package: "swift-collections")]),
         // OpenSSL 3 from Debian's libssl-dev, found with pkg-config; shim.h wraps the macros Swift
         // cannot import.
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         // TLS 1.2/1.3 as a per-connection state machine over memory BIOs: ciphertext in, plaintext
-        // out and back, never a socket. SocketChannel will carry one (docs/TLS.md).
+        // out and back, never a socket. SocketChannel carries one (docs/TLS.md).
         .target(name: "SocketTLS", dependencies: ["COpenSSL"]),
         // Stream.getStreamsToHost / getBoundStreams for Linux: Foundation's InputStream/OutputStream
         // on SocketCore. Apps written for Apple's NSStream API import this.
-        .target(name: "SocketStreams", dependencies: ["SocketCore"]),
+        .target(name: "SocketStreams", dependencies: ["SocketCore", "SocketTLS"]),
         // The classic NSStream chat-client pattern, running on Linux through Stream.getStreamsToHost.
         .executableTarget(name: "stream-chat-example", dependencies: ["SocketStreams"]),
 
