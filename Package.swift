@@ -52,11 +52,13 @@ let package = Package(
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(
             name: "ChatServer",
-            dependencies: ["SocketCore", "ChatProtocol", logging, .product(name: "DequeModule", package: "swift-collections")]),
-        .executableTarget(name: "chat-server", dependencies: ["ChatServer", argumentParser, logging]),
+            dependencies: [
+                "SocketCore", "SocketTLS", "ChatProtocol", logging, .product(name: "DequeModule", package: "swift-collections"),
+            ]),
+        .executableTarget(name: "chat-server", dependencies: ["ChatServer", "SocketTLS", argumentParser, logging]),
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
-        .target(name: "ChatClient", dependencies: ["SocketCore", "ChatProtocol"]),
+        .target(name: "ChatClient", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"]),
         .executableTarget(name: "chat-client", dependencies: ["ChatClient", argumentParser]),
 
         // Load generation and exact delivery accounting.
@@ -77,7 +79,8 @@ let package = Package(
         .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
-        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
+        .testTarget(
+            name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
     ],

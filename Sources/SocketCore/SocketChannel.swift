@@ -125,6 +125,14 @@ public final class SocketChannel: @unchecked Sendable {
     /// `MemoryMeter` counts once, however many queues share it). Updated once per `flush`, not per
     /// chunk, to stay off the hot path. Set it before `start()`.
     public var slotMeter: MemoryMeter?
+    /// Counts the TLS session's ciphertext buffers (`TLSSession.bufferedCiphertextCapacity`) while
+    /// they exist, so an owner of many channels can add them to what its queues pin: up to one
+    /// encrypt batch per connection that the peer is not reading. Updated once per `flush`. Set it
+    /// before `start()`; ignored without TLS.
+    public var ciphertextMeter: MemoryMeter?
+    /// The ciphertext buffer bytes `ciphertextMeter` was last told of.
+    private var reportedCiphertextBytes = 0
+
     /// Slot bytes taken or given back since the meter was last told.
     @exclusivity(unchecked) private var unreportedSlotBytes = 0
 
@@ -327,6 +335,13 @@ public final class SocketChannel: @unchecked Sendable {
     }
 
     private func reportSlots() {
+        if let tls, let ciphertextMeter {
+            let now = state == .open ? tls.bufferedCiphertextCapacity : 0
+            if now != reportedCiphertextBytes {
+                ciphertextMeter.add(now - reportedCiphertextBytes)
+                reportedCiphertextBytes = now
+            }
+        }
         guard unreportedSlotBytes != 0 else { return }
         slotMeter?.add(unreportedSlotBytes)
         unreportedSlotBytes = 0

@@ -105,6 +105,18 @@ public final class SocketConnection: Sendable {
         }
     }
 
+    /// The server's (or client's) certificate as this side received it, and what verification
+    /// would have said about it when verification was off; nil for a plain connection.
+    public var tlsPeer: (certificate: TLSCertificateSummary?, ignoredFailure: TLSError?)? {
+        get async {
+            await withCheckedContinuation { continuation in
+                core.queue.async { [core] in
+                    continuation.resume(returning: core.channel.tls.map { ($0.peerCertificate, $0.ignoredVerificationFailure) })
+                }
+            }
+        }
+    }
+
     /// Runs `body` with the channel on its queue: for tests that look inside (the TLS session's
     /// buffers, the queue's bounds).
     func inspectChannel<T: Sendable>(_ body: @escaping @Sendable (SocketChannel) -> T) async -> T {
