@@ -59,7 +59,7 @@ let package = Package(
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(name: "ChatClient", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"]),
-        .executableTarget(name: "chat-client", dependencies: ["ChatClient", argumentParser]),
+        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "SocketTLS", argumentParser]),
 
         // Load generation and exact delivery accounting.
         .target(

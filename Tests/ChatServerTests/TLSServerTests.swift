@@ -174,6 +174,34 @@ struct TLSServerTests {
         #expect(server.child.output.contains(keyFile), "the failure names the file")
     }
 
+    @Test func terminalClientChatsOverTLSAndSaysSoOrRefusesAnUntrustedServerOnce() async throws {
+        let certificates = try await Certificates.make()
+        let server = try await ChatServerProcess(arguments: certificates.serverArguments)
+        defer { server.stop() }
+        let client = try ChildProcess.builtExecutable(named: "chat-client")
+        let common = ["--host", "localhost", "--port", "\(server.port)", "--room", "general"]
+
+        let ann = try ChildProcess(client, ["--nick", "ann", "--tls-ca", certificates.caFile] + common)
+        defer { ann.stop() }
+        #expect(await ann.waitForOutput("-!- ann joined"), "ann joins over TLS: \(ann.output)")
+        #expect(ann.output.contains("encrypted: TLS 1.3"), "the client says the connection is encrypted: \(ann.output)")
+        #expect(ann.output.contains("verified") && !ann.output.contains("NOT verified"), "\(ann.output)")
+        ann.send("hello over TLS")
+        #expect(await ann.waitForOutput("<ann> hello over TLS"), "\(ann.output)")
+
+        // The system's CAs do not include the dev CA: one clear error, no retrying, exit 1.
+        let eve = try ChildProcess(client, ["--nick", "eve", "--tls"] + common)
+        #expect(await eve.waitForExit() == 1, "\(eve.output)")
+        #expect(eve.output.contains("--tls-ca FILE"), "the error says which flag helps: \(eve.output)")
+
+        let tess = try ChildProcess(client, ["--nick", "tess", "--tls-insecure"] + common)
+        defer { tess.stop() }
+        #expect(await tess.waitForOutput("-!- tess joined"), "\(tess.output)")
+        #expect(tess.output.contains("WARNING: --tls-insecure"), "the warning cannot be missed: \(tess.output)")
+        #expect(tess.output.contains("NOT verified"), "\(tess.output)")
+        #expect(tess.output.contains("Verification would have failed"), "names what was ignored: \(tess.output)")
+    }
+
     @Test func mismatchedFlagsAndABadKeyAreRefusedAtStart() async throws {
         let certificates = try await Certificates.make()
         let executable = try ChildProcess.builtExecutable(named: "chat-server")
