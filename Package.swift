@@ -64,9 +64,11 @@ let package = Package(
         // Load generation and exact delivery accounting.
         .target(
             name: "ChatLoadTest",
-            dependencies: ["ChatProtocol", "SocketCore", "ChatWireComparison", .product(name: "Histogram", package: "hdrhistogram-swift")]
+            dependencies: [
+                "ChatProtocol", "SocketCore", "SocketTLS", "ChatWireComparison", .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ]
         ),
-        .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", argumentParser]),
+        .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", "SocketTLS", argumentParser]),
         // Plays the attacks of docs/SECURITY.md against a server; Scripts/abuse.sh runs them all.
         .executableTarget(
             name: "chat-abuse",

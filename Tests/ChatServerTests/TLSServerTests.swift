@@ -202,6 +202,20 @@ struct TLSServerTests {
         #expect(tess.output.contains("Verification would have failed"), "names what was ignored: \(tess.output)")
     }
 
+    @Test func loadTesterDeliversEveryMessageOverTLS() async throws {
+        let certificates = try await Certificates.make()
+        let server = try await ChatServerProcess(arguments: certificates.serverArguments + ["--no-rate-limits"])
+        defer { server.stop() }
+        let loadTest = try ChildProcess(
+            try ChildProcess.builtExecutable(named: "chat-loadtest"),
+            ["--host", "localhost", "--port", "\(server.port)", "--tls-ca", certificates.caFile, "--clients", "40", "--rooms", "2",
+             "--senders", "4", "--messages", "2000", "--duration", "30", "--no-progress"])
+        let status = await loadTest.waitForExit(timeout: .seconds(120))
+        #expect(status == 0, "every client joins over TLS and every delivery arrives: \(loadTest.output)")
+        #expect(loadTest.output.contains("Connecting (TLS)"), "\(loadTest.output)")
+        #expect(loadTest.output.contains("lost 0, duplicated 0, reordered 0"), "\(loadTest.output)")
+    }
+
     @Test func mismatchedFlagsAndABadKeyAreRefusedAtStart() async throws {
         let certificates = try await Certificates.make()
         let executable = try ChildProcess.builtExecutable(named: "chat-server")
