@@ -39,8 +39,8 @@ public let SocketStreamsErrorDomain = "SocketStreamsErrorDomain"
 
 /// The codes of `SocketStreamsErrorDomain`.
 public enum SocketStreamsErrorCode: Int, Sendable {
-    /// TLS was requested (a socket security level or SSL settings) and this bridge has none, so the
-    /// stream failed to open rather than send in cleartext.
+    /// TLS was requested with a setting the bridge cannot honour (SSL 2 or 3, a client identity),
+    /// so the stream failed to open rather than send in cleartext.
     case tlsUnavailable = 1
 }
 
