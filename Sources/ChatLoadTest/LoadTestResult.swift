@@ -269,6 +269,7 @@ extension LoadTestResult {
             ("rooms", "\(rooms)"),
             ("senders", "\(senders)"),
             ("pacing", pacing),
+            ("connects/s", Self.count(connectsPerSecond)),
             ("msg/s", Self.count(messagesPerSecond)),
             ("deliveries/s", Self.count(deliveriesPerSecond)),
             ("p50", Self.duration(latency.p50)),
