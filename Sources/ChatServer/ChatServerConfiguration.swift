@@ -17,9 +17,11 @@ public struct ChatServerConfiguration: Sendable {
     public var plainPort: Int?
 
     /// What a TLS connection costs beyond a plain one, at most: OpenSSL's `SSL` object (about
-    /// 15 KiB idle, measured) and its record buffer for a partial record (17 KiB), rounded up.
+    /// 15 KiB idle in the engine's measurement), its record buffer for a partial record (17 KiB),
+    /// and the allocator's slack after handshakes (the real server grew 26–41 KiB per idle TLS
+    /// connection more than per plain one after 2,000 concurrent handshakes: BENCHMARKS.md).
     /// Ciphertext waiting to be sent is counted with the output queues instead.
-    public static let tlsConnectionBytes = 36 << 10
+    public static let tlsConnectionBytes = 48 << 10
 
     /// The most connections open at once, handshaking ones included.
     public var maxClients = 10_000

@@ -103,11 +103,13 @@ public final class SocketChannel: @unchecked Sendable {
     }
     /// What the queued chunks pin in memory, counting each chunk's whole cost
     /// (`ByteChunk.cost(ofBytes:)`) and its queue slot, as if no other queue shared it; with TLS,
-    /// plus the session's ciphertext buffers (not OpenSSL's fixed cost per connection, which is
-    /// `TLSSession`'s to state).
+    /// plus the ciphertext waiting to be sent. (Not the capacity of the session's buffers, which
+    /// stays allocated until a queue drains completely: an owner that pauses a busy client above
+    /// one mark and resumes it below another would otherwise keep it paused until all was sent.
+    /// `ciphertextMeter` counts the capacity for memory totals.)
     public var outboundCost: Int {
         guard let tls else { return queuedCost }
-        return queuedCost + tls.bufferedCiphertextCapacity
+        return queuedCost + tls.pendingCiphertext.count
     }
     /// Bytes of the queued chunks not yet sent (with TLS: not yet encrypted).
     @exclusivity(unchecked) private var queuedBytes = 0

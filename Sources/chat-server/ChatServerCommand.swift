@@ -34,7 +34,7 @@ struct ChatServerCommand: ParsableCommand {
             beside it. The TLS handshake must finish within --handshake-timeout, like hello. SIGHUP \
             reads the certificate and key again: new connections get the new certificate, open ones \
             carry on, and a broken file is logged while the old certificate stays. Each TLS \
-            connection reserves 36 KiB more of --max-memory, whose default is then 1G.
+            connection reserves 48 KiB more of --max-memory, whose default is then 1G.
 
             The password comes from --password-file or the CHAT_SERVER_PASSWORD environment \
             variable, never from the command line, where other users could read it.
@@ -127,7 +127,7 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "The most memory the server may use (suffix K, M or G for KiB, MiB, GiB); divided among connections, history and output queues. (default: 512M, or 1G with --tls-cert: each TLS connection reserves 36 KiB more)",
+            "The most memory the server may use (suffix K, M or G for KiB, MiB, GiB); divided among connections, history and output queues. (default: 512M, or 1G with --tls-cert: each TLS connection reserves 48 KiB more)",
             valueName: "SIZE"))
     var maxMemory: ByteSize?
 
