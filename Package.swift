@@ -28,6 +28,9 @@ let package = Package(
         // (the server, the load tester) does not carry Foundation and ICU.
         .target(
             name: "SocketCore", dependencies: ["CSocketShims", .product(name: "DequeModule", package: "swift-collections")]),
+        // Redis's wire protocol (RESP2): the parser and encoder the cluster mode's Redis client
+        // speaks through; bytes only, no sockets, so it is tested and fuzzed on its own.
+        .target(name: "RedisProtocol"),
         // OpenSSL 3 from Debian's libssl-dev, found with pkg-config; shim.h wraps the macros Swift
         // cannot import.
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
@@ -76,6 +79,7 @@ let package = Package(
         .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
+        .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
         .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
