@@ -33,6 +33,8 @@ let package = Package(
         .target(name: "RedisProtocol"),
         // A Redis connection on SocketCore's channel: pipelined commands and subscriber mode, on the
         // owner's queue. Ours because the Swift Redis clients on this machine need SwiftNIO.
+        // The cluster mode's shared state in Redis: room logs with one seq order (docs/CLUSTER.md).
+        .target(name: "ChatCluster", dependencies: ["RedisClient", "RedisProtocol"]),
         .target(
             name: "RedisClient",
             dependencies: ["RedisProtocol", "SocketCore", .product(name: "DequeModule", package: "swift-collections")]),
@@ -85,6 +87,7 @@ let package = Package(
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
+        .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
