@@ -102,7 +102,7 @@ public final class RoomLog: @unchecked Sendable {
                 subscriber.onPush = { [weak log] value in log?.pushed(value) }
                 completion(.success(log))
             case .success(let other):
-                completion(.failure(Self.failure(other, expecting: "a script hash")))
+                completion(.failure(ClusterError(.success(other), expecting: "a script hash")))
             case .failure(let error):
                 completion(.failure(.redis(error)))
             }
@@ -127,7 +127,7 @@ public final class RoomLog: @unchecked Sendable {
                 }
                 completion(.success(LoggedEvent(seq: UInt64(seq), time: UInt64(time), payload: payload)))
             case .success(let other):
-                completion(.failure(Self.failure(other, expecting: "{seq, time}")))
+                completion(.failure(ClusterError(.success(other), expecting: "{seq, time}")))
             case .failure(let error):
                 completion(.failure(.redis(error)))
             }
@@ -184,7 +184,7 @@ public final class RoomLog: @unchecked Sendable {
                 seq = 0
             case .success(let value):
                 guard let number = value.integer, number >= 0 else {
-                    follows[room]?.ready?(.failure(Self.failure(value, expecting: "the room's seq")))
+                    follows[room]?.ready?(.failure(ClusterError(.success(value), expecting: "the room's seq")))
                     return
                 }
                 seq = UInt64(number)
@@ -282,7 +282,7 @@ public final class RoomLog: @unchecked Sendable {
                 }
                 completion(.success(events))
             case .success(let other):
-                completion(.failure(Self.failure(other, expecting: "stream entries")))
+                completion(.failure(ClusterError(.success(other), expecting: "stream entries")))
             case .failure(let error):
                 completion(.failure(.redis(error)))
             }
@@ -325,8 +325,4 @@ public final class RoomLog: @unchecked Sendable {
         return LoggedEvent(seq: seq, time: time, payload: payload)
     }
 
-    private static func failure(_ value: RESPValue, expecting what: String) -> ClusterError {
-        if case .error(let text) = value { return .refused(text) }
-        return .malformedReply("expected \(what), got \(value)")
-    }
 }
