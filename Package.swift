@@ -87,7 +87,7 @@ let package = Package(
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
-        .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "TestSupport"]),
+        .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
