@@ -59,7 +59,8 @@ private final class RegistryNode: @unchecked Sendable {
     }
 }
 
-@Suite("Cluster-wide nicks in a real Redis")
+/// One test at a time: each starts its own redis-server (see RedisConnectionTests).
+@Suite("Cluster-wide nicks in a real Redis", .serialized)
 struct NickRegistryTests {
     @Test func ofManyNodesClaimingOneNickAtOnceExactlyOneWins() async throws {
         let redis = try await RedisServerProcess()

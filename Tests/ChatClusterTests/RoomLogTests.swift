@@ -93,7 +93,8 @@ private final class Node: @unchecked Sendable {
 
 private func payload(_ text: String) -> [UInt8] { Array(text.utf8) + [0, 13, 10, 32] }
 
-@Suite("The cluster's room log in a real Redis")
+/// One test at a time: each starts its own redis-server (see RedisConnectionTests).
+@Suite("The cluster's room log in a real Redis", .serialized)
 struct RoomLogTests {
     @Test func twoNodesAppendingAtOnceSeeOneOrder() async throws {
         let redis = try await RedisServerProcess()

@@ -74,7 +74,9 @@ private final class Client: @unchecked Sendable {
     func close() { queue.async { [connection] in connection.close() } }
 }
 
-@Suite("Redis connection against a real redis-server")
+/// One test at a time: each starts its own redis-server (a process and two reader threads here),
+/// and other suites count this process's threads.
+@Suite("Redis connection against a real redis-server", .serialized)
 struct RedisConnectionTests {
     @Test func answersCommandsAndKeepsValuesBinarySafe() async throws {
         let redis = try await RedisServerProcess()
