@@ -29,6 +29,16 @@ let package = Package(
         .target(
             name: "SocketCore",
             dependencies: ["CSocketShims", "SocketTLS", .product(name: "DequeModule", package: "swift-collections")]),
+        // Redis's wire protocol (RESP2): the parser and encoder the cluster mode's Redis client
+        // speaks through; bytes only, no sockets, so it is tested and fuzzed on its own.
+        .target(name: "RedisProtocol"),
+        // A Redis connection on SocketCore's channel: pipelined commands and subscriber mode, on the
+        // owner's queue. Ours because the Swift Redis clients on this machine need SwiftNIO.
+        // The cluster mode's shared state in Redis: room logs with one seq order (docs/CLUSTER.md).
+        .target(name: "ChatCluster", dependencies: ["RedisClient", "RedisProtocol"]),
+        .target(
+            name: "RedisClient",
+            dependencies: ["RedisProtocol", "SocketCore", .product(name: "DequeModule", package: "swift-collections")]),
         // OpenSSL 3 from Debian's libssl-dev, found with pkg-config; shim.h wraps the macros Swift
         // cannot import.
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
@@ -81,6 +91,9 @@ let package = Package(
         .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
+        .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
+        .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
+        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
         .testTarget(
             name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),

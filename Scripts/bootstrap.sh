@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the project needs and a fresh Debian machine lacks:
 # libssl-dev (TLS), pkg-config (finds it), tmux (the
-# terminal tests) and openssl (Scripts/dev-cert.sh, the TLS interoperability tests). Does nothing
+# terminal tests), openssl (Scripts/dev-cert.sh, the TLS interoperability tests) and redis-server
+# (the cluster mode's Redis, which its tests start on free loopback ports). Does nothing
 # when all are there. Called by the other scripts; safe to run by hand.
 set -euo pipefail
 
@@ -10,7 +11,8 @@ case "${1:-}" in
         cat <<'USAGE'
 Usage: Scripts/bootstrap.sh
 
-Installs, with apt-get, whichever of these is missing: libssl-dev, pkg-config, tmux, openssl.
+Installs, with apt-get, whichever of these is missing: libssl-dev, pkg-config, tmux, openssl,
+redis-server.
 Needs root (or sudo). Prints nothing when everything is already installed.
 USAGE
         exit 0 ;;
@@ -21,6 +23,7 @@ missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+[[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 sudo=""

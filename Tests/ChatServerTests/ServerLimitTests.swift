@@ -51,10 +51,19 @@ struct ServerLimitTests {
                 raw.close()
             }
             try await holder.send(.ping(token: 7))
-            guard case .pong(7) = try await holder.expectFrame("pong") else {
-                Issue.record("the holder's session was disturbed")
-                return
+            // On a slow run the server may have pinged the idle holder meanwhile.
+            var answered = false
+            while !answered, let frame = try await holder.next(waitingFor: "pong") {
+                if case .pong(7) = frame {
+                    answered = true
+                } else if case .ping = frame {
+                    continue
+                } else {
+                    Issue.record("the holder got \(frame)")
+                    break
+                }
             }
+            #expect(answered, "the holder's session goes on")
             holder.close()
         }
     }
