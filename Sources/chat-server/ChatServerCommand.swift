@@ -188,7 +188,7 @@ struct ChatServerCommand: ParsableCommand {
 
         let stopped = DispatchSemaphore(value: 0)
         let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
-            + installReloadHandler(server: server, logger: logger)
+            + (server.configuration.tls == nil ? [] : installReloadHandler(server: server, logger: logger))
         logger.info(
             "serving",
             metadata: [
@@ -282,14 +282,13 @@ private func installShutdownHandlers(
     }
 }
 
-/// Reloads the TLS certificate and key on SIGHUP (`ChatServer.reloadTLS` logs the outcome);
-/// without TLS, SIGHUP is ignored rather than killing the server. Nonisolated for the same reason
-/// as `installShutdownHandlers`.
+/// Reloads the TLS certificate and key on SIGHUP (`ChatServer.reloadTLS` logs the outcome).
+/// Installed only with TLS: without it SIGHUP keeps its default, ending a server whose terminal
+/// closed. Nonisolated for the same reason as `installShutdownHandlers`.
 private func installReloadHandler(server: ChatServer, logger: Logger) -> [DispatchSourceSignal] {
     signal(SIGHUP, SIG_IGN)
     let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
     source.setEventHandler { @Sendable in
-        guard server.configuration.tls != nil else { return }
         logger.info("reloading the TLS certificate", metadata: ["signal": "SIGHUP"])
         server.reloadTLS()
     }
