@@ -62,10 +62,6 @@ public final class SocketChannel: @unchecked Sendable {
     /// Called once, after the descriptor is closed, with the error that closed it (`nil` when the
     /// owner closed it or the peer finished cleanly).
     public var onClosed: ((SocketError?) -> Void)?
-    /// Called once when the TLS handshake has completed (never without a session): queued
-    /// plaintext starts to leave, and `tls` can say what was negotiated.
-    public var onHandshakeCompleted: (() -> Void)?
-
     /// The TLS session the channel speaks through, or `nil` for plain TCP. Read its negotiated
     /// version and peer certificate on `queue`; the channel alone feeds it bytes.
     public let tls: TLSSession?
@@ -296,8 +292,8 @@ public final class SocketChannel: @unchecked Sendable {
         return false
     }
 
+    /// The handshake completed: the plaintext queued meanwhile leaves now.
     private func handshakeCompleted() {
-        onHandshakeCompleted?()
         flush()
     }
 
@@ -589,7 +585,6 @@ public final class SocketChannel: @unchecked Sendable {
         self.onEndOfInput = nil
         self.onDrained = nil
         self.onClosed = nil
-        self.onHandshakeCompleted = nil
         onClosed?(closeReason)
     }
 
