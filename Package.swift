@@ -87,7 +87,7 @@ let package = Package(
         // Helpers that several test targets share (descriptor counts, child processes).
         .target(name: "TestSupport", dependencies: ["SocketCore", "ChatProtocol"], path: "Tests/TestSupport"),
         .testTarget(name: "SocketCoreTests", dependencies: ["SocketCore", "TestSupport"]),
-        .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "SocketTLS", "TestSupport"]),
+        .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),

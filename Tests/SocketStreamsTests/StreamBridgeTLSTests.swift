@@ -1,3 +1,4 @@
+import ChatProtocol
 import Foundation
 import Glibc
 import SocketCore
@@ -182,6 +183,57 @@ struct StreamBridgeTLSTests {
         let seen = received.take(timeout: 5) ?? []
         #expect(seen.first == 0x16, "the server saw a TLS handshake record first")
         #expect(!String(decoding: seen, as: UTF8.self).contains("hunter2"), "the secret never went out in cleartext")
+    }
+
+    @Test func tutorialStyleClientChatsWithTheRealTLSServer() async throws {
+        let certificates = try await Certificates()
+        let server = try await ChatServerProcess(arguments: [
+            "--tls-cert", "\(certificates.directory)/server.pem", "--tls-key", "\(certificates.directory)/server-key.pem",
+        ])
+        defer { server.stop() }
+        let (port, caFile) = (server.port, certificates.caFile)
+        let frames = try await bridgeOnNewThread { () -> [Frame] in
+            // As the seed tutorial: streams to the host, security level, delegate, open, write on
+            // space, read on bytes.
+            var inputStream: InputStream?
+            var outputStream: OutputStream?
+            Stream.getStreamsToHost(withName: "localhost", port: port, inputStream: &inputStream, outputStream: &outputStream)
+            guard let input = inputStream, let output = outputStream else { return [] }
+            _ = input.setProperty(StreamSocketSecurityLevel.negotiatedSSL as AnyObject, forKey: .socketSecurityLevelKey)
+            _ = output.setProperty(StreamSocketSecurityLevel.negotiatedSSL as AnyObject, forKey: .socketSecurityLevelKey)
+            _ = input.setProperty(caFile as NSString, forKey: .tlsCertificateAuthorityFileKey)
+            let hello = FrameEncoder.encode(.hello(version: 1, nick: "tutorial", password: nil))
+                + FrameEncoder.encode(.join(room: "lobby")) + FrameEncoder.encode(.say(room: "lobby", text: "sent through NSStream over TLS"))
+            let recorder = BridgeEventRecorder()
+            var decoder = FrameDecoder()
+            var frames: [Frame] = []
+            var sent = false
+            recorder.onEvent = { stream, event in
+                if stream === output, event == .hasSpaceAvailable, !sent {
+                    sent = output.write(hello, maxLength: hello.count) == hello.count
+                }
+                if stream === input, event == .hasBytesAvailable {
+                    var bytes: [UInt8] = []
+                    _ = bridgeReadAvailable(input, into: &bytes)
+                    decoder.append(contentsOf: bytes)
+                    while let frame = try? decoder.next() { frames.append(frame) }
+                }
+            }
+            for stream in [input, output] as [Stream] {
+                stream.delegate = recorder
+                stream.schedule(in: .current, forMode: .default)
+                stream.open()
+            }
+            bridgeRunRunLoop(timeout: 30) {
+                frames.contains { if case .message(_, _, _, _, "sent through NSStream over TLS") = $0 { true } else { false } }
+                    || recorder.saw(.errorOccurred, on: input)
+            }
+            defer { input.close(); output.close() }
+            return frames
+        }
+        #expect(frames.first.map { if case .welcome(_, "tutorial", _, _) = $0 { true } else { false } } == true, "\(frames)")
+        #expect(frames.contains { if case .message("lobby", _, _, "tutorial", "sent through NSStream over TLS") = $0 { true } else { false } },
+                "the server echoed the line to its sender: \(frames)")
     }
 
     @Test func securityLevelAfterOpenIsRefused() async throws {
