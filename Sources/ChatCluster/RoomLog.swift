@@ -68,6 +68,8 @@ public final class RoomLog: @unchecked Sendable {
         var held: [UInt64: LoggedEvent] = [:]
         /// Whether a read of the stream to fill a gap is under way.
         var filling = false
+        /// Where to resume once subscribed, if not at the room's current `seq`.
+        var resumeAfter: UInt64?
         var ready: ((Result<UInt64, ClusterError>) -> Void)?
     }
 
@@ -137,15 +139,17 @@ public final class RoomLog: @unchecked Sendable {
     // MARK: Following
 
     /// Starts delivering `room`'s events through `onEvent`: subscribes to its channel and, once
-    /// subscribed, reads its current `seq`; `ready` gets that `seq`, and every event after it is
-    /// delivered, none before.
-    public func follow(_ room: String, ready: @escaping (Result<UInt64, ClusterError>) -> Void) {
+    /// subscribed, reads its current `seq`; `ready` gets that `seq`. Every event after it is
+    /// delivered — and with `after`, every event after that `seq` too, read from the stream, so a
+    /// node that lost its connection resumes where it stopped. A `ready` seq below `after` means
+    /// the room's log was reset (Redis lost it): nothing can be resumed.
+    public func follow(_ room: String, after: UInt64? = nil, ready: @escaping (Result<UInt64, ClusterError>) -> Void) {
         guard follows[room] == nil else {
             ready(.failure(.malformedReply("\(room) is already followed")))
             return
         }
         let channel = Self.keys(of: room).channel
-        follows[room] = Follow(ready: ready)
+        follows[room] = Follow(resumeAfter: after, ready: ready)
         roomsByChannel[channel] = room
         subscriber.subscribe([channel])
     }
@@ -192,12 +196,27 @@ public final class RoomLog: @unchecked Sendable {
                 follows[room]?.ready?(.failure(.redis(error)))
                 return
             }
-            follows[room]!.lastDelivered = seq
+            let resumeAfter = follows[room]!.resumeAfter
             let ready = follows[room]!.ready
             follows[room]!.ready = nil
+            guard let resumeAfter, resumeAfter < seq else {
+                follows[room]!.lastDelivered = seq
+                ready?(.success(seq))
+                deliverHeld(in: room)
+                return
+            }
+            // Resuming: what came after `resumeAfter` up to now is in the stream; later events
+            // arrive by publication and wait in `held` meanwhile.
+            follows[room]!.lastDelivered = resumeAfter
+            follows[room]!.filling = true
             ready?(.success(seq))
-            deliverHeld(in: room)
+            fill(room, from: resumeAfter + 1, upTo: seq)
         }
+    }
+
+    /// The last `seq` delivered of each followed room whose subscription is ready.
+    public var positions: [String: UInt64] {
+        follows.compactMapValues(\.lastDelivered)
     }
 
     private func received(_ event: LoggedEvent, in room: String) {

@@ -18,13 +18,14 @@ public final class RedisServerProcess: Sendable {
     /// Starts `redis-server` and waits until it accepts connections. Redis cannot listen on an
     /// OS-chosen port, so a port is found free by binding port 0 and handed to it; if another
     /// process takes it in between, another is tried.
-    public init(extraArguments: [String] = []) async throws {
+    /// With `port`, on that port (to bring a Redis back where its clients expect it).
+    public init(port fixedPort: Int? = nil, extraArguments: [String] = []) async throws {
         let executable = try Self.executable()
         var template = Array("/tmp/redis-test.XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         directory = String(cString: made)
         for _ in 0..<5 {
-            let port = try Self.freePort()
+            let port = try fixedPort ?? Self.freePort()
             let child = try ChildProcess(executable, [
                 "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", directory, "--loglevel", "notice",
@@ -39,6 +40,8 @@ public final class RedisServerProcess: Sendable {
             }
             child.stop()
             guard child.output.contains("Address already in use") else { break }
+            // A fixed port may still be held by the Redis just killed: give it a moment.
+            if fixedPort != nil { try await Task.sleep(for: .milliseconds(200)) }
         }
         rmdir(directory)
         throw RedisDidNotStart()
