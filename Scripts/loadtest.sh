@@ -35,6 +35,9 @@ Options:
   --no-build        use the binaries already built (fails if they are missing)
   --tls             every case over TLS: certificates from Scripts/dev-cert.sh in a temporary
                     directory, chat-server --tls-cert/--tls-key, chat-loadtest --tls-ca
+  --stunnel         every case over TLS terminated by stunnel (Debian's stunnel4) in front of a
+                    plain chat-server, for comparison with --tls; the server columns then add
+                    up chat-server and stunnel
   -h, --help        show this help
 
 Environment:
@@ -61,6 +64,7 @@ only=""
 hgrm_dir=""
 build=1
 tls=0
+stunnel=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -74,6 +78,7 @@ while [[ $# -gt 0 ]]; do
         --hgrm-dir) [[ $# -ge 2 ]] || die_usage "--hgrm-dir needs a value"; hgrm_dir="$2"; shift ;;
         --no-build) build=0 ;;
         --tls) tls=1 ;;
+        --stunnel) stunnel=1 ;;
         *) die_usage "unknown option '$1'" ;;
     esac
     shift
@@ -151,11 +156,53 @@ trap 'exit 130' INT TERM
 
 server_tls=()
 client_tls=()
-if [[ $tls -eq 1 ]]; then
+[[ $tls -eq 1 && $stunnel -eq 1 ]] && die_usage "--tls and --stunnel are two ways of the same thing: pick one"
+if [[ $tls -eq 1 || $stunnel -eq 1 ]]; then
     "$(dirname "${BASH_SOURCE[0]}")/dev-cert.sh" --out "$work/certs" >/dev/null
-    server_tls=(--tls-cert "$work/certs/server.pem" --tls-key "$work/certs/server-key.pem")
     client_tls=(--tls-ca "$work/certs/ca.pem")
 fi
+if [[ $tls -eq 1 ]]; then
+    server_tls=(--tls-cert "$work/certs/server.pem" --tls-key "$work/certs/server-key.pem")
+fi
+if [[ $stunnel -eq 1 ]]; then
+    command -v stunnel >/dev/null || { echo "loadtest.sh: --stunnel needs stunnel (apt-get install stunnel4)" >&2; exit 1; }
+fi
+stunnel_pid=""
+stop_stunnel() {
+    if [[ -n "$stunnel_pid" ]] && kill -0 "$stunnel_pid" 2>/dev/null; then
+        kill -TERM "$stunnel_pid" 2>/dev/null || true
+        wait "$stunnel_pid" 2>/dev/null || true
+    fi
+    stunnel_pid=""
+}
+trap 'stop_stunnel; cleanup' EXIT
+
+# Puts stunnel in front of the server on `port`: TLS on a free loopback port, plain to the server.
+# Sets stunnel_pid and replaces port with stunnel's.
+start_stunnel() {
+    local tls_port
+    tls_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    cat >"$work/stunnel.conf" <<CONF
+foreground = yes
+pid =
+debug = 3
+output = $work/stunnel.log
+[chat]
+accept = 127.0.0.1:$tls_port
+connect = 127.0.0.1:$port
+cert = $work/certs/server.pem
+key = $work/certs/server-key.pem
+CONF
+    stunnel "$work/stunnel.conf" &
+    stunnel_pid=$!
+    local tries=0
+    until python3 -c "import socket; socket.create_connection(('127.0.0.1', $tls_port), 1).close()" 2>/dev/null; do
+        tries=$((tries + 1))
+        [[ $tries -lt 100 ]] || { echo "loadtest.sh: stunnel did not start:" >&2; cat "$work/stunnel.log" >&2; exit 1; }
+        sleep 0.1
+    done
+    port="$tls_port"
+}
 
 # Starts a server on a free port; sets server_pid and port.
 start_server() {
@@ -192,15 +239,21 @@ for entry in "${cases[@]}"; do
     ran=$((ran + 1))
     echo "case: $name" >&2
     start_server
+    measured=(--server-pid "$server_pid")
+    if [[ $stunnel -eq 1 ]]; then
+        start_stunnel
+        measured+=(--server-pid "$stunnel_pid")
+    fi
     extra=()
     if [[ -n "$hgrm_dir" ]]; then
         mkdir -p "$hgrm_dir"
         extra+=(--hgrm "$hgrm_dir/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '-').hgrm")
     fi
     status=0
-    output="$("$bin/chat-loadtest" --port "$port" --server-pid "$server_pid" \
+    output="$("$bin/chat-loadtest" --port "$port" "${measured[@]}" \
         --duration "$duration" --messages "$messages" --size "$size" \
         "${arguments[@]}" ${extra[@]+"${extra[@]}"} ${client_tls[@]+"${client_tls[@]}"} --table-row "$name" --no-progress)" || status=$?
+    stop_stunnel
     stop_server
     if [[ $status -ne 0 ]]; then failures=$((failures + 1)); fi
     if [[ $(printf '%s\n' "$output" | wc -l) -ge 3 ]]; then
