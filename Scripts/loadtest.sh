@@ -149,7 +149,7 @@ trap 'exit 130' INT TERM
 start_server() {
     rm -f "$work/server.fifo"
     mkfifo "$work/server.fifo"
-    "$bin/chat-server" --host 127.0.0.1 --port 0 --no-rate-limits \
+    "$bin/chat-server" --no-persistence --host 127.0.0.1 --port 0 --no-rate-limits \
         --max-clients 20000 --max-clients-per-address 20000 --max-memory 2G \
         --idle-ping-interval 300 --idle-timeout 600 --drain-timeout 2 --log-level warning \
         >"$work/server.fifo" 2>"$work/server.err" &

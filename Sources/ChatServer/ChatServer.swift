@@ -25,6 +25,14 @@ import SocketCore
 ///   consumer; a client that reads catches up long before, so legal bursts never evict it.
 /// The server never drops a frame for a client it keeps.
 ///
+/// With a `RoomStore`, acknowledged means stored: the actions of one event-loop turn are held
+/// while the room changes the turn staged are committed (one transaction for the turn, on the
+/// store's writer queue), and carried out, in order, only after the commit; turns commit in
+/// order, so no delivery overtakes an earlier one. While too many commits are in flight, or what
+/// they hold back costs more than an eighth of the output budget, the server stops reading
+/// from clients. A failed commit's room events are not delivered; their senders get
+/// `storageFailed`, and room events are refused until a commit succeeds again.
+///
 /// Threading: `@unchecked Sendable` because every mutable property is confined to `queue`. Call
 /// `start()` and `shutdown` from any thread except that queue.
 public final class ChatServer: @unchecked Sendable {
@@ -45,6 +53,8 @@ public final class ChatServer: @unchecked Sendable {
     private let readBuffer = ReadBuffer()
     private var state = State.idle
     private var core: ChatCore
+    /// Where rooms are kept beyond memory; nil when they are not.
+    private let store: (any RoomStore)?
 
     /// What every chunk the server encodes for its queues costs while it lives, however many
     /// queues share it. (History replays, shared until the history changes, belong to the
@@ -73,20 +83,38 @@ public final class ChatServer: @unchecked Sendable {
     /// When `throttleTimer` is armed for (uptime milliseconds); nil when it is not.
     private var throttleTimerDeadline: UInt64?
 
+    /// The current turn's actions, held until the turn's commit.
+    private var heldActions: [ChatAction] = []
+    /// What `heldActions` costs, by `heldCost(of:)`.
+    private var heldActionsCost = 0
+    /// What the actions held by the turn and by commits in flight cost.
+    private var heldCost = 0
+    private var turnEndScheduled = false
+    private var commitsInFlight = 0
+    /// Clients whose requests wait for the storage writer to catch up.
+    private var writerWaiters: [ClientConnection] = []
+
+    /// The most commits in flight before the server stops reading from clients.
+    static let maxCommitsInFlight = 8
+
     private var refusalLog = LogThrottle()
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
 
-    /// Binds the listening socket (nothing is accepted until `start()`).
+    /// Binds the listening socket (nothing is accepted until `start()`); keeps rooms in `store`
+    /// if there is one (the caller closes it after `shutdown`).
     ///
     /// Throws `ChatServerError.invalidConfiguration` for settings that cannot work, `SocketError`
     /// when the address cannot be bound. Logs through `logger` (connects and disconnects at `info`).
-    public init(configuration: ChatServerConfiguration, logger: Logger = Logger(label: "chat-server")) throws {
+    public init(
+        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, logger: Logger = Logger(label: "chat-server")
+    ) throws {
         if let problem = configuration.problem() { throw ChatServerError.invalidConfiguration(problem) }
         self.configuration = configuration
         self.logger = logger
+        self.store = store
         budget = configuration.memoryBudget
-        core = ChatCore(configuration: configuration)
+        core = ChatCore(configuration: configuration, store: store)
         // "::" takes IPv4 clients too (as IPv4-mapped addresses), as --help promises.
         listener = try SocketListener(
             host: configuration.host, port: configuration.port, dualStack: configuration.host == "::", backlog: 4096)
@@ -124,17 +152,28 @@ public final class ChatServer: @unchecked Sendable {
             }
             state = .stopping
             listener.close()
-            let now = Self.now()
-            let deadline = now.uptimeMillis + configuration.drainTimeout.milliseconds
-            let farewell = encode(.goodbye(reason: reason))
-            for case let connection? in connections where connection.isActive {
-                logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id), now: now)
-                connection.beginClosing(farewell: farewell, deadline: deadline)
-                markDirty(connection)
+            guard let store else {
+                sayGoodbye(reason)
+                return
             }
-            flushDirty()
-            finishStoppingIfIdle()
+            // What earlier turns hold back goes out first, once committed.
+            if turnEndScheduled { endTurn() }
+            store.commitStaged(on: queue) { [weak self] _ in self?.sayGoodbye(reason) }
         }
+    }
+
+    /// Sends every client `goodbye(reason)` after what is queued for it and starts closing.
+    private func sayGoodbye(_ reason: String) {
+        let now = Self.now()
+        let deadline = now.uptimeMillis + configuration.drainTimeout.milliseconds
+        let farewell = encode(.goodbye(reason: reason))
+        for case let connection? in connections where connection.isActive {
+            logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id), now: now)
+            connection.beginClosing(farewell: farewell, deadline: deadline)
+            markDirty(connection)
+        }
+        flushDirty()
+        finishStoppingIfIdle()
     }
 
     /// Stops the server like `shutdown(reason:completion:)` and returns when it has stopped.
@@ -213,6 +252,10 @@ public final class ChatServer: @unchecked Sendable {
         let now = Self.now()
         do {
             while connection.isActive {
+                if store != nil, writerBacklogged {
+                    waitForWriter(connection)
+                    return
+                }
                 if connection.channel.outboundCost > budget.replyHighWater {
                     pauseRequests(of: connection)
                     return
@@ -243,6 +286,31 @@ public final class ChatServer: @unchecked Sendable {
                 code: error.errorCode, frameType: connection.decoder.failedFrameType, reason: error.description)
             core.disconnect(connection.id, violation, at: now, into: &actions)
             perform()
+        }
+    }
+
+    /// Whether the storage writer is so far behind that no more requests are served.
+    private var writerBacklogged: Bool {
+        commitsInFlight >= Self.maxCommitsInFlight || heldCost > budget.output / 8
+    }
+
+    private func waitForWriter(_ connection: ClientConnection) {
+        guard !connection.waitingForWriter else { return }
+        connection.waitingForWriter = true
+        writerWaiters.append(connection)
+        connection.updateReading()
+    }
+
+    /// Serves the clients that waited for the writer, once it has caught up.
+    private func resumeWriterWaiters() {
+        guard !writerBacklogged, !writerWaiters.isEmpty else { return }
+        let waiters = writerWaiters
+        writerWaiters.removeAll()
+        for connection in waiters {
+            connection.waitingForWriter = false
+            guard connection.isActive else { continue }
+            serveRequests(of: connection)
+            connection.updateReading()
         }
     }
 
@@ -308,7 +376,9 @@ public final class ChatServer: @unchecked Sendable {
     /// The client ended its input; it may still read. Its session ends once the requests it sent
     /// before are served (later, if they wait for its queue to drain).
     private func endOfInput(on connection: ClientConnection) {
-        guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil else { return }
+        guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil,
+            !connection.waitingForWriter
+        else { return }
         serveRequests(of: connection)
     }
 
@@ -327,10 +397,116 @@ public final class ChatServer: @unchecked Sendable {
 
     // MARK: Carrying out actions
 
-    /// Carries out the actions the core appended, in order, and empties the list.
+    /// Carries out the actions the core appended, in order, and empties the list — with a
+    /// store, after the turn's commit, unless nothing is staged or held before them.
     private func perform() {
         guard !actions.isEmpty else { return }
-        for action in actions {
+        if let store, commitsInFlight > 0 || !heldActions.isEmpty || store.hasStagedChanges {
+            for action in actions { heldActionsCost += Self.heldCost(of: action) }
+            heldActions.append(contentsOf: actions)
+            actions.removeAll(keepingCapacity: true)
+            scheduleTurnEnd()
+            return
+        }
+        execute(actions)
+        actions.removeAll(keepingCapacity: true)
+    }
+
+    private func scheduleTurnEnd() {
+        guard !turnEndScheduled else { return }
+        turnEndScheduled = true
+        queue.async { [weak self] in
+            guard let self, turnEndScheduled else { return }
+            endTurn()
+        }
+    }
+
+    /// Commits what the turn staged and holds its actions until the commit is done.
+    private func endTurn() {
+        guard let store else { return }
+        turnEndScheduled = false
+        let held = heldActions
+        let cost = heldActionsCost
+        heldActions = []
+        heldActionsCost = 0
+        heldCost += cost
+        commitsInFlight += 1
+        store.commitStaged(on: queue) { [weak self] result in self?.committed(held, cost: cost, result) }
+    }
+
+    /// A turn's commit is done: carries out its actions (without the events that could not be
+    /// stored), and serves the clients that waited for the writer.
+    private func committed(_ held: [ChatAction], cost: Int, _ result: Result<Void, CommitFailure>) {
+        commitsInFlight -= 1
+        heldCost -= cost
+        switch result {
+        case .success:
+            if let failure = core.storageFailure {
+                core.storageRecovered()
+                logger.notice("storage works again; room events are accepted", metadata: ["storage.error": "\(failure)"])
+            }
+            execute(held)
+        case .failure(let failure):
+            logger.error(
+                "commit failed: room events not delivered, and refused until a commit succeeds",
+                metadata: ["storage.error": "\(failure.error)", "storage.events": "\(failure.events.count)"])
+            var failed = Set<String>()
+            for event in failure.events { failed.insert(Self.eventKey(event.room, event.entry.seq)) }
+            execute(held.filter { !Self.delivers(oneOf: failed, $0) })
+            core.storageFailed(failure, into: &actions)
+            perform()
+        }
+        resumeWriterWaiters()
+    }
+
+    /// Whether `action` delivers a stored event whose key is in `keys`.
+    private static func delivers(oneOf keys: Set<String>, _ action: ChatAction) -> Bool {
+        let frame: Frame
+        switch action {
+        case .send(let sent, _): frame = sent
+        case .broadcast(let sent, _): frame = sent
+        case .sendShared, .disconnect: return false
+        }
+        switch frame {
+        case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .topic(let room, let seq, _, _, _):
+            return keys.contains(eventKey(room, seq))
+        default:
+            return false
+        }
+    }
+
+    private static func eventKey(_ room: String, _ seq: UInt64) -> String { "\(seq) \(room)" }
+
+    /// About what holding `action` until a commit costs in memory.
+    private static func heldCost(of action: ChatAction) -> Int {
+        switch action {
+        case .send(let frame, _): 64 + approximateSize(of: frame)
+        case .broadcast(let frame, let recipients): 64 + approximateSize(of: frame) + 8 * recipients.count
+        case .sendShared: 64
+        case .disconnect(_, let disconnection, _): 128 + disconnection.reason.utf8.count
+        }
+    }
+
+    private static func approximateSize(of frame: Frame) -> Int {
+        switch frame {
+        case .message(let room, _, _, let sender, let text), .action(let room, _, _, let sender, let text):
+            32 + room.utf8.count + sender.utf8.count + text.utf8.count
+        case .topic(let room, _, _, let setBy, let text):
+            32 + room.utf8.count + setBy.utf8.count + text.utf8.count
+        case .direct(let sender, let recipient, _, let text):
+            32 + sender.utf8.count + recipient.utf8.count + text.utf8.count
+        case .historyPage(_, _, _, let entries), .history(_, let entries):
+            entries.reduce(64) { $0 + 32 + $1.sender.utf8.count + $1.text.utf8.count }
+        case .error(_, _, _, let reason):
+            32 + reason.utf8.count
+        default:
+            64
+        }
+    }
+
+    /// Carries out `list`, in order.
+    private func execute(_ list: [ChatAction]) {
+        for action in list {
             switch action {
             case .send(let frame, let id):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
@@ -364,7 +540,6 @@ public final class ChatServer: @unchecked Sendable {
                 markDirty(connection)
             }
         }
-        actions.removeAll(keepingCapacity: true)
     }
 
     /// Encodes `frame` once into a chunk that any number of queues can share, counted against
@@ -471,6 +646,9 @@ public final class ChatServer: @unchecked Sendable {
         if state == .running {
             core.tick(at: now, into: &actions)
             perform()
+            // After a failed commit its rooms' records are staged again: retry them even when no
+            // one speaks, so room events are accepted again once there is room.
+            if let store, store.hasStagedChanges, commitsInFlight == 0 { scheduleTurnEnd() }
         }
         let slowAfter = configuration.slowConsumerTimeout.milliseconds
         for case let connection? in connections {

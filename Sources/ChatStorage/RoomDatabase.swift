@@ -318,8 +318,16 @@ public final class RoomDatabase: @unchecked Sendable {
         while left > 0 {
             let excess = try totalBytes() - maxTotal
             guard excess > 0 else { break }
-            // Events are at least 33 bytes each: this many cannot overshoot by more than a batch.
-            let batch = min(left, max(1, excess / 64 + 1))
+            // Count off the oldest events until they make up the excess, then delete just those.
+            let oldest = try database.prepare("SELECT room, sender, text FROM events ORDER BY time LIMIT ?1")
+            try oldest.bind(.integer(Int64(left)))
+            var batch = 0
+            var freed = 0
+            while freed < excess, try oldest.step() {
+                freed += 32 + oldest.text(0).utf8.count + oldest.text(1).utf8.count + oldest.text(2).utf8.count
+                batch += 1
+            }
+            guard batch > 0 else { break }
             let deleted = try deleteEvents(
                 "SELECT room, seq, sender, text FROM events ORDER BY time LIMIT ?1", bindings: [], limit: batch)
             left -= deleted
