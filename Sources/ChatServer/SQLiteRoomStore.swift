@@ -126,12 +126,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
-    /// See `RoomStore.close()`.
+    /// Waits for the commits in flight, stops retention and unlocks the directory (the
+    /// connections close when the store is released). See `RoomStore.close()`.
     public func close() {
         writerQueue.sync {
             retentionTimer?.cancel()
             retentionTimer = nil
         }
+        directory.unlock()
     }
 
     // MARK: Internals

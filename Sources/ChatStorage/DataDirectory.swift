@@ -37,6 +37,12 @@ public final class DataDirectory: Sendable {
         close(lockDescriptor)
     }
 
+    /// Lets another server take the directory before this object is gone: call once nothing
+    /// writes to it any more.
+    public func unlock() {
+        flock(lockDescriptor, LOCK_UN)
+    }
+
     /// The rooms database's path.
     public var databasePath: String { path + "/" + RoomDatabase.fileName }
 
