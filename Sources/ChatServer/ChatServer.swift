@@ -25,13 +25,14 @@ import SocketCore
 ///   consumer; a client that reads catches up long before, so legal bursts never evict it.
 /// The server never drops a frame for a client it keeps.
 ///
-/// With a `RoomStore`, acknowledged means stored: the actions of one event-loop turn are held
-/// while the room changes the turn staged are committed (one transaction for the turn, on the
-/// store's writer queue), and carried out, in order, only after the commit; turns commit in
-/// order, so no delivery overtakes an earlier one. While too many commits are in flight, or what
-/// they hold back costs more than an eighth of the output budget, the server stops reading
-/// from clients. A failed commit's room events are not delivered; their senders get
-/// `storageFailed`, and room events are refused until a commit succeeds again.
+/// With a `RoomStore`, acknowledged means stored: actions are held while the room changes staged
+/// with them are committed (on the store's writer queue), and carried out, in order, only after
+/// the commit. One commit is in flight at a time; whatever the chat produces meanwhile is held
+/// and goes into the next one, as one transaction (group commit: the busier the server, the more
+/// each commit carries), so no delivery overtakes an earlier one. While what is held costs more
+/// than an eighth of the output budget, the server stops reading from clients. A failed commit's
+/// room events are not delivered; their senders get `storageFailed`, and room events are refused
+/// until a commit succeeds again.
 ///
 /// Threading: `@unchecked Sendable` because every mutable property is confined to `queue`. Call
 /// `start()` and `shutdown` from any thread except that queue.
@@ -83,19 +84,25 @@ public final class ChatServer: @unchecked Sendable {
     /// When `throttleTimer` is armed for (uptime milliseconds); nil when it is not.
     private var throttleTimerDeadline: UInt64?
 
-    /// The current turn's actions, held until the turn's commit.
+    /// Actions held for the next commit, in order: those produced while a commit is in flight.
     private var heldActions: [ChatAction] = []
     /// What `heldActions` costs, by `heldCost(of:)`.
     private var heldActionsCost = 0
-    /// What the actions held by the turn and by commits in flight cost.
+    /// What the held actions and those of the commit in flight cost.
     private var heldCost = 0
-    private var turnEndScheduled = false
-    private var commitsInFlight = 0
+    /// Whether a commit is in flight; there is at most one, and what arrives meanwhile goes into
+    /// the next (group commit: the busier the server, the more each commit holds).
+    private var commitInFlight = false
+    /// Commits handed to the store so far, and of those, how many are done.
+    private var submittedCommits = 0
+    private var completedCommits = 0
+    /// Slots of closed connections that held actions may still name, with the commit after
+    /// which they are free (in increasing order).
+    private var slotsAwaitingCommit = Deque<(slot: Int, after: Int)>()
     /// Clients whose requests wait for the storage writer to catch up.
     private var writerWaiters: [ClientConnection] = []
-
-    /// The most commits in flight before the server stops reading from clients.
-    static let maxCommitsInFlight = 8
+    /// During shutdown: the commit after which clients are told goodbye, and the reason.
+    private var goodbyeAfterCommit: (commit: Int, reason: String)?
 
     private var refusalLog = LogThrottle()
     private var timer: DispatchSourceTimer?
@@ -156,9 +163,14 @@ public final class ChatServer: @unchecked Sendable {
                 sayGoodbye(reason)
                 return
             }
-            // What earlier turns hold back goes out first, once committed.
-            if turnEndScheduled { endTurn() }
-            store.commitStaged(on: queue) { [weak self] _ in self?.sayGoodbye(reason) }
+            // What is held back goes out first, once committed.
+            let lastCommit = heldActions.isEmpty ? submittedCommits : submittedCommits + 1
+            guard lastCommit > completedCommits else {
+                sayGoodbye(reason)
+                return
+            }
+            if !commitInFlight, store.hasStagedChanges || !heldActions.isEmpty { submitCommit() }
+            goodbyeAfterCommit = (lastCommit, reason)
         }
     }
 
@@ -291,7 +303,7 @@ public final class ChatServer: @unchecked Sendable {
 
     /// Whether the storage writer is so far behind that no more requests are served.
     private var writerBacklogged: Bool {
-        commitsInFlight >= Self.maxCommitsInFlight || heldCost > budget.output / 8
+        heldCost + heldActionsCost > budget.output / 8
     }
 
     private func waitForWriter(_ connection: ClientConnection) {
@@ -390,7 +402,14 @@ public final class ChatServer: @unchecked Sendable {
         }
         connection.phase = .closed
         connections[connection.id.slot] = nil
-        freeSlots.append(connection.id.slot)
+        // Actions held for a commit may still name this slot: it is reused only after them, or
+        // a newcomer in it would get what was meant for the one that left.
+        let releaseAfter = heldActions.isEmpty ? submittedCommits : submittedCommits + 1
+        if releaseAfter > completedCommits {
+            slotsAwaitingCommit.append((connection.id.slot, releaseAfter))
+        } else {
+            freeSlots.append(connection.id.slot)
+        }
         openConnections -= 1
         finishStoppingIfIdle()
     }
@@ -398,47 +417,52 @@ public final class ChatServer: @unchecked Sendable {
     // MARK: Carrying out actions
 
     /// Carries out the actions the core appended, in order, and empties the list — with a
-    /// store, after the turn's commit, unless nothing is staged or held before them.
+    /// store, after the commit of the changes staged with them, unless nothing is staged or
+    /// held before them.
     private func perform() {
         guard !actions.isEmpty else { return }
-        if let store, commitsInFlight > 0 || !heldActions.isEmpty || store.hasStagedChanges {
+        if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             for action in actions { heldActionsCost += Self.heldCost(of: action) }
             heldActions.append(contentsOf: actions)
             actions.removeAll(keepingCapacity: true)
-            scheduleTurnEnd()
+            if !commitInFlight { submitCommit() }
             return
         }
         execute(actions)
         actions.removeAll(keepingCapacity: true)
     }
 
-    private func scheduleTurnEnd() {
-        guard !turnEndScheduled else { return }
-        turnEndScheduled = true
-        queue.async { [weak self] in
-            guard let self, turnEndScheduled else { return }
-            endTurn()
-        }
-    }
-
-    /// Commits what the turn staged and holds its actions until the commit is done.
-    private func endTurn() {
-        guard let store else { return }
-        turnEndScheduled = false
+    /// Commits everything staged and holds the held actions until the commit is done.
+    private func submitCommit() {
+        guard let store, !commitInFlight else { return }
         let held = heldActions
         let cost = heldActionsCost
         heldActions = []
         heldActionsCost = 0
         heldCost += cost
-        commitsInFlight += 1
+        commitInFlight = true
+        submittedCommits += 1
         store.commitStaged(on: queue) { [weak self] result in self?.committed(held, cost: cost, result) }
     }
 
-    /// A turn's commit is done: carries out its actions (without the events that could not be
-    /// stored), and serves the clients that waited for the writer.
+    /// A commit is done: carries out its actions (without the events that could not be stored),
+    /// submits what was held meanwhile, and serves the clients that waited for the writer.
     private func committed(_ held: [ChatAction], cost: Int, _ result: Result<Void, CommitFailure>) {
-        commitsInFlight -= 1
+        commitInFlight = false
+        completedCommits += 1
         heldCost -= cost
+        defer {
+            while let first = slotsAwaitingCommit.first, first.after <= completedCommits {
+                freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
+            }
+            if let store, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) {
+                submitCommit()
+            }
+            if let (commit, reason) = goodbyeAfterCommit, completedCommits >= commit {
+                goodbyeAfterCommit = nil
+                sayGoodbye(reason)
+            }
+        }
         switch result {
         case .success:
             if let failure = core.storageFailure {
@@ -648,7 +672,7 @@ public final class ChatServer: @unchecked Sendable {
             perform()
             // After a failed commit its rooms' records are staged again: retry them even when no
             // one speaks, so room events are accepted again once there is room.
-            if let store, store.hasStagedChanges, commitsInFlight == 0 { scheduleTurnEnd() }
+            if let store, store.hasStagedChanges, !commitInFlight { submitCommit() }
         }
         let slowAfter = configuration.slowConsumerTimeout.milliseconds
         for case let connection? in connections {
