@@ -1,5 +1,7 @@
 import ChatProtocol
 import ChatServer
+import Dispatch
+import Foundation
 import ChatStorage
 import Glibc
 import TestSupport
@@ -308,5 +310,143 @@ extension TestClient {
             if case .message(room, let seq, _, let sender, let text) = frame { seen.append(SeenMessage(seq: seq, sender: sender, text: text)) }
         }
         return seen
+    }
+}
+
+/// The real SQLite store with a gate in front of its commits: while the gate is shut, commits
+/// wait (a disk that has stopped answering), and the events staged meanwhile are counted.
+///
+/// `@unchecked Sendable`: everything it keeps is behind `lock`; `inner` is used on the server's
+/// queue, as a store must be.
+final class GatedRoomStore: RoomStore, @unchecked Sendable {
+    let inner: SQLiteRoomStore
+    private let lock = NSLock()
+    private var pending: [(DispatchQueue, @Sendable (Result<Void, CommitFailure>) -> Void)] = []
+    private var isShut = false
+    private var stagedWhileShut = 0
+    private var waiter: (count: Int, continuation: CheckedContinuation<Void, Never>)?
+
+    init(_ inner: SQLiteRoomStore) { self.inner = inner }
+
+    /// Events staged while the gate was shut.
+    var eventsStagedWhileShut: Int { lock.withLock { stagedWhileShut } }
+
+    /// Makes the following commits wait.
+    func shut() { lock.withLock { isShut = true } }
+
+    /// Returns once `count` events have been staged behind the shut gate.
+    func waitForStaged(_ count: Int) async {
+        await withCheckedContinuation { continuation in
+            lock.withLock {
+                if stagedWhileShut >= count { continuation.resume() } else { waiter = (count, continuation) }
+            }
+        }
+    }
+
+    /// Lets the waiting commits through, in order, on the queue each was asked on.
+    func open() {
+        let waiting = lock.withLock {
+            isShut = false
+            defer { pending.removeAll() }
+            return pending
+        }
+        for (queue, completion) in waiting {
+            queue.async { [inner] in inner.commitStaged(on: queue, completion: completion) }
+        }
+    }
+
+    func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
+        try inner.loadRoom(named: name, recent: recent)
+    }
+
+    func page(
+        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
+        cost: (HistoryEntry) -> Int
+    ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool) {
+        try inner.page(of: room, direction, from: seq, limit: limit, budget: budget, cost: cost)
+    }
+
+    func stage(_ record: RoomRecord, event: HistoryEntry?) {
+        inner.stage(record, event: event)
+        guard event != nil else { return }
+        lock.withLock {
+            guard isShut else { return }
+            stagedWhileShut += 1
+            if let (count, continuation) = waiter, stagedWhileShut >= count {
+                waiter = nil
+                continuation.resume()
+            }
+        }
+    }
+
+    func hasUncommittedWrites(in room: String) -> Bool { inner.hasUncommittedWrites(in: room) }
+
+    var hasStagedChanges: Bool { inner.hasStagedChanges }
+
+    func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void) {
+        let wait = lock.withLock {
+            if isShut { pending.append((queue, completion)) }
+            return isShut
+        }
+        if !wait { inner.commitStaged(on: queue, completion: completion) }
+    }
+
+    func close() { inner.close() }
+}
+
+extension DurabilityTests {
+    @Test func aWriterThatLagsStopsTheServerReadingAndLosesNothing() async throws {
+        let data = DataDirectoryForTest()
+        defer { data.remove() }
+        let configuration = testConfiguration {
+            $0.maxClients = 10
+            $0.maxMemory = 60 << 20
+        }
+        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
+        defer { store.close() }
+        let server = try ChatServer(configuration: configuration, store: store, logger: quietLogger)
+        server.start()
+        let flooder = try await TestClient.connect(port: server.port, nick: "flood", version: 2)
+        let reader = try await TestClient.connect(port: server.port, nick: "reader", version: 2)
+        _ = try await flooder.joinRoom("r")
+        _ = try await reader.joinRoom("r")
+        store.shut()
+
+        // A message of 1,000 bytes to a room of two costs about 1.1 KB held until its commit;
+        // the server may hold an eighth of its output share, then must stop reading.
+        let count = 8_000
+        let bound = server.budget.output / 8 / 1_000
+        let texts = (0..<count).map { number in "\(number) " + String(repeating: "f", count: 1_000) }
+        // The flooder reads its echoes, or its own unread replies would stop it first.
+        let echoes = Task {
+            try await flooder.collect(count, "echoes", limit: .seconds(120)) { frame -> Bool? in
+                if case .message("r", _, _, "flood", _) = frame { return true }
+                return nil
+            }.count
+        }
+        let sender = Task {
+            for text in texts {
+                do { try await flooder.send(.say(room: "r", text: text)) } catch { return }
+            }
+        }
+        try await withTimeout(waitingFor: "half the bound staged") { await store.waitForStaged(bound / 2) }
+        // The pause gives a server that kept reading the time to stage far more; one that stops
+        // stages nothing more however long it lasts, so the test cannot fail for being slow.
+        try await Task.sleep(for: .seconds(1))
+        let staged = store.eventsStagedWhileShut
+        #expect(staged <= bound + 200, "the server stopped reading once it held its share: \(staged) staged, bound about \(bound)")
+        #expect(staged < count, "it did not read the whole flood")
+        store.open()
+
+        let received = try await reader.collect(count, "the flood", limit: .seconds(120)) { frame -> String? in
+            if case .message("r", _, _, "flood", let text) = frame { return text }
+            return nil
+        }
+        #expect(received == texts, "every message, once, in order, after the writer caught up")
+        await sender.value
+        #expect(try await echoes.value == count, "the flooder saw every echo")
+        flooder.close()
+        reader.close()
+        await server.shutdown()
     }
 }
