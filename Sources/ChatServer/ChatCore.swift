@@ -667,11 +667,14 @@ public struct ChatCore: Sendable {
 
     /// Stages `name`'s new state, and `event` if it is one that is stored, in the store.
     private mutating func persist(_ name: String, event: HistoryEntry?, at now: ServerTime) {
-        guard let store, let room = rooms[name] else { return }
-        let topic = room.topic.map { RoomTopic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
-        store.stage(
-            RoomRecord(name: name, epoch: room.epoch, lastSeq: room.lastSeq, topic: topic, lastActive: now.wallMillis),
-            event: event)
+        // Read in place: a copy of the room would retain and release its members and history
+        // on the per-message path.
+        guard let store, let index = rooms.index(forKey: name) else { return }
+        let topic = rooms.values[index].topic.map { RoomTopic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
+        let record = RoomRecord(
+            name: name, epoch: rooms.values[index].epoch, lastSeq: rooms.values[index].lastSeq, topic: topic,
+            lastActive: now.wallMillis)
+        store.stage(record, event: event)
     }
 
     /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
