@@ -27,16 +27,27 @@ let package = Package(
         // POSIX sockets + Dispatch sources and the async API; no Foundation, so what links only this
         // (the server, the load tester) does not carry Foundation and ICU.
         .target(
-            name: "SocketCore", dependencies: ["CSocketShims", .product(name: "DequeModule", package: "swift-collections")]),
+            name: "SocketCore",
+            dependencies: ["CSocketShims", "SocketTLS", .product(name: "DequeModule", package: "swift-collections")]),
+        // Redis's wire protocol (RESP2): the parser and encoder the cluster mode's Redis client
+        // speaks through; bytes only, no sockets, so it is tested and fuzzed on its own.
+        .target(name: "RedisProtocol"),
+        // A Redis connection on SocketCore's channel: pipelined commands and subscriber mode, on the
+        // owner's queue. Ours because the Swift Redis clients on this machine need SwiftNIO.
+        // The cluster mode's shared state in Redis: room logs with one seq order (docs/CLUSTER.md).
+        .target(name: "ChatCluster", dependencies: ["RedisClient", "RedisProtocol"]),
+        .target(
+            name: "RedisClient",
+            dependencies: ["RedisProtocol", "SocketCore", .product(name: "DequeModule", package: "swift-collections")]),
         // OpenSSL 3 from Debian's libssl-dev, found with pkg-config; shim.h wraps the macros Swift
         // cannot import.
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         // TLS 1.2/1.3 as a per-connection state machine over memory BIOs: ciphertext in, plaintext
-        // out and back, never a socket. SocketChannel will carry one (docs/TLS.md).
+        // out and back, never a socket. SocketChannel carries one (docs/TLS.md).
         .target(name: "SocketTLS", dependencies: ["COpenSSL"]),
         // Stream.getStreamsToHost / getBoundStreams for Linux: Foundation's InputStream/OutputStream
         // on SocketCore. Apps written for Apple's NSStream API import this.
-        .target(name: "SocketStreams", dependencies: ["SocketCore"]),
+        .target(name: "SocketStreams", dependencies: ["SocketCore", "SocketTLS"]),
         // The classic NSStream chat-client pattern, running on Linux through Stream.getStreamsToHost.
         .executableTarget(name: "stream-chat-example", dependencies: ["SocketStreams"]),
 
@@ -58,19 +69,24 @@ let package = Package(
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(
             name: "ChatServer",
-            dependencies: ["SocketCore", "ChatProtocol", "ChatStorage", logging, .product(name: "DequeModule", package: "swift-collections")]),
-        .executableTarget(name: "chat-server", dependencies: ["ChatServer", argumentParser, logging]),
+            dependencies: [
+                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", logging,
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]),
+        .executableTarget(name: "chat-server", dependencies: ["ChatServer", "ChatStorage", "SocketTLS", argumentParser, logging]),
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
-        .target(name: "ChatClient", dependencies: ["SocketCore", "ChatProtocol"]),
-        .executableTarget(name: "chat-client", dependencies: ["ChatClient", argumentParser]),
+        .target(name: "ChatClient", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"]),
+        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "SocketTLS", argumentParser]),
 
         // Load generation and exact delivery accounting.
         .target(
             name: "ChatLoadTest",
-            dependencies: ["ChatProtocol", "SocketCore", "ChatWireComparison", .product(name: "Histogram", package: "hdrhistogram-swift")]
+            dependencies: [
+                "ChatProtocol", "SocketCore", "SocketTLS", "ChatWireComparison", .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ]
         ),
-        .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", argumentParser]),
+        .executableTarget(name: "chat-loadtest", dependencies: ["ChatLoadTest", "SocketTLS", argumentParser]),
         // Plays the attacks of docs/SECURITY.md against a server; Scripts/abuse.sh runs them all.
         .executableTarget(
             name: "chat-abuse",
@@ -79,12 +95,17 @@ let package = Package(
         // Helpers that several test targets share (descriptor counts, child processes).
         .target(name: "TestSupport", dependencies: ["SocketCore", "ChatProtocol"], path: "Tests/TestSupport"),
         .testTarget(name: "SocketCoreTests", dependencies: ["SocketCore", "TestSupport"]),
-        .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "TestSupport"]),
+        .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
+        .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
+        .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
+        .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol"]),
-        .testTarget(name: "ChatServerTests", dependencies: ["ChatServer", "ChatStorage", "ChatClient", "SocketCore", "ChatProtocol", "TestSupport"]),
+        .testTarget(
+            name: "ChatServerTests",
+            dependencies: ["ChatServer", "ChatStorage", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
     ],

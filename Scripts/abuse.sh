@@ -24,12 +24,18 @@ Options:
   --only NAME       run only the attack NAME
   --max-memory SIZE the servers' --max-memory (default: the server's default)
   --no-build        use the binaries already built
+  --shared-cores    let the attackers and the server share every core (by default, on a
+                    machine with 2 or more, the server runs on core 0 and chat-abuse on the rest)
   -h, --help        show this help
 
 Every server but the reconnect one allows --connections + 10 connections from one address, opened
 as fast as they come (--address-connection-rate 0), so the attackers are not simply refused at
 the door; the reconnect attack runs against the defaults but a limit of 50 connections, and the
 guessing one against a server with a password.
+
+Cores: in a real attack the attackers' connect loops run on their own machines. Here they share
+the server's, and a busy attacker takes CPU from the server and its control client alike, so by
+default the server gets core 0 and chat-abuse (attackers and control) the others, with taskset.
 
 Environment:
   SCRATCH_PATH      build directory (default .build-release)
@@ -43,6 +49,7 @@ duration=10
 only=""
 max_memory=""
 build=1
+pin=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -51,6 +58,7 @@ while [[ $# -gt 0 ]]; do
         --only) [[ $# -ge 2 ]] || die_usage "--only needs a value"; only="$2"; shift ;;
         --max-memory) [[ $# -ge 2 ]] || die_usage "--max-memory needs a value"; max_memory="$2"; shift ;;
         --no-build) build=0 ;;
+        --shared-cores) pin=0 ;;
         *) die_usage "unknown option '$1'" ;;
     esac
     shift
@@ -70,6 +78,16 @@ for binary in chat-server chat-abuse; do
     [[ -x "$bin/$binary" ]] || { echo "abuse.sh: $bin/$binary is missing; run without --no-build" >&2; exit 1; }
 done
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+server_cores=()
+abuse_cores=()
+cores="$(nproc)"
+if [[ $pin -eq 1 && $cores -ge 2 ]] && command -v taskset >/dev/null; then
+    server_cores=(taskset -c 0)
+    abuse_cores=(taskset -c "1-$((cores - 1))")
+    cpu_note="server on core 0, chat-abuse on cores 1-$((cores - 1))"
+else
+    cpu_note="server and chat-abuse sharing all $cores cores"
+fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/chat-abuse.XXXXXX")"
 server_pid=""
@@ -99,7 +117,7 @@ start_server() {
     mkfifo "$work/server.fifo"
     local memory=()
     [[ -n "$max_memory" ]] && memory=(--max-memory "$max_memory")
-    "$bin/chat-server" --no-persistence --host :: --port 0 --log-level info "${memory[@]}" "$@" \
+    "${server_cores[@]}" "$bin/chat-server" --no-persistence --host :: --port 0 --log-level info "${memory[@]}" "$@" \
         >"$work/server.fifo" 2>"$work/server.err" &
     server_pid=$!
     exec 3<"$work/server.fifo"
@@ -125,8 +143,7 @@ for attack in amplification pings history burst ping-flood slowloris reconnect g
     attackers="$connections"
     case "$attack" in
         reconnect)
-            flags=(--max-clients-per-address 50)
-            attackers=$((connections < 300 ? connections : 300)) ;;
+            flags=(--max-clients-per-address 50) ;;
         guessing)
             printf 's3cret\n' >"$work/password"
             flags+=(--password-file "$work/password")
@@ -135,7 +152,7 @@ for attack in amplification pings history burst ping-flood slowloris reconnect g
     esac
     start_server "${flags[@]}"
     status=0
-    row="$("$bin/chat-abuse" --port "$port" --server-pid "$server_pid" --attack "$attack" \
+    row="$("${abuse_cores[@]}" "$bin/chat-abuse" --port "$port" --server-pid "$server_pid" --attack "$attack" \
         --connections "$attackers" --duration "$duration" "${abuse_flags[@]}")" || status=$?
     if [[ -z "$budget_line" ]]; then
         budget_line="$(sed -n 's/.*memory\.budget=\(.*per client)\).*/\1/p' "$work/server.err" | head -1)"
@@ -151,7 +168,7 @@ for attack in amplification pings history burst ping-flood slowloris reconnect g
 done
 
 echo
-echo "Abuse table, $(date -u +%Y-%m-%d), release build, $(nproc) cores, ${duration} s per attack"
+echo "Abuse table, $(date -u +%Y-%m-%d), release build, $(nproc) cores, ${duration} s per attack, ${cpu_note}"
 [[ -n "$budget_line" ]] && echo "Server budget: $budget_line"
 echo
 echo "| attack | connections | server peak RSS | control echoes | control p50 | control p99 | control cut off | attackers cut off | server log |"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the project needs and a fresh Debian machine lacks:
 # libssl-dev (TLS), libsqlite3-dev (durable rooms), pkg-config (finds them), tmux (the
-# terminal tests) and openssl (Scripts/dev-cert.sh, the TLS interoperability tests). Does nothing
+# terminal tests), openssl (Scripts/dev-cert.sh, the TLS interoperability tests) and redis-server
+# (the cluster mode's Redis, which its tests start on free loopback ports). Does nothing
 # when all are there. Called by the other scripts; safe to run by hand.
 set -euo pipefail
 
@@ -11,7 +12,7 @@ case "${1:-}" in
 Usage: Scripts/bootstrap.sh
 
 Installs, with apt-get, whichever of these is missing: libssl-dev, libsqlite3-dev, pkg-config,
-tmux, openssl.
+tmux, openssl, redis-server.
 Needs root (or sudo). Prints nothing when everything is already installed.
 USAGE
         exit 0 ;;
@@ -23,6 +24,7 @@ missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+[[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 sudo=""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the ChatProtocol codec and SocketTLS's record path with libFuzzer: builds the targets of
+# Fuzzes the ChatProtocol codec, SocketTLS's record path and the RESP parser with libFuzzer: builds the targets of
 # Fuzz/ and runs them side by side for the given time. Exits non-zero if any finds a crash.
 set -euo pipefail
 
@@ -8,12 +8,12 @@ usage() {
 Usage: Scripts/fuzz.sh [SECONDS]
        Scripts/fuzz.sh --refresh-seeds
 
-Fuzzes the ChatProtocol codec (Sources/ChatProtocol) and SocketTLS's record path
-(Sources/SocketTLS) with libFuzzer for SECONDS (default 60) per target; all targets run
+Fuzzes the ChatProtocol codec (Sources/ChatProtocol), SocketTLS's record path
+(Sources/SocketTLS) and the RESP parser (Sources/RedisProtocol) with libFuzzer for SECONDS (default 60) per target; all targets run
 at once, so the wall time is about SECONDS plus a minute or two of building.
 
-Targets (Fuzz/*.swift, checking Tests/ChatProtocolTests/FuzzProperties.swift and
-Tests/SocketTLSTests/TLSFuzzProperties.swift):
+Targets (Fuzz/*.swift, checking Tests/ChatProtocolTests/FuzzProperties.swift,
+Tests/SocketTLSTests/TLSFuzzProperties.swift and Tests/RedisProtocolTests/RESPFuzzProperties.swift):
   decode     arbitrary bytes fed to FrameDecoder whole and in chunks: no crash, the
              same frames either way, re-encoding reproduces the bytes, bounded buffering.
   roundtrip  arbitrary bytes turned into a valid frame: encode -> decode is the identity.
@@ -21,6 +21,9 @@ Tests/SocketTLSTests/TLSFuzzProperties.swift):
              bounded memory, the same verdict however the bytes are cut), or as the
              schedule of a conversation between two sessions with perhaps one flipped
              byte (all data arrives intact, or only a prefix of it: never altered).
+  resp       arbitrary bytes as a Redis server's replies into RESPParser, whole and in
+             chunks, with default and tight limits: no crash, the same values and error
+             either way, every value encodes to bytes that parse back to it.
 
 Builds with `swiftc -sanitize=fuzzer,address` into .build-fuzz/. Seeds come from
 Fuzz/corpus/<target>/ and Fuzz/regressions/<target>/; inputs the fuzzer finds
@@ -35,7 +38,7 @@ EOF
 }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-targets=(decode roundtrip tls)
+targets=(decode roundtrip tls resp)
 seconds=60
 
 refresh_seeds() {
@@ -80,6 +83,10 @@ for target in "${targets[@]}"; do
             sources=("$root"/Sources/SocketTLS/*.swift "$tls_tests/TLSFuzzProperties.swift" "$tls_tests/TestPKI.swift"
                 "$tls_tests/TLSFixture.swift" "$tls_tests/SessionPair.swift" "$root/Fuzz/TLSTarget.swift")
             module=SocketTLSFuzz links=(-I "$root/Sources/COpenSSL" -lssl -lcrypto) ;;
+        resp)
+            sources=("$root"/Sources/RedisProtocol/*.swift "$root/Tests/RedisProtocolTests/RESPFuzzProperties.swift"
+                "$root/Fuzz/RESPTarget.swift")
+            module=RedisProtocolFuzz links=() ;;
     esac
     echo "building $target ..."
     swiftc -sanitize=fuzzer,address -parse-as-library -O -g -D FUZZING \

@@ -37,6 +37,8 @@ Options:
                     default --fsync normal; both: run each case twice in a row, off then on
                     (rows marked "memory" and "stored"), to compare the cost of durability
   --no-build        use the binaries already built (fails if they are missing)
+  --tls             every case over TLS: certificates from Scripts/dev-cert.sh in a temporary
+                    directory, chat-server --tls-cert/--tls-key, chat-loadtest --tls-ca
   -h, --help        show this help
 
 Environment:
@@ -63,6 +65,7 @@ only=""
 hgrm_dir=""
 build=1
 persistence=off
+tls=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
@@ -77,6 +80,7 @@ while [[ $# -gt 0 ]]; do
         --persistence) [[ $# -ge 2 ]] || die_usage "--persistence needs a value"; persistence="$2"; shift
             [[ $persistence == off || $persistence == on || $persistence == both ]] || die_usage "--persistence is off, on or both" ;;
         --no-build) build=0 ;;
+        --tls) tls=1 ;;
         *) die_usage "unknown option '$1'" ;;
     esac
     shift
@@ -152,6 +156,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+server_tls=()
+client_tls=()
+if [[ $tls -eq 1 ]]; then
+    "$(dirname "${BASH_SOURCE[0]}")/dev-cert.sh" --out "$work/certs" >/dev/null
+    server_tls=(--tls-cert "$work/certs/server.pem" --tls-key "$work/certs/server-key.pem")
+    client_tls=(--tls-ca "$work/certs/ca.pem")
+fi
+
 # Starts a server on a free port; sets server_pid and port. With "on", it stores rooms in a fresh
 # data directory.
 start_server() {
@@ -162,7 +174,7 @@ start_server() {
     fi
     rm -f "$work/server.fifo"
     mkfifo "$work/server.fifo"
-    "$bin/chat-server" "${storage[@]}" --host 127.0.0.1 --port 0 --no-rate-limits \
+    "$bin/chat-server" "${storage[@]}" --host 127.0.0.1 --port 0 --no-rate-limits ${server_tls[@]+"${server_tls[@]}"} \
         --max-clients 20000 --max-clients-per-address 20000 --max-memory 2G \
         --idle-ping-interval 300 --idle-timeout 600 --drain-timeout 2 --log-level warning \
         >"$work/server.fifo" 2>"$work/server.err" &
@@ -209,7 +221,7 @@ for entry in "${cases[@]}"; do
     status=0
     output="$("$bin/chat-loadtest" --port "$port" --server-pid "$server_pid" \
         --duration "$duration" --messages "$messages" --size "$size" \
-        "${arguments[@]}" "${extra[@]}" --table-row "$name" --no-progress)" || status=$?
+        "${arguments[@]}" ${extra[@]+"${extra[@]}"} ${client_tls[@]+"${client_tls[@]}"} --table-row "$name" --no-progress)" || status=$?
     stop_server
     if [[ $status -ne 0 ]]; then failures=$((failures + 1)); fi
     if [[ $(printf '%s\n' "$output" | wc -l) -ge 3 ]]; then

@@ -1,4 +1,6 @@
 import ChatProtocol
+import SocketCore
+import SocketTLS
 
 /// Where the driver puts what the user should see. The terminal front end prints above the
 /// line being edited; the pipe front end prints plain lines.
@@ -41,13 +43,16 @@ public final class ChatClientDriver {
         /// After this long without hearing from the server, the client pings it; if the ping
         /// goes unanswered for as long again, the connection is taken for dead and redialled.
         public var pingInterval: Duration
+        /// Whose certificates to accept when speaking TLS, or nil for plain text.
+        public var tls: TLSTrust?
 
         /// A configuration for `host:port`.
         public init(
             host: String, port: Int, password: String? = nil, backoff: ReconnectBackoff = ReconnectBackoff(),
             exitIfFirstConnectFails: Bool = false, handshakeTimeout: Duration = .seconds(10),
-            pingInterval: Duration = .seconds(30)
+            pingInterval: Duration = .seconds(30), tls: TLSTrust? = nil
         ) {
+            self.tls = tls
             self.host = host
             self.port = port
             self.password = password
@@ -276,6 +281,14 @@ public final class ChatClientDriver {
     // MARK: Connection life
 
     private func connectionLoop() async {
+        let tlsContext: TLSContext?
+        do {
+            tlsContext = try configuration.tls.map { trust throws(TLSError) in try TLSContext(.client(trust: trust)) }
+        } catch {
+            show(.error(time: ClientClock.now(), text: "\(error)"))
+            finish(1)
+            return
+        }
         var attempt = 0
         var fallbackAttempt = 0
         let requestedNick = session.nick
@@ -286,7 +299,7 @@ public final class ChatClientDriver {
                 let connection = try await ChatConnection.connect(
                     host: configuration.host, port: configuration.port, nick: session.nick,
                     password: configuration.password, version: WireProtocol.version,
-                    handshakeTimeout: configuration.handshakeTimeout)
+                    handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext)
                 let began = ContinuousClock.now
                 defer { sessionLasted = ContinuousClock.now - began }
                 try await run(connection)
@@ -310,6 +323,11 @@ public final class ChatClientDriver {
                 lostReason = refusal.description
             } catch is CancellationError {
                 break
+            } catch let error as SocketError where error.tlsError.map(Self.isPermanent) == true {
+                // A certificate or protocol problem does not fix itself by retrying: say it once.
+                show(.error(time: ClientClock.now(), text: "\(error)\(error.tlsError.map(Self.hint) ?? "")"))
+                finish(1)
+                return
             } catch {
                 lostReason = deadReason ?? "\(error)"
             }
@@ -328,6 +346,47 @@ public final class ChatClientDriver {
         }
         closeConnection()
         finish(0)
+    }
+
+    /// Whether a TLS failure will not go away by retrying (the certificate, the name, the protocol).
+    private static func isPermanent(_ error: TLSError) -> Bool {
+        switch error.kind {
+        case .certificateExpired, .certificateNotYetValid, .hostnameMismatch, .untrustedCertificate, .invalidCertificate,
+            .notTLS, .protocolVersion, .noSharedCipher:
+            true
+        default: false
+        }
+    }
+
+    /// What this client's flags can do about `error`.
+    private static func hint(for error: TLSError) -> String {
+        switch error.kind {
+        case .untrustedCertificate:
+            " (if you trust this server's CA, give this client its certificate: --tls-ca FILE)"
+        case .notTLS:
+            " (the server speaks plain text on this port: connect without --tls, or to its TLS port)"
+        default: ""
+        }
+    }
+
+    /// Tells the user how the connection is protected, and loudly when it is not authenticated.
+    private func announceEncryption(_ connection: ChatConnection) async {
+        guard let parameters = await connection.tlsParameters, let peer = await connection.tlsPeer else {
+            session.encryption = nil
+            return
+        }
+        let version = parameters.split(separator: ",").first.map(String.init) ?? parameters
+        let subject = peer.certificate?.subject ?? "unknown"
+        if configuration.tls == .insecureAcceptAnything {
+            session.encryption = "\(version) UNVERIFIED"
+            var warning = "WARNING: --tls-insecure: the server's identity is not checked; anyone on the path can read and change this conversation"
+            if let failure = peer.ignoredFailure { warning += ". Verification would have failed: \(failure.reason)" }
+            show(.error(time: ClientClock.now(), text: warning))
+            show(.notice(time: ClientClock.now(), text: "encrypted: \(parameters), certificate \(subject) NOT verified"))
+        } else {
+            session.encryption = version
+            show(.notice(time: ClientClock.now(), text: "encrypted: \(parameters), certificate \(subject) verified"))
+        }
     }
 
     /// Whether a handshake refusal will not go away by retrying. A taken nick may be our own
@@ -364,6 +423,7 @@ public final class ChatClientDriver {
 
         let welcome = connection.welcome
         show(.notice(time: ClientClock.now(), text: "connected to \(configuration.host):\(configuration.port) as \(welcome.nick)"))
+        await announceEncryption(connection)
         perform(session.connected(nick: welcome.nick, motd: welcome.motd, version: welcome.version), fromUser: false)
         if !hasConnected {
             hasConnected = true

@@ -1,5 +1,6 @@
 import ChatProtocol
 import SocketCore
+import SocketTLS
 
 /// A ChatProtocol session over TCP for Swift concurrency: connect, handshake, then frames both ways.
 ///
@@ -54,12 +55,16 @@ public final class ChatConnection: Sendable {
     ///
     /// `timeout` bounds the TCP connect, `handshakeTimeout` the wait for the server's answer, so
     /// a server that accepts and says nothing cannot hang the caller. Throws `SocketError` when
-    /// the connection fails, `HandshakeError` when the server refuses or does not answer.
+    /// the connection fails (`.tls(TLSError)` when the TLS handshake does), `HandshakeError` when
+    /// the server refuses or does not answer.
+    ///
+    /// With `tls` (a client context) the connection speaks TLS and verifies the server's
+    /// certificate against `host`; the TLS handshake counts against `handshakeTimeout` too.
     public static func connect(
         host: String, port: Int, nick: String, password: String? = nil, version: UInt16 = 1,
-        timeout: Duration = .seconds(10), handshakeTimeout: Duration = .seconds(10)
+        timeout: Duration = .seconds(10), handshakeTimeout: Duration = .seconds(10), tls: TLSContext? = nil
     ) async throws -> ChatConnection {
-        let connection = try await SocketConnection.connect(host: host, port: port, timeout: timeout)
+        let connection = try await SocketConnection.connect(host: host, port: port, timeout: timeout, tls: tls)
         let deadline = ContinuousClock.now + handshakeTimeout
         // Closing the connection at the deadline ends the read below; the clock tells why.
         let watchdog = Task {
@@ -100,6 +105,17 @@ public final class ChatConnection: Sendable {
         self.connection = connection
         self.welcome = welcome
         self.frames = IncomingFrames(reader: reader)
+    }
+
+    /// What the connection negotiated, `TLS 1.3, TLS_AES_128_GCM_SHA256`, or nil for plain text.
+    public var tlsParameters: String? {
+        get async { await connection.tlsParameters }
+    }
+
+    /// The server's certificate and, for a client that verifies nothing, what verification would
+    /// have said about it; nil for plain text.
+    public var tlsPeer: (certificate: TLSCertificateSummary?, ignoredFailure: TLSError?)? {
+        get async { await connection.tlsPeer }
     }
 
     /// Sends one frame.

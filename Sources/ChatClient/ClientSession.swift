@@ -32,6 +32,9 @@ public struct ClientSession: Sendable {
     public private(set) var pendingJoins: [String]
     /// Whether a connection is open (between `connected` and `disconnected`).
     public private(set) var isConnected = false
+    /// How the connection is protected, for the status line: `TLS 1.3` (the server's certificate
+    /// verified), `TLS 1.3 UNVERIFIED`, or nil for plain text. Set by whoever connects.
+    public var encryption: String?
     /// The protocol version agreed with the server (1 until a version 2 welcome).
     public private(set) var version: UInt16 = 1
     /// Every window in the order they were opened: rooms we are in or joining, then queries.

@@ -11,7 +11,11 @@ public enum StatusLine {
         var head = session.nick
         if session.awayMessage != nil { head += " (away)" }
         var tail: [String] = []
-        if !session.isConnected { tail.append("offline") }
+        if !session.isConnected {
+            tail.append("offline")
+        } else if let encryption = session.encryption {
+            tail.append(encryption)
+        }
 
         var items: [(text: String, quiet: Bool)] = []
         for (index, window) in session.windows.enumerated() {

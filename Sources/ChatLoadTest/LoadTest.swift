@@ -101,6 +101,8 @@ private final class LoadRun: @unchecked Sendable {
     private var selfAtSend = ProcessSample.current()
     private var selfAtEnd = ProcessSample.current()
     private var joinedAtSend = 0
+    /// Seconds from the first connect to every client joined (TLS handshakes included).
+    private var connectSeconds = 0.0
     private var sendStart: UInt64 = 0
     private var sendEnd: UInt64 = 0
     private var drainEnd: UInt64 = 0
@@ -176,6 +178,7 @@ private final class LoadRun: @unchecked Sendable {
             for (room, count) in worker.io.queue.sync(execute: { worker.joinedPerRoom() }).enumerated() { members[room] += count }
         }
         joinedAtSend = members.reduce(0, +)
+        connectSeconds = seconds(since: phaseStart, now)
         let memberCounts = members
         joinedSenders = clients.prefix(configuration.senders).count { client in
             worker(of: client).io.queue.sync { client.phase == .joined }
@@ -303,6 +306,7 @@ private final class LoadRun: @unchecked Sendable {
             clients: configuration.clients, rooms: configuration.rooms, senders: configuration.senders,
             pacing: configuration.pacing.description, messageSize: sampleText.utf8.count,
             joined: joinedAtSend, failedClients: failed, disconnectedClients: disconnected,
+            tls: configuration.tls != nil, connectSeconds: connectSeconds,
             allClosed: allClosed, firstProblem: problem,
             sent: sent, refused: refused, deliveries: tally,
             sendSeconds: sendSeconds, deliverySeconds: deliverySeconds,

@@ -1,3 +1,5 @@
+import SocketTLS
+
 /// Everything that shapes one load-test run, with the bounds that keep a run small enough to stop
 /// by itself: loopback targets only, at most ten minutes of sending, at most 100 million messages.
 public struct LoadTestConfiguration: Sendable {
@@ -52,6 +54,9 @@ public struct LoadTestConfiguration: Sendable {
     public var serverPIDs: [Int32] = []
     /// Prefix of the nicks and rooms, so that runs against one server do not mix.
     public var namePrefix: String = "lt"
+    /// Speak TLS with this client context (one for every client: each handshake verifies the
+    /// server's certificate against the client's server address), or nil for plain text.
+    public var tls: TLSContext?
 
     /// A configuration with every default.
     public init() {}

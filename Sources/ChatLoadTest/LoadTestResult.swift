@@ -21,6 +21,14 @@ public struct LoadTestResult: Sendable, Encodable {
     public var failedClients: Int
     /// Joined clients the server disconnected during the run.
     public var disconnectedClients: Int
+    /// Whether the clients spoke TLS.
+    public var tls: Bool
+    /// Seconds from the first connect until every client had joined (or the connect timeout):
+    /// TCP connect, TLS handshake, hello and join, at most `--connect-rate` new ones a second.
+    public var connectSeconds: Double
+    /// Clients joined per second of `connectSeconds`: with a high `--connect-rate`, handshakes
+    /// per second.
+    public var connectsPerSecond: Double { Double(joined) / Swift.max(connectSeconds, 1e-9) }
     /// Whether every connection was seen closed at the end.
     public var allClosed: Bool
     /// The first thing that went wrong for any client, if anything did.
@@ -58,6 +66,7 @@ public struct LoadTestResult: Sendable, Encodable {
 
     enum CodingKeys: String, CodingKey {
         case clients, rooms, senders, pacing, messageSize, joined, failedClients, disconnectedClients, allClosed
+        case tls, connectSeconds, connectsPerSecond
         case firstProblem, sent, refused, deliveries, sendSeconds, deliverySeconds, messagesPerSecond
         case deliveriesPerSecond, latency, wire, server, loadGenerator, passed
     }
@@ -74,6 +83,9 @@ public struct LoadTestResult: Sendable, Encodable {
         try container.encode(failedClients, forKey: .failedClients)
         try container.encode(disconnectedClients, forKey: .disconnectedClients)
         try container.encode(allClosed, forKey: .allClosed)
+        try container.encode(tls, forKey: .tls)
+        try container.encode(connectSeconds, forKey: .connectSeconds)
+        try container.encode(connectsPerSecond, forKey: .connectsPerSecond)
         try container.encodeIfPresent(firstProblem, forKey: .firstProblem)
         try container.encode(sent, forKey: .sent)
         try container.encode(refused, forKey: .refused)
@@ -220,6 +232,9 @@ extension LoadTestResult {
         add("  lost \(deliveries.lost), duplicated \(deliveries.duplicated), reordered \(deliveries.reordered), unexpected \(deliveries.unexpected)")
         if let firstProblem { add("  first problem: \(firstProblem)") }
         add()
+        add("Connecting\(tls ? " (TLS)" : "")")
+        add("  joined       \(joined) in \(Self.fixed(connectSeconds, 2)) s: \(Self.count(connectsPerSecond)) connects/s (connect\(tls ? ", TLS handshake" : ""), hello, join)")
+        add()
         add("Throughput")
         add("  sent         \(Self.count(messagesPerSecond)) msg/s over \(Self.fixed(sendSeconds, 2)) s")
         add("  delivered    \(Self.count(deliveriesPerSecond)) deliveries/s over \(Self.fixed(deliverySeconds, 2)) s")
@@ -254,6 +269,7 @@ extension LoadTestResult {
             ("rooms", "\(rooms)"),
             ("senders", "\(senders)"),
             ("pacing", pacing),
+            ("connects/s", Self.count(connectsPerSecond)),
             ("msg/s", Self.count(messagesPerSecond)),
             ("deliveries/s", Self.count(deliveriesPerSecond)),
             ("p50", Self.duration(latency.p50)),

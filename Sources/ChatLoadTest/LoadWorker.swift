@@ -2,6 +2,7 @@ import ChatProtocol
 import Dispatch
 import Histogram
 import SocketCore
+import SocketTLS
 import Synchronization
 
 // MARK: Shared counters
@@ -157,7 +158,16 @@ final class LoadWorker: @unchecked Sendable {
             socket.close()
             return end(client, reason: nil)
         }
-        let channel = SocketChannel(socket: socket, queue: io.queue, readBuffer: io.readBuffer)
+        var session: TLSSession?
+        if let tls = configuration.tls {
+            do {
+                session = try tls.makeClientSession(serverName: configuration.server(ofClient: client.index).host, peerLabel: socket.label)
+            } catch {
+                socket.close()
+                return end(client, reason: "\(error)")
+            }
+        }
+        let channel = SocketChannel(socket: socket, queue: io.queue, readBuffer: io.readBuffer, tls: session)
         client.channel = channel
         client.phase = .handshaking
         channel.onBytes = { [unowned self, unowned client] bytes in received(bytes, for: client) }

@@ -79,23 +79,19 @@ public struct ChatCore: Sendable {
 
     // MARK: Events
 
-    /// A connection from `address` opened as `id`. Refuses it (`.disconnect`) when the server or
-    /// the address is at its limit.
-    public mutating func clientConnected(
-        _ id: ClientID, address: String, at now: ServerTime, into actions: inout [ChatAction]
-    ) {
+    /// A connection from `address` opened as `id`: registers it and returns `nil`, or, when the
+    /// server or the address is at its limit, returns why it is refused and registers nothing (the
+    /// caller turns it away without ever reading from it).
+    public mutating func clientConnected(_ id: ClientID, address: String, at now: ServerTime) -> Disconnection? {
         precondition(id.slot >= 0, "slots are non-negative")
         if clientCount >= configuration.maxClients {
             let reason = "the server is full (\(configuration.maxClients) connections)"
-            actions.append(.disconnect(id, Disconnection(code: .serverFull, frameType: .hello, reason: reason), nick: nil))
-            return
+            return Disconnection(code: .serverFull, frameType: .hello, reason: reason)
         }
         let fromAddress = addresses[address]?.connections ?? 0
         if fromAddress >= configuration.maxClientsPerAddress {
             let reason = "too many connections from \(address) (limit \(configuration.maxClientsPerAddress))"
-            let refusal = Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
-            actions.append(.disconnect(id, refusal, nick: nil))
-            return
+            return Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
         }
         var state = addresses[address] ?? AddressState(configuration: configuration, now: now.uptimeMillis)
         let connectionRate = configuration.addressConnectionRate
@@ -103,9 +99,7 @@ public struct ChatCore: Sendable {
             guard state.connectBucket.has(1, rate: connectionRate, burst: configuration.addressConnectionBurst, now: now.uptimeMillis)
             else {
                 let reason = "connecting too fast from \(address) (at most \(Self.format(connectionRate)) per second)"
-                let refusal = Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
-                actions.append(.disconnect(id, refusal, nick: nil))
-                return
+                return Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
             }
             state.connectBucket.spend(1)
         }
@@ -116,6 +110,7 @@ public struct ChatCore: Sendable {
         state.connections += 1
         addresses[address] = state
         clientCount += 1
+        return nil
     }
 
     /// A frame of `size` bytes (its length prefix included) arrived from `id`. Frames from

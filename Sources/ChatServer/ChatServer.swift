@@ -4,6 +4,7 @@ import Dispatch
 import Glibc
 import Logging
 import SocketCore
+import SocketTLS
 
 /// A chat server: a `ChatCore` served over TCP on one serial Dispatch queue.
 ///
@@ -45,12 +46,19 @@ public final class ChatServer: @unchecked Sendable {
     public let localAddress: SocketAddress
     /// The port the server listens on.
     public var port: Int { localAddress.port }
+    /// The plain-text port next to a TLS one (`configuration.plainPort`), or nil.
+    public var plainPort: Int? { plainListener?.localAddress.port }
 
     private enum State { case idle, running, stopping, stopped }
 
     private let queue = DispatchQueue(label: "ChatServer")
     private let logger: Logger
     private let listener: SocketListener
+    /// The plain-text listener beside a TLS `listener`, if configured.
+    private let plainListener: SocketListener?
+    /// What new connections on `listener` speak TLS with; replaced by `reloadTLS()`. Sessions
+    /// already made keep the context they were made from.
+    private var tlsContext: TLSContext?
     private let readBuffer = ReadBuffer()
     private var state = State.idle
     private var core: ChatCore
@@ -63,6 +71,8 @@ public final class ChatServer: @unchecked Sendable {
     private let chunkMeter = MemoryMeter()
     /// What every queue slot costs while it is taken.
     private let slotMeter = MemoryMeter()
+    /// What TLS sessions' ciphertext buffers cost while they exist (encrypted, not yet sent).
+    private let ciphertextMeter = MemoryMeter()
 
     /// Open connections, indexed by `ClientID.slot`; a slot is reused only after its channel closed.
     private var connections: [ClientConnection?] = []
@@ -105,14 +115,17 @@ public final class ChatServer: @unchecked Sendable {
     private var goodbyeAfterCommit: (commit: Int, reason: String)?
 
     private var refusalLog = LogThrottle()
+    /// Connections refused at the door, waiting for their clients to close.
+    private var refused = RefusedSockets()
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
 
     /// Binds the listening socket (nothing is accepted until `start()`); keeps rooms in `store`
     /// if there is one (the caller closes it after `shutdown`).
     ///
-    /// Throws `ChatServerError.invalidConfiguration` for settings that cannot work, `SocketError`
-    /// when the address cannot be bound. Logs through `logger` (connects and disconnects at `info`).
+    /// Throws `ChatServerError.invalidConfiguration` for settings that cannot work, `TLSError` when
+    /// the certificate or key cannot be loaded, `SocketError` when the address cannot be bound.
+    /// Logs through `logger` (connects and disconnects at `info`).
     public init(
         configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, logger: Logger = Logger(label: "chat-server")
     ) throws {
@@ -122,10 +135,42 @@ public final class ChatServer: @unchecked Sendable {
         self.store = store
         budget = configuration.memoryBudget
         core = ChatCore(configuration: configuration, store: store)
+        // Loaded before binding, so a bad certificate never leaves a port open that cannot serve.
+        tlsContext = try configuration.tls.map { configuration throws(TLSError) in try TLSContext(configuration) }
         // "::" takes IPv4 clients too (as IPv4-mapped addresses), as --help promises.
         listener = try SocketListener(
             host: configuration.host, port: configuration.port, dualStack: configuration.host == "::", backlog: 4096)
+        plainListener = try configuration.plainPort.map { port throws(SocketError) in
+            try SocketListener(host: configuration.host, port: port, dualStack: configuration.host == "::", backlog: 4096)
+        }
         localAddress = listener.localAddress
+    }
+
+    /// The certificate new TLS connections are served with, or nil without TLS.
+    public var tlsCertificate: TLSCertificateSummary? { queue.sync { tlsContext?.certificate } }
+
+    /// What an operator should know about the loaded certificate and key (expiring soon, readable
+    /// by others, …); empty without TLS.
+    public var tlsWarnings: [String] { queue.sync { tlsContext?.warnings ?? [] } }
+
+    /// Reads the certificate and key files again (on SIGHUP): on success new connections get the
+    /// new certificate, on failure the current one stays and the error says why. Connections
+    /// already open carry on with the certificate they started with. Logs either way.
+    @discardableResult
+    public func reloadTLS() -> Result<TLSCertificateSummary?, TLSError> {
+        queue.sync {
+            guard let configuration = configuration.tls else { return .success(nil) }
+            do throws(TLSError) {
+                let context = try TLSContext(configuration)
+                tlsContext = context
+                logger.info("TLS certificate reloaded", metadata: ["tls.certificate": "\(context.certificate.map { "\($0)" } ?? "")"])
+                for warning in context.warnings { logger.warning("TLS: \(warning)") }
+                return .success(context.certificate)
+            } catch {
+                logger.error("TLS reload failed, the current certificate stays", metadata: ["error": "\(error)"])
+                return .failure(error)
+            }
+        }
     }
 
     /// Starts accepting connections and the timer. Call once.
@@ -134,7 +179,12 @@ public final class ChatServer: @unchecked Sendable {
             precondition(state == .idle, "start() called twice")
             state = .running
             listener.start(
-                queue: queue, handler: { [weak self] socket in self?.accept(socket) },
+                queue: queue, handler: { [weak self] socket in self?.accept(socket, tls: true) },
+                onError: { [weak self] error in
+                    self?.logger.warning("accept failed", metadata: ["error": "\(error)"])
+                })
+            plainListener?.start(
+                queue: queue, handler: { [weak self] socket in self?.accept(socket, tls: false) },
                 onError: { [weak self] error in
                     self?.logger.warning("accept failed", metadata: ["error": "\(error)"])
                 })
@@ -159,6 +209,7 @@ public final class ChatServer: @unchecked Sendable {
             }
             state = .stopping
             listener.close()
+            plainListener?.close()
             guard let store else {
                 sayGoodbye(reason)
                 return
@@ -201,28 +252,38 @@ public final class ChatServer: @unchecked Sendable {
     /// What the server's output queues pin now: chunks counted once, plus queue slots.
     public var queuedBytes: Int { queue.sync { outputInUse } }
 
-    private var outputInUse: Int { chunkMeter.bytes + slotMeter.bytes }
+    private var outputInUse: Int { chunkMeter.bytes + slotMeter.bytes + ciphertextMeter.bytes }
 
     // MARK: Accepting
 
-    private func accept(_ socket: Socket) {
+    /// Takes a connection from a listener; `tls` says whether it came from the TLS one (which
+    /// speaks TLS only when a context is loaded).
+    private func accept(_ socket: Socket, tls: Bool) {
         guard state == .running else {
             socket.close()
             return
         }
+        let address = (try? socket.remoteAddress().ip) ?? "unknown"
+        let slot = freeSlots.last ?? connections.count
+        let now = Self.now()
+        if let refusal = core.clientConnected(ClientID(slot), address: address, at: now) {
+            turnAway(socket, address: address, refusal: refusal, now: now)
+            return
+        }
+        if slot == connections.count {
+            connections.append(nil)
+        } else {
+            freeSlots.removeLast()
+        }
         // Chat frames are small and latency matters more than packet count; gather writes already
         // batch whatever is queued.
         try? socket.setNoDelay()
-        let address = (try? socket.remoteAddress().ip) ?? "unknown"
-        let slot: Int
-        if let free = freeSlots.popLast() {
-            slot = free
-        } else {
-            slot = connections.count
-            connections.append(nil)
-        }
-        let channel = SocketChannel(socket: socket, queue: queue, readBuffer: readBuffer)
+        // The TLS handshake runs inside the chat handshake's window: ChatCore's clock started
+        // above, and a client that stalls mid-handshake never sends hello.
+        let session = tls ? tlsContext?.makeServerSession(peerLabel: socket.label) : nil
+        let channel = SocketChannel(socket: socket, queue: queue, readBuffer: readBuffer, tls: session)
         channel.slotMeter = slotMeter
+        channel.ciphertextMeter = ciphertextMeter
         let connection = ClientConnection(
             id: ClientID(slot), serial: nextSerial, address: address, channel: channel,
             maxFrameSize: configuration.maxFrameSize)
@@ -239,8 +300,26 @@ public final class ChatServer: @unchecked Sendable {
         logger.debug(
             "client connected",
             metadata: ["connection.id": "\(connection.serial)", "connection.remote": "\(channel.label)"])
-        core.clientConnected(connection.id, address: address, at: Self.now(), into: &actions)
-        perform()
+    }
+
+    /// Refuses a connection on the listener's turn, at the cost of a few system calls: its error
+    /// frame goes into the socket's empty send buffer, then end of stream; what the client already
+    /// sent (usually its `hello`) is read and dropped. If the client has closed too, the socket is
+    /// closed now; otherwise it waits in `refused` for the client to close. A channel per attempt,
+    /// two Dispatch sources and a linger, is what made a reconnect loop over the limits slow
+    /// everyone else down.
+    private func turnAway(_ socket: Socket, address: String, refusal: Disconnection, now: ServerTime) {
+        logRefusal(address: address, label: socket.label, reason: refusal.reason, now: now)
+        if let frame = refusal.errorFrame {
+            let bytes = FrameEncoder.encode(frame)
+            _ = bytes.withUnsafeBytes { try? socket.write($0) }
+        }
+        try? socket.shutdownWrite()
+        if RefusedSockets.stillOpen(socket, scratch: readBuffer.memory) {
+            refused.add(socket, until: now.uptimeMillis + configuration.lingerTimeout.milliseconds)
+        } else {
+            socket.close()
+        }
     }
 
     // MARK: Reading
@@ -396,7 +475,9 @@ public final class ChatServer: @unchecked Sendable {
 
     private func closed(_ connection: ClientConnection, error: SocketError?) {
         if connection.isActive {
-            let reason = error.map { "connection lost: \($0.reason)" } ?? "connection closed"
+            let reason = error.map { error in
+                error.tlsError.map { "TLS: \($0.reason)" } ?? "connection lost: \(error.reason)"
+            } ?? "connection closed"
             core.disconnect(connection.id, Disconnection(code: nil, reason: reason), at: Self.now(), into: &actions)
             perform()
         }
@@ -553,6 +634,16 @@ public final class ChatServer: @unchecked Sendable {
             case .disconnect(let id, let disconnection, let nick):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 let now = Self.now()
+                if connection.channel.isHandshaking {
+                    // Nothing can be said to a client without TLS keys: close at once, and say
+                    // which handshake it did not finish (a TLS slowloris reads like this).
+                    let reason = disconnection.code == .handshakeTimeout
+                        ? "TLS handshake not finished within \(configuration.handshakeTimeout)" : disconnection.reason
+                    logDisconnect(connection, reason: reason, nick: nick, now: now)
+                    connection.phase = .closing(deadline: now.uptimeMillis)
+                    connection.channel.close()
+                    continue
+                }
                 logDisconnect(connection, reason: disconnection.reason, nick: nick, now: now)
                 if disconnection.code == .slowConsumer {
                     // It is not reading: what is queued would only hold memory until the close.
@@ -694,6 +785,7 @@ public final class ChatServer: @unchecked Sendable {
                 break
             }
         }
+        refused.sweep(now: now.uptimeMillis, scratch: readBuffer.memory)
         for (key, count) in refusalLog.summaries(now: now.uptimeMillis) {
             logger.info("refusals summarised", metadata: ["refusal": "\(key)", "refusal.suppressed": "\(count)"])
         }
@@ -702,6 +794,7 @@ public final class ChatServer: @unchecked Sendable {
     private func finishStoppingIfIdle() {
         guard state == .stopping, openConnections == 0 else { return }
         state = .stopped
+        refused.closeAll()
         timer?.cancel()
         timer = nil
         throttleTimer?.cancel()
@@ -730,8 +823,7 @@ public final class ChatServer: @unchecked Sendable {
     /// reason, with a summary of what was left out.
     private func logDisconnect(_ connection: ClientConnection, reason: String, nick: String?, now: ServerTime) {
         if !connection.welcomed {
-            let key = "\(connection.address): \(reason.prefix { $0 != "(" && $0 != ";" })"
-            guard refusalLog.admit(key, now: now.uptimeMillis) else { return }
+            guard admitRefusalLine(address: connection.address, reason: reason, now: now) else { return }
         }
         var metadata: Logger.Metadata = [
             "connection.id": "\(connection.serial)", "connection.remote": "\(connection.channel.label)",
@@ -739,6 +831,19 @@ public final class ChatServer: @unchecked Sendable {
         ]
         if let nick { metadata["client.nick"] = "\(nick)" }
         logger.info("client disconnected", metadata: metadata)
+    }
+
+    /// Logs a connection turned away at the door (a full server, an address over its limits),
+    /// throttled like other refusals.
+    private func logRefusal(address: String, label: String, reason: String, now: ServerTime) {
+        guard admitRefusalLine(address: address, reason: reason, now: now) else { return }
+        logger.info("client refused", metadata: ["connection.remote": "\(label)", "disconnect.reason": "\(reason)"])
+    }
+
+    /// Whether a refusal of `address` for `reason` gets a log line now: a few per address and
+    /// reason (the reason's numbers left out), then a periodic summary of the rest.
+    private func admitRefusalLine(address: String, reason: String, now: ServerTime) -> Bool {
+        refusalLog.admit("\(address): \(reason.prefix { $0 != "(" && $0 != ";" })", now: now.uptimeMillis)
     }
 
     /// The wall clock for stamps and the monotonic clock for timeouts, read together.

@@ -1,4 +1,5 @@
 import ChatProtocol
+import SocketTLS
 
 /// Everything a `ChatServer` can be told: where to listen, and every limit it enforces.
 ///
@@ -9,6 +10,18 @@ public struct ChatServerConfiguration: Sendable {
     public var host = "127.0.0.1"
     /// The port to listen on; 0 lets the OS choose (read it back from `ChatServer.port`).
     public var port = 7000
+    /// TLS on `port`: a server configuration (certificate chain and key files), or nil for plain
+    /// text. The files are read at start-up and again by `ChatServer.reloadTLS()`.
+    public var tls: TLSConfiguration?
+    /// With `tls`, a second, plain-text port on the same host (0: the OS chooses); nil for none.
+    public var plainPort: Int?
+
+    /// What a TLS connection costs beyond a plain one, at most: OpenSSL's `SSL` object (about
+    /// 15 KiB idle in the engine's measurement), its record buffer for a partial record (17 KiB),
+    /// and the allocator's slack after handshakes (the real server grew 26–41 KiB per idle TLS
+    /// connection more than per plain one after 2,000 concurrent handshakes: BENCHMARKS.md).
+    /// Ciphertext waiting to be sent is counted with the output queues instead.
+    public static let tlsConnectionBytes = 48 << 10
 
     /// The most connections open at once, handshaking ones included.
     public var maxClients = 10_000
@@ -114,12 +127,19 @@ public struct ChatServerConfiguration: Sendable {
 
     /// How `maxMemory` is divided for these limits.
     public var memoryBudget: MemoryBudget {
-        MemoryBudget(total: maxMemory, maxClients: maxClients, maxFrameSize: maxFrameSize)
+        MemoryBudget(
+            total: maxMemory, maxClients: maxClients, maxFrameSize: maxFrameSize,
+            extraPerConnection: tls == nil ? 0 : Self.tlsConnectionBytes)
     }
 
     /// Returns a description of the first setting that cannot work, or nil if all can.
     public func problem() -> String? {
         if !(0...65_535).contains(port) { return "port must be 0...65535" }
+        if let tls, !tls.isServer { return "the TLS configuration must be a server's (a certificate and a key)" }
+        if let plainPort {
+            if tls == nil { return "a plain-text port besides the main one needs TLS on the main one" }
+            if !(0...65_535).contains(plainPort) { return "the plain-text port must be 0...65535" }
+        }
         if maxClients < 1 { return "the client limit must be at least 1" }
         if maxClientsPerAddress < 1 { return "the per-address limit must be at least 1" }
         if !(64...Self.maxFrameSizeCeiling).contains(maxFrameSize) {

@@ -1,4 +1,5 @@
 import Dispatch
+import SocketTLS
 
 /// Accepts TCP connections for Swift concurrency: `connections` yields a `SocketConnection` for
 /// each peer that connects.
@@ -17,8 +18,12 @@ public final class ConnectionListener: Sendable {
     private let queue: DispatchQueue
     private let continuation: AsyncStream<SocketConnection>.Continuation
 
-    /// Binds and listens on `host:port` (see `SocketListener.init` for the parameters).
-    public init(host: String, port: Int, dualStack: Bool = false, backlog: Int32 = 1024) throws(SocketError) {
+    /// Binds and listens on `host:port` (see `SocketListener.init` for the parameters). With `tls`
+    /// (a server context) every accepted connection speaks TLS; its handshake runs behind the
+    /// connection, which yields plaintext once it completes.
+    public init(
+        host: String, port: Int, dualStack: Bool = false, backlog: Int32 = 1024, tls: TLSContext? = nil
+    ) throws(SocketError) {
         let listener = try SocketListener(host: host, port: port, dualStack: dualStack, backlog: backlog)
         let queue = DispatchQueue(label: "SocketCore.ConnectionListener")
         self.queue = queue
@@ -31,7 +36,8 @@ public final class ConnectionListener: Sendable {
         queue.async { [continuation] in
             listener.start(queue: queue) { socket in
                 try? socket.setNoDelay()
-                continuation.yield(SocketConnection(socket: socket))
+                let session = tls?.makeServerSession(peerLabel: socket.label)
+                continuation.yield(SocketConnection(socket: socket, tls: session))
             }
         }
     }

@@ -1,6 +1,7 @@
 import Dispatch
 import DequeModule
 import Glibc
+import SocketTLS
 
 /// Scratch memory that channels read into before handing the bytes to their consumer.
 ///
@@ -37,6 +38,14 @@ public final class ReadBuffer: @unchecked Sendable {
 /// Half-close: when the peer ends its input, the channel calls `onEndOfInput` and goes on
 /// writing; once the owner has shut down the sending side (`shutdownWrite`) and everything queued
 /// has left, the connection is finished both ways and the channel closes itself.
+///
+/// TLS: a channel made with a `TLSSession` speaks TLS over the socket and plaintext to its owner.
+/// `onBytes` sees only decrypted bytes, `enqueue` takes plaintext (which waits until the handshake
+/// completes), `outboundBytes` counts plaintext not yet encrypted plus ciphertext not yet sent, the
+/// peer's close_notify is end of input and `shutdownWrite` sends ours before the TCP shutdown. A
+/// TLS failure (a refused handshake, a plain-text peer, a TCP end without close_notify) closes the
+/// channel with a `SocketError` whose code is `.tls(TLSError)`, after one attempt to send the alert
+/// that tells the peer why. docs/TLS.md has the design.
 public final class SocketChannel: @unchecked Sendable {
     /// The queue all handlers run on and all calls must come from.
     public let queue: DispatchQueue
@@ -53,6 +62,9 @@ public final class SocketChannel: @unchecked Sendable {
     /// Called once, after the descriptor is closed, with the error that closed it (`nil` when the
     /// owner closed it or the peer finished cleanly).
     public var onClosed: ((SocketError?) -> Void)?
+    /// The TLS session the channel speaks through, or `nil` for plain TCP. Read its negotiated
+    /// version and peer certificate on `queue`; the channel alone feeds it bytes.
+    public let tls: TLSSession?
 
     private enum State { case idle, open, closing, closed }
 
@@ -79,11 +91,29 @@ public final class SocketChannel: @unchecked Sendable {
     private var writeShutdownRequested = false
     private var writeShutDown = false
 
-    /// Bytes queued but not yet accepted by the kernel.
-    @exclusivity(unchecked) public private(set) var outboundBytes = 0
+    /// Bytes queued but not yet accepted by the kernel: with TLS, plaintext not yet encrypted plus
+    /// ciphertext not yet sent.
+    public var outboundBytes: Int {
+        guard let tls else { return queuedBytes }
+        return queuedBytes + tls.pendingCiphertext.count
+    }
     /// What the queued chunks pin in memory, counting each chunk's whole cost
-    /// (`ByteChunk.cost(ofBytes:)`) and its queue slot, as if no other queue shared it.
-    @exclusivity(unchecked) public private(set) var outboundCost = 0
+    /// (`ByteChunk.cost(ofBytes:)`) and its queue slot, as if no other queue shared it; with TLS,
+    /// plus the ciphertext waiting to be sent. (Not the capacity of the session's buffers, which
+    /// stays allocated until a queue drains completely: an owner that pauses a busy client above
+    /// one mark and resumes it below another would otherwise keep it paused until all was sent.
+    /// `ciphertextMeter` counts the capacity for memory totals.)
+    public var outboundCost: Int {
+        guard let tls else { return queuedCost }
+        return queuedCost + tls.pendingCiphertext.count
+    }
+    /// Bytes of the queued chunks not yet sent (with TLS: not yet encrypted).
+    @exclusivity(unchecked) private var queuedBytes = 0
+    /// What the queued chunks pin: `outboundCost` without TLS's buffers.
+    @exclusivity(unchecked) private var queuedCost = 0
+    /// Plaintext taken from the queue per `encrypt`: about what one `send` takes, so ciphertext
+    /// does not pile up ahead of a slow socket (it would only double the queue's memory).
+    static let encryptBatchBytes = 64 * 1024
 
     /// What one queue slot costs beyond its chunk: the reference in the ring buffer.
     public static let slotBytes = MemoryLayout<ByteChunk>.stride
@@ -93,23 +123,40 @@ public final class SocketChannel: @unchecked Sendable {
     /// `MemoryMeter` counts once, however many queues share it). Updated once per `flush`, not per
     /// chunk, to stay off the hot path. Set it before `start()`.
     public var slotMeter: MemoryMeter?
+    /// Counts the TLS session's ciphertext buffers (`TLSSession.bufferedCiphertextCapacity`) while
+    /// they exist, so an owner of many channels can add them to what its queues pin: up to one
+    /// encrypt batch per connection that the peer is not reading. Updated once per `flush`. Set it
+    /// before `start()`; ignored without TLS.
+    public var ciphertextMeter: MemoryMeter?
+    /// The ciphertext buffer bytes `ciphertextMeter` was last told of.
+    private var reportedCiphertextBytes = 0
+
     /// Slot bytes taken or given back since the meter was last told.
     @exclusivity(unchecked) private var unreportedSlotBytes = 0
 
     /// Wraps a connected socket; nothing happens until `start()`.
     /// - Parameter readBuffer: scratch to read into; share one among channels on the same queue.
-    public init(socket: Socket, queue: DispatchQueue, readBuffer: ReadBuffer? = nil) {
+    /// - Parameter tls: a session to speak TLS through (from `TLSContext.makeServerSession` for an
+    ///   accepted socket, `makeClientSession` for a connected one); the channel owns it from now.
+    public init(socket: Socket, queue: DispatchQueue, readBuffer: ReadBuffer? = nil, tls: TLSSession? = nil) {
         self.socket = socket
         self.queue = queue
         self.label = socket.label
         self.readBuffer = readBuffer ?? ReadBuffer()
+        self.tls = tls
     }
 
     /// Whether the channel is open (started and not closing).
     public var isOpen: Bool { state == .open }
 
-    /// Whether the peer has ended its input (end of stream arrived).
+    /// Whether the peer has ended its input (end of stream arrived, or with TLS its close_notify).
     public var inputEnded: Bool { readEnded }
+
+    /// Whether the channel speaks TLS and its handshake has not completed yet.
+    public var isHandshaking: Bool {
+        guard let tls, case .handshaking = tls.state else { return false }
+        return true
+    }
 
     /// Starts reading. Call once, on `queue`.
     public func start() {
@@ -124,6 +171,8 @@ public final class SocketChannel: @unchecked Sendable {
         }
         liveSources += 1
         readSource = SuspendableSource(activating: source)
+        // A client's ClientHello is already waiting in the session.
+        if tls != nil { flush() }
     }
 
     // MARK: Reading
@@ -154,6 +203,7 @@ public final class SocketChannel: @unchecked Sendable {
     /// drops the descriptor, so bytes or an end of stream left unread then would wait forever. For
     /// the same reason a turn that runs out of budget continues through the queue, not the source.
     private func readAvailable() {
+        if let tls { return readAvailable(through: tls) }
         for _ in 0..<8 {
             guard state == .open, !readPaused, !readEnded else { return }
             let result: IOResult<Int>
@@ -174,6 +224,86 @@ public final class SocketChannel: @unchecked Sendable {
             }
         }
         queue.async { [self] in readAvailable() }
+    }
+
+    /// `readAvailable()` for a TLS channel: plaintext already inside the session first (left there
+    /// by a pause), then ciphertext from the socket, each read fed to the session and decrypted
+    /// into the same scratch. Replies the session makes on its own (handshake messages, key
+    /// updates, alerts) are flushed at once.
+    private func readAvailable(through tls: TLSSession) {
+        for _ in 0..<8 {
+            guard deliverPlaintext(from: tls) else { return }
+            let result: IOResult<Int>
+            do {
+                result = try socket.read(into: readBuffer.memory)
+            } catch {
+                close(error)
+                return
+            }
+            do throws(TLSError) {
+                switch result {
+                case .wouldBlock:
+                    return
+                case .done(0):
+                    // The session decides: end of input after a close_notify, truncation without.
+                    if try tls.receiveEndOfStream() == .handshakeCompleted { handshakeCompleted() }
+                    guard deliverPlaintext(from: tls) else { return }
+                    // No close_notify and nothing more: readPlaintext threw `.truncated` above, so
+                    // this is reached only while paused or after the channel closed.
+                    return
+                case .done(let count):
+                    if try tls.receive(UnsafeRawBufferPointer(rebasing: readBuffer.memory[0..<count])) == .handshakeCompleted {
+                        handshakeCompleted()
+                    } else if !tls.pendingCiphertext.isEmpty {
+                        flush()
+                    }
+                }
+            } catch {
+                fail(error)
+                return
+            }
+        }
+        queue.async { [self] in readAvailable() }
+    }
+
+    /// Hands the session's plaintext to `onBytes` until it needs more ciphertext; returns whether
+    /// the channel may go on reading the socket (open, not paused, input not ended).
+    private func deliverPlaintext(from tls: TLSSession) -> Bool {
+        while state == .open, !readPaused, !readEnded {
+            let read: TLSSession.PlaintextRead
+            do {
+                read = try tls.readPlaintext(into: readBuffer.memory)
+            } catch {
+                fail(error)
+                return false
+            }
+            switch read {
+            case .bytes(let count):
+                onBytes?(UnsafeRawBufferPointer(rebasing: readBuffer.memory[0..<count]))
+            case .needsCiphertext:
+                if !tls.pendingCiphertext.isEmpty { flush() }
+                return state == .open
+            case .endOfInput:
+                if !tls.pendingCiphertext.isEmpty { flush() }
+                if state == .open { endOfInput() }
+                return false
+            }
+        }
+        return false
+    }
+
+    /// The handshake completed: the plaintext queued meanwhile leaves now.
+    private func handshakeCompleted() {
+        flush()
+    }
+
+    /// Ends the connection over a TLS failure: one attempt to send what the session queued (the
+    /// alert that tells the peer why), without waiting for the socket, then close.
+    private func fail(_ error: TLSError) {
+        if let pending = tls?.pendingCiphertext, !pending.isEmpty {
+            _ = try? socket.write(pending)
+        }
+        close(SocketError.tls(error, target: label))
     }
 
     private func endOfInput() {
@@ -197,12 +327,19 @@ public final class SocketChannel: @unchecked Sendable {
         assertOnQueue()
         guard state == .open, !writeShutdownRequested, chunk.count > 0 else { return }
         outbound.append(chunk)
-        outboundBytes += chunk.count
-        outboundCost += ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+        queuedBytes += chunk.count
+        queuedCost += ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
         unreportedSlotBytes += Self.slotBytes
     }
 
     private func reportSlots() {
+        if let tls, let ciphertextMeter {
+            let now = state == .open ? tls.bufferedCiphertextCapacity : 0
+            if now != reportedCiphertextBytes {
+                ciphertextMeter.add(now - reportedCiphertextBytes)
+                reportedCiphertextBytes = now
+            }
+        }
         guard unreportedSlotBytes != 0 else { return }
         slotMeter?.add(unreportedSlotBytes)
         unreportedSlotBytes = 0
@@ -220,10 +357,10 @@ public final class SocketChannel: @unchecked Sendable {
         while outbound.count > keep {
             let chunk = outbound.removeLast()
             dropped += chunk.count
-            outboundCost -= ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+            queuedCost -= ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
             unreportedSlotBytes -= Self.slotBytes
         }
-        outboundBytes -= dropped
+        queuedBytes -= dropped
         reportSlots()
         return dropped
     }
@@ -239,6 +376,7 @@ public final class SocketChannel: @unchecked Sendable {
         assertOnQueue()
         defer { reportSlots() }
         guard state == .open, !waitingForWritable else { return }
+        if let tls { return flush(through: tls) }
         while !outbound.isEmpty {
             let result: IOResult<Int>
             do {
@@ -263,7 +401,65 @@ public final class SocketChannel: @unchecked Sendable {
         assertOnQueue()
         guard state == .open, !writeShutdownRequested else { return }
         writeShutdownRequested = true
-        if outboundBytes == 0 { shutdownWriteNow() }
+        if tls != nil {
+            // flush sends the close_notify once the queue is empty and the handshake complete.
+            flush()
+        } else if queuedBytes == 0 {
+            shutdownWriteNow()
+        }
+    }
+
+    /// `flush()` for a TLS channel: send the session's ciphertext; when it is all gone, encrypt the
+    /// next batch of queued plaintext (once established); when that is all gone too and the owner
+    /// asked for it, queue the close_notify, send it, and only then shut down the socket.
+    private func flush(through tls: TLSSession) {
+        while state == .open {
+            let pending = tls.pendingCiphertext
+            if !pending.isEmpty {
+                let result: IOResult<Int>
+                do {
+                    result = try socket.write(pending)
+                } catch {
+                    close(error)
+                    return
+                }
+                switch result {
+                case .wouldBlock:
+                    waitForWritable()
+                    return
+                case .done(let written):
+                    tls.consumeCiphertext(written)
+                }
+                continue
+            }
+            guard case .established(_, let outputOpen) = tls.state else { return }
+            if !outbound.isEmpty {
+                let consumed: Int
+                do {
+                    consumed = try tls.encrypt(queuedPlaintext, limit: Self.encryptBatchBytes)
+                } catch {
+                    fail(error)
+                    return
+                }
+                consume(consumed)
+                continue
+            }
+            guard writeShutdownRequested else { return }
+            if outputOpen {
+                tls.closeOutput()
+                continue
+            }
+            shutdownWriteNow()
+            return
+        }
+    }
+
+    /// The queued chunks from the first unsent byte on, for `TLSSession.encrypt`.
+    private var queuedPlaintext: some Sequence<UnsafeRawBufferPointer> {
+        outbound.indices.lazy.map { [self] index in
+            let bytes = outbound[index].bytes
+            return index == outbound.startIndex ? UnsafeRawBufferPointer(rebasing: bytes[headOffset...]) : bytes
+        }
     }
 
     private func shutdownWriteNow() {
@@ -299,7 +495,7 @@ public final class SocketChannel: @unchecked Sendable {
     }
 
     private func consume(_ written: Int) {
-        outboundBytes -= written
+        queuedBytes -= written
         var remaining = written
         while remaining > 0 {
             let count = outbound[0].count
@@ -307,7 +503,7 @@ public final class SocketChannel: @unchecked Sendable {
             if remaining >= available {
                 remaining -= available
                 outbound.removeFirst()
-                outboundCost -= ByteChunk.cost(ofBytes: count) + Self.slotBytes
+                queuedCost -= ByteChunk.cost(ofBytes: count) + Self.slotBytes
                 unreportedSlotBytes -= Self.slotBytes
                 headOffset = 0
             } else {
@@ -364,8 +560,8 @@ public final class SocketChannel: @unchecked Sendable {
             unreportedSlotBytes -= outbound.count * Self.slotBytes
             reportSlots()
             outbound.removeAll()
-            outboundBytes = 0
-            outboundCost = 0
+            queuedBytes = 0
+            queuedCost = 0
             // SuspendableSource resumes a suspended source before cancelling it (or it would never
             // cancel), and ignores a second cancel (the read source's, at end of input).
             readSource?.cancel()

@@ -1,5 +1,6 @@
 import Dispatch
 import Glibc
+import SocketTLS
 
 /// A TCP connection for Swift concurrency: incoming bytes as an `AsyncSequence`, writes that
 /// suspend while the peer is not keeping up.
@@ -34,20 +35,38 @@ public final class SocketConnection: Sendable {
 
     /// Connects to `host:port` (trying each resolved address in turn within `timeout`).
     ///
+    /// With `tls` (a client context) the connection speaks TLS, verifying the server's certificate
+    /// against `host` (also sent as SNI when it is a name). The handshake runs behind the returned
+    /// connection: writes wait for it, and a failed handshake ends `inbound` and fails writes with
+    /// the `SocketError` whose code is `.tls(TLSError)`.
+    ///
     /// Cancelling the task ends the connect at once with `ECANCELED`, its socket closed.
     public static func connect(
         host: String, port: Int, timeout: Duration = .seconds(10),
-        inboundLimit: Int = 256 * 1024, outboundLimit: Int = 256 * 1024
+        inboundLimit: Int = 256 * 1024, outboundLimit: Int = 256 * 1024, tls: TLSContext? = nil
     ) async throws(SocketError) -> SocketConnection {
         let socket = try await SocketConnector.connect(host: host, port: port, timeout: timeout)
-        return SocketConnection(socket: socket, inboundLimit: inboundLimit, outboundLimit: outboundLimit)
+        var session: TLSSession?
+        if let tls {
+            do {
+                session = try tls.makeClientSession(serverName: host, peerLabel: socket.label)
+            } catch {
+                socket.close()
+                throw SocketError.tls(error, target: socket.label)
+            }
+        }
+        return SocketConnection(socket: socket, inboundLimit: inboundLimit, outboundLimit: outboundLimit, tls: session)
     }
 
-    /// Takes over a connected socket (for example one accepted by `SocketListener`).
-    public init(socket: Socket, on ioQueue: IOQueue = .next(), inboundLimit: Int = 256 * 1024, outboundLimit: Int = 256 * 1024) {
+    /// Takes over a connected socket (for example one accepted by `SocketListener`), speaking TLS
+    /// through `tls` when one is given.
+    public init(
+        socket: Socket, on ioQueue: IOQueue = .next(), inboundLimit: Int = 256 * 1024, outboundLimit: Int = 256 * 1024,
+        tls: TLSSession? = nil
+    ) {
         label = socket.label
         core = ConnectionCore(
-            channel: SocketChannel(socket: socket, queue: ioQueue.queue, readBuffer: ioQueue.readBuffer),
+            channel: SocketChannel(socket: socket, queue: ioQueue.queue, readBuffer: ioQueue.readBuffer, tls: tls),
             inboundLimit: inboundLimit, outboundLimit: outboundLimit)
         inbound = InboundBytes(core: core)
         ioQueue.queue.async { [core] in core.start() }
@@ -74,6 +93,46 @@ public final class SocketConnection: Sendable {
     /// Closes the connection; pending reads end and pending writes fail.
     public func close() {
         core.queue.async { [core] in core.channel.close() }
+    }
+
+    /// The negotiated TLS parameters (`TLS 1.3, TLS_AES_128_GCM_SHA256`), `handshaking`, or `nil`
+    /// for a plain connection.
+    public var tlsParameters: String? {
+        get async {
+            await withCheckedContinuation { continuation in
+                core.queue.async { [core] in continuation.resume(returning: core.channel.tls?.parametersDescription) }
+            }
+        }
+    }
+
+    /// The server's (or client's) certificate as this side received it, and what verification
+    /// would have said about it when verification was off; nil for a plain connection.
+    public var tlsPeer: (certificate: TLSCertificateSummary?, ignoredFailure: TLSError?)? {
+        get async {
+            await withCheckedContinuation { continuation in
+                core.queue.async { [core] in
+                    continuation.resume(returning: core.channel.tls.map { ($0.peerCertificate, $0.ignoredVerificationFailure) })
+                }
+            }
+        }
+    }
+
+    /// Runs `body` with the channel on its queue: for tests that look inside (the TLS session's
+    /// buffers, the queue's bounds).
+    func inspectChannel<T: Sendable>(_ body: @escaping @Sendable (SocketChannel) -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            core.queue.async { [core] in continuation.resume(returning: body(core.channel)) }
+        }
+    }
+
+    /// The channel's `outboundBytes` now (with TLS: plaintext not yet encrypted plus ciphertext
+    /// not yet sent), for tests that check the bound on what a connection buffers.
+    var outboundBytes: Int {
+        get async {
+            await withCheckedContinuation { continuation in
+                core.queue.async { [core] in continuation.resume(returning: core.channel.outboundBytes) }
+            }
+        }
     }
 
     /// How many writes are suspended waiting for room, as the connection's queue sees them now.

@@ -1,4 +1,5 @@
 import Glibc
+import SocketTLS
 
 /// The one error type of the socket layer: which call failed, on what, and why.
 ///
@@ -14,6 +15,9 @@ public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
         case posix(Int32)
         /// A `getaddrinfo` result code (`EAI_*`); `EAI_SYSTEM` is reported as `.posix` instead.
         case resolver(Int32)
+        /// A TLS failure on the connection (a refused handshake, a truncated or forged stream):
+        /// the `TLSError` says which, and its sentence is this error's description.
+        case tls(TLSError)
     }
 
     /// The failure code.
@@ -47,7 +51,18 @@ public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
         SocketError(.posix(Glibc.errno), operation: operation, target: target)
     }
 
-    /// The POSIX `errno`, or `nil` for resolver errors.
+    /// A TLS failure on `target`, described by `error`'s own sentence.
+    public static func tls(_ error: TLSError, target: String) -> SocketError {
+        SocketError(.tls(error), operation: error.operation, target: target)
+    }
+
+    /// The TLS failure, or `nil` for every other error.
+    public var tlsError: TLSError? {
+        if case .tls(let error) = code { return error }
+        return nil
+    }
+
+    /// The POSIX `errno`, or `nil` for resolver and TLS errors.
     public var errno: Int32? {
         if case .posix(let value) = code { return value }
         return nil
@@ -60,11 +75,15 @@ public struct SocketError: Error, Sendable, Hashable, CustomStringConvertible {
             return "\(detail ?? String(cString: strerror(value))) (errno \(value))"
         case .resolver(let value):
             return "\(detail ?? String(cString: gai_strerror(value))) (\(Self.resolverCodeName(value)))"
+        case .tls(let error):
+            return detail ?? error.reason
         }
     }
 
     /// The whole message: `connect to localhost:7000 failed: Connection refused (errno 111)`.
     public var description: String {
+        // A TLSError already names what it was doing and to whom, in words of its own.
+        if case .tls(let error) = code { return error.description }
         // "connect to host:port" reads naturally; every other call names its subject directly
         // ("resolve host:port", "bind [::]:0", "send to peer" needs no special case).
         let subject: String

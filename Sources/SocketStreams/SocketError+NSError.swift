@@ -10,7 +10,8 @@ import Foundation
 // | --- | --- | --- | --- |
 // | a socket call (refused, reset, timed out, …) | `NSPOSIXErrorDomain` | the errno | |
 // | a name lookup (`getaddrinfo`) | `kCFErrorDomainCFNetwork` | `kCFHostErrorUnknown` (2) | `kCFGetAddrInfoFailureKey`: the `EAI_*` value |
-// | a request the bridge refuses (TLS) | `SocketStreamsErrorDomain` | a `SocketStreamsErrorCode` | |
+// | a TLS failure (handshake refused, stream truncated, …) | `NSOSStatusErrorDomain` | Secure Transport's `errSSL…` code (docs/TLS.md) | |
+// | a request the bridge refuses (SSL 2/3) | `SocketStreamsErrorDomain` | a `SocketStreamsErrorCode` | |
 //
 // `localizedDescription` is the whole message (`connect to localhost:7000 failed: Connection
 // refused (errno 111)`), and Swift code finds the `SocketError` itself under `NSUnderlyingErrorKey`.
@@ -38,8 +39,8 @@ public let SocketStreamsErrorDomain = "SocketStreamsErrorDomain"
 
 /// The codes of `SocketStreamsErrorDomain`.
 public enum SocketStreamsErrorCode: Int, Sendable {
-    /// TLS was requested (a socket security level or SSL settings) and this bridge has none, so the
-    /// stream failed to open rather than send in cleartext.
+    /// TLS was requested with a setting the bridge cannot honour (SSL 2 or 3, a client identity),
+    /// so the stream failed to open rather than send in cleartext.
     case tlsUnavailable = 1
 }
 
@@ -52,6 +53,7 @@ extension SocketError: CustomNSError {
     public var errorCode: Int {
         switch code {
         case .posix(let value), .resolver(let value): return Int(value)
+        case .tls(let error): return Int(error.secureTransportStatus)
         }
     }
 
@@ -74,6 +76,8 @@ extension SocketError: CustomNSError {
             userInfo[kCFGetAddrInfoFailureKey] = Int(value)
             return NSError(
                 domain: kCFErrorDomainCFNetwork, code: Int(CFNetworkErrors.cfHostErrorUnknown.rawValue), userInfo: userInfo)
+        case .tls(let error):
+            return NSError(domain: NSOSStatusErrorDomain, code: Int(error.secureTransportStatus), userInfo: userInfo)
         }
     }
 }

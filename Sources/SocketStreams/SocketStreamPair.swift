@@ -2,6 +2,7 @@
 import Dispatch
 import Foundation
 import Glibc
+import SocketTLS
 
 /// The TCP connection behind one `Stream.getStreamsToHost` pair.
 ///
@@ -28,8 +29,17 @@ import Glibc
 /// streams they block when there is nothing to read or no room at all (waiting on the sources,
 /// not spinning), and never after the matching event: events are re-checked when delivered.
 ///
+/// TLS (asked for with `socketSecurityLevelKey` or SSL settings before opening): the pair drives a
+/// `TLSSession` under the same lock. The read side reads ciphertext to `EAGAIN`, feeds the session
+/// and keeps up to `plaintextLimit` decrypted bytes in `plaintext`; `.hasBytesAvailable` is posted
+/// for plaintext only. `.hasSpaceAvailable` is first posted when the handshake completes; a write
+/// encrypts what it takes and sends the ciphertext, and what the kernel does not take waits in the
+/// session for the write source (writes block while `plaintextLimit` of it waits). A TLS failure
+/// is `.errorOccurred` with an `NSOSStatusErrorDomain` error (`SocketError+NSError`).
+///
 /// Threading: every method may be called from any thread; the source handlers and the connect
-/// completion run on `queue`. `condition` protects all mutable state, including the socket.
+/// completion run on `queue`. `condition` protects all mutable state, including the socket and the
+/// TLS session.
 final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     /// How long a connect may take before the streams report `ETIMEDOUT`.
     static let connectTimeout: Duration = .seconds(60)
@@ -68,7 +78,16 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     /// The connect under way while `connection` is `.connecting`.
     private var connectAttempt: ConnectAttempt?
     /// What the app asked of the connection's security (`StreamSecurity`).
-    private var security = StreamSecurity.Request.none
+    private var security = StreamSecurity()
+    /// The TLS session once connected, when TLS was asked for.
+    private var tls: TLSSession?
+    /// What the TLS session decrypted and no `read` has taken yet.
+    private var plaintext: [UInt8] = []
+    /// Whether the peer's close_notify (or end of stream) has been seen by the TLS read side.
+    private var tlsInputEnded = false
+    /// The most plaintext decrypted ahead of the reader, and the most ciphertext a writer may leave
+    /// waiting before its next write blocks.
+    static let plaintextLimit = 64 * 1024
     private var readSource: SuspendableSource?
     private var writeSource: SuspendableSource?
     /// The output stream was opened, then closed before the connection was up: send FIN once it is.
@@ -116,8 +135,8 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
             switch connection {
             case .idle:
                 setStatusLocked(side, .opening)
-                if case .tls(let requested) = security {
-                    failLocked(StreamSecurity.tlsRefusal(requested, target: target))
+                if let refused = security.refused {
+                    failLocked(StreamSecurity.refusal(refused, target: target))
                     return
                 }
                 connection = .connecting
@@ -159,12 +178,23 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
             case .success(let connected):
                 socket = connected
                 connection = .connected
+                if security.wantsTLS {
+                    do throws(TLSError) {
+                        let context = try TLSContext(.client(trust: security.trust))
+                        tls = try context.makeClientSession(serverName: security.serverName(host: host), peerLabel: target)
+                    } catch {
+                        failLocked(SocketError.tls(error, target: target).nsError)
+                        return
+                    }
+                }
                 if inputStatus != .closed { startReadSourceLocked(connected) }
                 if outputStatus != .closed {
                     startWriteSourceLocked(connected)
                 } else if shutdownWhenConnected {
                     shutdownWriteLocked()
                 }
+                // The ClientHello, when speaking TLS.
+                flushCiphertextLocked()
                 for side in [StreamSide.input, .output] where status(ofLocked: side) == .opening {
                     becomeOpenLocked(side)
                 }
@@ -185,11 +215,17 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                 // The read source is gone only because the peer already finished sending.
                 inputStatus = .atEnd
                 inputEvents.post([.openCompleted, .endEncountered])
+            } else if tls != nil {
+                inputEvents.post(plaintext.isEmpty ? .openCompleted : [.openCompleted, .hasBytesAvailable])
             } else {
                 inputEvents.post(readSource?.isSuspended == true ? [.openCompleted, .hasBytesAvailable] : .openCompleted)
             }
         case .output:
-            outputEvents.post(writeSource?.isSuspended == true ? [.openCompleted, .hasSpaceAvailable] : .openCompleted)
+            if let tls {
+                outputEvents.post(tls.isEstablished ? [.openCompleted, .hasSpaceAvailable] : .openCompleted)
+            } else {
+                outputEvents.post(writeSource?.isSuspended == true ? [.openCompleted, .hasSpaceAvailable] : .openCompleted)
+            }
         }
     }
 
@@ -228,6 +264,12 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
             sourceEvents += 1
             defer { condition.broadcast() }
             writeSource.suspend()
+            if let tls {
+                // Room again for the ciphertext that waited; the app hears only once it is gone.
+                flushCiphertextLocked()
+                if tls.isEstablished, tls.pendingCiphertext.isEmpty, outputStatus == .open { outputEvents.post(.hasSpaceAvailable) }
+                return
+            }
             if outputStatus == .open { outputEvents.post(.hasSpaceAvailable) }
         }
     }
@@ -245,6 +287,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     /// when nothing is there does the read source wait. Used when the source fires and after each
     /// read, so a hung-up socket, which the source reports only once, is never waited on.
     private func checkInputLocked() {
+        if tls != nil { return checkTLSInputLocked() }
         guard let socket, readSource != nil else { return }
         do throws(SocketError) {
             switch try peek(socket) {
@@ -258,6 +301,91 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
             }
         } catch {
             failLocked(error.nsError)
+        }
+    }
+
+    /// `checkInputLocked` with TLS: decrypts what the session holds and what the socket has (to
+    /// `EAGAIN` or end of stream) until `plaintextLimit` bytes wait; sends what the session must
+    /// answer (handshake messages, alerts); then posts `.hasBytesAvailable` for plaintext, ends the
+    /// input after close_notify, or waits on the read source.
+    private func checkTLSInputLocked() {
+        guard let socket, let tls, readSource != nil else { return }
+        var socketEnded = false
+        do throws(TLSError) {
+            try withUnsafeTemporaryAllocation(byteCount: 16 * 1024, alignment: 16) { scratch throws(TLSError) in
+                while !tlsInputEnded, plaintext.count < Self.plaintextLimit {
+                    switch try tls.readPlaintext(into: scratch) {
+                    case .bytes(let count):
+                        plaintext.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
+                        continue
+                    case .endOfInput:
+                        tlsInputEnded = true
+                        continue
+                    case .needsCiphertext:
+                        break
+                    }
+                    guard !socketEnded else { break }
+                    let result: IOResult<Int>
+                    do throws(SocketError) {
+                        result = try socket.read(into: scratch)
+                    } catch {
+                        failLocked(error.nsError)
+                        return
+                    }
+                    switch result {
+                    case .wouldBlock:
+                        return
+                    case .done(0):
+                        socketEnded = true
+                        if try tls.receiveEndOfStream() == .handshakeCompleted { handshakeCompletedLocked() }
+                    case .done(let count):
+                        if try tls.receive(UnsafeRawBufferPointer(rebasing: scratch[0..<count])) == .handshakeCompleted {
+                            handshakeCompletedLocked()
+                        }
+                    }
+                }
+            }
+        } catch {
+            // One try at the alert that tells the server why, without waiting.
+            let pending = tls.pendingCiphertext
+            if !pending.isEmpty { _ = try? socket.write(pending) }
+            failLocked(SocketError.tls(error, target: target).nsError)
+            return
+        }
+        guard case .connected = connection else { return }
+        flushCiphertextLocked()
+        if !plaintext.isEmpty {
+            readSource?.suspend()
+            if inputStatus == .open { inputEvents.post(.hasBytesAvailable) }
+        } else if tlsInputEnded || socketEnded {
+            reachedEndLocked()
+        } else {
+            readSource?.resume()
+        }
+    }
+
+    /// The TLS handshake completed: the output may write now.
+    private func handshakeCompletedLocked() {
+        condition.broadcast()
+        if outputStatus == .open { outputEvents.post(.hasSpaceAvailable) }
+    }
+
+    /// Sends the session's ciphertext until the kernel pushes back, then waits on the write source.
+    private func flushCiphertextLocked() {
+        guard let socket, let tls else { return }
+        while !tls.pendingCiphertext.isEmpty {
+            do throws(SocketError) {
+                switch try socket.write(tls.pendingCiphertext) {
+                case .done(let count):
+                    tls.consumeCiphertext(count)
+                case .wouldBlock:
+                    writeSource?.resume()
+                    return
+                }
+            } catch {
+                failLocked(error.nsError)
+                return
+            }
         }
     }
 
@@ -354,6 +482,12 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
 
     private func shutdownWriteLocked() {
         guard case .connected = connection, let socket else { return }
+        if let tls {
+            // close_notify first, so the peer can tell our end from a cut connection. Best effort:
+            // what the kernel does not take at once is lost with the shutdown.
+            tls.closeOutput()
+            flushCiphertextLocked()
+        }
         // ENOTCONN means the peer is gone already; the input side hears of it by itself.
         try? socket.shutdownWrite()
     }
@@ -376,6 +510,18 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                     return -1
                 }
                 guard let socket, maxLength > 0 else { return maxLength == 0 ? 0 : -1 }
+                if tls != nil {
+                    if !plaintext.isEmpty {
+                        let count = min(maxLength, plaintext.count)
+                        plaintext.withUnsafeBytes { UnsafeMutableRawPointer(buffer).copyMemory(from: $0.baseAddress!, byteCount: count) }
+                        plaintext.removeFirst(count)
+                        if plaintext.isEmpty { checkTLSInputLocked() }
+                        return count
+                    }
+                    checkTLSInputLocked()
+                    if plaintext.isEmpty, inputStatus == .open { condition.wait() }
+                    continue
+                }
                 do throws(SocketError) {
                     switch try socket.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: maxLength)) {
                     case .done(0):
@@ -410,6 +556,25 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
                     return -1
                 }
                 guard let socket, maxLength > 0 else { return maxLength == 0 ? 0 : -1 }
+                if let tls {
+                    // Like Apple's, a write before the handshake completes waits for it.
+                    guard tls.isEstablished, tls.pendingCiphertext.count < Self.plaintextLimit else {
+                        flushCiphertextLocked()
+                        condition.wait()
+                        continue
+                    }
+                    let taken: Int
+                    do throws(TLSError) {
+                        taken = try tls.encrypt(
+                            CollectionOfOne(UnsafeRawBufferPointer(start: buffer, count: maxLength)), limit: Self.plaintextLimit)
+                    } catch {
+                        failLocked(SocketError.tls(error, target: target).nsError)
+                        return -1
+                    }
+                    flushCiphertextLocked()
+                    if tls.pendingCiphertext.isEmpty { rearmWriteLocked() }
+                    return taken
+                }
                 do throws(SocketError) {
                     switch try socket.write(UnsafeRawBufferPointer(start: buffer, count: maxLength)) {
                     case .done(let count):
@@ -439,6 +604,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     /// Whether a read would return at once: data, end of stream or an error is waiting.
     private func inputReadyLocked() -> Bool {
         guard let socket else { return false }
+        if tls != nil { return !plaintext.isEmpty || tlsInputEnded }
         switch Result(catching: { () throws(SocketError) in try peek(socket) }) {
         case .success(.wouldBlock): return false
         case .success(.done), .failure: return true
@@ -448,6 +614,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
     /// Whether a write would return at once: there is room, or the socket has failed.
     private func outputReadyLocked() -> Bool {
         guard let socket else { return false }
+        if let tls, !tls.isEstablished || !tls.pendingCiphertext.isEmpty { return false }
         var descriptor = pollfd(fd: socket.descriptor, events: Int16(POLLOUT), revents: 0)
         return Glibc.poll(&descriptor, 1, 0) > 0
     }
@@ -488,23 +655,14 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
 
     // MARK: Properties
 
-    /// Takes the security properties (`StreamSecurity`), for both streams of the pair; every other
-    /// property is refused with `false`. TLS asked for makes opening fail; asked for once the
-    /// connection is under way, it fails the pair at once, since nothing more may go out in cleartext.
+    /// Takes the security properties (`StreamSecurity`), for both streams of the pair, before they
+    /// open; every other property, and any once opening has begun, is refused with `false`.
     func setProperty(_ value: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
-        guard let request = StreamSecurity.request(setting: value, forKey: key) else { return false }
-        condition.withLock {
-            security = request
-            guard case .tls(let requested) = request else { return }
-            switch connection {
-            case .connecting, .connected:
-                connectAttempt?.cancel()
-                failLocked(StreamSecurity.tlsRefusal(requested, target: target))
-            case .idle, .failed, .closed:
-                break
-            }
+        guard StreamSecurity.isSecurityKey(key) else { return false }
+        return condition.withLock {
+            guard case .idle = connection, inputStatus == .notOpen, outputStatus == .notOpen else { return false }
+            return security.set(value, forKey: key)
         }
-        return true
     }
 
     /// Answers CFSocketStream's socket properties: `kCFStreamPropertySocketNativeHandle` (the
@@ -523,7 +681,7 @@ final class SocketStreamPair: StreamPairCore, @unchecked Sendable {
         case "kCFStreamPropertySocketRemotePortNumber":
             return NSNumber(value: port)
         default:
-            return nil
+            return condition.withLock { security.value(forKey: key) }
         }
     }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import ChatClient
 import ChatProtocol
 import Foundation
+import SocketTLS
 
 /// `chat-client`: join a chat server from a terminal, or from a pipe.
 @main
@@ -56,7 +57,24 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "Seconds of silence from the server before the client pings it; unanswered for as long again, the connection is redialled.")
     var pingInterval = 30.0
 
+    @Flag(help: "Speak TLS, verifying the server's certificate against the system's CAs and --host.")
+    var tls = false
+
+    @Option(help: "Speak TLS and trust only the CA certificates in this PEM file (e.g. the ca.pem of Scripts/dev-cert.sh).")
+    var tlsCa: String?
+
+    @Flag(help: "Speak TLS without checking the server's certificate at all (testing only; a warning says so at every connect).")
+    var tlsInsecure = false
+
+    /// Whose certificates to accept, or nil for plain text.
+    private var trust: TLSTrust? {
+        if tlsInsecure { return .insecureAcceptAnything }
+        if let tlsCa { return .certificateAuthorities(file: tlsCa) }
+        return tls ? .systemDefault : nil
+    }
+
     func validate() throws {
+        if tlsInsecure, tlsCa != nil { throw ValidationError("--tls-insecure checks nothing, so --tls-ca would be ignored: give one of them") }
         guard ChatName.isValidNick(nick) else { throw ValidationError(CommandError.invalidNick(nick).description) }
         for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
             throw ValidationError(CommandError.invalidRoom(room).description)
@@ -71,7 +89,8 @@ struct ChatClientCommand: AsyncParsableCommand {
         let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
         let configuration = ChatClientDriver.Configuration(
             host: host, port: port, password: password, exitIfFirstConnectFails: !interactive,
-            handshakeTimeout: .milliseconds(Int(handshakeTimeout * 1000)), pingInterval: .milliseconds(Int(pingInterval * 1000)))
+            handshakeTimeout: .milliseconds(Int(handshakeTimeout * 1000)), pingInterval: .milliseconds(Int(pingInterval * 1000)),
+            tls: trust)
         let session = ClientSession(nick: nick, rooms: rooms.isEmpty ? ["general"] : rooms)
         let history = interactive ? (historyFile ?? Self.defaultHistoryFile()) : nil
         let status = await ClientApp.run(configuration: configuration, session: session, interactive: interactive, historyFile: history)

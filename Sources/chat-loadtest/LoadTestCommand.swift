@@ -1,6 +1,7 @@
 import ArgumentParser
 import ChatLoadTest
 import Foundation
+import SocketTLS
 
 /// Measures how many clients and messages a chat server on this machine takes, how fast messages
 /// arrive, and that none are lost: the chat system's redis-benchmark.
@@ -96,6 +97,22 @@ struct LoadTestCommand: AsyncParsableCommand {
     @Flag(name: .customLong("no-progress"), help: "Do not show the progress line, even on a terminal.")
     var noProgress = false
 
+    @Flag(help: "Speak TLS, verifying the server's certificate against the system's CAs (see --tls-ca).")
+    var tls = false
+
+    @Option(help: "Speak TLS and trust only the CA certificates in this PEM file (e.g. Scripts/dev-cert.sh's ca.pem).")
+    var tlsCa: String?
+
+    @Flag(help: "Speak TLS without checking the server's certificate (testing only).")
+    var tlsInsecure = false
+
+    /// Whose certificates the clients accept, or nil for plain text.
+    var tlsTrust: TLSTrust? {
+        if tlsInsecure { return .insecureAcceptAnything }
+        if let tlsCa { return .certificateAuthorities(file: tlsCa) }
+        return tls ? .systemDefault : nil
+    }
+
     var loadConfiguration: LoadTestConfiguration {
         var configuration = LoadTestConfiguration()
         configuration.servers =
@@ -124,7 +141,14 @@ struct LoadTestCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let test = try LoadTest(configuration: loadConfiguration)
+        var configuration = loadConfiguration
+        do {
+            configuration.tls = try tlsTrust.map { trust throws(TLSError) in try TLSContext(.client(trust: trust)) }
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        if tlsInsecure { FileHandle.standardError.write(Data("WARNING: --tls-insecure: the server's certificate is not checked\n".utf8)) }
+        let test = try LoadTest(configuration: configuration)
         let showProgress = !noProgress && isatty(STDERR_FILENO) == 1
         let result = await test.run(progress: showProgress ? Self.printProgress : nil)
         if showProgress { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }

@@ -4,6 +4,7 @@ import ChatStorage
 import Dispatch
 import Glibc
 import Logging
+import SocketTLS
 
 /// `chat-server`: serves the chat protocol until SIGINT or SIGTERM, then shuts down gracefully.
 struct ChatServerCommand: ParsableCommand {
@@ -29,6 +30,13 @@ struct ChatServerCommand: ParsableCommand {
             The server raises its open-file limit to the hard limit at start: allow one descriptor \
             per client (check `ulimit -Hn`).
 
+            With --tls-cert and --tls-key, --port speaks TLS 1.2/1.3 only (Scripts/dev-cert.sh makes a \
+            local CA and a certificate to try it; docs/TLS.md); --plain-port adds a plain-text port \
+            beside it. The TLS handshake must finish within --handshake-timeout, like hello. SIGHUP \
+            reads the certificate and key again: new connections get the new certificate, open ones \
+            carry on, and a broken file is logged while the old certificate stays. Each TLS \
+            connection reserves 48 KiB more of --max-memory, whose default is then 1G.
+
             Rooms are durable: their epoch, seq, topic and history are kept in SQLite under \
             --data-dir, and a message is echoed (acknowledged) only once it is committed there, so a \
             killed server loses nothing it acknowledged; --fsync says what a power loss can lose. \
@@ -44,6 +52,15 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(help: "The port to listen on; 0 lets the OS choose (see the first line of output).")
     var port = 7000
+
+    @Option(help: "PEM file with the server's certificate chain (its certificate first); with --tls-key, --port speaks TLS.")
+    var tlsCert: String?
+
+    @Option(help: "PEM file with the certificate's private key, unencrypted (mode 600).")
+    var tlsKey: String?
+
+    @Option(help: "With TLS on --port, also serve plain text on this port (0: the OS chooses), e.g. for loopback tools.")
+    var plainPort: Int?
 
     @Option(help: "The most connections at once, handshaking ones included; more are refused with serverFull.")
     var maxClients = 10_000
@@ -117,9 +134,9 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "The most memory the server may use (suffix K, M or G for KiB, MiB, GiB); divided among connections, history and output queues.",
+            "The most memory the server may use (suffix K, M or G for KiB, MiB, GiB); divided among connections, history and output queues. (default: 512M, or 1G with --tls-cert: each TLS connection reserves 48 KiB more)",
             valueName: "SIZE"))
-    var maxMemory: ByteSize = ByteSize(bytes: 512 << 20)
+    var maxMemory: ByteSize?
 
     @Option(help: "Seconds a client's queue may stay past the lag threshold (256 KiB) before it is disconnected as a slow consumer.")
     var slowConsumerTimeout: Double = 10
@@ -173,6 +190,8 @@ struct ChatServerCommand: ParsableCommand {
     var logLevel: Logger.Level = .info
 
     mutating func validate() throws {
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        if plainPort != nil, tlsCert == nil { throw ValidationError("--plain-port needs --tls-cert and --tls-key") }
         if let problem = try serverConfiguration().problem() { throw ValidationError(problem) }
         guard retainDays >= 0, retainDays.isFinite else { throw ValidationError("--retain-days must be 0 or more") }
         guard retainEvents >= 0 else { throw ValidationError("--retain-events must be 0 or more") }
@@ -193,7 +212,7 @@ struct ChatServerCommand: ParsableCommand {
     private func openStore(logger: Logger) throws -> SQLiteRoomStore? {
         guard !noPersistence else { return nil }
         guard let path = dataDirectory() else {
-            printError("no --data-dir given and neither $XDG_STATE_HOME nor $HOME is set")
+            StandardError.write("chat-server: no --data-dir given and neither $XDG_STATE_HOME nor $HOME is set\n")
             throw ExitCode(1)
         }
         let retention = RetentionPolicy(
@@ -210,7 +229,7 @@ struct ChatServerCommand: ParsableCommand {
                 ])
             return store
         } catch {
-            printError(error.message)
+            StandardError.write("chat-server: \(error.message)\n")
             throw ExitCode(1)
         }
     }
@@ -225,15 +244,28 @@ struct ChatServerCommand: ParsableCommand {
         }
         let logger = Logger(label: "chat-server")
         let store = try openStore(logger: logger)
-        let server = try ChatServer(configuration: try serverConfiguration(), store: store, logger: logger)
+        let server: ChatServer
+        do {
+            server = try ChatServer(configuration: try serverConfiguration(), store: store, logger: logger)
+        } catch let error as TLSError {
+            // The sentence names the file and what to do; a stack of ArgumentParser text would not.
+            StandardError.write("chat-server: \(error)\n")
+            throw ExitCode(2)
+        }
+        if let certificate = server.tlsCertificate {
+            logger.info("TLS certificate", metadata: ["tls.certificate": "\(certificate)"])
+        }
+        for warning in server.tlsWarnings { logger.warning("TLS: \(warning)") }
         // Counted before any client can connect: the listener and whatever the process inherited.
         let socketsAtStart = DescriptorLimit.openSocketCount() ?? -1
         server.start()
         print("listening on \(server.localAddress)")
+        if let plainPort = server.plainPort { print("plain text also on port \(plainPort)") }
         fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
 
         let stopped = DispatchSemaphore(value: 0)
         let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
+            + (server.configuration.tls == nil ? [] : installReloadHandler(server: server, logger: logger))
         logger.info(
             "serving",
             metadata: [
@@ -253,6 +285,10 @@ struct ChatServerCommand: ParsableCommand {
         var configuration = ChatServerConfiguration()
         configuration.host = host
         configuration.port = port
+        if let tlsCert, let tlsKey {
+            configuration.tls = .server(certificateChainFile: tlsCert, privateKeyFile: tlsKey)
+            configuration.plainPort = plainPort
+        }
         configuration.maxClients = maxClients
         configuration.maxClientsPerAddress = maxClientsPerAddress
         configuration.maxFrameSize = maxFrameSize
@@ -275,7 +311,7 @@ struct ChatServerCommand: ParsableCommand {
         configuration.handshakeTimeout = try seconds(handshakeTimeout, "--handshake-timeout")
         configuration.idlePingInterval = try seconds(idlePingInterval, "--idle-ping-interval")
         configuration.idleTimeout = try seconds(idleTimeout, "--idle-timeout")
-        configuration.maxMemory = maxMemory.bytes
+        configuration.maxMemory = maxMemory?.bytes ?? (tlsCert == nil ? 512 << 20 : 1 << 30)
         configuration.slowConsumerTimeout = try seconds(slowConsumerTimeout, "--slow-consumer-timeout")
         configuration.drainTimeout = try seconds(drainTimeout, "--drain-timeout")
         configuration.motd = motd
@@ -305,13 +341,6 @@ extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 extension Durability: ExpressibleByArgument {}
 
-/// Writes `chat-server: message` as one line to standard error, for failures before the log
-/// starts (the stream itself is shared state Swift 6 will not name from here).
-private func printError(_ message: String) {
-    let line = Array("chat-server: \(message)\n".utf8)
-    _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
-}
-
 /// Shuts `server` down on SIGINT or SIGTERM and calls `stopped` when it has.
 ///
 /// Nonisolated on purpose: a handler closure formed in a main-actor context would be inferred
@@ -330,6 +359,29 @@ private func installShutdownHandlers(
         }
         source.activate()
         return source
+    }
+}
+
+/// Reloads the TLS certificate and key on SIGHUP (`ChatServer.reloadTLS` logs the outcome).
+/// Installed only with TLS: without it SIGHUP keeps its default, ending a server whose terminal
+/// closed. Nonisolated for the same reason as `installShutdownHandlers`.
+private func installReloadHandler(server: ChatServer, logger: Logger) -> [DispatchSourceSignal] {
+    signal(SIGHUP, SIG_IGN)
+    let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+    source.setEventHandler { @Sendable in
+        logger.info("reloading the TLS certificate", metadata: ["signal": "SIGHUP"])
+        server.reloadTLS()
+    }
+    source.activate()
+    return [source]
+}
+
+/// Writes to standard error without Foundation.
+enum StandardError {
+    /// Writes `text` to descriptor 2.
+    static func write(_ text: String) {
+        var bytes = Array(text.utf8)
+        _ = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress, $0.count) }
     }
 }
 

@@ -84,6 +84,8 @@ extension TerminalTests {
                 #expect(try await !tmux.screen().contains { $0.contains("you cannot see this") }, "bob's line is hidden")
                 try await tmux.type("/unignore bob")
                 try await tmux.press("Enter")
+                // Only once the client has taken the command: a line that overtakes it is hidden.
+                try await tmux.waitFor("no longer ignoring bob")
                 try await bob.say("visible again")
                 try await tmux.waitFor("<bob> visible again")
 

@@ -24,9 +24,9 @@ struct Harness {
     mutating func open(from address: String = "127.0.0.1") -> (ClientID, [ChatAction]) {
         let id = ClientID(nextSlot)
         nextSlot += 1
-        var actions: [ChatAction] = []
-        core.clientConnected(id, address: address, at: now, into: &actions)
-        return (id, actions)
+        // A refusal is shown as the disconnect the server carries out, so tests read it like any other.
+        let refusal = core.clientConnected(id, address: address, at: now)
+        return (id, refusal.map { [.disconnect(id, $0, nick: nil)] } ?? [])
     }
 
     /// Opens a connection from `address` and completes the handshake as `nick`, speaking `version`.

@@ -30,6 +30,44 @@ struct ServerLimitTests {
         }
     }
 
+    @Test func aReconnectLoopOverTheLimitIsTurnedAwayWithoutBecomingAConnection() async throws {
+        try await withServer(testConfiguration { $0.maxClientsPerAddress = 1 }) { server in
+            let holder = try await TestClient.connect(server, nick: "holder")
+            // Polite attempts send their hello; rude ones follow it with more than the server reads
+            // before it closes, so their close is a reset. Either way the refusal must arrive first.
+            for attempt in 0..<100 {
+                let raw = try await RawClient(port: server.port)
+                var bytes = FrameEncoder.encode(.hello(version: 2, nick: "loop\(attempt)", password: nil))
+                if attempt.isMultiple(of: 2) { bytes += [UInt8](repeating: 0x01, count: 512 * 1024) }
+                try? await raw.write(bytes)
+                let frames = try await raw.readUntilClosed()
+                guard case .error(.tooManyConnectionsFromAddress, true, .hello, _)? = frames.first, frames.count == 1 else {
+                    Issue.record("attempt \(attempt): expected only the refusal, got \(frames)")
+                    raw.close()
+                    return
+                }
+                // The attempt still holds its end open; the server has already let go of its own.
+                #expect(server.connectionCount == 1, "attempt \(attempt) is still a connection on the server")
+                raw.close()
+            }
+            try await holder.send(.ping(token: 7))
+            // On a slow run the server may have pinged the idle holder meanwhile.
+            var answered = false
+            while !answered, let frame = try await holder.next(waitingFor: "pong") {
+                if case .pong(7) = frame {
+                    answered = true
+                } else if case .ping = frame {
+                    continue
+                } else {
+                    Issue.record("the holder got \(frame)")
+                    break
+                }
+            }
+            #expect(answered, "the holder's session goes on")
+            holder.close()
+        }
+    }
+
     @Test func closesConnectionsThatSendAFrameOverTheSizeLimit() async throws {
         try await withServer(testConfiguration { $0.maxFrameSize = 1024 }) { server in
             let alice = try await TestClient.connect(server, nick: "alice")

@@ -31,11 +31,17 @@ func withTimeout<T: Sendable>(
     }
 }
 
-/// A configuration for in-process tests: an OS-chosen port, quick shutdown, no rate limits.
+/// A configuration for in-process tests: an OS-chosen port, quick shutdown, no rate limits, and a
+/// handshake deadline no scheduling delay reaches.
 func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) -> ChatServerConfiguration {
     var configuration = ChatServerConfiguration()
     configuration.port = 0
     configuration.drainTimeout = .seconds(2)
+    // The test clients share the test process's two cooperative threads with suites that block
+    // them (child processes, openssl runs); a full run once starved them for five seconds between
+    // connect and `hello`, and the default deadline dropped twelve clients. Tests of the deadline
+    // set their own.
+    configuration.handshakeTimeout = .seconds(60)
     configuration.turnOffRateLimits()
     adjust(&configuration)
     return configuration

@@ -1,0 +1,201 @@
+import Dispatch
+import RedisClient
+
+/// A node's link to the cluster's Redis, kept up for as long as the node runs: two connections
+/// (commands, subscriptions) with a `RoomLog` and a `NickRegistry` on them, a heartbeat, and
+/// reconnection with backoff when either connection fails.
+///
+/// While the link is down the owner refuses cluster work with an error (`state` says why); the
+/// link itself keeps trying, from 100 ms up to 5 s apart. When it is up again it follows every
+/// room it followed before *from where it stopped*, so `onEvent` delivers every event of a
+/// followed room once and in order across any number of reconnects.
+///
+/// Threading: confined to `queue`, like its connections; callbacks run there.
+public final class ClusterLink: @unchecked Sendable {
+    /// Where the link stands.
+    public enum State: Equatable, Sendable {
+        /// Connecting for the first time.
+        case connecting
+        /// Both connections are up and the scripts loaded.
+        case up
+        /// The last attempt failed, or a connection was lost; another attempt is scheduled.
+        case down(ClusterError)
+    }
+
+    /// Where the link stands now.
+    public private(set) var state = State.connecting
+    /// Called on every change of `state`.
+    public var onStateChange: ((State) -> Void)?
+    /// Each event of a followed room, in `seq` order, once, across reconnects.
+    public var onEvent: ((_ room: String, _ event: LoggedEvent) -> Void)?
+    /// The room log, while up.
+    public private(set) var roomLog: RoomLog?
+    /// The nick registry, while up.
+    public private(set) var nicks: NickRegistry?
+
+    /// This node's id in the cluster.
+    public let nodeID: String
+    private let host: String
+    private let port: Int
+    private let queue: DispatchQueue
+    private let ttlMilliseconds: Int
+    private var connections: [RedisConnection] = []
+    /// Every room followed, with the last `seq` delivered (nil: not delivered anything yet).
+    private var followed: [String: UInt64?] = [:]
+    private var heartbeat: DispatchSourceTimer?
+    private var nextDelay: Duration = .milliseconds(100)
+    private var stopped = false
+    /// Counts connection attempts, so that callbacks of an abandoned attempt do nothing.
+    private var attempt = 0
+
+    /// A link to the Redis at `host:port` for the node `nodeID`; nothing happens until `start()`.
+    public init(host: String, port: Int, nodeID: String, ttlMilliseconds: Int = 5_000, queue: DispatchQueue) {
+        self.host = host
+        self.port = port
+        self.nodeID = nodeID
+        self.ttlMilliseconds = ttlMilliseconds
+        self.queue = queue
+    }
+
+    /// Starts connecting. Call once, on `queue`.
+    public func start() {
+        connect()
+    }
+
+    /// Closes the connections and stops reconnecting. The node's nicks stay claimed until its key
+    /// expires (or the owner released them first).
+    public func stop() {
+        stopped = true
+        tearDown()
+    }
+
+    /// Follows `room` from now on (and, after a reconnect, from where it stopped).
+    public func follow(_ room: String) {
+        guard followed[room] == nil else { return }
+        followed[room] = .some(nil)
+        roomLog?.follow(room) { _ in }
+    }
+
+    /// Stops following `room`.
+    public func unfollow(_ room: String) {
+        guard followed.removeValue(forKey: room) != nil else { return }
+        roomLog?.unfollow(room)
+    }
+
+    // MARK: Connecting
+
+    private func connect() {
+        guard !stopped else { return }
+        attempt += 1
+        let current = attempt
+        // One after the other: the commands connection, then the one for subscriptions.
+        dial(role: "commands", attempt: current) { [self] commands in
+            dial(role: "events", attempt: current) { [self] subscriber in
+                open(commands: commands, subscriber: subscriber, attempt: current)
+            } onFailure: {
+                commands.close()
+            }
+        } onFailure: {}
+    }
+
+    /// Connects one connection of attempt `current` and names it; calls `onFailure` (then fails the
+    /// link) if it cannot, and closes it if the attempt was abandoned meanwhile.
+    private func dial(
+        role: String, attempt current: Int, then next: @escaping (RedisConnection) -> Void, onFailure: @escaping () -> Void
+    ) {
+        let proceed = Continuation(next: next, onFailure: onFailure)
+        RedisConnection.connect(host: host, port: port, queue: queue) { [self] result in
+            guard current == attempt, !stopped else {
+                if case .success(let connection) = result { connection.close() }
+                return
+            }
+            switch result {
+            case .success(let connection):
+                // The name shows in CLIENT LIST, for operators and for tests that cut a link.
+                connection.send("CLIENT", "SETNAME", "chat-\(nodeID)-\(role)") { _ in }
+                proceed.next(connection)
+            case .failure(let error):
+                proceed.onFailure()
+                failed(.redis(error))
+            }
+        }
+    }
+
+    /// What to do after a connect, carried into the connector's `@Sendable` completion, which
+    /// runs on `queue` like everything else here.
+    private struct Continuation: @unchecked Sendable {
+        let next: (RedisConnection) -> Void
+        let onFailure: () -> Void
+    }
+
+    private func open(commands: RedisConnection, subscriber: RedisConnection, attempt current: Int) {
+        connections = [commands, subscriber]
+        for connection in connections {
+            connection.onClosed = { [self] error in
+                guard current == attempt else { return }
+                failed(.redis(error))
+            }
+        }
+        RoomLog.open(commands: commands, subscriber: subscriber) { [self] result in
+            guard current == attempt else { return }
+            switch result {
+            case .success(let log):
+                NickRegistry.open(nodeID: nodeID, ttlMilliseconds: ttlMilliseconds, commands: commands) { [self] result in
+                    guard current == attempt else { return }
+                    switch result {
+                    case .success(let registry): up(log: log, registry: registry)
+                    case .failure(let error): failed(error)
+                    }
+                }
+            case .failure(let error):
+                failed(error)
+            }
+        }
+    }
+
+    private func up(log: RoomLog, registry: NickRegistry) {
+        roomLog = log
+        nicks = registry
+        nextDelay = .milliseconds(100)
+        log.onEvent = { [self] room, event in
+            guard followed[room] != nil else { return }
+            followed[room] = event.seq
+            onEvent?(room, event)
+        }
+        for (room, position) in followed { log.follow(room, after: position) { _ in } }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 5, 10))
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [weak registry] in registry?.heartbeat() }
+        timer.activate()
+        heartbeat = timer
+        change(to: .up)
+    }
+
+    private func failed(_ error: ClusterError) {
+        guard !stopped else { return }
+        tearDown()
+        change(to: .down(error))
+        // Up to 5 s apart, with jitter so that nodes do not all come back in the same instant.
+        let milliseconds = Int(nextDelay / .milliseconds(1) * Double.random(in: 0.5...1.0))
+        nextDelay = min(nextDelay * 2, .seconds(5))
+        queue.asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { [self] in connect() }
+    }
+
+    private func tearDown() {
+        attempt += 1
+        heartbeat?.cancel()
+        heartbeat = nil
+        roomLog = nil
+        nicks = nil
+        let closing = connections
+        connections = []
+        for connection in closing { connection.close() }
+    }
+
+    private func change(to newState: State) {
+        guard newState != state else { return }
+        state = newState
+        onStateChange?(newState)
+    }
+}

@@ -1,0 +1,347 @@
+import RedisClient
+import RedisProtocol
+
+/// One event of a room as the cluster keeps it: Redis gave it `seq` and `time`; `payload` is the
+/// node's encoding of the rest (kind, sender, text), which this type does not read.
+public struct LoggedEvent: Equatable, Sendable {
+    /// The room's sequence number, from `INCR`: one order for every node.
+    public let seq: UInt64
+    /// Milliseconds since the Unix epoch, from Redis's clock, so every node stamps alike.
+    public let time: UInt64
+    /// The event itself, opaque here.
+    public let payload: [UInt8]
+
+    /// An event as Redis numbered it.
+    public init(seq: UInt64, time: UInt64, payload: [UInt8]) {
+        self.seq = seq
+        self.time = time
+        self.payload = payload
+    }
+}
+
+/// Why the cluster's Redis could not do what was asked.
+public enum ClusterError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The connection to Redis failed or closed.
+    case redis(RedisError)
+    /// Redis answered with an error reply (a script error, out of memory, `NOSCRIPT`).
+    case refused(String)
+    /// Redis answered with a value of the wrong shape.
+    case malformedReply(String)
+
+    /// The problem, for a log line.
+    public var description: String {
+        switch self {
+        case .redis(let error): "\(error)"
+        case .refused(let text): "Redis refused: \(text)"
+        case .malformedReply(let what): "unexpected reply from Redis: \(what)"
+        }
+    }
+}
+
+/// Every room's events in Redis, in one order for the whole cluster (docs/CLUSTER.md).
+///
+/// `append` runs one Lua script that Redis executes atomically: `INCR` the room's `seq`, `XADD`
+/// the event to the room's stream under the ID `seq-1` (so stream IDs are `seq`s, and catch-up is
+/// an `XRANGE`), and `PUBLISH` it once to the room's channel, which every node following the room
+/// hears. A node delivers an event when the publication arrives — its own too — so all nodes see
+/// Redis's order. Publications are at most once (a subscriber that was away misses them): a
+/// follower that sees a `seq` jump reads the missing ones from the stream first, so it delivers
+/// every event exactly once and in order.
+///
+/// Threading: confined to the queue of its two connections (the same queue), like them.
+public final class RoomLog: @unchecked Sendable {
+    /// Called with each event of a followed room, in `seq` order, each once.
+    public var onEvent: ((_ room: String, _ event: LoggedEvent) -> Void)?
+
+    private let commands: RedisConnection
+    private let subscriber: RedisConnection
+    private let scriptSHA: [UInt8]
+    /// Most events kept per room (`XADD MAXLEN ~`).
+    private let maxEvents: Int
+    private var follows: [String: Follow] = [:]
+    private var roomsByChannel: [[UInt8]: String] = [:]
+
+    private struct Follow {
+        /// The last `seq` delivered; nil until the subscription is confirmed and the room's `seq` read.
+        var lastDelivered: UInt64?
+        /// Events that arrived ahead of a gap or before `lastDelivered` was known, by `seq`.
+        var held: [UInt64: LoggedEvent] = [:]
+        /// Whether a read of the stream to fill a gap is under way.
+        var filling = false
+        /// Where to resume once subscribed, if not at the room's current `seq`.
+        var resumeAfter: UInt64?
+        var ready: ((Result<UInt64, ClusterError>) -> Void)?
+    }
+
+    /// The script `append` runs. KEYS: the room's `seq` key and stream. ARGV: the channel, the
+    /// payload, the stream's bound. Returns `{seq, time}`.
+    static let appendScript = """
+        local seq = redis.call('INCR', KEYS[1])
+        local now = redis.call('TIME')
+        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], seq .. '-1', 't', ms, 'p', ARGV[2])
+        redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ms .. ' ' .. ARGV[2])
+        return {seq, ms}
+        """
+
+    private init(commands: RedisConnection, subscriber: RedisConnection, scriptSHA: [UInt8], maxEvents: Int) {
+        self.commands = commands
+        self.subscriber = subscriber
+        self.scriptSHA = scriptSHA
+        self.maxEvents = maxEvents
+    }
+
+    /// Loads the append script into Redis and returns the log, on the connections' queue. The
+    /// subscriber connection is used for nothing else from now on.
+    public static func open(
+        commands: RedisConnection, subscriber: RedisConnection, maxEvents: Int = 10_000,
+        completion: @escaping (Result<RoomLog, ClusterError>) -> Void
+    ) {
+        commands.send("SCRIPT", "LOAD", appendScript) { reply in
+            switch reply {
+            case .success(.bulkString(let sha?)):
+                let log = RoomLog(commands: commands, subscriber: subscriber, scriptSHA: sha, maxEvents: maxEvents)
+                subscriber.onPush = { [weak log] value in log?.pushed(value) }
+                completion(.success(log))
+            case .success(let other):
+                completion(.failure(ClusterError(.success(other), expecting: "a script hash")))
+            case .failure(let error):
+                completion(.failure(.redis(error)))
+            }
+        }
+    }
+
+    // MARK: Appending
+
+    /// Appends `payload` to `room`'s log; `completion` gets the `seq` and time Redis gave it once
+    /// it is stored and published. Delivery — to this node too — comes through `onEvent`.
+    public func append(to room: String, payload: [UInt8], completion: @escaping (Result<LoggedEvent, ClusterError>) -> Void) {
+        let keys = Self.keys(of: room)
+        commands.send([
+            Array("EVALSHA".utf8), scriptSHA, Array("2".utf8), keys.seq, keys.log,
+            keys.channel, payload, Array(String(maxEvents).utf8),
+        ]) { reply in
+            switch reply {
+            case .success(.array(let pair?)) where pair.count == 2:
+                guard let seq = pair[0].integer, let time = pair[1].integer, seq > 0, time >= 0 else {
+                    completion(.failure(.malformedReply("append returned \(pair)")))
+                    return
+                }
+                completion(.success(LoggedEvent(seq: UInt64(seq), time: UInt64(time), payload: payload)))
+            case .success(let other):
+                completion(.failure(ClusterError(.success(other), expecting: "{seq, time}")))
+            case .failure(let error):
+                completion(.failure(.redis(error)))
+            }
+        }
+    }
+
+    // MARK: Following
+
+    /// Starts delivering `room`'s events through `onEvent`: subscribes to its channel and, once
+    /// subscribed, reads its current `seq`; `ready` gets that `seq`. Every event after it is
+    /// delivered — and with `after`, every event after that `seq` too, read from the stream, so a
+    /// node that lost its connection resumes where it stopped. A `ready` seq below `after` means
+    /// the room's log was reset (Redis lost it): nothing can be resumed.
+    public func follow(_ room: String, after: UInt64? = nil, ready: @escaping (Result<UInt64, ClusterError>) -> Void) {
+        guard follows[room] == nil else {
+            ready(.failure(.malformedReply("\(room) is already followed")))
+            return
+        }
+        let channel = Self.keys(of: room).channel
+        follows[room] = Follow(resumeAfter: after, ready: ready)
+        roomsByChannel[channel] = room
+        subscriber.subscribe([channel])
+    }
+
+    /// Stops delivering `room`'s events.
+    public func unfollow(_ room: String) {
+        guard follows.removeValue(forKey: room) != nil else { return }
+        let channel = Self.keys(of: room).channel
+        roomsByChannel[channel] = nil
+        subscriber.unsubscribe([channel])
+    }
+
+    /// Values from the subscriber connection: confirmations and messages.
+    private func pushed(_ value: RESPValue) {
+        guard case .array(let parts?) = value, parts.count == 3, let kind = parts[0].text,
+            case .bulkString(let channel?) = parts[1], let room = roomsByChannel[channel]
+        else { return }
+        switch kind {
+        case "subscribe":
+            readCurrentSeq(of: room)
+        case "message":
+            guard case .bulkString(let body?) = parts[2], let event = Self.parsePublication(body) else { return }
+            received(event, in: room)
+        default:
+            break
+        }
+    }
+
+    /// Once subscribed: every event after the room's current `seq` will be heard.
+    private func readCurrentSeq(of room: String) {
+        commands.send([Array("GET".utf8), Self.keys(of: room).seq]) { [self] reply in
+            guard follows[room] != nil else { return }
+            let seq: UInt64
+            switch reply {
+            case .success(.bulkString(nil)):
+                seq = 0
+            case .success(let value):
+                guard let number = value.integer, number >= 0 else {
+                    follows[room]?.ready?(.failure(ClusterError(.success(value), expecting: "the room's seq")))
+                    return
+                }
+                seq = UInt64(number)
+            case .failure(let error):
+                follows[room]?.ready?(.failure(.redis(error)))
+                return
+            }
+            let resumeAfter = follows[room]!.resumeAfter
+            let ready = follows[room]!.ready
+            follows[room]!.ready = nil
+            guard let resumeAfter, resumeAfter < seq else {
+                follows[room]!.lastDelivered = seq
+                ready?(.success(seq))
+                deliverHeld(in: room)
+                return
+            }
+            // Resuming: what came after `resumeAfter` up to now is in the stream; later events
+            // arrive by publication and wait in `held` meanwhile.
+            follows[room]!.lastDelivered = resumeAfter
+            follows[room]!.filling = true
+            ready?(.success(seq))
+            fill(room, from: resumeAfter + 1, upTo: seq)
+        }
+    }
+
+    /// The last `seq` delivered of each followed room whose subscription is ready.
+    public var positions: [String: UInt64] {
+        follows.compactMapValues(\.lastDelivered)
+    }
+
+    private func received(_ event: LoggedEvent, in room: String) {
+        guard follows[room] != nil else { return }
+        if let last = follows[room]!.lastDelivered, event.seq <= last { return }
+        follows[room]!.held[event.seq] = event
+        deliverHeld(in: room)
+    }
+
+    /// Delivers the held events that come next, in order; if the next one is missing while later
+    /// ones wait, reads the gap from the stream.
+    private func deliverHeld(in room: String) {
+        guard var follow = follows[room], let last = follow.lastDelivered, !follow.filling else { return }
+        var next = last + 1
+        var ready: [LoggedEvent] = []
+        follow.held = follow.held.filter { $0.key > last }
+        while let event = follow.held.removeValue(forKey: next) {
+            ready.append(event)
+            next += 1
+        }
+        follow.lastDelivered = next - 1
+        let gapEnd = follow.held.keys.min()
+        follow.filling = gapEnd != nil
+        follows[room] = follow
+        for event in ready { onEvent?(room, event) }
+        if let gapEnd { fill(room, from: next, upTo: gapEnd - 1) }
+    }
+
+    private func fill(_ room: String, from first: UInt64, upTo last: UInt64) {
+        range(of: room, from: "\(first)-1", to: "\(last)-1", count: nil, reverse: false) { [self] result in
+            guard follows[room] != nil else { return }
+            follows[room]!.filling = false
+            switch result {
+            case .success(let events):
+                for event in events where event.seq >= first { follows[room]!.held[event.seq] = event }
+                if follows[room]!.held[first] == nil {
+                    // Trimmed from the stream before this node read it: skip what is gone rather
+                    // than wait for ever, and say so through the gap in `seq`.
+                    follows[room]!.lastDelivered = (follows[room]!.held.keys.min() ?? first) - 1
+                }
+            case .failure:
+                // Leave the held events waiting; the next publication retries the fill.
+                return
+            }
+            deliverHeld(in: room)
+        }
+    }
+
+    // MARK: Reading history
+
+    /// Up to `limit` events of `room` after `seq`, oldest first (catch-up).
+    public func events(of room: String, after seq: UInt64, limit: Int, completion: @escaping (Result<[LoggedEvent], ClusterError>) -> Void) {
+        range(of: room, from: "\(seq + 1)-1", to: "+", count: limit, reverse: false, completion: completion)
+    }
+
+    /// Up to `limit` events of `room` before `seq` (0: the newest), newest first (scroll-back).
+    public func events(of room: String, before seq: UInt64, limit: Int, completion: @escaping (Result<[LoggedEvent], ClusterError>) -> Void) {
+        let end = seq == 0 ? "+" : "\(seq - 1)-1"
+        guard seq != 1 else {
+            completion(.success([]))
+            return
+        }
+        range(of: room, from: end, to: "-", count: limit, reverse: true, completion: completion)
+    }
+
+    private func range(
+        of room: String, from start: String, to end: String, count: Int?, reverse: Bool,
+        completion: @escaping (Result<[LoggedEvent], ClusterError>) -> Void
+    ) {
+        var command = [Array((reverse ? "XREVRANGE" : "XRANGE").utf8), Self.keys(of: room).log, Array(start.utf8), Array(end.utf8)]
+        if let count { command += [Array("COUNT".utf8), Array(String(count).utf8)] }
+        commands.send(command) { reply in
+            switch reply {
+            case .success(.array(let entries?)):
+                var events: [LoggedEvent] = []
+                for entry in entries {
+                    guard let event = Self.parseEntry(entry) else {
+                        completion(.failure(.malformedReply("stream entry \(entry)")))
+                        return
+                    }
+                    events.append(event)
+                }
+                completion(.success(events))
+            case .success(let other):
+                completion(.failure(ClusterError(.success(other), expecting: "stream entries")))
+            case .failure(let error):
+                completion(.failure(.redis(error)))
+            }
+        }
+    }
+
+    // MARK: Wire forms
+
+    /// The keys of `room`. The braces make a Redis Cluster keep a room's keys in one slot.
+    static func keys(of room: String) -> (seq: [UInt8], log: [UInt8], channel: [UInt8]) {
+        (Array("chat:{\(room)}:seq".utf8), Array("chat:{\(room)}:log".utf8), Array("chat:{\(room)}:events".utf8))
+    }
+
+    /// A publication: `seq`, a space, `time`, a space, the payload.
+    static func parsePublication(_ body: [UInt8]) -> LoggedEvent? {
+        guard let firstSpace = body.firstIndex(of: UInt8(ascii: " ")),
+            let secondSpace = body[(firstSpace + 1)...].firstIndex(of: UInt8(ascii: " ")),
+            let seq = UInt64(String(decoding: body[..<firstSpace], as: UTF8.self)),
+            let time = UInt64(String(decoding: body[(firstSpace + 1)..<secondSpace], as: UTF8.self))
+        else { return nil }
+        return LoggedEvent(seq: seq, time: time, payload: Array(body[(secondSpace + 1)...]))
+    }
+
+    /// A stream entry: `[ID, [field, value, …]]` with ID `seq-1` and fields `t` and `p`.
+    static func parseEntry(_ entry: RESPValue) -> LoggedEvent? {
+        guard case .array(let parts?) = entry, parts.count == 2, let id = parts[0].text,
+            let seq = id.split(separator: "-").first.flatMap({ UInt64($0) }),
+            case .array(let fields?) = parts[1], fields.count.isMultiple(of: 2)
+        else { return nil }
+        var time: UInt64?
+        var payload: [UInt8]?
+        for index in stride(from: 0, to: fields.count, by: 2) {
+            switch fields[index].text {
+            case "t": time = fields[index + 1].integer.flatMap { UInt64(exactly: $0) }
+            case "p": if case .bulkString(let bytes?) = fields[index + 1] { payload = bytes }
+            default: break
+            }
+        }
+        guard let time, let payload else { return nil }
+        return LoggedEvent(seq: seq, time: time, payload: payload)
+    }
+
+}

@@ -1,0 +1,184 @@
+import ChatCluster
+import Dispatch
+import RedisClient
+import RedisProtocol
+import TestSupport
+import Testing
+
+/// One node's view of the cluster for a test: its own queue, two Redis connections, a `RoomLog`,
+/// and every event it was handed, in order.
+private final class Node: @unchecked Sendable {
+    let queue: DispatchQueue
+    let log: RoomLog
+    let commands: RedisConnection
+    /// Touched only on `queue`.
+    private var delivered: [String: [LoggedEvent]] = [:]
+
+    init(_ name: String, port: Int) async throws {
+        let queue = DispatchQueue(label: "node-\(name)")
+        self.queue = queue
+        let commands = try await Self.connect(port: port, queue: queue)
+        let subscriber = try await Self.connect(port: port, queue: queue)
+        self.commands = commands
+        log = try await withCheckedThrowingContinuation { continuation in
+            queue.async { RoomLog.open(commands: commands, subscriber: subscriber) { continuation.resume(with: $0) } }
+        }
+        queue.sync { log.onEvent = { [self] room, event in delivered[room, default: []].append(event) } }
+    }
+
+    private static func connect(port: Int, queue: DispatchQueue) async throws -> RedisConnection {
+        try await withCheckedThrowingContinuation { continuation in
+            RedisConnection.connect(host: "127.0.0.1", port: port, queue: queue) { continuation.resume(with: $0) }
+        }
+    }
+
+    func follow(_ room: String) async throws -> UInt64 {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [log] in log.follow(room) { continuation.resume(with: $0) } }
+        }
+    }
+
+    /// Appends every payload in one turn; returns the `seq`s Redis gave them, in order of reply.
+    func append(_ payloads: [[UInt8]], to room: String) async throws -> [UInt64] {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [log] in
+                var seqs: [UInt64] = []
+                var failed = false
+                for payload in payloads {
+                    log.append(to: room, payload: payload) { result in
+                        guard !failed else { return }
+                        switch result {
+                        case .success(let event):
+                            seqs.append(event.seq)
+                            if seqs.count == payloads.count { continuation.resume(returning: seqs) }
+                        case .failure(let error):
+                            failed = true
+                            continuation.resume(throwing: error)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    func command(_ arguments: [[UInt8]]) async -> RedisConnection.Reply {
+        await withCheckedContinuation { continuation in
+            queue.async { [commands] in commands.send(arguments) { continuation.resume(returning: $0) } }
+        }
+    }
+
+    func events(of room: String, after seq: UInt64? = nil, before: UInt64? = nil, limit: Int) async throws -> [LoggedEvent] {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [log] in
+                if let seq {
+                    log.events(of: room, after: seq, limit: limit) { continuation.resume(with: $0) }
+                } else {
+                    log.events(of: room, before: before ?? 0, limit: limit) { continuation.resume(with: $0) }
+                }
+            }
+        }
+    }
+
+    func deliveredEvents(in room: String) -> [LoggedEvent] { queue.sync { delivered[room] ?? [] } }
+
+    /// Waits (bounded) until `count` events of `room` were delivered.
+    func waitForEvents(_ count: Int, in room: String) async -> [LoggedEvent] {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline, deliveredEvents(in: room).count < count {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return deliveredEvents(in: room)
+    }
+}
+
+private func payload(_ text: String) -> [UInt8] { Array(text.utf8) + [0, 13, 10, 32] }
+
+/// One test at a time: each starts its own redis-server (see RedisConnectionTests).
+@Suite("The cluster's room log in a real Redis", .serialized)
+struct RoomLogTests {
+    @Test func twoNodesAppendingAtOnceSeeOneOrder() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        let b = try await Node("b", port: redis.port)
+        #expect(try await a.follow("general") == 0)
+        #expect(try await b.follow("general") == 0)
+        async let fromA = a.append((0..<500).map { payload("a\($0)") }, to: "general")
+        async let fromB = b.append((0..<500).map { payload("b\($0)") }, to: "general")
+        let (seqsA, seqsB) = try await (fromA, fromB)
+        #expect(seqsA == seqsA.sorted() && seqsB == seqsB.sorted(), "each node's appends keep its order")
+        #expect(Set(seqsA + seqsB) == Set(1...1000), "every seq once")
+        let seenA = await a.waitForEvents(1000, in: "general")
+        let seenB = await b.waitForEvents(1000, in: "general")
+        #expect(seenA.map(\.seq) == Array(1...1000), "consecutive, in order, once")
+        #expect(seenA == seenB, "the same events in the same order on both nodes")
+        let fromNodeA = seenA.filter { $0.payload.starts(with: Array("a".utf8)) }.map(\.payload)
+        #expect(fromNodeA == (0..<500).map { payload("a\($0)") }, "payloads arrive intact")
+        #expect(seenA.allSatisfy { $0.time > 1_700_000_000_000 }, "stamped by Redis's clock, in milliseconds")
+    }
+
+    @Test func aFollowerFillsMissedPublicationsFromTheStream() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let node = try await Node("a", port: redis.port)
+        #expect(try await node.follow("r") == 0)
+        _ = try await node.append([payload("one")], to: "r")
+        // Three events stored as the script stores them, but never published: what a subscriber
+        // misses while its connection is away.
+        for seq in 2...4 {
+            #expect(try await node.command([Array("INCR".utf8), Array("chat:{r}:seq".utf8)]).get() == .integer(Int64(seq)))
+            let added = try await node.command([
+                Array("XADD".utf8), Array("chat:{r}:log".utf8), Array("\(seq)-1".utf8),
+                Array("t".utf8), Array("1767225600000".utf8), Array("p".utf8), payload("missed \(seq)"),
+            ]).get()
+            #expect(added == .bulk("\(seq)-1"))
+        }
+        _ = try await node.append([payload("five")], to: "r")
+        let seen = await node.waitForEvents(5, in: "r")
+        #expect(seen.map(\.seq) == [1, 2, 3, 4, 5])
+        #expect(seen.map(\.payload) == [payload("one"), payload("missed 2"), payload("missed 3"), payload("missed 4"), payload("five")])
+    }
+
+    @Test func aRepeatedOrOldPublicationIsNotDeliveredAgain() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let node = try await Node("a", port: redis.port)
+        _ = try await node.follow("r")
+        _ = try await node.append([payload("one"), payload("two")], to: "r")
+        _ = await node.waitForEvents(2, in: "r")
+        // A stale copy of seq 1 on the channel, then a real event.
+        _ = await node.command([Array("PUBLISH".utf8), Array("chat:{r}:events".utf8), Array("1 1767225600000 ".utf8) + payload("one")])
+        _ = try await node.append([payload("three")], to: "r")
+        // The stale copy was published before "three" on the same connection, so Redis delivers it
+        // first: once "three" is here, the copy has been handled.
+        _ = await node.waitForEvents(3, in: "r")
+        #expect(node.deliveredEvents(in: "r").map(\.seq) == [1, 2, 3])
+    }
+
+    @Test func historyPagesForwardAndBackBySeq() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let node = try await Node("a", port: redis.port)
+        _ = try await node.append((1...20).map { payload("m\($0)") }, to: "r")
+        #expect(try await node.events(of: "r", after: 15, limit: 10).map(\.seq) == [16, 17, 18, 19, 20])
+        #expect(try await node.events(of: "r", after: 0, limit: 3).map(\.seq) == [1, 2, 3])
+        #expect(try await node.events(of: "r", before: 0, limit: 3).map(\.seq) == [20, 19, 18])
+        #expect(try await node.events(of: "r", before: 5, limit: 10).map(\.seq) == [4, 3, 2, 1])
+        #expect(try await node.events(of: "r", before: 1, limit: 10).isEmpty)
+        #expect(try await node.events(of: "nothing-here", after: 0, limit: 10).isEmpty)
+        let first = try await node.events(of: "r", after: 0, limit: 1)
+        #expect(first.first?.payload == payload("m1"))
+    }
+
+    @Test func aFollowStartsAfterTheCurrentSeq() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let writer = try await Node("w", port: redis.port)
+        _ = try await writer.append((1...7).map { payload("old \($0)") }, to: "r")
+        let reader = try await Node("r", port: redis.port)
+        #expect(try await reader.follow("r") == 7)
+        _ = try await writer.append([payload("new")], to: "r")
+        let seen = await reader.waitForEvents(1, in: "r")
+        #expect(seen.map(\.seq) == [8], "only what came after the follow")
+    }
+}

@@ -1,0 +1,79 @@
+import Foundation
+import Glibc
+import SocketCore
+
+/// A real `redis-server` as a child process on a free loopback port, with no persistence and its
+/// working directory in a fresh temporary directory. `Scripts/bootstrap.sh` installs it.
+public final class RedisServerProcess: Sendable {
+    /// The process; its output holds Redis's log.
+    public let child: ChildProcess
+    /// The port it listens on, on 127.0.0.1.
+    public let port: Int
+    /// Its working directory, removed by `stop()`.
+    public let directory: String
+
+    /// The process ID.
+    public var pid: pid_t { child.pid }
+
+    /// Starts `redis-server` and waits until it accepts connections. Redis cannot listen on an
+    /// OS-chosen port, so a port is found free by binding port 0 and handed to it; if another
+    /// process takes it in between, another is tried.
+    /// With `port`, on that port (to bring a Redis back where its clients expect it).
+    public init(port fixedPort: Int? = nil, extraArguments: [String] = []) async throws {
+        let executable = try Self.executable()
+        var template = Array("/tmp/redis-test.XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        directory = String(cString: made)
+        for _ in 0..<5 {
+            let port = try fixedPort ?? Self.freePort()
+            let child = try ChildProcess(executable, [
+                "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", directory, "--loglevel", "notice",
+            ] + extraArguments)
+            _ = await child.waitFor(timeout: .seconds(30)) { output, status in
+                status != nil || output.contains("Ready to accept connections")
+            }
+            if child.exitStatus == nil, child.output.contains("Ready to accept connections") {
+                self.child = child
+                self.port = port
+                return
+            }
+            child.stop()
+            guard child.output.contains("Address already in use") else { break }
+            // A fixed port may still be held by the Redis just killed: give it a moment.
+            if fixedPort != nil { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        rmdir(directory)
+        throw RedisDidNotStart()
+    }
+
+    /// Stops Redis (SIGTERM) and removes its directory.
+    public func stop() {
+        child.stop()
+        _ = try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Kills Redis with SIGKILL, as a crash would; the directory stays until `stop()`.
+    public func kill() { child.killNow() }
+
+    private static func executable() throws -> URL {
+        for directory in ["/usr/bin", "/usr/local/bin", "/usr/sbin"] {
+            let path = "\(directory)/redis-server"
+            if access(path, X_OK) == 0 { return URL(fileURLWithPath: path) }
+        }
+        throw MissingExecutable(name: "redis-server", searched: ["/usr/bin", "/usr/local/bin", "/usr/sbin"])
+    }
+
+    private static func freePort() throws -> Int {
+        let socket = try Socket(family: AF_INET, label: "port finder")
+        defer { socket.close() }
+        try socket.bind(to: SocketAddress(ip: "127.0.0.1", port: 0)!)
+        return try socket.localAddress().port
+    }
+}
+
+/// `redis-server` exited, or never said it was ready.
+public struct RedisDidNotStart: Error, CustomStringConvertible {
+    /// For the test's failure message.
+    public var description: String { "redis-server did not start (is it installed? Scripts/bootstrap.sh installs it)" }
+}
