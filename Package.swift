@@ -59,13 +59,21 @@ let package = Package(
         // Measures the wire protocol: the size table and codec throughput.
         .executableTarget(name: "chat-wire", dependencies: ["ChatProtocol", "ChatWireComparison", argumentParser]),
 
+        // SQLite 3 from Debian's libsqlite3-dev, through its C API: one writer and one reader
+        // connection and a few prepared statements need no Foundation-based wrapper (GRDB would
+        // bring Foundation and ICU back into chat-server; docs/ARCHITECTURE.md).
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // Rooms on disk: a small typed wrapper over SQLite, the schema, commits, paging, retention.
+        .target(name: "ChatStorage", dependencies: ["CSQLite", "ChatProtocol"]),
+
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(
             name: "ChatServer",
             dependencies: [
-                "SocketCore", "SocketTLS", "ChatProtocol", logging, .product(name: "DequeModule", package: "swift-collections"),
+                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", logging,
+                .product(name: "DequeModule", package: "swift-collections"),
             ]),
-        .executableTarget(name: "chat-server", dependencies: ["ChatServer", "SocketTLS", argumentParser, logging]),
+        .executableTarget(name: "chat-server", dependencies: ["ChatServer", "ChatStorage", "SocketTLS", argumentParser, logging]),
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(name: "ChatClient", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"]),
@@ -94,8 +102,10 @@ let package = Package(
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
         .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
+        .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol"]),
         .testTarget(
-            name: "ChatServerTests", dependencies: ["ChatServer", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
+            name: "ChatServerTests",
+            dependencies: ["ChatServer", "ChatStorage", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
     ],

@@ -117,7 +117,7 @@ start_server() {
     mkfifo "$work/server.fifo"
     local memory=()
     [[ -n "$max_memory" ]] && memory=(--max-memory "$max_memory")
-    "${server_cores[@]}" "$bin/chat-server" --host :: --port 0 --log-level info "${memory[@]}" "$@" \
+    "${server_cores[@]}" "$bin/chat-server" --no-persistence --host :: --port 0 --log-level info "${memory[@]}" "$@" \
         >"$work/server.fifo" 2>"$work/server.err" &
     server_pid=$!
     exec 3<"$work/server.fifo"

@@ -71,7 +71,7 @@ def first_line(process, limit=10):
 server_starts, server_rss, client_starts, client_rss = [], [], [], []
 for _ in range(runs):
     started = time.monotonic()
-    server = subprocess.Popen([f"{bin_dir}/chat-server", "--host", "127.0.0.1", "--port", "0"],
+    server = subprocess.Popen([f"{bin_dir}/chat-server", "--host", "127.0.0.1", "--port", "0", "--no-persistence"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         line = first_line(server)

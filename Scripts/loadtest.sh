@@ -32,6 +32,10 @@ Options:
   --size B          bytes of text per message (default 0: the shortest payload, about 21 bytes)
   --only NAME       run only the case whose name contains NAME (e.g. --only 10000)
   --hgrm-dir DIR    also write each case's latency distribution (.hgrm) into DIR
+  --persistence M   off (default): servers keep rooms in memory only (--no-persistence);
+                    on: servers store rooms in SQLite under a fresh data directory, with their
+                    default --fsync normal; both: run each case twice in a row, off then on
+                    (rows marked "memory" and "stored"), to compare the cost of durability
   --no-build        use the binaries already built (fails if they are missing)
   --tls             every case over TLS: certificates from Scripts/dev-cert.sh in a temporary
                     directory, chat-server --tls-cert/--tls-key, chat-loadtest --tls-ca
@@ -63,6 +67,7 @@ size=0
 only=""
 hgrm_dir=""
 build=1
+persistence=off
 tls=0
 stunnel=0
 while [[ $# -gt 0 ]]; do
@@ -76,6 +81,8 @@ while [[ $# -gt 0 ]]; do
         --size) [[ $# -ge 2 ]] || die_usage "--size needs a value"; size="$2"; shift ;;
         --only) [[ $# -ge 2 ]] || die_usage "--only needs a value"; only="$2"; shift ;;
         --hgrm-dir) [[ $# -ge 2 ]] || die_usage "--hgrm-dir needs a value"; hgrm_dir="$2"; shift ;;
+        --persistence) [[ $# -ge 2 ]] || die_usage "--persistence needs a value"; persistence="$2"; shift
+            [[ $persistence == off || $persistence == on || $persistence == both ]] || die_usage "--persistence is off, on or both" ;;
         --no-build) build=0 ;;
         --tls) tls=1 ;;
         --stunnel) stunnel=1 ;;
@@ -204,11 +211,17 @@ CONF
     port="$tls_port"
 }
 
-# Starts a server on a free port; sets server_pid and port.
+# Starts a server on a free port; sets server_pid and port. With "on", it stores rooms in a fresh
+# data directory.
 start_server() {
+    local storage=(--no-persistence)
+    if [[ ${1:-off} == on ]]; then
+        rm -rf "$work/data"
+        storage=(--data-dir "$work/data")
+    fi
     rm -f "$work/server.fifo"
     mkfifo "$work/server.fifo"
-    "$bin/chat-server" --host 127.0.0.1 --port 0 --no-rate-limits ${server_tls[@]+"${server_tls[@]}"} \
+    "$bin/chat-server" "${storage[@]}" --host 127.0.0.1 --port 0 --no-rate-limits ${server_tls[@]+"${server_tls[@]}"} \
         --max-clients 20000 --max-clients-per-address 20000 --max-memory 2G \
         --idle-ping-interval 300 --idle-timeout 600 --drain-timeout 2 --log-level warning \
         >"$work/server.fifo" 2>"$work/server.err" &
@@ -232,13 +245,21 @@ header=""
 rows=()
 failures=0
 ran=0
+case "$persistence" in
+    both) modes=(off on) ;;
+    *) modes=("$persistence") ;;
+esac
 for entry in "${cases[@]}"; do
+  for mode in "${modes[@]}"; do
     name="${entry%%|*}"
     read -r -a arguments <<<"${entry#*|}"
     if [[ -n "$only" && $name != *"$only"* ]]; then continue; fi
+    if [[ $persistence == both ]]; then
+        if [[ $mode == on ]]; then name="$name, stored"; else name="$name, memory"; fi
+    fi
     ran=$((ran + 1))
     echo "case: $name" >&2
-    start_server
+    start_server "$mode"
     measured=(--server-pid "$server_pid")
     if [[ $stunnel -eq 1 ]]; then
         start_stunnel
@@ -263,11 +284,12 @@ for entry in "${cases[@]}"; do
         rows+=("| $name | chat-loadtest exited with status $status: $(printf '%s' "$output" | tr '\n' ' ') |")
         if [[ $status -eq 0 ]]; then failures=$((failures + 1)); fi
     fi
+  done
 done
 [[ $ran -gt 0 ]] || die_usage "no case matches --only '$only'"
 
 echo
-echo "Load test, $(date -u +%Y-%m-%d), $configuration build, $(nproc) cores, ${duration} s per case"
+echo "Load test, $(date -u +%Y-%m-%d), $configuration build, $(nproc) cores, ${duration} s per case, persistence $persistence"
 echo
 if [[ -n "$header" ]]; then echo "$header"; fi
 printf '%s\n' "${rows[@]}"

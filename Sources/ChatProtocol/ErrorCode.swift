@@ -54,9 +54,12 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
     public static let unexpectedFrame = ErrorCode(rawValue: 20)
     /// The client is already in the room it asked to join.
     public static let alreadyInRoom = ErrorCode(rawValue: 21)
+    /// The server could not store a room event (its disk is full, say), so it did not deliver
+    /// it; the reason says why. Not fatal: later requests may succeed.
+    public static let storageFailed = ErrorCode(rawValue: 22)
 
     /// Every code this version defines, in numeric order.
-    public static let allKnown: [ErrorCode] = (1...21).map(ErrorCode.init(rawValue:))
+    public static let allKnown: [ErrorCode] = (1...22).map(ErrorCode.init(rawValue:))
 
     /// The code's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
     public var name: String? {
@@ -65,7 +68,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
             "tooManyConnectionsFromAddress", "handshakeRequired", "handshakeTimeout",
             "rateLimited", "frameTooLarge", "malformedFrame", "tooManyRooms", "notInRoom",
             "invalidRoom", "noSuchNick", "idleTimeout", "slowConsumer", "shuttingDown",
-            "internal", "unexpectedFrame", "alreadyInRoom",
+            "internal", "unexpectedFrame", "alreadyInRoom", "storageFailed",
         ]
         let index = Int(rawValue) - 1
         return names.indices.contains(index) ? names[index] : nil

@@ -1,4 +1,5 @@
 import ChatProtocol
+import ChatStorage
 import DequeModule
 
 /// The whole chat — connections, nicks, rooms, history, limits — as a state machine without I/O.
@@ -12,6 +13,12 @@ import DequeModule
 /// Requests that fail are answered with a non-fatal `error`; protocol violations, refusals and
 /// timeouts remove the client at once (its rooms see `quit`) and end in `.disconnect`.
 ///
+/// With a `RoomStore`, rooms outlive memory: every change of a room (its `seq`, topic, and each
+/// message, action and topic event) is staged in the store as it happens; an empty room leaves
+/// memory once its changes are committed, and a joiner reads it back with the same epoch, `seq`
+/// and topic; history pages older than memory holds are read from the store. While the store
+/// fails, room events are refused with `storageFailed`.
+///
 /// What it keeps is bounded by `configuration.memoryBudget`: history by entries and bytes per
 /// room and in all rooms together (the globally oldest entries go first), and every frame a
 /// client sends by a request rate and a byte rate — per connection, and for all connections from one
@@ -22,6 +29,14 @@ public struct ChatCore: Sendable {
     /// Makes each new room's epoch: a non-zero number a client compares to tell a room that
     /// started again from one it saw before.
     private let makeEpoch: @Sendable () -> UInt64
+    /// Where rooms are kept beyond memory; nil for a server that forgets them.
+    private let store: (any RoomStore)?
+    /// Why the store's last commit failed, while no later one has succeeded; room events are
+    /// refused meanwhile.
+    public private(set) var storageFailure: String?
+    /// Empty rooms kept in memory until their changes are committed: read back before that, the
+    /// store would give an older `seq`.
+    private var roomsAwaitingCommit: Set<String> = []
 
     /// Connection state, indexed by `ClientID.slot`; nil for free slots.
     private var clients: [ClientState?] = []
@@ -49,13 +64,15 @@ public struct ChatCore: Sendable {
     /// Connections open, handshaking ones included.
     public private(set) var clientCount = 0
 
-    /// An empty chat with the limits of `configuration`. New rooms take their epoch from
-    /// `makeEpoch`, which must never return 0; by default a random number.
+    /// An empty chat with the limits of `configuration`, keeping rooms in `store` if there is
+    /// one. New rooms take their epoch from `makeEpoch`, which must never return 0; by default a
+    /// random number.
     public init(
-        configuration: ChatServerConfiguration,
+        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil,
         makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
     ) {
         self.configuration = configuration
+        self.store = store
         self.makeEpoch = makeEpoch
         budget = configuration.memoryBudget
     }
@@ -215,6 +232,12 @@ public struct ChatCore: Sendable {
                 nextPingToken += 1
             }
         }
+        if !roomsAwaitingCommit.isEmpty, let store {
+            for name in roomsAwaitingCommit where !store.hasUncommittedWrites(in: name) {
+                roomsAwaitingCommit.remove(name)
+                if rooms[name]?.members.isEmpty == true { removeRoom(name) }
+            }
+        }
         addresses = addresses.filter { _, state in
             var state = state
             return state.connections > 0 || !state.isFull(configuration, now: now.uptimeMillis)
@@ -233,7 +256,7 @@ public struct ChatCore: Sendable {
     }
 
     /// The names of the rooms that exist (those with members), sorted.
-    public var roomNames: [String] { rooms.keys.sorted() }
+    public var roomNames: [String] { rooms.filter { !$0.value.members.isEmpty }.keys.sorted() }
 
     /// The nicks in `room`, in joining order; empty if the room does not exist.
     public func memberNicks(of room: String) -> [String] {
@@ -444,6 +467,7 @@ public struct ChatCore: Sendable {
                     room: room.name, seq: room.nextSeq(), time: now.wallMillis, old: oldNick, new: newNick)
                 actions.append(.broadcast(frame, to: room.members))
             }
+            persist(room, event: nil, at: now)
         }
     }
 
@@ -457,11 +481,15 @@ public struct ChatCore: Sendable {
             refuse(.join, .tooManyRooms, reason, to: id, into: &actions)
             return
         }
-        clients[id.slot]!.rooms.append(name)
         if rooms[name] == nil {
-            rooms[name] = ChatRoom(
-                name: name, epoch: makeEpoch(), historySize: configuration.historySize, historyBytes: budget.historyPerRoom)
+            do {
+                try loadRoom(name)
+            } catch {
+                refuse(.join, .storageFailed, "cannot join #\(name) now: \(error)", to: id, into: &actions)
+                return
+            }
         }
+        clients[id.slot]!.rooms.append(name)
         let version = clients[id.slot]!.version
         let room = withRoom(name) { room in
             room.members.append(id)
@@ -469,9 +497,10 @@ public struct ChatCore: Sendable {
             actions.append(.broadcast(joined, to: room.members))
             return room
         }!
+        persist(name, event: nil, at: now)
         if version >= 2 {
-            let state = Frame.roomState(
-                room: name, epoch: room.epoch, firstSeq: room.history.firstSeq ?? 0, lastSeq: room.lastSeq)
+            let firstSeq = store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq
+            let state = Frame.roomState(room: name, epoch: room.epoch, firstSeq: firstSeq, lastSeq: room.lastSeq)
             actions.append(.send(state, to: id))
         }
         appendMembers(of: name, to: id, into: &actions)
@@ -491,8 +520,9 @@ public struct ChatCore: Sendable {
                 if let cached = room.replayV2 { return cached }
                 // One page of the most recent history, topics included; the client fetches more
                 // with `fetchHistory` if it needs to reach further back.
-                let (entries, complete) = room.history.page(
+                var (entries, complete) = room.history.page(
                     .before, from: 0, limit: historySize, budget: Self.listFrameBudget, cost: Self.cost)
+                if room.olderStored { complete = false }
                 let replay = SharedFrames([.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries)])
                 room.replayV2 = replay
                 return replay
@@ -520,7 +550,8 @@ public struct ChatCore: Sendable {
             actions.append(.broadcast(left, to: room.members))
             room.removeMember(id)
         }
-        if rooms[name]?.members.isEmpty == true { removeRoom(name) }
+        persist(name, event: nil, at: now)
+        if rooms[name]?.members.isEmpty == true { removeEmptyRoom(name) }
     }
 
     private mutating func speak(
@@ -529,6 +560,10 @@ public struct ChatCore: Sendable {
     ) {
         guard clients[id.slot]!.rooms.contains(name) else {
             refuse(kind == .message ? .say : .emote, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
+            return
+        }
+        if let storageFailure {
+            refuse(kind == .message ? .say : .emote, .storageFailed, Self.notStored(storageFailure), to: id, into: &actions)
             return
         }
         let time = now.wallMillis
@@ -541,7 +576,9 @@ public struct ChatCore: Sendable {
             actions.append(.broadcast(frame, to: room.members))
             return seq
         }!
-        recordHistory(HistoryEntry(kind: kind, seq: seq, time: time, sender: nick, text: text), in: name)
+        let entry = HistoryEntry(kind: kind, seq: seq, time: time, sender: nick, text: text)
+        recordHistory(entry, in: name)
+        persist(name, event: entry, at: now)
     }
 
     private mutating func tell(
@@ -565,6 +602,10 @@ public struct ChatCore: Sendable {
             refuse(.setTopic, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
+        if let storageFailure {
+            refuse(.setTopic, .storageFailed, Self.notStored(storageFailure), to: id, into: &actions)
+            return
+        }
         let seq = withRoom(name) { room in
             let seq = room.nextSeq()
             room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: nick, time: now.wallMillis, seq: seq)
@@ -572,7 +613,9 @@ public struct ChatCore: Sendable {
             actions.append(.broadcast(frame, to: room.members))
             return seq
         }!
-        recordHistory(HistoryEntry(kind: .topic, seq: seq, time: now.wallMillis, sender: nick, text: text), in: name)
+        let entry = HistoryEntry(kind: .topic, seq: seq, time: now.wallMillis, sender: nick, text: text)
+        recordHistory(entry, in: name)
+        persist(name, event: entry, at: now)
     }
 
     // MARK: History budget
@@ -602,6 +645,80 @@ public struct ChatCore: Sendable {
                 return record.seq >= first
             })
         }
+    }
+
+    // MARK: Storage
+
+    /// Makes the room `name` from what the store holds of it, or anew with a new epoch.
+    private mutating func loadRoom(_ name: String) throws(StorageError) {
+        let historySize = configuration.historySize
+        guard let store, let stored = try store.loadRoom(named: name, recent: historySize) else {
+            rooms[name] = ChatRoom(name: name, epoch: makeEpoch(), historySize: historySize, historyBytes: budget.historyPerRoom)
+            return
+        }
+        rooms[name] = ChatRoom(stored: stored, historySize: historySize, historyBytes: budget.historyPerRoom)
+        for entry in stored.recent { recordHistory(entry, in: name) }
+    }
+
+    /// Stages `name`'s new state, and `event` if it is one that is stored, in the store.
+    private mutating func persist(_ name: String, event: HistoryEntry?, at now: ServerTime) {
+        // Read in place: a copy of the room would retain and release its members and history
+        // on the per-message path.
+        guard let store, let index = rooms.index(forKey: name) else { return }
+        let topic = rooms.values[index].topic.map { RoomTopic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
+        let record = RoomRecord(
+            name: name, epoch: rooms.values[index].epoch, lastSeq: rooms.values[index].lastSeq, topic: topic,
+            lastActive: now.wallMillis)
+        store.stage(record, event: event)
+    }
+
+    /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
+    /// looks again).
+    private mutating func removeEmptyRoom(_ name: String) {
+        if let store, store.hasUncommittedWrites(in: name) {
+            roomsAwaitingCommit.insert(name)
+        } else {
+            removeRoom(name)
+        }
+    }
+
+    /// A commit failed: its `events` were not stored, so they are taken out of the history in
+    /// memory and never delivered (the server drops them); each sender still connected gets
+    /// `storageFailed`, and room events are refused until `storageRecovered()`.
+    public mutating func storageFailed(_ failure: CommitFailure, into actions: inout [ChatAction]) {
+        storageFailure = failure.error.message
+        var told: Set<String> = []
+        for event in failure.events {
+            let name = event.room
+            let entry = event.entry
+            if rooms[name] != nil {
+                let forgotten = withRoom(name) { room in room.forget(seq: entry.seq) }!
+                if forgotten > 0 {
+                    historyBytes -= forgotten
+                    historyEntries -= 1
+                }
+                if entry.kind == .topic, rooms[name]!.topic?.seq == entry.seq {
+                    // The topic before it is what the store holds, unless a later commit in flight changes it.
+                    let stored = try? store?.loadRoom(named: name, recent: 0)?.record.topic
+                    withRoom(name) { room in
+                        room.topic = stored.map { ChatRoom.Topic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
+                    }
+                }
+            }
+            guard let sender = nicks[ChatName.nickKey(entry.sender)], told.insert(entry.sender).inserted else { continue }
+            let request: FrameType = entry.kind == .topic ? .setTopic : entry.kind == .action ? .emote : .say
+            let reason = "#\(name): not delivered: \(failure.error.message)"
+            actions.append(.send(.error(code: .storageFailed, fatal: false, frameType: request, reason: reason), to: sender))
+        }
+    }
+
+    /// A commit succeeded: room events are accepted again.
+    public mutating func storageRecovered() {
+        storageFailure = nil
+    }
+
+    private static func notStored(_ failure: String) -> String {
+        "the server cannot store room events now, so it sends none (\(failure))"
     }
 
     /// Forgets the room `name`, and with it the history it kept.
@@ -634,10 +751,34 @@ public struct ChatCore: Sendable {
             refuse(.fetchHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
-        let (entries, complete) = room.history.page(
-            direction, from: seq, limit: min(limit, configuration.historySize), budget: Self.listFrameBudget,
-            cost: Self.cost)
+        let limit = min(limit, configuration.historySize)
+        var (entries, complete) = room.history.page(
+            direction, from: seq, limit: limit, budget: Self.listFrameBudget, cost: Self.cost)
+        if let store, room.olderStored, Self.pageReachesPastMemory(direction, from: seq, memory: room.history, complete: complete) {
+            do {
+                (entries, complete) = try store.page(
+                    of: name, direction, from: seq, limit: limit, budget: Self.listFrameBudget, cost: Self.cost)
+            } catch {
+                refuse(.fetchHistory, .storageFailed, "cannot read the history of #\(name) now: \(error)", to: id, into: &actions)
+                return
+            }
+            // The store has only what is committed: newer events in memory lie beyond this page.
+            if direction == .after, let newest = room.history.lastSeq, newest > (entries.last?.seq ?? seq) {
+                complete = false
+            }
+        }
         actions.append(.send(.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries), to: id))
+    }
+
+    /// Whether a page next to `seq` needs events older than `memory` holds: scrolling back past
+    /// its oldest entry, or catching up from before it.
+    private static func pageReachesPastMemory(
+        _ direction: HistoryDirection, from seq: UInt64, memory: RoomHistory, complete: Bool
+    ) -> Bool {
+        switch direction {
+        case .before: return complete
+        case .after: return memory.firstSeq.map { seq + 1 < $0 } ?? true
+        }
     }
 
     private func refuse(
@@ -665,7 +806,8 @@ public struct ChatCore: Sendable {
             if !room.members.isEmpty { actions.append(.broadcast(event(room.nextSeq()), to: room.members)) }
             return room.members.isEmpty
         }
-        if isEmpty == true { removeRoom(name) }
+        persist(name, event: nil, at: now)
+        if isEmpty == true { removeEmptyRoom(name) }
     }
 
     /// Sends `id` every room with its member count and topic, sorted by name, in as many
@@ -673,7 +815,7 @@ public struct ChatCore: Sendable {
     /// `roomList`s to a version 1 client.
     private func appendRoomList(to id: ClientID, into actions: inout [ChatAction]) {
         let paged = clients[id.slot]!.version >= 2
-        let list = rooms.keys.sorted().map { name in
+        let list = roomNames.map { name in
             let room = rooms[name]!
             return RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic?.text ?? "")
         }

@@ -1,4 +1,5 @@
 import ChatProtocol
+import ChatStorage
 
 /// One room: its identity, its members in joining order, its sequence counter, its topic and its
 /// history.
@@ -26,6 +27,12 @@ struct ChatRoom: Sendable {
     var replayV1: SharedFrames?
     /// The same for version 2 joiners.
     var replayV2: SharedFrames?
+    /// With a store: the `seq` of the oldest stored event as far as the room knows (0 for none).
+    /// Retention may since have deleted it; a page asked for from there simply starts later.
+    var storedFirstSeq: UInt64 = 0
+    /// With a store: whether older events may be stored than the history in memory holds, so a
+    /// page that reaches past memory must be read from the store.
+    var olderStored = false
 
     init(name: String, epoch: UInt64, historySize: Int, historyBytes: Int) {
         precondition(epoch != 0, "epoch 0 is reserved")
@@ -34,11 +41,32 @@ struct ChatRoom: Sendable {
         history = RoomHistory(capacity: historySize, byteCapacity: historyBytes)
     }
 
+    /// A room read back from a store, with no members yet and no history in memory (the caller
+    /// records `stored.recent`).
+    init(stored: StoredRoom, historySize: Int, historyBytes: Int) {
+        self.init(name: stored.record.name, epoch: stored.record.epoch, historySize: historySize, historyBytes: historyBytes)
+        lastSeq = stored.record.lastSeq
+        topic = stored.record.topic.map { Topic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
+        storedFirstSeq = stored.firstSeq
+        olderStored = stored.firstSeq != 0 && stored.firstSeq < (stored.recent.first?.seq ?? .max)
+    }
+
     /// Adds `entry` to the history; returns the bytes the history forgot to stay in its bounds.
     mutating func record(_ entry: HistoryEntry) -> Int {
         replayV1 = nil
         replayV2 = nil
-        return history.append(entry)
+        if storedFirstSeq == 0 { storedFirstSeq = entry.seq }
+        let forgotten = history.append(entry)
+        if forgotten > 0 { olderStored = true }
+        return forgotten
+    }
+
+    /// Forgets the entry whose `seq` is `seq` (one that could not be stored); returns what it
+    /// cost, 0 if there is none.
+    mutating func forget(seq: UInt64) -> Int {
+        replayV1 = nil
+        replayV2 = nil
+        return history.remove(seq: seq)
     }
 
     /// Forgets the oldest history entry if its `seq` is `seq`; returns what it cost (0 if the
@@ -47,6 +75,7 @@ struct ChatRoom: Sendable {
         guard history.firstSeq == seq else { return 0 }
         replayV1 = nil
         replayV2 = nil
+        olderStored = true
         return history.removeOldest()
     }
 

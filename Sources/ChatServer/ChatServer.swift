@@ -26,6 +26,15 @@ import SocketTLS
 ///   consumer; a client that reads catches up long before, so legal bursts never evict it.
 /// The server never drops a frame for a client it keeps.
 ///
+/// With a `RoomStore`, acknowledged means stored: actions are held while the room changes staged
+/// with them are committed (on the store's writer queue), and carried out, in order, only after
+/// the commit. One commit is in flight at a time; whatever the chat produces meanwhile is held
+/// and goes into the next one, as one transaction (group commit: the busier the server, the more
+/// each commit carries), so no delivery overtakes an earlier one. While what is held costs more
+/// than an eighth of the output budget, the server stops reading from clients. A failed commit's
+/// room events are not delivered; their senders get `storageFailed`, and room events are refused
+/// until a commit succeeds again.
+///
 /// Threading: `@unchecked Sendable` because every mutable property is confined to `queue`. Call
 /// `start()` and `shutdown` from any thread except that queue.
 public final class ChatServer: @unchecked Sendable {
@@ -53,6 +62,8 @@ public final class ChatServer: @unchecked Sendable {
     private let readBuffer = ReadBuffer()
     private var state = State.idle
     private var core: ChatCore
+    /// Where rooms are kept beyond memory; nil when they are not.
+    private let store: (any RoomStore)?
 
     /// What every chunk the server encodes for its queues costs while it lives, however many
     /// queues share it. (History replays, shared until the history changes, belong to the
@@ -83,23 +94,47 @@ public final class ChatServer: @unchecked Sendable {
     /// When `throttleTimer` is armed for (uptime milliseconds); nil when it is not.
     private var throttleTimerDeadline: UInt64?
 
+    /// Actions held for the next commit, in order: those produced while a commit is in flight.
+    private var heldActions: [ChatAction] = []
+    /// What `heldActions` costs, by `heldCost(of:)`.
+    private var heldActionsCost = 0
+    /// What the held actions and those of the commit in flight cost.
+    private var heldCost = 0
+    /// Whether a commit is in flight; there is at most one, and what arrives meanwhile goes into
+    /// the next (group commit: the busier the server, the more each commit holds).
+    private var commitInFlight = false
+    /// Commits handed to the store so far, and of those, how many are done.
+    private var submittedCommits = 0
+    private var completedCommits = 0
+    /// Slots of closed connections that held actions may still name, with the commit after
+    /// which they are free (in increasing order).
+    private var slotsAwaitingCommit = Deque<(slot: Int, after: Int)>()
+    /// Clients whose requests wait for the storage writer to catch up.
+    private var writerWaiters: [ClientConnection] = []
+    /// During shutdown: the commit after which clients are told goodbye, and the reason.
+    private var goodbyeAfterCommit: (commit: Int, reason: String)?
+
     private var refusalLog = LogThrottle()
     /// Connections refused at the door, waiting for their clients to close.
     private var refused = RefusedSockets()
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
 
-    /// Binds the listening socket (nothing is accepted until `start()`).
+    /// Binds the listening socket (nothing is accepted until `start()`); keeps rooms in `store`
+    /// if there is one (the caller closes it after `shutdown`).
     ///
     /// Throws `ChatServerError.invalidConfiguration` for settings that cannot work, `TLSError` when
     /// the certificate or key cannot be loaded, `SocketError` when the address cannot be bound.
     /// Logs through `logger` (connects and disconnects at `info`).
-    public init(configuration: ChatServerConfiguration, logger: Logger = Logger(label: "chat-server")) throws {
+    public init(
+        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, logger: Logger = Logger(label: "chat-server")
+    ) throws {
         if let problem = configuration.problem() { throw ChatServerError.invalidConfiguration(problem) }
         self.configuration = configuration
         self.logger = logger
+        self.store = store
         budget = configuration.memoryBudget
-        core = ChatCore(configuration: configuration)
+        core = ChatCore(configuration: configuration, store: store)
         // Loaded before binding, so a bad certificate never leaves a port open that cannot serve.
         tlsContext = try configuration.tls.map { configuration throws(TLSError) in try TLSContext(configuration) }
         // "::" takes IPv4 clients too (as IPv4-mapped addresses), as --help promises.
@@ -175,17 +210,33 @@ public final class ChatServer: @unchecked Sendable {
             state = .stopping
             listener.close()
             plainListener?.close()
-            let now = Self.now()
-            let deadline = now.uptimeMillis + configuration.drainTimeout.milliseconds
-            let farewell = encode(.goodbye(reason: reason))
-            for case let connection? in connections where connection.isActive {
-                logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id), now: now)
-                connection.beginClosing(farewell: farewell, deadline: deadline)
-                markDirty(connection)
+            guard let store else {
+                sayGoodbye(reason)
+                return
             }
-            flushDirty()
-            finishStoppingIfIdle()
+            // What is held back goes out first, once committed.
+            let lastCommit = heldActions.isEmpty ? submittedCommits : submittedCommits + 1
+            guard lastCommit > completedCommits else {
+                sayGoodbye(reason)
+                return
+            }
+            if !commitInFlight, store.hasStagedChanges || !heldActions.isEmpty { submitCommit() }
+            goodbyeAfterCommit = (lastCommit, reason)
         }
+    }
+
+    /// Sends every client `goodbye(reason)` after what is queued for it and starts closing.
+    private func sayGoodbye(_ reason: String) {
+        let now = Self.now()
+        let deadline = now.uptimeMillis + configuration.drainTimeout.milliseconds
+        let farewell = encode(.goodbye(reason: reason))
+        for case let connection? in connections where connection.isActive {
+            logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id), now: now)
+            connection.beginClosing(farewell: farewell, deadline: deadline)
+            markDirty(connection)
+        }
+        flushDirty()
+        finishStoppingIfIdle()
     }
 
     /// Stops the server like `shutdown(reason:completion:)` and returns when it has stopped.
@@ -292,6 +343,10 @@ public final class ChatServer: @unchecked Sendable {
         let now = Self.now()
         do {
             while connection.isActive {
+                if store != nil, writerBacklogged {
+                    waitForWriter(connection)
+                    return
+                }
                 if connection.channel.outboundCost > budget.replyHighWater {
                     pauseRequests(of: connection)
                     return
@@ -322,6 +377,31 @@ public final class ChatServer: @unchecked Sendable {
                 code: error.errorCode, frameType: connection.decoder.failedFrameType, reason: error.description)
             core.disconnect(connection.id, violation, at: now, into: &actions)
             perform()
+        }
+    }
+
+    /// Whether the storage writer is so far behind that no more requests are served.
+    private var writerBacklogged: Bool {
+        heldCost + heldActionsCost > budget.output / 8
+    }
+
+    private func waitForWriter(_ connection: ClientConnection) {
+        guard !connection.waitingForWriter else { return }
+        connection.waitingForWriter = true
+        writerWaiters.append(connection)
+        connection.updateReading()
+    }
+
+    /// Serves the clients that waited for the writer, once it has caught up.
+    private func resumeWriterWaiters() {
+        guard !writerBacklogged, !writerWaiters.isEmpty else { return }
+        let waiters = writerWaiters
+        writerWaiters.removeAll()
+        for connection in waiters {
+            connection.waitingForWriter = false
+            guard connection.isActive else { continue }
+            serveRequests(of: connection)
+            connection.updateReading()
         }
     }
 
@@ -387,7 +467,9 @@ public final class ChatServer: @unchecked Sendable {
     /// The client ended its input; it may still read. Its session ends once the requests it sent
     /// before are served (later, if they wait for its queue to drain).
     private func endOfInput(on connection: ClientConnection) {
-        guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil else { return }
+        guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil,
+            !connection.waitingForWriter
+        else { return }
         serveRequests(of: connection)
     }
 
@@ -401,17 +483,135 @@ public final class ChatServer: @unchecked Sendable {
         }
         connection.phase = .closed
         connections[connection.id.slot] = nil
-        freeSlots.append(connection.id.slot)
+        // Actions held for a commit may still name this slot: it is reused only after them, or
+        // a newcomer in it would get what was meant for the one that left.
+        let releaseAfter = heldActions.isEmpty ? submittedCommits : submittedCommits + 1
+        if releaseAfter > completedCommits {
+            slotsAwaitingCommit.append((connection.id.slot, releaseAfter))
+        } else {
+            freeSlots.append(connection.id.slot)
+        }
         openConnections -= 1
         finishStoppingIfIdle()
     }
 
     // MARK: Carrying out actions
 
-    /// Carries out the actions the core appended, in order, and empties the list.
+    /// Carries out the actions the core appended, in order, and empties the list — with a
+    /// store, after the commit of the changes staged with them, unless nothing is staged or
+    /// held before them.
     private func perform() {
         guard !actions.isEmpty else { return }
-        for action in actions {
+        if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
+            for action in actions { heldActionsCost += Self.heldCost(of: action) }
+            heldActions.append(contentsOf: actions)
+            actions.removeAll(keepingCapacity: true)
+            if !commitInFlight { submitCommit() }
+            return
+        }
+        execute(actions)
+        actions.removeAll(keepingCapacity: true)
+    }
+
+    /// Commits everything staged and holds the held actions until the commit is done.
+    private func submitCommit() {
+        guard let store, !commitInFlight else { return }
+        let held = heldActions
+        let cost = heldActionsCost
+        heldActions = []
+        heldActionsCost = 0
+        heldCost += cost
+        commitInFlight = true
+        submittedCommits += 1
+        store.commitStaged(on: queue) { [weak self] result in self?.committed(held, cost: cost, result) }
+    }
+
+    /// A commit is done: carries out its actions (without the events that could not be stored),
+    /// submits what was held meanwhile, and serves the clients that waited for the writer.
+    private func committed(_ held: [ChatAction], cost: Int, _ result: Result<Void, CommitFailure>) {
+        commitInFlight = false
+        completedCommits += 1
+        heldCost -= cost
+        defer {
+            while let first = slotsAwaitingCommit.first, first.after <= completedCommits {
+                freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
+            }
+            if let store, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) {
+                submitCommit()
+            }
+            if let (commit, reason) = goodbyeAfterCommit, completedCommits >= commit {
+                goodbyeAfterCommit = nil
+                sayGoodbye(reason)
+            }
+        }
+        switch result {
+        case .success:
+            if let failure = core.storageFailure {
+                core.storageRecovered()
+                logger.notice("storage works again; room events are accepted", metadata: ["storage.error": "\(failure)"])
+            }
+            execute(held)
+        case .failure(let failure):
+            logger.error(
+                "commit failed: room events not delivered, and refused until a commit succeeds",
+                metadata: ["storage.error": "\(failure.error)", "storage.events": "\(failure.events.count)"])
+            var failed = Set<String>()
+            for event in failure.events { failed.insert(Self.eventKey(event.room, event.entry.seq)) }
+            execute(held.filter { !Self.delivers(oneOf: failed, $0) })
+            core.storageFailed(failure, into: &actions)
+            perform()
+        }
+        resumeWriterWaiters()
+    }
+
+    /// Whether `action` delivers a stored event whose key is in `keys`.
+    private static func delivers(oneOf keys: Set<String>, _ action: ChatAction) -> Bool {
+        let frame: Frame
+        switch action {
+        case .send(let sent, _): frame = sent
+        case .broadcast(let sent, _): frame = sent
+        case .sendShared, .disconnect: return false
+        }
+        switch frame {
+        case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .topic(let room, let seq, _, _, _):
+            return keys.contains(eventKey(room, seq))
+        default:
+            return false
+        }
+    }
+
+    private static func eventKey(_ room: String, _ seq: UInt64) -> String { "\(seq) \(room)" }
+
+    /// About what holding `action` until a commit costs in memory.
+    private static func heldCost(of action: ChatAction) -> Int {
+        switch action {
+        case .send(let frame, _): 64 + approximateSize(of: frame)
+        case .broadcast(let frame, let recipients): 64 + approximateSize(of: frame) + 8 * recipients.count
+        case .sendShared: 64
+        case .disconnect(_, let disconnection, _): 128 + disconnection.reason.utf8.count
+        }
+    }
+
+    private static func approximateSize(of frame: Frame) -> Int {
+        switch frame {
+        case .message(let room, _, _, let sender, let text), .action(let room, _, _, let sender, let text):
+            32 + room.utf8.count + sender.utf8.count + text.utf8.count
+        case .topic(let room, _, _, let setBy, let text):
+            32 + room.utf8.count + setBy.utf8.count + text.utf8.count
+        case .direct(let sender, let recipient, _, let text):
+            32 + sender.utf8.count + recipient.utf8.count + text.utf8.count
+        case .historyPage(_, _, _, let entries), .history(_, let entries):
+            entries.reduce(64) { $0 + 32 + $1.sender.utf8.count + $1.text.utf8.count }
+        case .error(_, _, _, let reason):
+            32 + reason.utf8.count
+        default:
+            64
+        }
+    }
+
+    /// Carries out `list`, in order.
+    private func execute(_ list: [ChatAction]) {
+        for action in list {
             switch action {
             case .send(let frame, let id):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
@@ -455,7 +655,6 @@ public final class ChatServer: @unchecked Sendable {
                 markDirty(connection)
             }
         }
-        actions.removeAll(keepingCapacity: true)
     }
 
     /// Encodes `frame` once into a chunk that any number of queues can share, counted against
@@ -562,6 +761,9 @@ public final class ChatServer: @unchecked Sendable {
         if state == .running {
             core.tick(at: now, into: &actions)
             perform()
+            // After a failed commit its rooms' records are staged again: retry them even when no
+            // one speaks, so room events are accepted again once there is room.
+            if let store, store.hasStagedChanges, !commitInFlight { submitCommit() }
         }
         let slowAfter = configuration.slowConsumerTimeout.milliseconds
         for case let connection? in connections {

@@ -35,6 +35,9 @@ final class ClientConnection {
     /// Until when (uptime milliseconds) the client's requests wait, its connection not read,
     /// because its address has used its shared rate; nil when they do not.
     var throttledUntil: UInt64?
+    /// Whether the client's requests wait (its connection is not read) because the storage
+    /// writer lags: what it would say could not be acknowledged before the backlog commits.
+    var waitingForWriter = false
     /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
     /// it is below.
     var lagSince: UInt64?
@@ -71,10 +74,10 @@ final class ClientConnection {
     }
 
     /// Reads while the client's requests are served; pauses while they wait, for its queue to
-    /// drain or for its address's rate.
+    /// drain, for its address's rate, or for the storage writer.
     func updateReading() {
         guard isActive else { return }
-        if requestsPaused || throttledUntil != nil {
+        if requestsPaused || throttledUntil != nil || waitingForWriter {
             channel.pauseReading()
         } else {
             channel.resumeReading()

@@ -58,6 +58,19 @@ struct RoomHistory: Sendable {
         return cost
     }
 
+    /// Forgets the entry whose `seq` is `seq` and returns what it cost (0 when there is none).
+    @discardableResult
+    mutating func remove(seq: UInt64) -> Int {
+        let offset = self.offset(after: seq - 1)
+        guard offset < entries.count, entries[offset].seq == seq else { return 0 }
+        let cost = Self.cost(of: entries.remove(at: offset))
+        bytes -= cost
+        return cost
+    }
+
+    /// The `seq` of the newest entry kept, or nil when there is none.
+    var lastSeq: UInt64? { entries.last?.seq }
+
     /// The offset of the first entry whose `seq` is above `seq` (`count` when none is).
     private func offset(after seq: UInt64) -> Int {
         var low = 0

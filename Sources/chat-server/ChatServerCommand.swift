@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChatServer
+import ChatStorage
 import Dispatch
 import Glibc
 import Logging
@@ -35,6 +36,12 @@ struct ChatServerCommand: ParsableCommand {
             reads the certificate and key again: new connections get the new certificate, open ones \
             carry on, and a broken file is logged while the old certificate stays. Each TLS \
             connection reserves 48 KiB more of --max-memory, whose default is then 1G.
+
+            Rooms are durable: their epoch, seq, topic and history are kept in SQLite under \
+            --data-dir, and a message is echoed (acknowledged) only once it is committed there, so a \
+            killed server loses nothing it acknowledged; --fsync says what a power loss can lose. \
+            The --retain flags bound what is kept on disk. --no-persistence keeps rooms in memory \
+            only (docs/SERVER.md, "Durability").
 
             The password comes from --password-file or the CHAT_SERVER_PASSWORD environment \
             variable, never from the command line, where other users could read it.
@@ -146,6 +153,36 @@ struct ChatServerCommand: ParsableCommand {
     @Option(help: "Seconds an address that guessed wrong --password-attempts times is refused.")
     var passwordLockout: Double = 60
 
+    @Option(
+        help: ArgumentHelp(
+            "The directory rooms are stored in (created if missing; one server at a time). Default: $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.",
+            valueName: "PATH"))
+    var dataDir: String?
+
+    @Flag(help: "Keep rooms in memory only: history and seq start again at every start, and an empty room is forgotten.")
+    var noPersistence = false
+
+    @Option(
+        help: ArgumentHelp(
+            "When a commit reaches the disk: always (fsync every commit; a power loss loses nothing acknowledged), normal (fsync at checkpoints; a killed process loses nothing acknowledged, a power loss the last commits), off (never fsync; a power loss may lose more and corrupt the file).",
+            valueName: "always|normal|off"))
+    var fsync: Durability = .normal
+
+    @Option(help: "Events kept per room on disk, the oldest deleted first; 0 for no bound.")
+    var retainEvents = 100_000
+
+    @Option(help: ArgumentHelp("Event bytes kept per room on disk (suffix K, M, G); 0 for no bound.", valueName: "SIZE"))
+    var retainRoomBytes = ByteSize(bytes: 64 << 20)
+
+    @Option(help: "Days an event is kept on disk; an empty room with no events left is forgotten after as many idle days. 0 keeps them for ever.")
+    var retainDays: Double = 0
+
+    @Option(
+        help: ArgumentHelp(
+            "Event bytes kept on disk in all rooms together, the globally oldest deleted first (suffix K, M, G); 0 for no bound.",
+            valueName: "SIZE"))
+    var retainTotalBytes = ByteSize(bytes: 1 << 30)
+
     @Option(help: "The message of the day sent in welcome.")
     var motd = ""
 
@@ -156,6 +193,45 @@ struct ChatServerCommand: ParsableCommand {
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         if plainPort != nil, tlsCert == nil { throw ValidationError("--plain-port needs --tls-cert and --tls-key") }
         if let problem = try serverConfiguration().problem() { throw ValidationError(problem) }
+        guard retainDays >= 0, retainDays.isFinite else { throw ValidationError("--retain-days must be 0 or more") }
+        guard retainEvents >= 0 else { throw ValidationError("--retain-events must be 0 or more") }
+        if noPersistence, dataDir != nil { throw ValidationError("--data-dir and --no-persistence contradict each other") }
+    }
+
+    /// The data directory: --data-dir, else $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.
+    private func dataDirectory() -> String? {
+        if let dataDir { return dataDir }
+        if let state = getenv("XDG_STATE_HOME").map({ String(cString: $0) }), state.hasPrefix("/") {
+            return state + "/chat-server"
+        }
+        guard let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty else { return nil }
+        return home + "/.local/state/chat-server"
+    }
+
+    /// Opens the rooms' store, or exits with a one-line message when it cannot.
+    private func openStore(logger: Logger) throws -> SQLiteRoomStore? {
+        guard !noPersistence else { return nil }
+        guard let path = dataDirectory() else {
+            StandardError.write("chat-server: no --data-dir given and neither $XDG_STATE_HOME nor $HOME is set\n")
+            throw ExitCode(1)
+        }
+        let retention = RetentionPolicy(
+            maxEventsPerRoom: retainEvents, maxBytesPerRoom: retainRoomBytes.bytes,
+            maxAgeMillis: UInt64(retainDays * 86_400_000), maxTotalBytes: retainTotalBytes.bytes)
+        do {
+            let store = try SQLiteRoomStore(directory: path, durability: fsync, retention: retention, logger: logger)
+            logger.info(
+                "rooms stored",
+                metadata: [
+                    "storage.path": "\(store.directory.databasePath)", "storage.fsync": "\(fsync.rawValue)",
+                    "storage.retention":
+                        "\(retainEvents) events, \(retainRoomBytes.bytes) bytes per room, \(retainDays) days, \(retainTotalBytes.bytes) bytes in all",
+                ])
+            return store
+        } catch {
+            StandardError.write("chat-server: \(error.message)\n")
+            throw ExitCode(1)
+        }
     }
 
     func run() throws {
@@ -167,9 +243,10 @@ struct ChatServerCommand: ParsableCommand {
             return handler
         }
         let logger = Logger(label: "chat-server")
+        let store = try openStore(logger: logger)
         let server: ChatServer
         do {
-            server = try ChatServer(configuration: try serverConfiguration(), logger: logger)
+            server = try ChatServer(configuration: try serverConfiguration(), store: store, logger: logger)
         } catch let error as TLSError {
             // The sentence names the file and what to do; a stack of ArgumentParser text would not.
             StandardError.write("chat-server: \(error)\n")
@@ -198,6 +275,7 @@ struct ChatServerCommand: ParsableCommand {
             ])
         stopped.wait()
         withExtendedLifetime(signalSources) {}
+        store?.close()
         // Every client socket and the listener must be closed by now: the end-to-end test checks that
         // one socket (the listener) fewer is open than at start.
         logger.info("exiting", metadata: ["sockets.open": "\(DescriptorLimit.openSocketCount() ?? -1)"])
@@ -260,6 +338,8 @@ struct ChatServerCommand: ParsableCommand {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+extension Durability: ExpressibleByArgument {}
 
 /// Shuts `server` down on SIGINT or SIGTERM and calls `stopped` when it has.
 ///
@@ -337,9 +417,9 @@ struct ByteSize: ExpressibleByArgument, Sendable {
             shift = unit
             digits = digits.dropLast()
         }
-        guard let value = Int(digits), value > 0, value <= Int.max >> shift else { return nil }
+        guard let value = Int(digits), value >= 0, value <= Int.max >> shift else { return nil }
         bytes = value << shift
     }
 
-    var defaultValueDescription: String { "\(bytes >> 20)M" }
+    var defaultValueDescription: String { bytes >= 1 << 30 && bytes % (1 << 30) == 0 ? "\(bytes >> 30)G" : "\(bytes >> 20)M" }
 }

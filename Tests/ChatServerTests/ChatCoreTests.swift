@@ -11,12 +11,13 @@ struct Harness {
 
     /// A chat with `adjust`ed limits (no rate limits unless `adjust` sets them) whose rooms take
     /// the epochs 1, 2, 3 … in order of creation.
-    init(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
+    /// With a `store`, rooms are kept in it.
+    init(store: (any RoomStore)? = nil, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
         var configuration = ChatServerConfiguration()
         configuration.turnOffRateLimits()
         adjust(&configuration)
         let epochs = EpochCounter()
-        core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: configuration, store: store, makeEpoch: { epochs.next() })
     }
 
     /// Opens a connection from `address`; returns its id and what the core did.

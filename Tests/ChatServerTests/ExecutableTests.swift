@@ -9,7 +9,7 @@ import Testing
 @Suite("chat-server executable", .serialized)
 struct ExecutableTests {
     @Test func sigtermDeliversQueuedMessagesAndGoodbyesThenExitsZeroWithNoSocketLeftOpen() async throws {
-        let server = try await ServerProcess.start(arguments: ["--port", "0", "--no-rate-limits", "--drain-timeout", "10"])
+        let server = try await ServerProcess.start(arguments: ["--port", "0", "--no-rate-limits", "--drain-timeout", "10", "--no-persistence"])
         defer { server.terminateIfRunning() }
         let port = server.port
 

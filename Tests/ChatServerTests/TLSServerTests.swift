@@ -224,7 +224,10 @@ struct TLSServerTests {
         #expect(onlyCert.output.contains("--tls-cert and --tls-key go together"), "\(onlyCert.output)")
         let swapped = try ChildProcess(
             executable,
-            ["--port", "0", "--tls-cert", "\(certificates.directory)/server-key.pem", "--tls-key", "\(certificates.directory)/server.pem"])
+            [
+                "--port", "0", "--no-persistence", "--tls-cert", "\(certificates.directory)/server-key.pem", "--tls-key",
+                "\(certificates.directory)/server.pem",
+            ])
         #expect(await swapped.waitForExit() == 2, "a TLS error exits 2")
         #expect(swapped.output.contains("chat-server: load"), "the TLSError's sentence: \(swapped.output)")
         #expect(!swapped.output.contains("listening on"), "nothing listens with a certificate that cannot serve")

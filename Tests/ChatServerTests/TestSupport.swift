@@ -85,11 +85,12 @@ final class TestClient: @unchecked Sendable {
     }
 
     /// Connects to the server on `port` of `host` (127.0.0.1 unless said) and completes the
-    /// handshake as `nick`.
+    /// handshake as `nick`, asking for protocol `version`.
     static func connect(
-        host: String = "127.0.0.1", port: Int, nick: String, password: String? = nil
+        host: String = "127.0.0.1", port: Int, nick: String, password: String? = nil, version: UInt16 = 1
     ) async throws -> TestClient {
-        let connection = try await ChatConnection.connect(host: host, port: port, nick: nick, password: password)
+        let connection = try await ChatConnection.connect(
+            host: host, port: port, nick: nick, password: password, version: version)
         return TestClient(connection: connection)
     }
 

@@ -13,12 +13,17 @@ public final class ChatServerProcess: Sendable {
 
     /// Starts `chat-server` on 127.0.0.1 and waits for its `listening on HOST:PORT` line.
     ///
-    /// `arguments` come after `--host 127.0.0.1 --port <port>` (a later `--host` wins). With
-    /// `port` 0 the OS picks a free one. A fixed port is retried for a while if it is still
+    /// `arguments` come after `--host 127.0.0.1 --port <port>` (a later `--host` wins); unless
+    /// they name `--data-dir` (or say `--no-persistence`), `--no-persistence` is added, so no test
+    /// writes to the user's data directory. With `port` 0 the OS picks a free one. A fixed port is retried for a while if it is still
     /// taken, as it can be right after a previous server on it exited.
     public init(port: Int = 0, arguments: [String] = [], environment: [String: String] = [:]) async throws {
         let executable = try ChildProcess.builtExecutable(named: "chat-server")
         let deadline = ContinuousClock.now + .seconds(30)
+        var arguments = arguments
+        if !arguments.contains("--data-dir"), !arguments.contains("--no-persistence"), !arguments.contains("--help") {
+            arguments.append("--no-persistence")
+        }
         while true {
             let child = try ChildProcess(
                 executable, ["--host", "127.0.0.1", "--port", "\(port)"] + arguments, environment: environment)

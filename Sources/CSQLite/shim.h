@@ -1,0 +1,13 @@
+// SQLite 3 (Debian's libsqlite3-dev) for ChatStorage, plus SQLITE_TRANSIENT, which is a cast of
+// -1 to a function pointer that Swift cannot import: binding text through this inline function
+// makes SQLite copy the bytes, so the Swift string need not outlive the call.
+#ifndef CSQLITE_SHIM_H
+#define CSQLITE_SHIM_H
+
+#include <sqlite3.h>
+
+static inline int csqlite_bind_text_copy(sqlite3_stmt *statement, int index, const char *text, int length) {
+    return sqlite3_bind_text(statement, index, text, length, SQLITE_TRANSIENT);
+}
+
+#endif

@@ -1,0 +1,103 @@
+import ChatProtocol
+import ChatStorage
+import Dispatch
+
+/// Where rooms outlive memory: their identity (epoch), numbering (`seq`), topic and history.
+///
+/// `ChatCore` stages every change of a room as it happens and reads a room back when someone
+/// joins it after it left memory; the server commits what was staged once per event-loop turn
+/// and delivers the turn's events only after the commit (docs/SERVER.md, "Durability").
+///
+/// Every method is called on the server's queue.
+public protocol RoomStore: AnyObject, Sendable {
+    /// The stored room `name` with its `recent` newest events, or nil if none is stored. Called
+    /// only for rooms with nothing uncommitted (`hasUncommittedWrites` false).
+    func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom?
+
+    /// A page of `room`'s committed events next to `seq`, as `RoomDatabase.page` answers it.
+    func page(
+        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
+        cost: (HistoryEntry) -> Int
+    ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool)
+
+    /// Adds to the next commit the room's new record and, if the change is a stored event, the event.
+    func stage(_ record: RoomRecord, event: HistoryEntry?)
+
+    /// Whether `room` has changes staged or not yet committed.
+    func hasUncommittedWrites(in room: String) -> Bool
+
+    /// Whether changes wait for the next `commitStaged`.
+    var hasStagedChanges: Bool { get }
+
+    /// Commits what is staged (possibly nothing) after every earlier commit, then calls
+    /// `completion` on `queue`; completions come in the order of the calls. A failed commit
+    /// stages its room records again, so the next commit retries them.
+    func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void)
+
+    /// Waits for every commit to finish and stops background work. Call once, last.
+    func close()
+}
+
+/// A commit that failed: why, and the events it did not store (their senders are told).
+public struct CommitFailure: Error, Sendable {
+    /// What SQLite said, as a storage error.
+    public var error: StorageError
+    /// The events of the failed commit.
+    public var events: [StoredEvent]
+}
+
+/// A `RoomStore` in memory, for the chat logic's tests: changes are "committed" as they are staged.
+///
+/// `@unchecked Sendable`: used on one queue (or one test) only, like the `ChatCore` it serves.
+public final class MemoryRoomStore: RoomStore, @unchecked Sendable {
+    private var rooms: [String: (record: RoomRecord, events: [HistoryEntry])] = [:]
+
+    /// An empty store.
+    public init() {}
+
+    /// The stored record and events of `room`, for tests.
+    public func stored(_ room: String) -> (record: RoomRecord, events: [HistoryEntry])? { rooms[room] }
+
+    /// Removes the events of `room` up to `seq`, as retention would.
+    public func forget(_ room: String, through seq: UInt64) {
+        rooms[room]?.events.removeAll { $0.seq <= seq }
+    }
+
+    /// See `RoomStore.loadRoom(named:recent:)`.
+    public func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
+        guard let room = rooms[name] else { return nil }
+        return StoredRoom(record: room.record, firstSeq: room.events.first?.seq ?? 0, recent: Array(room.events.suffix(recent)))
+    }
+
+    /// See `RoomStore.page(of:_:from:limit:budget:cost:)`.
+    public func page(
+        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
+        cost: (HistoryEntry) -> Int
+    ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool) {
+        var history = RoomHistory(capacity: Int.max, byteCapacity: Int.max)
+        for entry in rooms[room]?.events ?? [] { history.append(entry) }
+        return history.page(direction, from: seq, limit: limit, budget: budget, cost: cost)
+    }
+
+    /// See `RoomStore.stage(_:event:)`.
+    public func stage(_ record: RoomRecord, event: HistoryEntry?) {
+        var room = rooms[record.name] ?? (record, [])
+        room.record = record
+        if let event { room.events.append(event) }
+        rooms[record.name] = room
+    }
+
+    /// Always false: staging is committing.
+    public func hasUncommittedWrites(in room: String) -> Bool { false }
+
+    /// Always false: staging is committing.
+    public var hasStagedChanges: Bool { false }
+
+    /// Calls `completion` with success on `queue`.
+    public func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void) {
+        queue.async { completion(.success(())) }
+    }
+
+    /// Does nothing.
+    public func close() {}
+}

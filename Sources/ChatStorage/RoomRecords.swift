@@ -1,0 +1,153 @@
+import ChatProtocol
+
+/// A room's topic and the event that set it.
+public struct RoomTopic: Sendable, Equatable {
+    /// The topic.
+    public var text: String
+    /// Who set it.
+    public var setBy: String
+    /// When, in milliseconds since the Unix epoch.
+    public var time: UInt64
+    /// The `seq` of the `topic` event that set it.
+    public var seq: UInt64
+
+    /// Describes a topic.
+    public init(text: String, setBy: String, time: UInt64, seq: UInt64) {
+        self.text = text
+        self.setBy = setBy
+        self.time = time
+        self.seq = seq
+    }
+}
+
+/// What identifies a room and where its numbering stands: one row of the `rooms` table.
+public struct RoomRecord: Sendable, Equatable {
+    /// The room's name.
+    public var name: String
+    /// The room's epoch (never 0): the same as long as its history and `seq` numbering go on.
+    public var epoch: UInt64
+    /// The `seq` of the room's latest event, stored or not (presence events take a `seq` too, so
+    /// it may be above the last stored event's).
+    public var lastSeq: UInt64
+    /// The current topic; nil when there is none.
+    public var topic: RoomTopic?
+    /// When the room last had an event, in milliseconds since the Unix epoch: what retention
+    /// measures an empty room's age by.
+    public var lastActive: UInt64
+
+    /// Describes a room.
+    public init(name: String, epoch: UInt64, lastSeq: UInt64, topic: RoomTopic?, lastActive: UInt64) {
+        self.name = name
+        self.epoch = epoch
+        self.lastSeq = lastSeq
+        self.topic = topic
+        self.lastActive = lastActive
+    }
+}
+
+/// A room as stored: its record, where its stored history begins, and its most recent events.
+public struct StoredRoom: Sendable, Equatable {
+    /// The room's identity and numbering.
+    public var record: RoomRecord
+    /// The `seq` of the oldest stored event; 0 when none is stored.
+    public var firstSeq: UInt64
+    /// The most recent stored events, oldest first.
+    public var recent: [HistoryEntry]
+
+    /// Describes a stored room.
+    public init(record: RoomRecord, firstSeq: UInt64, recent: [HistoryEntry]) {
+        self.record = record
+        self.firstSeq = firstSeq
+        self.recent = recent
+    }
+}
+
+/// One stored event: a history entry of a room.
+public struct StoredEvent: Sendable, Equatable {
+    /// The room's name.
+    public var room: String
+    /// The event.
+    public var entry: HistoryEntry
+
+    /// Pairs an entry with its room.
+    public init(room: String, entry: HistoryEntry) {
+        self.room = room
+        self.entry = entry
+    }
+
+    /// What the event counts for against the retention bounds: its strings and its row's fixed
+    /// part (key, kind, time, lengths). SQLite's pages and index add to it; docs/SERVER.md says
+    /// how much the file holds per counted byte.
+    public var storedBytes: Int { Self.storedBytes(room: room, entry: entry) }
+
+    /// `storedBytes` of `entry` in `room`.
+    public static func storedBytes(room: String, entry: HistoryEntry) -> Int {
+        32 + room.utf8.count + entry.sender.utf8.count + entry.text.utf8.count
+    }
+}
+
+/// What one commit writes: the new state of every room touched, and the events to add.
+///
+/// Every room an event belongs to must be among `rooms`.
+public struct RoomBatch: Sendable, Equatable {
+    /// The latest record of each room touched, at most one per room.
+    public var rooms: [RoomRecord]
+    /// New events, each in its room's `seq` order.
+    public var events: [StoredEvent]
+
+    /// Describes a batch.
+    public init(rooms: [RoomRecord] = [], events: [StoredEvent] = []) {
+        self.rooms = rooms
+        self.events = events
+    }
+
+    /// Whether there is nothing to write.
+    public var isEmpty: Bool { rooms.isEmpty && events.isEmpty }
+}
+
+/// How much history the database keeps: each bound applies when it is above 0.
+public struct RetentionPolicy: Sendable, Equatable {
+    /// The most events kept per room; the oldest go first.
+    public var maxEventsPerRoom: Int
+    /// The most event bytes (by `StoredEvent.storedBytes`) kept per room.
+    public var maxBytesPerRoom: Int
+    /// How long, in milliseconds, an event is kept; an empty room with no events left is removed
+    /// (with its epoch, `seq` and topic) once it has been idle this long.
+    public var maxAgeMillis: UInt64
+    /// The most event bytes kept in all rooms together; the globally oldest events go first, then
+    /// rooms with no events, least recently active first.
+    public var maxTotalBytes: Int
+
+    /// Describes a policy.
+    public init(maxEventsPerRoom: Int, maxBytesPerRoom: Int, maxAgeMillis: UInt64, maxTotalBytes: Int) {
+        self.maxEventsPerRoom = maxEventsPerRoom
+        self.maxBytesPerRoom = maxBytesPerRoom
+        self.maxAgeMillis = maxAgeMillis
+        self.maxTotalBytes = maxTotalBytes
+    }
+
+    /// Keeps everything.
+    public static let keepAll = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: 0)
+}
+
+/// How hard a commit pushes its bytes to the disk: SQLite's `synchronous` setting in WAL mode.
+public enum Durability: String, Sendable, CaseIterable {
+    /// `synchronous=FULL`: every commit is fsynced before it is acknowledged; a power loss loses
+    /// nothing acknowledged.
+    case always
+    /// `synchronous=NORMAL`: a commit is in the write-ahead log (the OS has it) before it is
+    /// acknowledged, and the log is fsynced at each checkpoint. A killed process loses nothing
+    /// acknowledged; a power loss or OS crash can lose the commits since the last checkpoint.
+    case normal
+    /// `synchronous=OFF`: no fsync at all. A killed process loses nothing acknowledged; a power
+    /// loss can lose recent commits and may leave the database corrupt.
+    case off
+
+    var pragmaValue: String {
+        switch self {
+        case .always: "FULL"
+        case .normal: "NORMAL"
+        case .off: "OFF"
+        }
+    }
+}

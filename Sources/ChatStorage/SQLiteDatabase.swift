@@ -1,0 +1,256 @@
+import CSQLite
+
+/// A failed SQLite call: what was being done, SQLite's own message and its extended result code.
+public struct SQLiteError: Error, Equatable, CustomStringConvertible {
+    /// What failed, e.g. `open /var/lib/chat/rooms.sqlite3` or `commit`.
+    public var operation: String
+    /// SQLite's extended result code (`SQLITE_FULL` is 13, `SQLITE_IOERR_WRITE` 778 …).
+    public var code: Int32
+    /// SQLite's message for it (`database or disk is full`).
+    public var message: String
+
+    /// Describes a failure.
+    public init(operation: String, code: Int32, message: String) {
+        self.operation = operation
+        self.code = code
+        self.message = message
+    }
+
+    /// The primary result code: the extended code's low byte.
+    public var primaryCode: Int32 { code & 0xFF }
+
+    /// Whether the database or the disk it lives on is full.
+    public var isFull: Bool { primaryCode == SQLITE_FULL }
+
+    /// One line: `commit failed: database or disk is full (SQLite error 13)`.
+    public var description: String { "\(operation) failed: \(message) (SQLite error \(code))" }
+}
+
+/// One SQLite connection.
+///
+/// Owns its `sqlite3` handle and closes it in `deinit`; statements prepared on it keep it alive,
+/// so it is closed only after the last of them is finalized. A connection is used by one queue at
+/// a time: its owner says which.
+///
+/// `@unchecked Sendable`: it may be created on one queue and handed to the queue that uses it;
+/// from then on that queue alone touches it (SQLite's own mutex also serializes calls).
+public final class SQLiteDatabase: @unchecked Sendable {
+    /// How a connection opens its file.
+    public enum Mode: Sendable {
+        /// Read and write, creating the file if it is missing.
+        case readWriteCreate
+        /// Read and write an existing file.
+        case readWrite
+        /// Read only.
+        case readOnly
+    }
+
+    let handle: OpaquePointer
+    /// The file, for error messages.
+    public let path: String
+
+    /// Opens `path`. SQLite reads the file lazily: a file that is not a database is only found
+    /// out by the first statement.
+    public init(path: String, mode: Mode) throws(SQLiteError) {
+        var flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        switch mode {
+        case .readWriteCreate: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        case .readWrite: flags |= SQLITE_OPEN_READWRITE
+        case .readOnly: flags |= SQLITE_OPEN_READONLY
+        }
+        var handle: OpaquePointer?
+        let result = sqlite3_open_v2(path, &handle, flags, nil)
+        guard result == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(result))
+            let code = handle.map { sqlite3_extended_errcode($0) } ?? result
+            sqlite3_close(handle)
+            throw SQLiteError(operation: "open \(path)", code: code, message: message)
+        }
+        self.handle = handle
+        self.path = path
+        // Another connection writing (the writer while this one reads) makes SQLite wait this
+        // long before it reports SQLITE_BUSY; in WAL mode readers never wait for the writer.
+        sqlite3_busy_timeout(handle, 5_000)
+    }
+
+    deinit {
+        sqlite3_close(handle)
+    }
+
+    /// Runs `sql`, which may hold several statements and returns no rows that matter.
+    public func execute(_ sql: String) throws(SQLiteError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let result = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        guard result == SQLITE_OK else {
+            let message = errorMessage.map { String(cString: $0) } ?? lastMessage
+            sqlite3_free(errorMessage)
+            throw SQLiteError(operation: Self.shortened(sql), code: sqlite3_extended_errcode(handle), message: message)
+        }
+    }
+
+    /// Compiles `sql` (one statement) for repeated use.
+    public func prepare(_ sql: String) throws(SQLiteError) -> SQLiteStatement {
+        var statement: OpaquePointer?
+        let result = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard result == SQLITE_OK, let statement else {
+            throw error(Self.shortened(sql))
+        }
+        return SQLiteStatement(statement, database: self, sql: sql)
+    }
+
+    /// Runs `body` in one transaction (`BEGIN IMMEDIATE` … `COMMIT`), rolled back if it throws.
+    public func transaction<Result>(_ body: () throws(SQLiteError) -> Result) throws(SQLiteError) -> Result {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            // A failed COMMIT may already have rolled back; a second rollback fails harmlessly.
+            sqlite3_exec(handle, "ROLLBACK", nil, nil, nil)
+            throw error
+        }
+    }
+
+    /// The first column of the first row of `sql`, as an integer (nil when there is no row).
+    public func integer(_ sql: String) throws(SQLiteError) -> Int64? {
+        let statement = try prepare(sql)
+        return try statement.step() ? statement.int64(0) : nil
+    }
+
+    /// The first column of the first row of `sql`, as text (nil when there is no row).
+    public func text(_ sql: String) throws(SQLiteError) -> String? {
+        let statement = try prepare(sql)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    var lastMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    /// The connection's last error, for `operation`.
+    func error(_ operation: String) -> SQLiteError {
+        SQLiteError(operation: operation, code: sqlite3_extended_errcode(handle), message: lastMessage)
+    }
+
+    /// The statement's first words, enough to tell which one failed.
+    static func shortened(_ sql: String) -> String {
+        let words = sql.split(whereSeparator: { $0 == " " || $0 == "\n" }).prefix(4)
+        return words.joined(separator: " ")
+    }
+}
+
+/// A prepared statement: bind parameters (1-based), step through rows, read columns (0-based),
+/// reset, and run again.
+///
+/// Owns its `sqlite3_stmt` and finalizes it in `deinit`; keeps its database open. Used on its
+/// database's queue only.
+public final class SQLiteStatement: @unchecked Sendable {
+    private let statement: OpaquePointer
+    private let database: SQLiteDatabase
+    private let sql: String
+
+    init(_ statement: OpaquePointer, database: SQLiteDatabase, sql: String) {
+        self.statement = statement
+        self.database = database
+        self.sql = sql
+    }
+
+    deinit {
+        sqlite3_finalize(statement)
+    }
+
+    /// Clears the bindings and rewinds, ready to bind and run again.
+    public func reset() {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+    }
+
+    /// Binds `value` to parameter `index`.
+    public func bind(_ value: Int64, at index: Int32) throws(SQLiteError) {
+        try check(sqlite3_bind_int64(statement, index, value))
+    }
+
+    /// Binds an unsigned number by its bit pattern (epochs use all 64 bits).
+    public func bind(_ value: UInt64, at index: Int32) throws(SQLiteError) {
+        try bind(Int64(bitPattern: value), at: index)
+    }
+
+    /// Binds `value` as text, or NULL when it is nil; SQLite copies the bytes.
+    public func bind(_ value: String?, at index: Int32) throws(SQLiteError) {
+        guard let value else {
+            try check(sqlite3_bind_null(statement, index))
+            return
+        }
+        // An empty buffer may have no address, and a NULL pointer would bind NULL, not "".
+        guard !value.isEmpty else {
+            try check(csqlite_bind_text_copy(statement, index, "", 0))
+            return
+        }
+        var text = value
+        let result = text.withUTF8 { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                csqlite_bind_text_copy(statement, index, chars.baseAddress!, Int32(chars.count))
+            }
+        }
+        try check(result)
+    }
+
+    /// Binds every value in turn from parameter 1.
+    public func bind(_ values: SQLiteValue...) throws(SQLiteError) {
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            switch value {
+            case .integer(let number): try bind(number, at: index)
+            case .text(let text): try bind(text, at: index)
+            }
+        }
+    }
+
+    /// Runs to the next row: true when a row is ready to read, false when the statement is done.
+    public func step() throws(SQLiteError) -> Bool {
+        switch sqlite3_step(statement) {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let error = database.error(SQLiteDatabase.shortened(sql))
+            sqlite3_reset(statement)
+            throw error
+        }
+    }
+
+    /// Runs a statement that returns no rows, then resets it.
+    public func run() throws(SQLiteError) {
+        defer { reset() }
+        while try step() {}
+    }
+
+    /// Column `index` of the current row as an integer.
+    public func int64(_ index: Int32) -> Int64 { sqlite3_column_int64(statement, index) }
+
+    /// Column `index` of the current row as an unsigned number (by bit pattern).
+    public func uint64(_ index: Int32) -> UInt64 { UInt64(bitPattern: int64(index)) }
+
+    /// Whether column `index` of the current row is NULL.
+    public func isNull(_ index: Int32) -> Bool { sqlite3_column_type(statement, index) == SQLITE_NULL }
+
+    /// Column `index` of the current row as text ("" for NULL).
+    public func text(_ index: Int32) -> String {
+        guard let bytes = sqlite3_column_text(statement, index) else { return "" }
+        let count = Int(sqlite3_column_bytes(statement, index))
+        return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
+    }
+
+    private func check(_ result: Int32) throws(SQLiteError) {
+        guard result == SQLITE_OK else { throw database.error("bind for \(SQLiteDatabase.shortened(sql))") }
+    }
+}
+
+/// A parameter value for `SQLiteStatement.bind(_:)`.
+public enum SQLiteValue: Sendable {
+    /// An integer.
+    case integer(Int64)
+    /// Text, or NULL when nil.
+    case text(String?)
+}

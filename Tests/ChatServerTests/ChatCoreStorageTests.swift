@@ -1,0 +1,175 @@
+import ChatProtocol
+import ChatStorage
+import Testing
+
+@testable import ChatServer
+
+/// The `roomState` `actions` send to `id`.
+private func roomState(to id: ClientID, in actions: [ChatAction]) -> (epoch: UInt64, firstSeq: UInt64, lastSeq: UInt64)? {
+    for case .roomState(_, let epoch, let firstSeq, let lastSeq) in frames(to: id, in: actions) {
+        return (epoch, firstSeq, lastSeq)
+    }
+    return nil
+}
+
+/// The `historyPage` `actions` send to `id` (the join's replay, or a `fetchHistory` answer).
+private func page(to id: ClientID, in actions: [ChatAction]) -> (seqs: [UInt64], complete: Bool)? {
+    for action in actions {
+        switch action {
+        case .send(.historyPage(_, _, let complete, let entries), let to) where to == id:
+            return (entries.map(\.seq), complete)
+        case .sendShared(let shared, let to) where to == id:
+            for case .historyPage(_, _, let complete, let entries) in shared.frames { return (entries.map(\.seq), complete) }
+        default:
+            continue
+        }
+    }
+    return nil
+}
+
+/// The `seq` of the `joined` `actions` deliver to `id`.
+private func joinedSeq(to id: ClientID, in actions: [ChatAction]) -> UInt64? {
+    for case .joined(_, let seq, _, _) in frames(to: id, in: actions) { return seq }
+    return nil
+}
+
+@Suite("The chat logic with a room store")
+struct ChatCoreStorageTests {
+    @Test func anEmptyRoomLeavesMemoryButKeepsItsEpochSeqTopicAndHistory() throws {
+        let store = MemoryRoomStore()
+        var chat = Harness(store: store)
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)  // seq 1
+        chat.send(.say(room: "general", text: "one"), from: alice)  // seq 2
+        chat.send(.setTopic(room: "general", text: "sockets"), from: alice)  // seq 3
+        chat.send(.part(room: "general"), from: alice)  // seq 4
+        #expect(chat.core.roomNames.isEmpty, "an empty room is no longer listed")
+        #expect(chat.core.historyBytes == 0, "nor does its history take memory")
+        #expect(store.stored("general")?.record.lastSeq == 4, "its seq is stored, presence events included")
+
+        let bob = chat.connect("bob", version: 2)
+        let actions = chat.send(.join(room: "general"), from: bob)
+        let state = try #require(roomState(to: bob, in: actions))
+        #expect(state.epoch == 1, "the same room, not a new one")
+        #expect(state.lastSeq == 5 && joinedSeq(to: bob, in: actions) == 5, "seq continues after the part's 4")
+        #expect(state.firstSeq == 2)
+        #expect(frames(to: bob, in: actions).contains(.topic(room: "general", seq: 3, time: chat.now.wallMillis, setBy: "alice", text: "sockets")))
+        #expect(page(to: bob, in: actions)?.seqs == [2, 3], "the stored history is replayed")
+    }
+
+    @Test func aRestartedChatContinuesEveryRoomFromTheStore() throws {
+        let store = MemoryRoomStore()
+        var before = Harness(store: store)
+        let alice = before.connect("alice", version: 2)
+        before.send(.join(room: "general"), from: alice)
+        for text in ["a", "b", "c"] { before.send(.say(room: "general", text: text), from: alice) }
+        // The process dies here: members never leave, their quit is never stored.
+
+        var after = Harness(store: store)
+        after.now.wallMillis += 60_000
+        let bob = after.connect("bob", version: 2)
+        let actions = after.send(.join(room: "general"), from: bob)
+        let state = try #require(roomState(to: bob, in: actions))
+        #expect(state.epoch == 1 && state.lastSeq == 5, "epoch kept, seq continues after the last stored 4")
+        let replay = try #require(page(to: bob, in: actions))
+        #expect(replay.seqs == [2, 3, 4] && replay.complete)
+        let catchUp = after.send(.fetchHistory(room: "general", direction: .after, seq: 2, limit: 100), from: bob)
+        #expect(page(to: bob, in: catchUp)?.seqs == [3, 4], "a client that saw seq 2 gets exactly what it missed")
+    }
+
+    @Test func pagesOlderThanMemoryHoldsAreReadFromTheStore() throws {
+        let store = MemoryRoomStore()
+        var before = Harness(store: store) { $0.historySize = 3 }
+        let alice = before.connect("alice", version: 2)
+        before.send(.join(room: "r"), from: alice)  // seq 1
+        for index in 1...10 { before.send(.say(room: "r", text: "m\(index)"), from: alice) }  // seq 2…11
+
+        var after = Harness(store: store) { $0.historySize = 3 }
+        let bob = after.connect("bob", version: 2)
+        let join = after.send(.join(room: "r"), from: bob)
+        let replay = try #require(page(to: bob, in: join))
+        #expect(replay.seqs == [9, 10, 11], "memory holds the newest three")
+        #expect(!replay.complete, "older events are stored: the replay must not claim to be all")
+        let back = after.send(.fetchHistory(room: "r", direction: .before, seq: 9, limit: 100), from: bob)
+        #expect(page(to: bob, in: back)?.seqs == [6, 7, 8], "scrolling back past memory reads the store (limit 3)")
+        #expect(page(to: bob, in: back)?.complete == false)
+        let oldest = after.send(.fetchHistory(room: "r", direction: .before, seq: 3, limit: 100), from: bob)
+        #expect(page(to: bob, in: oldest)?.seqs == [2])
+        #expect(page(to: bob, in: oldest)?.complete == true)
+        let catchUp = after.send(.fetchHistory(room: "r", direction: .after, seq: 1, limit: 100), from: bob)
+        #expect(page(to: bob, in: catchUp)?.seqs == [2, 3, 4])
+        #expect(page(to: bob, in: catchUp)?.complete == false, "more follows: the client asks again after 4")
+        let fromMemory = after.send(.fetchHistory(room: "r", direction: .after, seq: 8, limit: 100), from: bob)
+        #expect(page(to: bob, in: fromMemory)?.seqs == [9, 10, 11])
+        #expect(page(to: bob, in: fromMemory)?.complete == true)
+    }
+
+    @Test func aFailedCommitIsNotDeliveredAndRoomEventsAreRefusedUntilOneSucceeds() throws {
+        let store = MemoryRoomStore()
+        var chat = Harness(store: store)
+        let alice = chat.connect("alice", version: 2)
+        let bob = chat.connect("bob", version: 2)
+        chat.send(.join(room: "r"), from: alice)
+        chat.send(.join(room: "r"), from: bob)
+        chat.send(.setTopic(room: "r", text: "kept"), from: alice)  // seq 3
+        chat.send(.say(room: "r", text: "lost"), from: alice)  // seq 4
+        chat.send(.setTopic(room: "r", text: "lost topic"), from: bob)  // seq 5
+        let failure = CommitFailure(
+            error: StorageError("commit failed: database or disk is full"),
+            events: [
+                StoredEvent(room: "r", entry: HistoryEntry(kind: .message, seq: 4, time: chat.now.wallMillis, sender: "alice", text: "lost")),
+                StoredEvent(room: "r", entry: HistoryEntry(kind: .topic, seq: 5, time: chat.now.wallMillis, sender: "bob", text: "lost topic")),
+            ])
+        // What the memory store holds stands for what SQLite would: only the committed topic.
+        store.forget("r", through: 5)
+        store.stage(
+            RoomRecord(name: "r", epoch: 1, lastSeq: 3, topic: RoomTopic(text: "kept", setBy: "alice", time: chat.now.wallMillis, seq: 3), lastActive: 0),
+            event: HistoryEntry(kind: .topic, seq: 3, time: chat.now.wallMillis, sender: "alice", text: "kept"))
+        var actions: [ChatAction] = []
+        chat.core.storageFailed(failure, into: &actions)
+        #expect(
+            actions.contains(.send(.error(code: .storageFailed, fatal: false, frameType: .say, reason: "#r: not delivered: commit failed: database or disk is full"), to: alice)),
+            "the sender learns its message was not delivered: \(actions)")
+        #expect(actions.contains { if case .send(.error(.storageFailed, false, .setTopic, _), bob) = $0 { true } else { false } })
+
+        let refused = chat.send(.say(room: "r", text: "more"), from: bob)
+        #expect(refused.count == 1)
+        #expect(refused.first.map { if case .send(.error(.storageFailed, false, .say, _), bob) = $0 { true } else { false } } == true,
+            "room events are refused while storage fails: \(refused)")
+
+        let carol = chat.connect("carol", version: 2)
+        let join = chat.send(.join(room: "r"), from: carol)
+        #expect(page(to: carol, in: join)?.seqs == [3], "what was not stored is not in the history either")
+        #expect(frames(to: carol, in: join).contains { if case .topic(_, 3, _, _, "kept") = $0 { true } else { false } },
+            "the topic is the stored one")
+
+        chat.core.storageRecovered()
+        let said = chat.send(.say(room: "r", text: "again"), from: bob)
+        #expect(said.contains { if case .broadcast(.message(_, _, _, "bob", "again"), _) = $0 { true } else { false } })
+    }
+
+    @Test func manyRoomsVisitedOnceLeaveNothingInMemory() {
+        let store = MemoryRoomStore()
+        var chat = Harness(store: store) { $0.maxRoomsPerClient = 2 }
+        let alice = chat.connect("alice", version: 2)
+        for index in 0..<500 {
+            chat.send(.join(room: "room\(index)"), from: alice)
+            chat.send(.say(room: "room\(index)", text: String(repeating: "x", count: 200)), from: alice)
+            chat.send(.part(room: "room\(index)"), from: alice)
+        }
+        #expect(chat.core.roomNames.isEmpty)
+        #expect(chat.core.historyBytes == 0, "stored rooms cost no memory once empty")
+        #expect(store.stored("room499")?.events.count == 1)
+    }
+
+    @Test func withoutAStoreAnEmptyRoomStartsAgain() throws {
+        var chat = Harness()
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "r"), from: alice)
+        chat.send(.say(room: "r", text: "gone"), from: alice)
+        chat.send(.part(room: "r"), from: alice)
+        let actions = chat.send(.join(room: "r"), from: alice)
+        let state = try #require(roomState(to: alice, in: actions))
+        #expect(state.epoch == 2 && state.lastSeq == 1, "a new epoch: the room started again")
+    }
+}

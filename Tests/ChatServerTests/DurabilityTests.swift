@@ -1,0 +1,452 @@
+import ChatProtocol
+import ChatServer
+import Dispatch
+import Foundation
+import ChatStorage
+import Glibc
+import TestSupport
+import Testing
+
+/// A fresh directory under /tmp for one test's data, removed with its contents by `remove()`.
+struct DataDirectoryForTest {
+    let path: String
+
+    init() {
+        var template = Array("/tmp/chat-durability-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        precondition(made != nil, "mkdtemp failed")
+        path = String(cString: template)
+    }
+
+    func remove() { _ = system("rm -rf '\(path)'") }
+}
+
+/// A room message as a client saw it.
+struct SeenMessage: Hashable, Sendable {
+    var seq: UInt64
+    var sender: String
+    var text: String
+}
+
+extension TestClient {
+    /// Joins `room` speaking version 2 and returns its `roomState`'s epoch and last `seq`, and
+    /// the `seq`s of the join's replay.
+    func joinRoom(_ room: String) async throws -> (epoch: UInt64, lastSeq: UInt64, replay: [HistoryEntry]) {
+        try await send(.join(room: room))
+        let state = try await waitFor("roomState of #\(room)") { frame -> (UInt64, UInt64)? in
+            if case .roomState(room, let epoch, _, let lastSeq) = frame { return (epoch, lastSeq) }
+            return nil
+        }
+        let replay = try await waitFor("the replay of #\(room)") { frame -> [HistoryEntry]? in
+            if case .historyPage(room, _, _, let entries) = frame { return entries }
+            return nil
+        }
+        return (state.0, state.1, replay)
+    }
+
+    /// Fetches `room`'s history after `seq`, page by page until a page is `complete`; checks
+    /// that every page fits the protocol's frame limit and continues the one before.
+    func fetchAll(_ room: String, after seq: UInt64) async throws -> [HistoryEntry] {
+        var entries: [HistoryEntry] = []
+        var from = seq
+        for _ in 0..<10_000 {
+            try await send(.fetchHistory(room: room, direction: .after, seq: from, limit: 1_000))
+            let frame = try await waitFor("a history page of #\(room)") { frame -> Frame? in
+                if case .historyPage(room, _, _, _) = frame { return frame }
+                return nil
+            }
+            guard case .historyPage(_, _, let complete, let page) = frame else { continue }
+            #expect(FrameEncoder.encode(frame).count <= WireProtocol.maxFrameSize + WireProtocol.maxVarintLength)
+            if let first = page.first { #expect(first.seq > from, "a page starts after the seq asked for") }
+            entries += page
+            from = page.last?.seq ?? from
+            if complete { return entries }
+            #expect(!page.isEmpty, "an incomplete page must carry something")
+        }
+        Issue.record("history of #\(room) never completed")
+        return entries
+    }
+}
+
+@Suite("Durable rooms, end to end", .serialized)
+struct DurabilityTests {
+    @Test func aKilledServerKeepsEveryAcknowledgedMessageAndClientsCatchUpExactly() async throws {
+        let data = DataDirectoryForTest()
+        defer { data.remove() }
+        let arguments = ["--data-dir", data.path, "--no-rate-limits", "--log-level", "warning"]
+        let first = try await ChatServerProcess(arguments: arguments)
+        let observer = try await TestClient.connect(port: first.port, nick: "observer", version: 2)
+        let (epoch, _, _) = try await observer.joinRoom("load")
+
+        let talkers = 4
+        let perTalker = 3_000
+        var clients: [TestClient] = []
+        for index in 0..<talkers {
+            let client = try await TestClient.connect(port: first.port, nick: "talker\(index)", version: 2)
+            _ = try await client.joinRoom("load")
+            clients.append(client)
+        }
+        // Each talker reads (every message it sees, its own echoes included) until the server
+        // dies, while it sends as fast as the connection takes them.
+        var readers: [Task<[SeenMessage], Never>] = []
+        var senders: [Task<Void, Never>] = []
+        for (index, client) in clients.enumerated() {
+            readers.append(Task { await client.messagesUntilClosed(in: "load") })
+            senders.append(
+                Task {
+                    for number in 0..<perTalker {
+                        do { try await client.send(.say(room: "load", text: "t\(index)-\(number)")) } catch { return }
+                    }
+                })
+        }
+        // Mid-load: once the observer has seen 500 messages, the server is killed.
+        let early = try await observer.collect(500, "messages") { frame -> SeenMessage? in
+            if case .message("load", let seq, _, let sender, let text) = frame { return SeenMessage(seq: seq, sender: sender, text: text) }
+            return nil
+        }
+        // While this connection holds SQLite's write lock no commit can finish: a server that
+        // delivered before committing would now show clients messages it has not stored. The
+        // pause gives such a server time to do so; a correct one delivers nothing new meanwhile,
+        // however long the pause, so the test cannot fail for being slow.
+        let blocker = try SQLiteDatabase(path: data.path + "/" + RoomDatabase.fileName, mode: .readWrite)
+        try blocker.execute("BEGIN IMMEDIATE")
+        try await Task.sleep(for: .seconds(1))
+        first.child.killNow()
+        try blocker.execute("ROLLBACK")
+        let observed = early + (await observer.messagesUntilClosed(in: "load"))
+        for sender in senders { await sender.value }
+        var seen = Set(observed)
+        for reader in readers { seen.formUnion(await reader.value) }
+        for client in clients { client.close() }
+        observer.close()
+        let lastShown = try #require(observed.map(\.seq).max())
+        let highestSeen = try #require(seen.map(\.seq).max())
+
+        let second = try await ChatServerProcess(arguments: arguments)
+        defer { second.stop() }
+        let checker = try await TestClient.connect(port: second.port, nick: "checker", version: 2)
+        let (epochAfter, lastSeqAfter, _) = try await checker.joinRoom("load")
+        #expect(epochAfter == epoch, "the same room after a restart: the epoch is kept")
+        #expect(lastSeqAfter > highestSeen, "seq continues above every seq a client saw (\(lastSeqAfter) vs \(highestSeen))")
+        let history = try await checker.fetchAll("load", after: 0)
+        let stored = Set(history.map { SeenMessage(seq: $0.seq, sender: $0.sender, text: $0.text) })
+        let missing = seen.subtracting(stored)
+        #expect(missing.isEmpty, "\(missing.count) of \(seen.count) messages clients saw are not stored, e.g. \(missing.prefix(3))")
+        #expect(Set(history.map(\.text)).count == history.count, "no message is stored twice")
+        #expect(history.map(\.seq) == history.map(\.seq).sorted(), "history is in seq order")
+        #expect(seen.count >= 500)
+
+        // The observer comes back: it showed up to `lastShown` and must get exactly what follows.
+        let returning = try await TestClient.connect(port: second.port, nick: "observer", version: 2)
+        let (epochSeen, _, _) = try await returning.joinRoom("load")
+        #expect(epochSeen == epoch)
+        let missed = try await returning.fetchAll("load", after: lastShown)
+        #expect(missed == history.filter { $0.seq > lastShown }, "the catch-up is exactly the stored events after the last one shown")
+        returning.close()
+        checker.close()
+    }
+
+    @Test func startupRefusesStorageItCannotUseWithOneLineAndAFailingExit() async throws {
+        let data = DataDirectoryForTest()
+        defer { data.remove() }
+        let executable = try ChildProcess.builtExecutable(named: "chat-server")
+
+        func refusal(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
+            let child = try ChildProcess(executable, ["--port", "0"] + arguments)
+            let status = await child.waitForExit(timeout: .seconds(60))
+            child.stop()
+            return (status, child.output)
+        }
+
+        let corrupt = data.path + "/corrupt"
+        _ = mkdir(corrupt, 0o700)
+        let file = fopen(corrupt + "/" + RoomDatabase.fileName, "w")!
+        fputs(String(repeating: "not a database at all ", count: 300), file)
+        fclose(file)
+        let notADatabase = try await refusal(["--data-dir", corrupt])
+        #expect(notADatabase.status != nil && notADatabase.status != 0, "exit status \(String(describing: notADatabase.status))")
+        #expect(notADatabase.output.contains("chat-server: cannot use \(corrupt)/rooms.sqlite3: file is not a database"), "\(notADatabase.output)")
+        #expect(!notADatabase.output.contains("listening on"))
+
+        let blocker = data.path + "/a-file"
+        fclose(fopen(blocker, "w"))
+        let unwritable = try await refusal(["--data-dir", blocker + "/data"])
+        #expect(unwritable.status != nil && unwritable.status != 0)
+        #expect(unwritable.output.contains("chat-server: cannot use data directory \(blocker)/data: Not a directory"), "\(unwritable.output)")
+
+        let newer = data.path + "/newer"
+        do {
+            _ = mkdir(newer, 0o700)
+            let database = try RoomDatabase(path: newer + "/" + RoomDatabase.fileName, durability: .normal, create: true)
+            try database.database.execute("PRAGMA user_version = 9")
+        }
+        let tooNew = try await refusal(["--data-dir", newer])
+        #expect(tooNew.status != nil && tooNew.status != 0)
+        #expect(tooNew.output.contains("schema version 9, written by a newer chat-server"), "\(tooNew.output)")
+
+        let shared = data.path + "/shared"
+        let running = try await ChatServerProcess(arguments: ["--data-dir", shared])
+        defer { running.stop() }
+        let second = try await refusal(["--data-dir", shared])
+        #expect(second.status != nil && second.status != 0)
+        #expect(second.output.contains("another chat-server is using it"), "\(second.output)")
+    }
+
+    @Test func aFullDatabaseIsReportedAndNothingUnstoredIsDelivered() async throws {
+        let data = DataDirectoryForTest()
+        defer { data.remove() }
+        let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+        defer { store.close() }
+        let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
+        server.start()
+        let alice = try await TestClient.connect(port: server.port, nick: "alice", version: 2)
+        let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
+        _ = try await alice.joinRoom("r")
+        _ = try await bob.joinRoom("r")
+        try await alice.send(.say(room: "r", text: "before"))
+        _ = try await bob.waitFor("the first message") { frame -> Bool? in
+            if case .message("r", _, _, "alice", "before") = frame { return true }
+            return nil
+        }
+        try store.capFileSize(bytes: 0)
+        let big = String(repeating: "z", count: 8_000)
+        // Every commit needs a new page now: the first message fails, and so does the next.
+        for attempt in 0..<2 {
+            try await alice.send(.say(room: "r", text: "\(attempt) \(big)"))
+            let answer = try await alice.waitFor("the answer to a message the disk has no room for") { frame -> Frame? in
+                switch frame {
+                case .error(.storageFailed, false, .say, _): return frame
+                case .message("r", _, _, "alice", let text) where text.hasPrefix("\(attempt) "): return frame
+                default: return nil
+                }
+            }
+            guard case .error(_, _, _, let reason) = answer else {
+                Issue.record("a message was echoed although it could not be stored")
+                break
+            }
+            #expect(reason.contains("full") || reason.contains("cannot store"), "\(reason)")
+        }
+        try store.capFileSize(bytes: 1 << 30)
+        // A join is a commit too (the room's seq): once it is echoed, storage works again.
+        try await bob.send(.join(room: "other"))
+        _ = try await bob.waitFor("the join after the disk has room again") { frame -> Bool? in
+            if case .joined("other", _, _, "bob") = frame { return true }
+            return nil
+        }
+        try await alice.send(.say(room: "r", text: "after"))
+        let delivered = try await bob.collect(1, "messages") { frame -> String? in
+            if case .message("r", _, _, "alice", let text) = frame { return text }
+            return nil
+        }
+        #expect(delivered == ["after"], "bob never sees what was not stored, and sees what is")
+        alice.close()
+        bob.close()
+        await server.shutdown()
+    }
+
+    @Test func pagesOfSQLiteHistoryFillFramesToTheLimitWithNoGapOrDuplicate() async throws {
+        let data = DataDirectoryForTest()
+        defer { data.remove() }
+        let configuration = testConfiguration { $0.historySize = 1_000 }
+        let text = String(repeating: "p", count: 15_000)
+        let count = 200
+        do {
+            let store = try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll)
+            let server = try ChatServer(configuration: configuration, store: store, logger: quietLogger)
+            server.start()
+            let alice = try await TestClient.connect(port: server.port, nick: "alice", version: 2)
+            _ = try await alice.joinRoom("big")
+            for number in 0..<count { try await alice.send(.say(room: "big", text: "\(number) \(text)")) }
+            _ = try await alice.collect(count, "echoes") { frame -> Bool? in
+                if case .message("big", _, _, _, _) = frame { return true }
+                return nil
+            }
+            alice.close()
+            await server.shutdown()
+            store.close()
+        }
+        // Restarted with a memory budget too small for them, the pages come from SQLite.
+        let store = try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll)
+        defer { store.close() }
+        let small = testConfiguration {
+            $0.historySize = 1_000
+            $0.maxMemory = 64 << 20
+            $0.maxClients = 100
+        }
+        let server = try ChatServer(configuration: small, store: store, logger: quietLogger)
+        server.start()
+        let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
+        let (_, _, replay) = try await bob.joinRoom("big")
+        #expect(replay.count < count, "memory holds only the newest part")
+        let all = try await bob.fetchAll("big", after: 0)
+        #expect(all.map(\.text) == (0..<count).map { "\($0) \(text)" }, "every message once, in order")
+        // Scrolling back from the newest, page by page, reaches the first without a gap.
+        var before: UInt64 = 0
+        var backwards: [HistoryEntry] = []
+        for _ in 0..<count {
+            try await bob.send(.fetchHistory(room: "big", direction: .before, seq: before, limit: 1_000))
+            let frame = try await bob.waitFor("a page") { frame -> Frame? in
+                if case .historyPage("big", _, _, _) = frame { return frame }
+                return nil
+            }
+            guard case .historyPage(_, _, let complete, let page) = frame else { break }
+            #expect(FrameEncoder.encode(frame).count <= WireProtocol.maxFrameSize + WireProtocol.maxVarintLength)
+            #expect(page.count < count, "a page of 15 KB entries cannot hold them all")
+            backwards = page + backwards
+            before = page.first?.seq ?? before
+            if complete { break }
+        }
+        #expect(backwards == all)
+        bob.close()
+        await server.shutdown()
+    }
+}
+
+extension TestClient {
+    /// Every message of `room` that arrives until the connection ends.
+    func messagesUntilClosed(in room: String) async -> [SeenMessage] {
+        var seen: [SeenMessage] = []
+        while let frame = try? await next(waitingFor: "messages until the server goes away") {
+            if case .message(room, let seq, _, let sender, let text) = frame { seen.append(SeenMessage(seq: seq, sender: sender, text: text)) }
+        }
+        return seen
+    }
+}
+
+/// The real SQLite store with a gate in front of its commits: while the gate is shut, commits
+/// wait (a disk that has stopped answering), and the events staged meanwhile are counted.
+///
+/// `@unchecked Sendable`: everything it keeps is behind `lock`; `inner` is used on the server's
+/// queue, as a store must be.
+final class GatedRoomStore: RoomStore, @unchecked Sendable {
+    let inner: SQLiteRoomStore
+    private let lock = NSLock()
+    private var pending: [(DispatchQueue, @Sendable (Result<Void, CommitFailure>) -> Void)] = []
+    private var isShut = false
+    private var stagedWhileShut = 0
+    private var waiter: (count: Int, continuation: CheckedContinuation<Void, Never>)?
+
+    init(_ inner: SQLiteRoomStore) { self.inner = inner }
+
+    /// Events staged while the gate was shut.
+    var eventsStagedWhileShut: Int { lock.withLock { stagedWhileShut } }
+
+    /// Makes the following commits wait.
+    func shut() { lock.withLock { isShut = true } }
+
+    /// Returns once `count` events have been staged behind the shut gate.
+    func waitForStaged(_ count: Int) async {
+        await withCheckedContinuation { continuation in
+            lock.withLock {
+                if stagedWhileShut >= count { continuation.resume() } else { waiter = (count, continuation) }
+            }
+        }
+    }
+
+    /// Lets the waiting commits through, in order, on the queue each was asked on.
+    func open() {
+        let waiting = lock.withLock {
+            isShut = false
+            defer { pending.removeAll() }
+            return pending
+        }
+        for (queue, completion) in waiting {
+            queue.async { [inner] in inner.commitStaged(on: queue, completion: completion) }
+        }
+    }
+
+    func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
+        try inner.loadRoom(named: name, recent: recent)
+    }
+
+    func page(
+        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
+        cost: (HistoryEntry) -> Int
+    ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool) {
+        try inner.page(of: room, direction, from: seq, limit: limit, budget: budget, cost: cost)
+    }
+
+    func stage(_ record: RoomRecord, event: HistoryEntry?) {
+        inner.stage(record, event: event)
+        guard event != nil else { return }
+        lock.withLock {
+            guard isShut else { return }
+            stagedWhileShut += 1
+            if let (count, continuation) = waiter, stagedWhileShut >= count {
+                waiter = nil
+                continuation.resume()
+            }
+        }
+    }
+
+    func hasUncommittedWrites(in room: String) -> Bool { inner.hasUncommittedWrites(in: room) }
+
+    var hasStagedChanges: Bool { inner.hasStagedChanges }
+
+    func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void) {
+        let wait = lock.withLock {
+            if isShut { pending.append((queue, completion)) }
+            return isShut
+        }
+        if !wait { inner.commitStaged(on: queue, completion: completion) }
+    }
+
+    func close() { inner.close() }
+}
+
+extension DurabilityTests {
+    @Test func aWriterThatLagsStopsTheServerReadingAndLosesNothing() async throws {
+        let data = DataDirectoryForTest()
+        defer { data.remove() }
+        let configuration = testConfiguration {
+            $0.maxClients = 10
+            $0.maxMemory = 60 << 20
+        }
+        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
+        defer { store.close() }
+        let server = try ChatServer(configuration: configuration, store: store, logger: quietLogger)
+        server.start()
+        let flooder = try await TestClient.connect(port: server.port, nick: "flood", version: 2)
+        let reader = try await TestClient.connect(port: server.port, nick: "reader", version: 2)
+        _ = try await flooder.joinRoom("r")
+        _ = try await reader.joinRoom("r")
+        store.shut()
+
+        // A message of 1,000 bytes to a room of two costs about 1.1 KB held until its commit;
+        // the server may hold an eighth of its output share, then must stop reading.
+        let count = 8_000
+        let bound = server.budget.output / 8 / 1_000
+        let texts = (0..<count).map { number in "\(number) " + String(repeating: "f", count: 1_000) }
+        // The flooder reads its echoes, or its own unread replies would stop it first.
+        let echoes = Task {
+            try await flooder.collect(count, "echoes", limit: .seconds(120)) { frame -> Bool? in
+                if case .message("r", _, _, "flood", _) = frame { return true }
+                return nil
+            }.count
+        }
+        let sender = Task {
+            for text in texts {
+                do { try await flooder.send(.say(room: "r", text: text)) } catch { return }
+            }
+        }
+        try await withTimeout(waitingFor: "half the bound staged") { await store.waitForStaged(bound / 2) }
+        // The pause gives a server that kept reading the time to stage far more; one that stops
+        // stages nothing more however long it lasts, so the test cannot fail for being slow.
+        try await Task.sleep(for: .seconds(1))
+        let staged = store.eventsStagedWhileShut
+        #expect(staged <= bound + 200, "the server stopped reading once it held its share: \(staged) staged, bound about \(bound)")
+        #expect(staged < count, "it did not read the whole flood")
+        store.open()
+
+        let received = try await reader.collect(count, "the flood", limit: .seconds(120)) { frame -> String? in
+            if case .message("r", _, _, "flood", let text) = frame { return text }
+            return nil
+        }
+        #expect(received == texts, "every message, once, in order, after the writer caught up")
+        await sender.value
+        #expect(try await echoes.value == count, "the flooder saw every echo")
+        flooder.close()
+        reader.close()
+        await server.shutdown()
+    }
+}
