@@ -15,7 +15,7 @@ struct DataDirectoryForTest {
         var template = Array("/tmp/chat-durability-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         precondition(made != nil, "mkdtemp failed")
-        path = String(cString: template)
+        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
 
     func remove() { _ = system("rm -rf '\(path)'") }
