@@ -31,7 +31,10 @@ struct ServerLimitTests {
     }
 
     @Test func aReconnectLoopOverTheLimitIsTurnedAwayWithoutBecomingAConnection() async throws {
-        try await withServer(testConfiguration { $0.maxClientsPerAddress = 1 }) { server in
+        // A refused connection waits for its client to close for at most the linger timeout, then
+        // is closed — with a reset if the client is still sending. A long one here, so that a test
+        // starved by a busy machine still reads before that (CI once took over 2 s to).
+        try await withServer(testConfiguration { $0.maxClientsPerAddress = 1; $0.lingerTimeout = .seconds(60) }) { server in
             let holder = try await TestClient.connect(server, nick: "holder")
             // Polite attempts send their hello; rude ones follow it with more than the server reads
             // before it closes, so their close is a reset. Either way the refusal must arrive first.
