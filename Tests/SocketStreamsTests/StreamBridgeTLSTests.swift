@@ -140,7 +140,11 @@ struct StreamBridgeTLSTests {
         let error = try #require(result.error, "expected a streamError; events \(result.outputEvents)")
         #expect(error.domain == NSOSStatusErrorDomain && error.code == -9807, "errSSLXCertChainInvalid, got \(error.domain)/\(error.code)")
         #expect(error.localizedDescription.hasPrefix("TLS handshake with localhost:"), "\(error.localizedDescription)")
-        #expect(result.outputEvents == ["openCompleted", "errorOccurred"], "no space before the handshake: \(result.outputEvents)")
+        // No space before the handshake, and the error last. (`openCompleted` usually comes first,
+        // as on Apple's streams; a loaded CI run once saw the handshake fail before the output
+        // side was reported open, and only the error. That race is open, noted in TLS.md.)
+        #expect(!result.outputEvents.contains("hasSpaceAvailable"), "no space before the handshake: \(result.outputEvents)")
+        #expect(result.outputEvents.last == "errorOccurred", "\(result.outputEvents)")
         #expect(result.received.isEmpty)
     }
 
