@@ -5,17 +5,6 @@ import Glibc
 import Testing
 import TestSupport
 
-/// Waits for `condition`, checking it every 50 ms, for at most `timeout`. Returns whether it
-/// held. For state that announces no event of its own, such as a tmux screen.
-func eventually(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return try await condition()
-}
-
 /// A scripted chat participant speaking the protocol directly, for the other end of a test.
 final class Peer: @unchecked Sendable {
     // `received` is guarded by `lock`; the reader task appends.

@@ -30,13 +30,9 @@ private final class LinkedNode: @unchecked Sendable {
 
     /// Waits (bounded) until `condition` holds.
     func wait(for what: String, _ condition: @escaping (LinkedNode) -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if condition(self) { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        Issue.record("timed out waiting for \(what); states \(history)")
-        return false
+        let held = await eventually(every: .milliseconds(20)) { condition(self) }
+        if !held { Issue.record("timed out waiting for \(what); states \(history)") }
+        return held
     }
 
     /// Appends `payloads` to `room` through the link's log, in one turn; fails if the link is down.

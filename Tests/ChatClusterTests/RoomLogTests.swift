@@ -83,10 +83,7 @@ private final class Node: @unchecked Sendable {
 
     /// Waits (bounded) until `count` events of `room` were delivered.
     func waitForEvents(_ count: Int, in room: String) async -> [LoggedEvent] {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline, deliveredEvents(in: room).count < count {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        _ = await eventually(every: .milliseconds(10)) { deliveredEvents(in: room).count >= count }
         return deliveredEvents(in: room)
     }
 }

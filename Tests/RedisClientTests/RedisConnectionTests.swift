@@ -62,13 +62,9 @@ private final class Client: @unchecked Sendable {
     /// Waits (polling the queue, bounded) until `condition` holds for what was pushed and how it
     /// closed; false if it never did.
     func wait(for what: String, _ condition: @escaping ([RESPValue], RedisError?) -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if queue.sync(execute: { condition(pushes, closedWith) }) { return true }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        Issue.record("timed out waiting for \(what)")
-        return false
+        let held = await eventually(every: .milliseconds(10)) { queue.sync { condition(pushes, closedWith) } }
+        if !held { Issue.record("timed out waiting for \(what)") }
+        return held
     }
 
     func close() { queue.async { [connection] in connection.close() } }

@@ -1,5 +1,6 @@
 import Foundation
 import SocketCore
+import TestSupport
 import Testing
 
 extension SocketConnection {
@@ -17,13 +18,8 @@ extension SocketConnection {
 /// For effects that have no event to wait on, such as the kernel releasing a descriptor or a
 /// write reaching its wait.
 func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: () async -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while !(await condition()) {
-        if ContinuousClock.now > deadline {
-            Issue.record("timed out waiting until \(what)")
-            return
-        }
-        try await Task.sleep(for: .milliseconds(10))
+    if !(await eventually(timeout: timeout, every: .milliseconds(10), condition)) {
+        Issue.record("timed out waiting until \(what)")
     }
 }
 

@@ -1,4 +1,5 @@
 import Glibc
+import TestSupport
 import Testing
 @testable import SocketCore
 @testable import SocketTLS
@@ -324,12 +325,7 @@ private func sendAll(_ bytes: [UInt8], to socket: Socket) throws {
 /// Polls `condition` every 10 ms until it holds, recording an issue after `timeout`. For effects
 /// with no event to wait on (a server reading bytes it will not answer).
 func waitUntil(_ what: String, timeout: Duration = .seconds(30), _ condition: () async -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while !(await condition()) {
-        if ContinuousClock.now > deadline {
-            Issue.record("timed out waiting until \(what)")
-            return
-        }
-        try await Task.sleep(for: .milliseconds(10))
+    if !(await eventually(timeout: timeout, every: .milliseconds(10), condition)) {
+        Issue.record("timed out waiting until \(what)")
     }
 }
