@@ -7,20 +7,6 @@ import Glibc
 import TestSupport
 import Testing
 
-/// A fresh directory under /tmp for one test's data, removed with its contents by `remove()`.
-struct DataDirectoryForTest {
-    let path: String
-
-    init() {
-        var template = Array("/tmp/chat-durability-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        precondition(made != nil, "mkdtemp failed")
-        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-    }
-
-    func remove() { _ = system("rm -rf '\(path)'") }
-}
-
 /// A room message as a client saw it.
 struct SeenMessage: Hashable, Sendable {
     var seq: UInt64
@@ -71,7 +57,7 @@ extension TestClient {
 @Suite("Durable rooms, end to end", .serialized)
 struct DurabilityTests {
     @Test func aKilledServerKeepsEveryAcknowledgedMessageAndClientsCatchUpExactly() async throws {
-        let data = DataDirectoryForTest()
+        let data = try TemporaryDirectory(prefix: "chat-durability")
         defer { data.remove() }
         let arguments = ["--data-dir", data.path, "--no-rate-limits", "--log-level", "warning"]
         let first = try await ChatServerProcess(arguments: arguments)
@@ -147,7 +133,7 @@ struct DurabilityTests {
     }
 
     @Test func startupRefusesStorageItCannotUseWithOneLineAndAFailingExit() async throws {
-        let data = DataDirectoryForTest()
+        let data = try TemporaryDirectory(prefix: "chat-durability")
         defer { data.remove() }
         let executable = try ChildProcess.builtExecutable(named: "chat-server")
 
@@ -193,7 +179,7 @@ struct DurabilityTests {
     }
 
     @Test func aFullDatabaseIsReportedAndNothingUnstoredIsDelivered() async throws {
-        let data = DataDirectoryForTest()
+        let data = try TemporaryDirectory(prefix: "chat-durability")
         defer { data.remove() }
         let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
         defer { store.close() }
@@ -245,7 +231,7 @@ struct DurabilityTests {
     }
 
     @Test func pagesOfSQLiteHistoryFillFramesToTheLimitWithNoGapOrDuplicate() async throws {
-        let data = DataDirectoryForTest()
+        let data = try TemporaryDirectory(prefix: "chat-durability")
         defer { data.remove() }
         let configuration = testConfiguration { $0.historySize = 1_000 }
         let text = String(repeating: "p", count: 15_000)
@@ -396,7 +382,7 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
 
 extension DurabilityTests {
     @Test func aWriterThatLagsStopsTheServerReadingAndLosesNothing() async throws {
-        let data = DataDirectoryForTest()
+        let data = try TemporaryDirectory(prefix: "chat-durability")
         defer { data.remove() }
         let configuration = testConfiguration {
             $0.maxClients = 10

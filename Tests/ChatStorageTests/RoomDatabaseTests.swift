@@ -2,23 +2,8 @@ import CSQLite
 import ChatProtocol
 import ChatStorage
 import Glibc
+import TestSupport
 import Testing
-
-/// A fresh directory under /tmp, removed (with what is in it) by `remove()`.
-struct TemporaryDirectory {
-    let path: String
-
-    init() {
-        var template = Array("/tmp/chat-storage-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        precondition(made != nil, "mkdtemp failed")
-        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-    }
-
-    func remove() {
-        _ = path.withCString { system("rm -rf '\(String(cString: $0))'") }
-    }
-}
 
 func message(_ seq: UInt64, _ text: String, time: UInt64 = 1_000, sender: String = "alice") -> HistoryEntry {
     HistoryEntry(kind: .message, seq: seq, time: time, sender: sender, text: text)
@@ -35,7 +20,7 @@ func batch(_ room: String, epoch: UInt64 = 7, _ entries: [HistoryEntry], lastSeq
 @Suite("Rooms in SQLite", .serialized)
 struct RoomDatabaseTests {
     @Test func createsTheSchemaAndReadsBackWhatWasCommittedAfterReopening() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let path = directory.path + "/rooms.sqlite3"
         do {
@@ -60,7 +45,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func aBatchIsWrittenWholeOrNotAtAll() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .normal, create: true)
         try database.commit(batch("general", [message(1, "one")]))
@@ -74,7 +59,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func pagesBackwardAndForwardWithinLimitAndBudget() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
         try database.commit(batch("r", (1...10).map { message($0 * 2, "m\($0)") }))
@@ -98,7 +83,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func refusesAFileThatIsNotADatabase() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let path = directory.path + "/rooms.sqlite3"
         let garbage = String(repeating: "this is not a database. ", count: 400)
@@ -113,7 +98,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func refusesANewerSchema() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let path = directory.path + "/rooms.sqlite3"
         do {
@@ -128,7 +113,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func reportsAFullDatabaseAndKeepsWhatWasCommitted() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .normal, create: true)
         try database.commit(batch("r", [message(1, "kept")]))
@@ -158,7 +143,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func retentionKeepsTheNewestEventsPerRoomByCount() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
         try database.commit(batch("big", (1...50).map { message($0, "m\($0)") }))
@@ -181,7 +166,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func retentionByBytesPerRoomAndInTotal() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
         let text = String(repeating: "y", count: 100)
@@ -201,7 +186,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func retentionByAgeThenForgetsIdleEmptyRooms() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
         try database.commit(batch("old", [message(1, "a", time: 1_000), message(2, "b", time: 2_000)]))
@@ -213,7 +198,7 @@ struct RoomDatabaseTests {
     }
 
     @Test func aSecondServerCannotTakeTheSameDirectory() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let first = try DataDirectory(path: directory.path + "/nested/data")
         let error = #expect(throws: StorageError.self) { _ = try DataDirectory(path: first.path) }
@@ -223,7 +208,7 @@ struct RoomDatabaseTests {
 
     @Test func refusesADirectoryItCannotWrite() throws {
         // Root may write anywhere: a file in the way is a refusal no user can override.
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let blocker = directory.path + "/file"
         fclose(fopen(blocker, "w"))

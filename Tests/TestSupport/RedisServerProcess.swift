@@ -10,7 +10,8 @@ public final class RedisServerProcess: Sendable {
     /// The port it listens on, on 127.0.0.1.
     public let port: Int
     /// Its working directory, removed by `stop()`.
-    public let directory: String
+    public var directory: String { scratch.path }
+    private let scratch: TemporaryDirectory
 
     /// The process ID.
     public var pid: pid_t { child.pid }
@@ -21,14 +22,13 @@ public final class RedisServerProcess: Sendable {
     /// With `port`, on that port (to bring a Redis back where its clients expect it).
     public init(port fixedPort: Int? = nil, extraArguments: [String] = []) async throws {
         let executable = try Self.executable()
-        var template = Array("/tmp/redis-test.XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        directory = String(cString: made)
+        let scratch = try TemporaryDirectory(prefix: "redis-test")
+        self.scratch = scratch
         for _ in 0..<5 {
             let port = try fixedPort ?? Self.freePort()
             let child = try ChildProcess(executable, [
                 "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", directory, "--loglevel", "notice",
+                "--dir", scratch.path, "--loglevel", "notice",
             ] + extraArguments)
             _ = await child.waitFor(timeout: .seconds(30)) { output, status in
                 status != nil || output.contains("Ready to accept connections")
@@ -43,14 +43,14 @@ public final class RedisServerProcess: Sendable {
             // A fixed port may still be held by the Redis just killed: give it a moment.
             if fixedPort != nil { try await Task.sleep(for: .milliseconds(200)) }
         }
-        rmdir(directory)
+        scratch.remove()
         throw RedisDidNotStart()
     }
 
     /// Stops Redis (SIGTERM) and removes its directory.
     public func stop() {
         child.stop()
-        _ = try? FileManager.default.removeItem(atPath: directory)
+        scratch.remove()
     }
 
     /// Kills Redis with SIGKILL, as a crash would; the directory stays until `stop()`.
