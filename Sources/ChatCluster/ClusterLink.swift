@@ -32,6 +32,13 @@ public final class ClusterLink: @unchecked Sendable {
     public private(set) var roomLog: RoomLog?
     /// The nick registry, while up.
     public private(set) var nicks: NickRegistry?
+    /// The connection for commands (not subscriptions), while up: for reads the log and the
+    /// registry do not make.
+    public private(set) var commands: RedisConnection?
+    /// Each message published on this node's own channel (`directChannel`), at most once.
+    public var onDirect: (([UInt8]) -> Void)?
+    /// This node's own channel: what other nodes publish there reaches `onDirect`.
+    public var directChannel: [UInt8] { Array("chat:node:\(nodeID):direct".utf8) }
 
     /// This node's id in the cluster.
     public let nodeID: String
@@ -42,6 +49,8 @@ public final class ClusterLink: @unchecked Sendable {
     private var connections: [RedisConnection] = []
     /// Every room followed, with the last `seq` delivered (nil: not delivered anything yet).
     private var followed: [String: UInt64?] = [:]
+    /// Who waits for a followed room's subscription to be ready, by room.
+    private var readiness: [String: [(Result<Void, ClusterError>) -> Void]] = [:]
     private var heartbeat: DispatchSourceTimer?
     private var nextDelay: Duration = .milliseconds(100)
     private var stopped = false
@@ -69,17 +78,54 @@ public final class ClusterLink: @unchecked Sendable {
         tearDown()
     }
 
-    /// Follows `room` from now on (and, after a reconnect, from where it stopped).
-    public func follow(_ room: String) {
-        guard followed[room] == nil else { return }
+    /// Follows `room` from now on (and, after a reconnect, from where it stopped); `ready` is
+    /// called once its subscription is ready — every event appended after that is delivered —
+    /// or with why it is not (the link went down first).
+    public func follow(_ room: String, ready: @escaping (Result<Void, ClusterError>) -> Void = { _ in }) {
+        if followed[room] != nil {
+            if let log = roomLog, log.isReady(room) {
+                ready(.success(()))
+            } else if case .down(let error) = state {
+                ready(.failure(error))
+            } else {
+                readiness[room, default: []].append(ready)
+            }
+            return
+        }
         followed[room] = .some(nil)
-        roomLog?.follow(room) { _ in }
+        readiness[room, default: []].append(ready)
+        guard let log = roomLog else {
+            if case .down(let error) = state { failReadiness(error) }
+            return
+        }
+        start(following: room, after: nil, in: log)
     }
 
     /// Stops following `room`.
     public func unfollow(_ room: String) {
         guard followed.removeValue(forKey: room) != nil else { return }
+        let waiting = readiness.removeValue(forKey: room) ?? []
+        for ready in waiting { ready(.failure(.redis(.closed))) }
         roomLog?.unfollow(room)
+    }
+
+    /// Whether `room` is followed and its subscription ready.
+    public func isReady(_ room: String) -> Bool {
+        roomLog?.isReady(room) ?? false
+    }
+
+    private func start(following room: String, after position: UInt64?, in log: RoomLog) {
+        log.follow(room, after: position) { [self] result in
+            guard followed[room] != nil else { return }
+            let waiting = readiness.removeValue(forKey: room) ?? []
+            for ready in waiting { ready(result.map { _ in () }) }
+        }
+    }
+
+    private func failReadiness(_ error: ClusterError) {
+        let waiting = readiness
+        readiness = [:]
+        for (_, callbacks) in waiting { for ready in callbacks { ready(.failure(error)) } }
     }
 
     // MARK: Connecting
@@ -156,13 +202,15 @@ public final class ClusterLink: @unchecked Sendable {
     private func up(log: RoomLog, registry: NickRegistry) {
         roomLog = log
         nicks = registry
+        commands = connections.first
         nextDelay = .milliseconds(100)
         log.onEvent = { [self] room, event in
             guard followed[room] != nil else { return }
             followed[room] = event.seq
             onEvent?(room, event)
         }
-        for (room, position) in followed { log.follow(room, after: position) { _ in } }
+        log.listen(to: directChannel) { [self] body in onDirect?(body) }
+        for (room, position) in followed { start(following: room, after: position, in: log) }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 5, 10))
         timer.schedule(deadline: .now() + interval, repeating: interval)
@@ -176,6 +224,7 @@ public final class ClusterLink: @unchecked Sendable {
         guard !stopped else { return }
         tearDown()
         change(to: .down(error))
+        failReadiness(error)
         // Up to 5 s apart, with jitter so that nodes do not all come back in the same instant.
         let milliseconds = Int(nextDelay / .milliseconds(1) * Double.random(in: 0.5...1.0))
         nextDelay = min(nextDelay * 2, .seconds(5))
@@ -188,6 +237,7 @@ public final class ClusterLink: @unchecked Sendable {
         heartbeat = nil
         roomLog = nil
         nicks = nil
+        commands = nil
         let closing = connections
         connections = []
         for connection in closing { connection.close() }

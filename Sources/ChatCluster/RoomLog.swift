@@ -60,6 +60,8 @@ public final class RoomLog: @unchecked Sendable {
     private let maxEvents: Int
     private var follows: [String: Follow] = [:]
     private var roomsByChannel: [[UInt8]: String] = [:]
+    /// Channels that are not rooms' (a node's direct messages), with who hears them.
+    private var listeners: [[UInt8]: ([UInt8]) -> Void] = [:]
 
     private struct Follow {
         /// The last `seq` delivered; nil until the subscription is confirmed and the room's `seq` read.
@@ -73,12 +75,41 @@ public final class RoomLog: @unchecked Sendable {
         var ready: ((Result<UInt64, ClusterError>) -> Void)?
     }
 
-    /// The script `append` runs. KEYS: the room's `seq` key and stream. ARGV: the channel, the
-    /// payload, the stream's bound. Returns `{seq, time}`.
+    /// The script `append` runs. KEYS: the room's `seq` key, stream, member set (nick → the `seq`
+    /// of its join), member nodes (nick → node) and topic. ARGV: the channel, the payload, the
+    /// stream's bound, the change (`''`, `join`, `leave`, `rename`, `topic`), the nick and node it
+    /// concerns, the room's name, and for `rename` the new nick. Returns `{seq, time}`, or the error `NOTMEMBER` for a `leave` of a nick
+    /// that is not the node's member of the room (nothing is logged then).
+    ///
+    /// Membership and topic change in the same atomic step as the event is numbered, so a
+    /// `members` read and the log never disagree about the order of joins and leaves.
     static let appendScript = """
+        local change = ARGV[4]
+        if change == 'leave' then
+            if redis.call('HGET', KEYS[4], ARGV[5]) ~= ARGV[6] then
+                return redis.error_reply('NOTMEMBER ' .. ARGV[5] .. ' is not a member here')
+            end
+            redis.call('HDEL', KEYS[4], ARGV[5])
+            redis.call('ZREM', KEYS[3], ARGV[5])
+            if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', 'chat:rooms', ARGV[7]) end
+        end
         local seq = redis.call('INCR', KEYS[1])
         local now = redis.call('TIME')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        if change == 'join' then
+            redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
+            redis.call('ZADD', KEYS[3], seq, ARGV[5])
+            redis.call('SADD', 'chat:rooms', ARGV[7])
+            redis.call('SADD', 'chat:node:' .. ARGV[6] .. ':rooms', ARGV[7])
+        elseif change == 'rename' and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[6] then
+            local joined = redis.call('ZSCORE', KEYS[3], ARGV[5])
+            redis.call('HDEL', KEYS[4], ARGV[5])
+            redis.call('ZREM', KEYS[3], ARGV[5])
+            redis.call('HSET', KEYS[4], ARGV[8], ARGV[6])
+            redis.call('ZADD', KEYS[3], joined or seq, ARGV[8])
+        elseif change == 'topic' then
+            redis.call('SET', KEYS[5], seq .. ' ' .. ms .. ' ' .. ARGV[2])
+        end
         redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], seq .. '-1', 't', ms, 'p', ARGV[2])
         redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ms .. ' ' .. ARGV[2])
         return {seq, ms}
@@ -115,11 +146,26 @@ public final class RoomLog: @unchecked Sendable {
 
     /// Appends `payload` to `room`'s log; `completion` gets the `seq` and time Redis gave it once
     /// it is stored and published. Delivery — to this node too — comes through `onEvent`.
-    public func append(to room: String, payload: [UInt8], completion: @escaping (Result<LoggedEvent, ClusterError>) -> Void) {
+    /// `change` is applied to the room's members or topic in the same atomic step; a `leave` of
+    /// a nick that is not `node`'s member of the room fails with `.refused("NOTMEMBER …")` and
+    /// logs nothing.
+    public func append(
+        to room: String, payload: [UInt8], change: RoomChange = .none,
+        completion: @escaping (Result<LoggedEvent, ClusterError>) -> Void
+    ) {
         let keys = Self.keys(of: room)
+        let (kind, nick, node, newNick): (String, String, String, String) =
+            switch change {
+            case .none: ("", "", "", "")
+            case .join(let nick, let node): ("join", nick, node, "")
+            case .leave(let nick, let node): ("leave", nick, node, "")
+            case .rename(let old, let new, let node): ("rename", old, node, new)
+            case .topic: ("topic", "", "", "")
+            }
         commands.send([
-            Array("EVALSHA".utf8), scriptSHA, Array("2".utf8), keys.seq, keys.log,
-            keys.channel, payload, Array(String(maxEvents).utf8),
+            Array("EVALSHA".utf8), scriptSHA, Array("5".utf8), keys.seq, keys.log, keys.members, keys.memberNodes, keys.topic,
+            keys.channel, payload, Array(String(maxEvents).utf8), Array(kind.utf8), Array(nick.utf8), Array(node.utf8),
+            Array(room.utf8), Array(newNick.utf8),
         ]) { reply in
             switch reply {
             case .success(.array(let pair?)) where pair.count == 2:
@@ -154,6 +200,18 @@ public final class RoomLog: @unchecked Sendable {
         subscriber.subscribe([channel])
     }
 
+    /// Hands every message published on `channel` (not a room's) to `onMessage`, from the
+    /// subscription on; at most once, like any publication.
+    public func listen(to channel: [UInt8], onMessage: @escaping ([UInt8]) -> Void) {
+        listeners[channel] = onMessage
+        subscriber.subscribe([channel])
+    }
+
+    /// Whether `room` is followed and its subscription is ready.
+    public func isReady(_ room: String) -> Bool {
+        follows[room]?.lastDelivered != nil
+    }
+
     /// Stops delivering `room`'s events.
     public func unfollow(_ room: String) {
         guard follows.removeValue(forKey: room) != nil else { return }
@@ -165,8 +223,13 @@ public final class RoomLog: @unchecked Sendable {
     /// Values from the subscriber connection: confirmations and messages.
     private func pushed(_ value: RESPValue) {
         guard case .array(let parts?) = value, parts.count == 3, let kind = parts[0].text,
-            case .bulkString(let channel?) = parts[1], let room = roomsByChannel[channel]
+            case .bulkString(let channel?) = parts[1]
         else { return }
+        if kind == "message", let listener = listeners[channel] {
+            if case .bulkString(let body?) = parts[2] { listener(body) }
+            return
+        }
+        guard let room = roomsByChannel[channel] else { return }
         switch kind {
         case "subscribe":
             readCurrentSeq(of: room)
@@ -311,12 +374,10 @@ public final class RoomLog: @unchecked Sendable {
     // MARK: Wire forms
 
     /// The keys of `room`. The braces make a Redis Cluster keep a room's keys in one slot.
-    static func keys(of room: String) -> (seq: [UInt8], log: [UInt8], channel: [UInt8]) {
-        (Array("chat:{\(room)}:seq".utf8), Array("chat:{\(room)}:log".utf8), Array("chat:{\(room)}:events".utf8))
-    }
+    static func keys(of room: String) -> RoomKeys { RoomKeys(room) }
 
     /// A publication: `seq`, a space, `time`, a space, the payload.
-    static func parsePublication(_ body: [UInt8]) -> LoggedEvent? {
+    public static func parsePublication(_ body: [UInt8]) -> LoggedEvent? {
         guard let firstSpace = body.firstIndex(of: UInt8(ascii: " ")),
             let secondSpace = body[(firstSpace + 1)...].firstIndex(of: UInt8(ascii: " ")),
             let seq = UInt64(String(decoding: body[..<firstSpace], as: UTF8.self)),
@@ -326,7 +387,7 @@ public final class RoomLog: @unchecked Sendable {
     }
 
     /// A stream entry: `[ID, [field, value, …]]` with ID `seq-1` and fields `t` and `p`.
-    static func parseEntry(_ entry: RESPValue) -> LoggedEvent? {
+    public static func parseEntry(_ entry: RESPValue) -> LoggedEvent? {
         guard case .array(let parts?) = entry, parts.count == 2, let id = parts[0].text,
             let seq = id.split(separator: "-").first.flatMap({ UInt64($0) }),
             case .array(let fields?) = parts[1], fields.count.isMultiple(of: 2)
@@ -344,4 +405,48 @@ public final class RoomLog: @unchecked Sendable {
         return LoggedEvent(seq: seq, time: time, payload: payload)
     }
 
+}
+
+/// What an appended event changes besides the log (docs/CLUSTER.md).
+public enum RoomChange: Equatable, Sendable {
+    /// Nothing else.
+    case none
+    /// `nick`, served by `node`, is a member from this event on.
+    case join(nick: String, node: String)
+    /// `nick` is no longer a member, if `node` served it; otherwise nothing is appended.
+    case leave(nick: String, node: String)
+    /// The member `old`, served by `node`, is called `new` from now on (same place in the list).
+    case rename(old: String, new: String, node: String)
+    /// The event is the room's topic from now on (kept with its `seq` and time).
+    case topic
+}
+
+/// The Redis keys of one room. The braces make a Redis Cluster keep a room's keys in one slot.
+public struct RoomKeys: Sendable {
+    /// `INCR`ed for each event.
+    public let seq: [UInt8]
+    /// The stream of events, by `seq`.
+    public let log: [UInt8]
+    /// The channel events are published on.
+    public let channel: [UInt8]
+    /// Sorted set: member nicks, scored by the `seq` of their join (so in joining order).
+    public let members: [UInt8]
+    /// Hash: member nick → the node that serves it.
+    public let memberNodes: [UInt8]
+    /// The topic event, as a publication (`seq time payload`).
+    public let topic: [UInt8]
+    /// The room's epoch, set once.
+    public let epoch: [UInt8]
+
+    /// The keys of `room`.
+    public init(_ room: String) {
+        let prefix = "chat:{\(room)}:"
+        seq = Array((prefix + "seq").utf8)
+        log = Array((prefix + "log").utf8)
+        channel = Array((prefix + "events").utf8)
+        members = Array((prefix + "members").utf8)
+        memberNodes = Array((prefix + "nodes").utf8)
+        topic = Array((prefix + "topic").utf8)
+        epoch = Array((prefix + "epoch").utf8)
+    }
 }

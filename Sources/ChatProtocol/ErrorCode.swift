@@ -57,9 +57,13 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
     /// The server could not store a room event (its disk is full, say), so it did not deliver
     /// it; the reason says why. Not fatal: later requests may succeed.
     public static let storageFailed = ErrorCode(rawValue: 22)
+    /// A cluster node cannot reach what the cluster shares (its Redis), so it did not do what
+    /// was asked; the reason says why. Not fatal, except in answer to `hello`: later requests may
+    /// succeed, on this node once it reconnects or on another.
+    public static let unavailable = ErrorCode(rawValue: 23)
 
     /// Every code this version defines, in numeric order.
-    public static let allKnown: [ErrorCode] = (1...22).map(ErrorCode.init(rawValue:))
+    public static let allKnown: [ErrorCode] = (1...23).map(ErrorCode.init(rawValue:))
 
     /// The code's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
     public var name: String? {
@@ -68,7 +72,7 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
             "tooManyConnectionsFromAddress", "handshakeRequired", "handshakeTimeout",
             "rateLimited", "frameTooLarge", "malformedFrame", "tooManyRooms", "notInRoom",
             "invalidRoom", "noSuchNick", "idleTimeout", "slowConsumer", "shuttingDown",
-            "internal", "unexpectedFrame", "alreadyInRoom", "storageFailed",
+            "internal", "unexpectedFrame", "alreadyInRoom", "storageFailed", "unavailable",
         ]
         let index = Int(rawValue) - 1
         return names.indices.contains(index) ? names[index] : nil

@@ -39,8 +39,8 @@ public struct ChatCore: Sendable {
     private var roomsAwaitingCommit: Set<String> = []
 
     /// Connection state, indexed by `ClientID.slot`; nil for free slots.
-    private var clients: [ClientState?] = []
-    private var nicks: [String: ClientID] = [:]
+    var clients: [ClientState?] = []
+    var nicks: [String: ClientID] = [:]
     private var rooms: [String: ChatRoom] = [:]
     /// Connections and shared rate limits by address: for addresses with connections open, and
     /// for those without until their buckets are full again (`tick` forgets them then), so that
@@ -61,20 +61,29 @@ public struct ChatCore: Sendable {
     /// Wrong passwords by address, for the delay and the lockout.
     private var passwordFailures: [String: PasswordFailures] = [:]
 
+    /// In cluster mode, what this node knows of the rooms its clients are in and what it waits
+    /// for from the cluster (ChatCore+Cluster.swift); nil for a server on its own.
+    var cluster: ClusterState?
+
     /// Connections open, handshaking ones included.
     public private(set) var clientCount = 0
 
     /// An empty chat with the limits of `configuration`, keeping rooms in `store` if there is
     /// one. New rooms take their epoch from `makeEpoch`, which must never return 0; by default a
     /// random number.
+    ///
+    /// `clustered` makes it one node of a cluster (docs/CLUSTER.md): rooms, nicks and history are
+    /// the cluster's, and the core asks for them through `takeClusterRequests()` instead of
+    /// keeping them itself; `store` is then unused.
     public init(
-        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil,
+        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, clustered: Bool = false,
         makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
     ) {
         self.configuration = configuration
-        self.store = store
+        self.store = clustered ? nil : store
         self.makeEpoch = makeEpoch
         budget = configuration.memoryBudget
+        cluster = clustered ? ClusterState() : nil
     }
 
     // MARK: Events
@@ -134,6 +143,7 @@ public struct ChatCore: Sendable {
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
         let firstAction = actions.count
         defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
+        if cluster != nil, clusterReceived(frame, from: id, nick: nick, at: now, into: &actions) { return }
         switch frame {
         case .changeNick(let newNick):
             changeNick(of: id, from: nick, to: newNick, at: now, into: &actions)
@@ -191,7 +201,9 @@ public struct ChatCore: Sendable {
         clients[id.slot] = nil
         clientCount -= 1
         addresses[client.address]?.connections -= 1
-        if let nick = client.nick {
+        if cluster != nil {
+            clusterDeparted(id, client: client, reason: disconnection.reason, at: now)
+        } else if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
             for room in client.rooms {
                 announceDeparture(from: room, id: id, at: now, into: &actions) { seq in
@@ -295,6 +307,15 @@ public struct ChatCore: Sendable {
             disconnect(id, refusal, at: now, into: &actions)
             return
         }
+        if cluster != nil {
+            clusterClaim(nick, for: id, version: version, at: now, into: &actions)
+            return
+        }
+        welcome(id, nick: nick, version: version, into: &actions)
+    }
+
+    /// Completes `id`'s handshake under `nick`, which is its now: sends `welcome` (and `limits`).
+    mutating func welcome(_ id: ClientID, nick: String, version: UInt16, into actions: inout [ChatAction]) {
         let agreed = min(version, WireProtocol.version)
         nicks[ChatName.nickKey(nick)] = id
         clients[id.slot]!.nick = nick
@@ -581,7 +602,7 @@ public struct ChatCore: Sendable {
         persist(name, event: entry, at: now)
     }
 
-    private mutating func tell(
+    mutating func tell(
         _ recipient: String, text: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         guard let target = nicks[ChatName.nickKey(recipient)], let targetNick = self.nick(of: target) else {
@@ -781,7 +802,7 @@ public struct ChatCore: Sendable {
         }
     }
 
-    private func refuse(
+    func refuse(
         _ request: FrameType, _ code: ErrorCode, _ reason: String, to id: ClientID, into actions: inout [ChatAction]
     ) {
         actions.append(.send(.error(code: code, fatal: false, frameType: request, reason: reason), to: id))
@@ -858,12 +879,12 @@ public struct ChatCore: Sendable {
 
     /// An upper bound of the bytes `entry` takes in a `history` or `historyPage` frame: its
     /// strings plus at most 32 bytes of kind, deltas and lengths.
-    private static func cost(_ entry: HistoryEntry) -> Int {
+    static func cost(_ entry: HistoryEntry) -> Int {
         32 + entry.sender.utf8.count + entry.text.utf8.count
     }
 
     /// Splits `entries` into `history` frames that each fit the protocol's frame limit.
-    private func appendHistoryFrames(room: String, entries: [HistoryEntry], to id: ClientID, into actions: inout [ChatAction]) {
+    func appendHistoryFrames(room: String, entries: [HistoryEntry], to id: ClientID, into actions: inout [ChatAction]) {
         Self.splitIntoFrames(entries, cost: Self.cost) { part, _ in
             actions.append(.send(.history(room: room, entries: part), to: id))
         }
@@ -871,7 +892,7 @@ public struct ChatCore: Sendable {
 
     /// Bytes available for the list in a list-carrying frame: the protocol's limit less room for
     /// the type, room name, epoch, flags and counts.
-    private static let listFrameBudget = WireProtocol.maxFrameSize - 128
+    static let listFrameBudget = WireProtocol.maxFrameSize - 128
 }
 
 /// Where one kept history entry is, in the order entries were kept across all rooms.
@@ -927,7 +948,7 @@ private struct PasswordFailures: Sendable {
 }
 
 /// What the chat knows about one connection.
-private struct ClientState: Sendable {
+struct ClientState: Sendable {
     let address: String
     /// nil until the handshake completes.
     var nick: String?

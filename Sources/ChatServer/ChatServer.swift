@@ -64,6 +64,8 @@ public final class ChatServer: @unchecked Sendable {
     private var core: ChatCore
     /// Where rooms are kept beyond memory; nil when they are not.
     private let store: (any RoomStore)?
+    /// In cluster mode, this node's side of the cluster; nil for a server on its own.
+    private let clusterNode: ClusterNode?
 
     /// What every chunk the server encodes for its queues costs while it lives, however many
     /// queues share it. (History replays, shared until the history changes, belong to the
@@ -126,15 +128,24 @@ public final class ChatServer: @unchecked Sendable {
     /// Throws `ChatServerError.invalidConfiguration` for settings that cannot work, `TLSError` when
     /// the certificate or key cannot be loaded, `SocketError` when the address cannot be bound.
     /// Logs through `logger` (connects and disconnects at `info`).
+    ///
+    /// With `cluster`, the server is a node of that cluster (docs/CLUSTER.md): rooms, nicks and
+    /// history are the cluster's, in its Redis, and `store` must be nil.
     public init(
-        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, logger: Logger = Logger(label: "chat-server")
+        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, cluster: ClusterConfiguration? = nil,
+        logger: Logger = Logger(label: "chat-server")
     ) throws {
         if let problem = configuration.problem() { throw ChatServerError.invalidConfiguration(problem) }
+        if cluster != nil, store != nil {
+            throw ChatServerError.invalidConfiguration("a cluster node keeps its rooms in the cluster's Redis, not in a store")
+        }
         self.configuration = configuration
         self.logger = logger
         self.store = store
         budget = configuration.memoryBudget
-        core = ChatCore(configuration: configuration, store: store)
+        core = ChatCore(configuration: configuration, store: store, clustered: cluster != nil)
+        let queue = self.queue
+        clusterNode = cluster.map { ClusterNode(configuration: $0, historySize: configuration.historySize, queue: queue, logger: logger) }
         // Loaded before binding, so a bad certificate never leaves a port open that cannot serve.
         tlsContext = try configuration.tls.map { configuration throws(TLSError) in try TLSContext(configuration) }
         // "::" takes IPv4 clients too (as IPv4-mapped addresses), as --help promises.
@@ -189,6 +200,7 @@ public final class ChatServer: @unchecked Sendable {
                     self?.logger.warning("accept failed", metadata: ["error": "\(error)"])
                 })
             startTimer()
+            clusterNode?.start { [weak self] body in self?.answerFromCluster(body) }
         }
     }
 
@@ -347,6 +359,10 @@ public final class ChatServer: @unchecked Sendable {
                     waitForWriter(connection)
                     return
                 }
+                if let clusterNode, core.isAwaitingCluster(connection.id) {
+                    clusterNode.hold(connection)
+                    return
+                }
                 if connection.channel.outboundCost > budget.replyHighWater {
                     pauseRequests(of: connection)
                     return
@@ -468,7 +484,7 @@ public final class ChatServer: @unchecked Sendable {
     /// before are served (later, if they wait for its queue to drain).
     private func endOfInput(on connection: ClientConnection) {
         guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil,
-            !connection.waitingForWriter
+            !connection.waitingForWriter, !connection.waitingForCluster
         else { return }
         serveRequests(of: connection)
     }
@@ -501,6 +517,10 @@ public final class ChatServer: @unchecked Sendable {
     /// store, after the commit of the changes staged with them, unless nothing is staged or
     /// held before them.
     private func perform() {
+        if let clusterNode {
+            let requests = core.takeClusterRequests()
+            if !requests.isEmpty { clusterNode.carryOut(requests) }
+        }
         guard !actions.isEmpty else { return }
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             for action in actions { heldActionsCost += Self.heldCost(of: action) }
@@ -732,6 +752,31 @@ public final class ChatServer: @unchecked Sendable {
         guard connection.isActive else { return }
         core.disconnect(connection.id, Disconnection(code: .slowConsumer, reason: reason), at: now, into: &actions)
         perform()
+    }
+
+    // MARK: Cluster
+
+    /// An answer from the cluster: runs `body` on the core, carries out what it did, and serves
+    /// the clients whose requests waited for it.
+    private func answerFromCluster(_ body: (inout ChatCore, inout [ChatAction]) -> Void) {
+        body(&core, &actions)
+        perform()
+        guard let clusterNode else { return }
+        for connection in clusterNode.releaseAnswered({ core.isAwaitingCluster($0) }) where connection.isActive {
+            serveRequests(of: connection)
+            connection.updateReading()
+        }
+    }
+
+    /// This node's id in its cluster, or nil for a server on its own.
+    public var clusterNodeID: String? { clusterNode?.configuration.nodeID }
+
+    /// After `shutdown`: lets what was sent to the cluster's Redis (the clients' quits) be
+    /// carried out, for at most `timeout`, then closes the link and calls `completion`. Without a
+    /// cluster it calls `completion` at once.
+    public func leaveCluster(timeout: Duration = .seconds(2), completion: @escaping @Sendable () -> Void) {
+        guard clusterNode != nil else { return completion() }
+        queue.async { [self] in clusterNode!.stop(timeout: timeout, completion: completion) }
     }
 
     // MARK: Time

@@ -38,6 +38,9 @@ final class ClientConnection {
     /// Whether the client's requests wait (its connection is not read) because the storage
     /// writer lags: what it would say could not be acknowledged before the backlog commits.
     var waitingForWriter = false
+    /// Whether the client's requests wait (its connection is not read) for the cluster's answer
+    /// to an earlier one: a nick claim or a join, whose outcome later requests depend on.
+    var waitingForCluster = false
     /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
     /// it is below.
     var lagSince: UInt64?
@@ -74,10 +77,10 @@ final class ClientConnection {
     }
 
     /// Reads while the client's requests are served; pauses while they wait, for its queue to
-    /// drain, for its address's rate, or for the storage writer.
+    /// drain, for its address's rate, for the storage writer, or for the cluster.
     func updateReading() {
         guard isActive else { return }
-        if requestsPaused || throttledUntil != nil || waitingForWriter {
+        if requestsPaused || throttledUntil != nil || waitingForWriter || waitingForCluster {
             channel.pauseReading()
         } else {
             channel.resumeReading()

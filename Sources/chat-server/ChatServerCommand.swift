@@ -43,6 +43,13 @@ struct ChatServerCommand: ParsableCommand {
             The --retain flags bound what is kept on disk. --no-persistence keeps rooms in memory \
             only (docs/SERVER.md, "Durability").
 
+            With --cluster redis://HOST:PORT (or $CHAT_CLUSTER) the server is one node of a cluster: \
+            every node serves every room, and rooms, their history, nicks and presence live in that \
+            Redis, so --data-dir and the --retain flags do not apply (docs/CLUSTER.md). While Redis \
+            cannot be reached, room events, joins, hellos and direct messages are refused with \
+            error(unavailable) and the node reconnects; Redis should keep an append-only file \
+            (Scripts/cluster.sh runs it so) or a Redis restart loses the rooms.
+
             The password comes from --password-file or the CHAT_SERVER_PASSWORD environment \
             variable, never from the command line, where other users could read it.
             """)
@@ -183,6 +190,15 @@ struct ChatServerCommand: ParsableCommand {
             valueName: "SIZE"))
     var retainTotalBytes = ByteSize(bytes: 1 << 30)
 
+    @Option(
+        help: ArgumentHelp(
+            "Be a node of the cluster whose Redis is at this address (default: $CHAT_CLUSTER, else none): rooms, nicks and history are shared with every node of it.",
+            valueName: "redis://HOST:PORT"))
+    var cluster: String?
+
+    @Option(help: "Seconds a cluster node may stay silent before the other nodes free its nicks and announce its members' quits.")
+    var clusterNodeTimeout: Double = 5
+
     @Option(help: "The message of the day sent in welcome.")
     var motd = ""
 
@@ -196,6 +212,24 @@ struct ChatServerCommand: ParsableCommand {
         guard retainDays >= 0, retainDays.isFinite else { throw ValidationError("--retain-days must be 0 or more") }
         guard retainEvents >= 0 else { throw ValidationError("--retain-events must be 0 or more") }
         if noPersistence, dataDir != nil { throw ValidationError("--data-dir and --no-persistence contradict each other") }
+        if let cluster = try clusterConfiguration() {
+            if dataDir != nil { throw ValidationError("--data-dir does not apply to a cluster node: its rooms live in \(cluster.host):\(cluster.port)") }
+        }
+        guard clusterNodeTimeout > 0, clusterNodeTimeout.isFinite else { throw ValidationError("--cluster-node-timeout must be positive") }
+    }
+
+    /// The cluster from --cluster or $CHAT_CLUSTER, or nil; throws a message for a bad address.
+    private func clusterConfiguration() throws -> ClusterConfiguration? {
+        let fromEnvironment = getenv("CHAT_CLUSTER").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
+        guard let url = cluster ?? fromEnvironment else { return nil }
+        let source = cluster != nil ? "--cluster" : "CHAT_CLUSTER"
+        do {
+            var configuration = try ClusterConfiguration(url: url)
+            configuration.nodeTimeout = .milliseconds(Int64(clusterNodeTimeout * 1000))
+            return configuration
+        } catch {
+            throw ValidationError("\(source): \(error)")
+        }
     }
 
     /// The data directory: --data-dir, else $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.
@@ -243,10 +277,11 @@ struct ChatServerCommand: ParsableCommand {
             return handler
         }
         let logger = Logger(label: "chat-server")
-        let store = try openStore(logger: logger)
+        let cluster = try clusterConfiguration()
+        let store = cluster == nil ? try openStore(logger: logger) : nil
         let server: ChatServer
         do {
-            server = try ChatServer(configuration: try serverConfiguration(), store: store, logger: logger)
+            server = try ChatServer(configuration: try serverConfiguration(), store: store, cluster: cluster, logger: logger)
         } catch let error as TLSError {
             // The sentence names the file and what to do; a stack of ArgumentParser text would not.
             StandardError.write("chat-server: \(error)\n")
@@ -273,6 +308,9 @@ struct ChatServerCommand: ParsableCommand {
                 "sockets.open": "\(socketsAtStart)",
                 "memory.budget": "\(server.budget)",
             ])
+        stopped.wait()
+        // The clients' quits reach the other nodes before the node's link closes.
+        server.leaveCluster { stopped.signal() }
         stopped.wait()
         withExtendedLifetime(signalSources) {}
         store?.close()

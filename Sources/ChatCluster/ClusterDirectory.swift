@@ -1,0 +1,180 @@
+import RedisClient
+import RedisProtocol
+
+/// What the cluster knows about rooms and people beyond each room's log, read from Redis: who is
+/// in a room, which rooms have members, a room's epoch and topic; and direct messages to the node
+/// that serves a nick (docs/CLUSTER.md).
+///
+/// Membership and topics are written by `RoomLog.append` in the same step as the event that
+/// changes them; this type only reads them, except for a room's epoch, set by the first reader.
+///
+/// Threading: confined to the queue of its connection.
+public struct ClusterDirectory: Sendable {
+    private let commands: RedisConnection
+
+    /// A directory reading through `commands`.
+    public init(commands: RedisConnection) {
+        self.commands = commands
+    }
+
+    /// What a joiner is told about a room besides its history.
+    public struct RoomSnapshot: Sendable, Equatable {
+        /// The room's epoch (set now if the room had none).
+        public var epoch: UInt64
+        /// The `seq` of the oldest event in the log; 0 for none.
+        public var firstSeq: UInt64
+        /// The topic event, as published (its payload is the node's encoding).
+        public var topic: LoggedEvent?
+        /// Member nicks in joining order.
+        public var members: [String]
+    }
+
+    /// Reads `room`'s snapshot, giving it the epoch `newEpoch` if it has none yet.
+    public func snapshot(of room: String, newEpoch: UInt64, completion: @escaping (Result<RoomSnapshot, ClusterError>) -> Void) {
+        let keys = RoomKeys(room)
+        var replies: [RESPValue] = []
+        var failed = false
+        let commandsToSend: [[[UInt8]]] = [
+            [Array("SET".utf8), keys.epoch, Array(String(newEpoch).utf8), Array("NX".utf8)],
+            [Array("GET".utf8), keys.epoch],
+            [Array("GET".utf8), keys.topic],
+            [Array("XRANGE".utf8), keys.log, Array("-".utf8), Array("+".utf8), Array("COUNT".utf8), Array("1".utf8)],
+            [Array("ZRANGE".utf8), keys.members, Array("0".utf8), Array("-1".utf8)],
+        ]
+        for command in commandsToSend {
+            commands.send(command) { reply in
+                guard !failed else { return }
+                switch reply {
+                case .success(.error(let text)):
+                    failed = true
+                    completion(.failure(.refused(text)))
+                    return
+                case .success(let value):
+                    replies.append(value)
+                case .failure(let error):
+                    failed = true
+                    completion(.failure(.redis(error)))
+                    return
+                }
+                guard replies.count == commandsToSend.count else { return }
+                guard let epoch = replies[1].integer.flatMap({ UInt64(exactly: $0) }) ?? replies[1].text.flatMap({ UInt64($0) }),
+                    case .array(let first?) = replies[3], case .array(let members?) = replies[4]
+                else {
+                    completion(.failure(.malformedReply("room snapshot \(replies)")))
+                    return
+                }
+                var topic: LoggedEvent?
+                if case .bulkString(let body?) = replies[2] { topic = RoomLog.parsePublication(body) }
+                let firstSeq = first.first.flatMap(RoomLog.parseEntry)?.seq ?? 0
+                completion(.success(RoomSnapshot(epoch: epoch, firstSeq: firstSeq, topic: topic, members: members.compactMap(\.text))))
+            }
+        }
+    }
+
+    /// The member nicks of `room`, in joining order.
+    public func members(of room: String, completion: @escaping (Result<[String], ClusterError>) -> Void) {
+        commands.send([Array("ZRANGE".utf8), RoomKeys(room).members, Array("0".utf8), Array("-1".utf8)]) { reply in
+            switch reply {
+            case .success(.array(let items?)): completion(.success(items.compactMap(\.text)))
+            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "a list of nicks")))
+            case .failure(let error): completion(.failure(.redis(error)))
+            }
+        }
+    }
+
+    /// One room with members, as `rooms` lists it.
+    public struct ListedRoom: Sendable, Equatable {
+        /// The room's name.
+        public var name: String
+        /// How many members it has, on all nodes.
+        public var memberCount: Int
+        /// Its topic event as published, if it has one.
+        public var topic: LoggedEvent?
+    }
+
+    /// ARGV: none. Returns name, member count, topic (or false) for each room with members.
+    static let roomListScript = """
+        local result = {}
+        for _, room in ipairs(redis.call('SMEMBERS', 'chat:rooms')) do
+            local count = redis.call('ZCARD', 'chat:{' .. room .. '}:members')
+            if count > 0 then
+                table.insert(result, room)
+                table.insert(result, count)
+                table.insert(result, redis.call('GET', 'chat:{' .. room .. '}:topic'))
+            end
+        end
+        return result
+        """
+
+    /// Every room with members, in no particular order.
+    public func rooms(completion: @escaping (Result<[ListedRoom], ClusterError>) -> Void) {
+        commands.send([Array("EVAL".utf8), Array(Self.roomListScript.utf8), Array("0".utf8)]) { reply in
+            guard case .success(.array(let items?)) = reply, items.count.isMultiple(of: 3) else {
+                completion(.failure(ClusterError(reply, expecting: "a room list")))
+                return
+            }
+            var rooms: [ListedRoom] = []
+            for index in stride(from: 0, to: items.count, by: 3) {
+                guard let name = items[index].text, let count = items[index + 1].integer else { continue }
+                var topic: LoggedEvent?
+                if case .bulkString(let body?) = items[index + 2] { topic = RoomLog.parsePublication(body) }
+                rooms.append(ListedRoom(name: name, memberCount: Int(count), topic: topic))
+            }
+            completion(.success(rooms))
+        }
+    }
+
+    /// ARGV: the nick's key, the payload. Publishes the payload on the channel of the node holding
+    /// the nick; returns how many subscribers heard it (0: no one holds it, or its node is gone).
+    static let directScript = """
+        local owner = redis.call('GET', 'chat:nick:' .. ARGV[1])
+        if not owner then return 0 end
+        return redis.call('PUBLISH', 'chat:node:' .. owner .. ':direct', ARGV[2])
+        """
+
+    /// Hands `payload` to the node holding the nick whose registry key is `nickKey`; true when a
+    /// node heard it, false when no live node holds the nick.
+    public func direct(toNick nickKey: String, payload: [UInt8], completion: @escaping (Result<Bool, ClusterError>) -> Void) {
+        commands.send([Array("EVAL".utf8), Array(Self.directScript.utf8), Array("0".utf8), Array(nickKey.utf8), payload]) { reply in
+            switch reply {
+            case .success(.integer(let heard)): completion(.success(heard > 0))
+            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "a count")))
+            case .failure(let error): completion(.failure(.redis(error)))
+            }
+        }
+    }
+
+    /// The members of rooms that `node` served, as (room, nick) pairs: what a reaper announces
+    /// as quits once the node is dead.
+    public func memberships(of node: String, completion: @escaping (Result<[(room: String, nick: String)], ClusterError>) -> Void) {
+        let script = """
+            local result = {}
+            for _, room in ipairs(redis.call('SMEMBERS', 'chat:node:' .. ARGV[1] .. ':rooms')) do
+                local nodes = redis.call('HGETALL', 'chat:{' .. room .. '}:nodes')
+                for index = 1, #nodes, 2 do
+                    if nodes[index + 1] == ARGV[1] then
+                        table.insert(result, room)
+                        table.insert(result, nodes[index])
+                    end
+                end
+            end
+            return result
+            """
+        commands.send([Array("EVAL".utf8), Array(script.utf8), Array("0".utf8), Array(node.utf8)]) { reply in
+            guard case .success(.array(let items?)) = reply, items.count.isMultiple(of: 2) else {
+                completion(.failure(ClusterError(reply, expecting: "memberships")))
+                return
+            }
+            var pairs: [(room: String, nick: String)] = []
+            for index in stride(from: 0, to: items.count, by: 2) {
+                if let room = items[index].text, let nick = items[index + 1].text { pairs.append((room, nick)) }
+            }
+            completion(.success(pairs))
+        }
+    }
+
+    /// Forgets which rooms the dead `node` served members of, once their quits are announced.
+    public func forgetRooms(of node: String) {
+        commands.send([Array("DEL".utf8), Array("chat:node:\(node):rooms".utf8)]) { _ in }
+    }
+}

@@ -1,0 +1,657 @@
+import ChatProtocol
+
+// MARK: - Cluster mode of the chat logic
+//
+// In a cluster (docs/CLUSTER.md) the chat logic still owns this node's connections — handshakes,
+// limits, who is here — but the rooms, their `seq`s and history, nicks and presence are the
+// cluster's. So where a server on its own would change a room and broadcast, a node asks the
+// cluster (a `ClusterRequest` in `takeClusterRequests()`), and the answers come back as calls
+// below: an appended event comes back as `clusterDeliver` — to the sender's node like to any
+// other — and only then reaches this node's members, with the `seq` Redis gave it. Nothing here
+// does I/O; `ClusterNode` carries the requests out against Redis, and tests can answer them
+// by hand.
+
+/// What a clustered `ChatCore` asks of the cluster. The server carries each out and reports the
+/// outcome through the `cluster…` method named.
+public enum ClusterRequest: Sendable, Equatable {
+    /// Claim `nick` for this node → `clusterNickClaimed`.
+    case claimNick(ClientID, nick: String)
+    /// Let `nick` go (its holder left, or changed it).
+    case releaseNick(String)
+    /// Follow `room` (if not yet) and append `joined` for `nick` with the membership →
+    /// `clusterJoinAppended`; the event itself comes back through `clusterDeliver`.
+    case join(room: String, ClientID, nick: String)
+    /// Append `event` (its `seq` and time 0: Redis numbers and stamps it) to `room`'s log with
+    /// `change`; if it fails, `clusterAppendFailed` tells `sender`, or, with no sender (a quit),
+    /// the server retries it once the cluster is back.
+    case append(room: String, event: Frame, change: ClusterChange, sender: ClientID?)
+    /// Read what a joiner of `room` is told — epoch, members, topic, history up to its own
+    /// `joined` at `seq` → `clusterSnapshotRead`.
+    case snapshot(room: String, ClientID, seq: UInt64, version: UInt16)
+    /// Read `room`'s members → `clusterMembersRead`.
+    case members(room: String, ClientID)
+    /// Read every room with members → `clusterRoomsRead`.
+    case listRooms(ClientID)
+    /// Read a page of `room`'s history next to `seq` → `clusterHistoryRead`. `request` is what
+    /// asked: `requestHistory` (newest `limit` messages) or `fetchHistory`.
+    case history(room: String, ClientID, HistoryDirection, seq: UInt64, limit: Int, request: FrameType)
+    /// Hand `message` (a `direct`) to the node serving its recipient → `clusterDirectSent`.
+    case direct(Frame, sender: ClientID)
+    /// Stop following `room`: no member here any more.
+    case unfollow(room: String)
+}
+
+/// What an appended event changes in the room's shared state besides its log.
+public enum ClusterChange: Sendable, Equatable {
+    /// Nothing.
+    case none
+    /// `nick` of this node leaves the members (nothing is appended if it is not one).
+    case leave(nick: String)
+    /// This node's member `old` is called `new`.
+    case rename(old: String, new: String)
+    /// The event is the topic.
+    case topic
+}
+
+/// What a joiner is told about a room, read from the cluster.
+public struct ClusterRoomSnapshot: Sendable, Equatable {
+    /// The room's epoch.
+    public var epoch: UInt64
+    /// The `seq` of the oldest event the cluster keeps; 0 for none.
+    public var firstSeq: UInt64
+    /// The `seq` of the joiner's own `joined`: what it is told is the room's last.
+    public var lastSeq: UInt64
+    /// The topic event (a `topic` frame), if the room has a topic.
+    public var topic: Frame?
+    /// Member nicks, in joining order.
+    public var members: [String]
+    /// The newest history, oldest first, up to the joiner's `joined`.
+    public var history: [HistoryEntry]
+    /// Whether `history` reaches the oldest event kept.
+    public var complete: Bool
+
+    /// Describes a snapshot.
+    public init(
+        epoch: UInt64, firstSeq: UInt64, lastSeq: UInt64, topic: Frame?, members: [String], history: [HistoryEntry], complete: Bool
+    ) {
+        self.epoch = epoch
+        self.firstSeq = firstSeq
+        self.lastSeq = lastSeq
+        self.topic = topic
+        self.members = members
+        self.history = history
+        self.complete = complete
+    }
+}
+
+/// This node's share of the cluster's rooms and what it waits for, inside `ChatCore`.
+struct ClusterState: Sendable {
+    /// A room with clients of this node in it (or on their way in).
+    struct Room: Sendable {
+        /// Local members in the order their `joined` arrived: who gets the room's events.
+        var members: [ClientID] = []
+        /// Clients whose `joined` was asked for and has not arrived.
+        var joining: Set<ClientID> = []
+        /// Members whose snapshot is being read, with the events held for them meanwhile.
+        var snapshotting: [ClientID: [Frame]] = [:]
+        /// Members who asked to leave and whose `left` has not arrived: they get it, then go.
+        var leaving: Set<ClientID> = []
+
+        var isEmpty: Bool { members.isEmpty && joining.isEmpty }
+    }
+
+    /// What a paused client waits for; its later requests wait with it, so they keep their order.
+    enum Awaited: Sendable, Equatable {
+        /// Its `hello`'s nick claim.
+        case hello(nick: String, version: UInt16)
+        /// Its `changeNick`'s nick claim.
+        case nickChange(String)
+        /// The append of its `joined`.
+        case join(String)
+    }
+
+    /// Whether the cluster's Redis is reachable; requests that need it are refused while not.
+    var available = false
+    /// Why it is not, for the `unavailable` errors.
+    var unavailableReason = "not connected to the cluster yet"
+    var rooms: [String: Room] = [:]
+    var awaiting: [ClientID: Awaited] = [:]
+    var outbox: [ClusterRequest] = []
+}
+
+extension ChatCore {
+    // MARK: Talking to the cluster
+
+    /// The requests made since the last call, in order; the server carries them out.
+    public mutating func takeClusterRequests() -> [ClusterRequest] {
+        guard cluster?.outbox.isEmpty == false else { return [] }
+        defer { cluster!.outbox.removeAll() }
+        return cluster!.outbox
+    }
+
+    /// Whether `id`'s requests must wait for the cluster's answer to an earlier one.
+    public func isAwaitingCluster(_ id: ClientID) -> Bool {
+        cluster?.awaiting[id] != nil
+    }
+
+    /// The cluster's Redis became reachable (`available`) or not (with why). While it is not,
+    /// requests that need it are answered `unavailable`.
+    public mutating func clusterAvailability(_ available: Bool, reason: String = "") {
+        cluster?.available = available
+        if !available { cluster?.unavailableReason = reason }
+    }
+
+    /// The room names this node follows: those with local members or joiners.
+    public var clusterRooms: [String] { cluster.map { $0.rooms.keys.sorted() } ?? [] }
+
+    /// The local members of `room` in cluster mode, for tests and logs.
+    public func clusterMembers(of room: String) -> [String] {
+        cluster?.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
+    }
+
+    private mutating func ask(_ request: ClusterRequest) {
+        cluster!.outbox.append(request)
+    }
+
+    private func unavailableText(_ what: String) -> String {
+        "\(what): the cluster is unavailable (\(cluster!.unavailableReason)); try again"
+    }
+
+    // MARK: Requests from clients
+
+    /// Handles `frame` from the welcomed `id` the cluster's way; false for frames that are
+    /// handled as on a server on its own (pings, away, goodbye …).
+    mutating func clusterReceived(
+        _ frame: Frame, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) -> Bool {
+        switch frame {
+        case .changeNick(let newNick):
+            clusterChangeNick(of: id, from: nick, to: newNick, into: &actions)
+        case .join(let room):
+            clusterJoin(room, id: id, nick: nick, into: &actions)
+        case .part(let room):
+            guard let index = clients[id.slot]!.rooms.firstIndex(of: room) else {
+                refuse(.part, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
+                return true
+            }
+            guard cluster!.available else {
+                refuse(.part, .unavailable, unavailableText("cannot leave #\(room) now"), to: id, into: &actions)
+                return true
+            }
+            // It stops being a member for its own requests now, and for the room when its `left`
+            // (its acknowledgement) arrives.
+            clients[id.slot]!.rooms.remove(at: index)
+            cluster!.rooms[room]?.leaving.insert(id)
+            ask(.append(room: room, event: .left(room: room, seq: 0, time: 0, nick: nick), change: .leave(nick: nick), sender: id))
+        case .say(let room, let text), .emote(let room, let text):
+            let isMessage = frame.type == .say
+            guard clients[id.slot]!.rooms.contains(room) else {
+                refuse(frame.type, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
+                return true
+            }
+            guard cluster!.available else {
+                refuse(frame.type, .unavailable, unavailableText("#\(room): not delivered"), to: id, into: &actions)
+                return true
+            }
+            let event: Frame =
+                isMessage
+                ? .message(room: room, seq: 0, time: 0, sender: nick, text: text)
+                : .action(room: room, seq: 0, time: 0, sender: nick, text: text)
+            ask(.append(room: room, event: event, change: .none, sender: id))
+        case .setTopic(let room, let text):
+            guard clients[id.slot]!.rooms.contains(room) else {
+                refuse(.setTopic, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
+                return true
+            }
+            guard cluster!.available else {
+                refuse(.setTopic, .unavailable, unavailableText("#\(room): topic not set"), to: id, into: &actions)
+                return true
+            }
+            ask(.append(room: room, event: .topic(room: room, seq: 0, time: 0, setBy: nick, text: text), change: .topic, sender: id))
+        case .tell(let recipient, let text):
+            if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
+                // Served here: as on a server on its own.
+                return false
+            }
+            guard cluster!.available else {
+                refuse(.tell, .unavailable, unavailableText("not delivered to \(recipient)"), to: id, into: &actions)
+                return true
+            }
+            ask(.direct(.direct(sender: nick, recipient: recipient, time: now.wallMillis, text: text), sender: id))
+        case .listRooms:
+            guard cluster!.available else {
+                refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)
+                return true
+            }
+            ask(.listRooms(id))
+        case .who(let room):
+            guard cluster!.available else {
+                refuse(.who, .unavailable, unavailableText("cannot list #\(room) now"), to: id, into: &actions)
+                return true
+            }
+            ask(.members(room: room, id))
+        case .requestHistory(let room, let count):
+            clusterHistory(of: room, id: id, .before, seq: 0, limit: min(Int(count), configuration.historySize), request: .requestHistory, into: &actions)
+        case let .fetchHistory(room, direction, seq, limit):
+            clusterHistory(of: room, id: id, direction, seq: seq, limit: min(Int(limit), configuration.historySize), request: .fetchHistory, into: &actions)
+        default:
+            return false
+        }
+        return true
+    }
+
+    /// Claims `nick` for the handshaking `id` in the cluster; it is reserved here meanwhile, so two
+    /// clients of this node cannot both get it (the cluster's claim is per node).
+    mutating func clusterClaim(_ nick: String, for id: ClientID, version: UInt16, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard cluster!.available else {
+            let refusal = Disconnection(code: .unavailable, frameType: .hello, reason: unavailableText("cannot check the nick \(nick) now"))
+            disconnect(id, refusal, at: now, into: &actions)
+            return
+        }
+        nicks[ChatName.nickKey(nick)] = id
+        cluster!.awaiting[id] = .hello(nick: nick, version: version)
+        ask(.claimNick(id, nick: nick))
+    }
+
+    private mutating func clusterChangeNick(of id: ClientID, from oldNick: String, to newNick: String, into actions: inout [ChatAction]) {
+        let newKey = ChatName.nickKey(newNick)
+        if let holder = nicks[newKey], holder != id {
+            refuse(.changeNick, .nickTaken, "nick \(newNick) is taken", to: id, into: &actions)
+            return
+        }
+        guard cluster!.available else {
+            refuse(.changeNick, .unavailable, unavailableText("cannot change your nick now"), to: id, into: &actions)
+            return
+        }
+        if newKey == ChatName.nickKey(oldNick) {
+            // Its own nick in other letters: nothing to claim.
+            renamed(id, from: oldNick, to: newNick, into: &actions)
+            return
+        }
+        nicks[newKey] = id
+        cluster!.awaiting[id] = .nickChange(newNick)
+        ask(.claimNick(id, nick: newNick))
+    }
+
+    /// `id` is called `newNick` now: tells it, and its rooms through the cluster.
+    private mutating func renamed(_ id: ClientID, from oldNick: String, to newNick: String, into actions: inout [ChatAction]) {
+        if ChatName.nickKey(oldNick) != ChatName.nickKey(newNick) {
+            nicks[ChatName.nickKey(oldNick)] = nil
+            ask(.releaseNick(oldNick))
+        }
+        nicks[ChatName.nickKey(newNick)] = id
+        clients[id.slot]!.nick = newNick
+        actions.append(.send(.nickAccepted(nick: newNick), to: id))
+        guard newNick != oldNick else { return }
+        for room in clients[id.slot]!.rooms {
+            let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
+            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: nil))
+        }
+    }
+
+    private mutating func clusterJoin(_ room: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
+        if clients[id.slot]!.rooms.contains(room) {
+            refuse(.join, .alreadyInRoom, "you are already in #\(room)", to: id, into: &actions)
+            return
+        }
+        if clients[id.slot]!.rooms.count >= configuration.maxRoomsPerClient {
+            let reason = "you are in \(configuration.maxRoomsPerClient) rooms, the most allowed"
+            refuse(.join, .tooManyRooms, reason, to: id, into: &actions)
+            return
+        }
+        guard cluster!.available else {
+            refuse(.join, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
+            return
+        }
+        clients[id.slot]!.rooms.append(room)
+        cluster!.rooms[room, default: ClusterState.Room()].joining.insert(id)
+        cluster!.awaiting[id] = .join(room)
+        ask(.join(room: room, id, nick: nick))
+    }
+
+    private mutating func clusterHistory(
+        of room: String, id: ClientID, _ direction: HistoryDirection, seq: UInt64, limit: Int, request: FrameType,
+        into actions: inout [ChatAction]
+    ) {
+        guard clients[id.slot]!.rooms.contains(room), cluster!.rooms[room]?.members.contains(id) == true else {
+            refuse(request, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
+            return
+        }
+        guard cluster!.available else {
+            refuse(request, .unavailable, unavailableText("cannot read the history of #\(room) now"), to: id, into: &actions)
+            return
+        }
+        ask(.history(room: room, id, direction, seq: seq, limit: limit, request: request))
+    }
+
+    /// `id` left this node (`client` is what was known of it): its rooms hear it quit, through
+    /// the cluster, and its nick is let go.
+    mutating func clusterDeparted(_ id: ClientID, client: ClientState, reason: String, at now: ServerTime) {
+        let awaited = cluster!.awaiting.removeValue(forKey: id)
+        if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
+            // Its claim may still succeed: `clusterNickClaimed` lets it go then.
+            nicks[ChatName.nickKey(nick)] = nil
+        }
+        if case .nickChange(let newNick) = awaited, nicks[ChatName.nickKey(newNick)] == id {
+            nicks[ChatName.nickKey(newNick)] = nil
+        }
+        for name in cluster!.rooms.keys {
+            guard var room = cluster!.rooms[name] else { continue }
+            room.joining.remove(id)
+            room.snapshotting[id] = nil
+            room.leaving.remove(id)
+            if let index = room.members.firstIndex(of: id) { room.members.remove(at: index) }
+            cluster!.rooms[name] = room
+        }
+        guard let nick = client.nick else { return }
+        nicks[ChatName.nickKey(nick)] = nil
+        ask(.releaseNick(nick))
+        // Every room it was in or on its way into: a `joined` already appended gets its `quit`
+        // (a leave of a nick that is no member appends nothing).
+        var rooms = client.rooms
+        if case .join(let joining) = awaited, !rooms.contains(joining) { rooms.append(joining) }
+        for room in rooms {
+            let event = Frame.quit(room: room, seq: 0, time: 0, nick: nick, reason: reason)
+            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: nil))
+        }
+        for name in rooms { unfollowIfEmpty(name) }
+    }
+
+    private mutating func unfollowIfEmpty(_ name: String) {
+        guard let room = cluster!.rooms[name], room.isEmpty else { return }
+        cluster!.rooms[name] = nil
+        ask(.unfollow(room: name))
+    }
+
+    // MARK: Answers from the cluster
+
+    /// The cluster answered `id`'s nick claim: `claimed` true (it is this node's now), false (a
+    /// client of another node holds it), or an error (Redis could not say).
+    public mutating func clusterNickClaimed(
+        _ id: ClientID, nick: String, _ outcome: Result<Bool, ClusterFailure>, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        let key = ChatName.nickKey(nick)
+        let awaited = cluster?.awaiting[id]
+        let stillWanted: Bool
+        switch awaited {
+        case .hello(let wanted, _), .nickChange(let wanted): stillWanted = ChatName.nickKey(wanted) == key
+        default: stillWanted = false
+        }
+        guard stillWanted, let awaited else {
+            // Its client left meanwhile: what was claimed for it is let go.
+            if case .success(true) = outcome, nicks[key] == nil { ask(.releaseNick(nick)) }
+            return
+        }
+        cluster!.awaiting[id] = nil
+        switch (awaited, outcome) {
+        case (.hello(_, let version), .success(true)):
+            welcome(id, nick: nick, version: version, into: &actions)
+        case (.hello, .success(false)):
+            nicks[key] = nil
+            disconnect(id, Disconnection(code: .nickTaken, frameType: .hello, reason: "nick \(nick) is taken"), at: now, into: &actions)
+        case (.hello, .failure(let failure)):
+            nicks[key] = nil
+            let refusal = Disconnection(
+                code: .unavailable, frameType: .hello, reason: "cannot check the nick \(nick) now: \(failure.reason); try again")
+            disconnect(id, refusal, at: now, into: &actions)
+        case (.nickChange, .success(true)):
+            guard let oldNick = self.nick(of: id) else { return }
+            renamed(id, from: oldNick, to: nick, into: &actions)
+        case (.nickChange, .success(false)):
+            nicks[key] = nil
+            refuse(.changeNick, .nickTaken, "nick \(nick) is taken", to: id, into: &actions)
+        case (.nickChange, .failure(let failure)):
+            nicks[key] = nil
+            refuse(.changeNick, .unavailable, "cannot change your nick now: \(failure.reason); try again", to: id, into: &actions)
+        case (.join, _):
+            break
+        }
+    }
+
+    /// The append of `id`'s `joined` in `room` is done: nil, or why it failed (it is not in the
+    /// room then, and is told so).
+    public mutating func clusterJoinAppended(_ id: ClientID, room: String, failure: ClusterFailure?, into actions: inout [ChatAction]) {
+        guard cluster?.awaiting[id] == .join(room) else { return }
+        cluster!.awaiting[id] = nil
+        guard let failure else { return }
+        clients[id.slot]?.rooms.removeAll { $0 == room }
+        cluster!.rooms[room]?.joining.remove(id)
+        refuse(.join, .unavailable, "cannot join #\(room) now: \(failure.reason); try again", to: id, into: &actions)
+        unfollowIfEmpty(room)
+    }
+
+    /// An append `sender` asked for failed: it is told its request was not carried out.
+    public mutating func clusterAppendFailed(
+        _ event: Frame, in room: String, sender: ClientID, failure: ClusterFailure, into actions: inout [ChatAction]
+    ) {
+        guard sender.slot < clients.count, clients[sender.slot] != nil else { return }
+        let request: FrameType
+        switch event {
+        case .message: request = .say
+        case .action: request = .emote
+        case .topic: request = .setTopic
+        case .left:
+            request = .part
+            // Still a member as far as the cluster knows: a member for its requests again too.
+            if cluster?.rooms[room]?.leaving.remove(sender) != nil, !clients[sender.slot]!.rooms.contains(room) {
+                clients[sender.slot]!.rooms.append(room)
+            }
+        default: request = .none
+        }
+        refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions)
+    }
+
+    /// An event of a followed room, in the room's `seq` order, each once: delivered to this
+    /// node's members, encoded once for all of them.
+    public mutating func clusterDeliver(
+        room name: String, seq: UInt64, time: UInt64, payload: [UInt8], into actions: inout [ChatAction]
+    ) {
+        guard var room = cluster?.rooms[name], let decoded = try? Frame(decoding: payload) else { return }
+        guard let frame = Self.stamped(decoded, seq: seq, time: time), Self.room(of: frame) == name else { return }
+        var newMember: ClientID?
+        if case .joined(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.joining.contains(id),
+            self.nick(of: id) == nick, !room.members.contains(id)
+        {
+            room.joining.remove(id)
+            room.members.append(id)
+            newMember = id
+        }
+        var recipients: [ClientID] = []
+        recipients.reserveCapacity(room.members.count)
+        for member in room.members {
+            if room.snapshotting[member] != nil {
+                room.snapshotting[member]!.append(frame)
+            } else {
+                recipients.append(member)
+            }
+        }
+        if !recipients.isEmpty { actions.append(.broadcast(frame, to: recipients)) }
+        if let newMember, let version = clients[newMember.slot]?.version {
+            // What it is told of the room waits for a read; what happens meanwhile waits for it.
+            room.snapshotting[newMember] = []
+            ask(.snapshot(room: name, newMember, seq: seq, version: version))
+        }
+        if case .left(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.leaving.contains(id),
+            let index = room.members.firstIndex(of: id)
+        {
+            room.leaving.remove(id)
+            // The leaver got its own `left` as the acknowledgement above.
+            room.members.remove(at: index)
+            room.snapshotting[id] = nil
+        }
+        cluster!.rooms[name] = room
+        unfollowIfEmpty(name)
+    }
+
+    /// The snapshot of `room` that `id` waited for since its `joined`, or why it could not be read.
+    public mutating func clusterSnapshotRead(
+        room name: String, _ id: ClientID, _ result: Result<ClusterRoomSnapshot, ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard let held = cluster?.rooms[name]?.snapshotting[id], let version = clients[id.slot]?.version else { return }
+        cluster!.rooms[name]!.snapshotting[id] = nil
+        switch result {
+        case .success(let snapshot):
+            sendSnapshot(snapshot, of: name, version: version, to: id, into: &actions)
+        case .failure(let failure):
+            refuse(.join, failure.code, "#\(name): cannot read the room's state now: \(failure.reason)", to: id, into: &actions)
+        }
+        for frame in held { actions.append(.send(frame, to: id)) }
+    }
+
+    private func sendSnapshot(
+        _ snapshot: ClusterRoomSnapshot, of name: String, version: UInt16, to id: ClientID, into actions: inout [ChatAction]
+    ) {
+        if version >= 2 {
+            actions.append(
+                .send(.roomState(room: name, epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: snapshot.lastSeq), to: id))
+        }
+        sendMembers(snapshot.members, of: name, to: id, into: &actions)
+        if let topic = snapshot.topic { actions.append(.send(topic, to: id)) }
+        if version >= 2 {
+            actions.append(
+                .send(.historyPage(room: name, epoch: snapshot.epoch, complete: snapshot.complete, entries: snapshot.history), to: id))
+        } else {
+            let messages = snapshot.history.filter { $0.kind != .topic }
+            if !messages.isEmpty { appendHistoryFrames(room: name, entries: messages, to: id, into: &actions) }
+        }
+    }
+
+    private func sendMembers(_ nicks: [String], of room: String, to id: ClientID, into actions: inout [ChatAction]) {
+        let paged = (clients[id.slot]?.version ?? 1) >= 2
+        Self.splitIntoFrames(nicks, cost: { $0.utf8.count + 1 }) { part, isLast in
+            actions.append(
+                .send(paged ? .membersPage(room: room, complete: isLast, nicks: part) : .members(room: room, nicks: part), to: id))
+        }
+    }
+
+    /// The members of `room` that `id` asked for, or why they could not be read.
+    public mutating func clusterMembersRead(
+        room: String, _ id: ClientID, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard id.slot < clients.count, clients[id.slot]?.nick != nil else { return }
+        switch result {
+        case .success(let nicks): sendMembers(nicks, of: room, to: id, into: &actions)
+        case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
+        }
+    }
+
+    /// The rooms that `id` asked for (any order), or why they could not be read.
+    public mutating func clusterRoomsRead(_ id: ClientID, _ result: Result<[RoomInfo], ClusterFailure>, into actions: inout [ChatAction]) {
+        guard id.slot < clients.count, let client = clients[id.slot], client.nick != nil else { return }
+        switch result {
+        case .success(let rooms):
+            let paged = client.version >= 2
+            let sorted = rooms.sorted { $0.name < $1.name }
+            Self.splitIntoFrames(sorted, cost: { $0.name.utf8.count + $0.topic.utf8.count + 16 }) { part, isLast in
+                actions.append(.send(paged ? .roomListPage(complete: isLast, rooms: part) : .roomList(rooms: part), to: id))
+            }
+        case .failure(let failure):
+            refuse(.listRooms, failure.code, "cannot list the rooms now: \(failure.reason)", to: id, into: &actions)
+        }
+    }
+
+    /// The history page `id` asked for with `request`, or why it could not be read.
+    public mutating func clusterHistoryRead(
+        room: String, _ id: ClientID, request: FrameType,
+        _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard id.slot < clients.count, clients[id.slot]?.nick != nil else { return }
+        switch result {
+        case .success(let page) where request == .requestHistory:
+            let messages = page.entries.filter { $0.kind != .topic }
+            if messages.isEmpty {
+                actions.append(.send(.history(room: room, entries: []), to: id))
+            } else {
+                appendHistoryFrames(room: room, entries: messages, to: id, into: &actions)
+            }
+        case .success(let page):
+            actions.append(.send(.historyPage(room: room, epoch: page.epoch, complete: page.complete, entries: page.entries), to: id))
+        case .failure(let failure):
+            refuse(request, failure.code, "cannot read the history of #\(room) now: \(failure.reason)", to: id, into: &actions)
+        }
+    }
+
+    /// The direct message `id` sent through the cluster was heard by the recipient's node
+    /// (`heard`), found no one, or failed.
+    public mutating func clusterDirectSent(
+        _ message: Frame, sender id: ClientID, _ result: Result<Bool, ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard id.slot < clients.count, clients[id.slot]?.nick != nil, case .direct(_, let recipient, _, _) = message else { return }
+        switch result {
+        case .success(true): actions.append(.send(message, to: id))
+        case .success(false): refuse(.tell, .noSuchNick, "no one is called \(recipient)", to: id, into: &actions)
+        case .failure(let failure): refuse(.tell, failure.code, "not delivered to \(recipient): \(failure.reason)", to: id, into: &actions)
+        }
+    }
+
+    /// A direct message from another node, for a client of this one (dropped if it has left).
+    public mutating func clusterDirectReceived(_ payload: [UInt8], into actions: inout [ChatAction]) {
+        guard case .direct(_, let recipient, _, _)? = try? Frame(decoding: payload),
+            let id = nicks[ChatName.nickKey(recipient)], nick(of: id) != nil
+        else { return }
+        actions.append(.send(try! Frame(decoding: payload), to: id))
+    }
+
+    // MARK: Frames
+
+    /// `frame` with the `seq` and time the cluster gave it; nil for a frame that is no room event.
+    static func stamped(_ frame: Frame, seq: UInt64, time: UInt64) -> Frame? {
+        switch frame {
+        case .message(let room, _, _, let sender, let text): .message(room: room, seq: seq, time: time, sender: sender, text: text)
+        case .action(let room, _, _, let sender, let text): .action(room: room, seq: seq, time: time, sender: sender, text: text)
+        case .topic(let room, _, _, let setBy, let text): .topic(room: room, seq: seq, time: time, setBy: setBy, text: text)
+        case .joined(let room, _, _, let nick): .joined(room: room, seq: seq, time: time, nick: nick)
+        case .left(let room, _, _, let nick): .left(room: room, seq: seq, time: time, nick: nick)
+        case .quit(let room, _, _, let nick, let reason): .quit(room: room, seq: seq, time: time, nick: nick, reason: reason)
+        case .nickChanged(let room, _, _, let old, let new): .nickChanged(room: room, seq: seq, time: time, old: old, new: new)
+        default: nil
+        }
+    }
+
+    /// The bytes a room event is logged as: its frame, encoded with `seq` 1 and time 0 (a frame
+    /// cannot carry `seq` 0); `clusterDeliver` stamps the real ones.
+    public static func clusterPayload(of event: Frame) -> [UInt8] {
+        FrameEncoder.encode(stamped(event, seq: 1, time: 0) ?? event)
+    }
+
+    /// The room a room event belongs to.
+    static func room(of frame: Frame) -> String? {
+        switch frame {
+        case .message(let room, _, _, _, _), .action(let room, _, _, _, _), .topic(let room, _, _, _, _), .joined(let room, _, _, _),
+            .left(let room, _, _, _), .quit(let room, _, _, _, _), .nickChanged(let room, _, _, _, _):
+            room
+        default: nil
+        }
+    }
+
+    /// The history entry a logged room event makes — messages, actions and topics are history;
+    /// joins, leaves and nick changes are not — or nil.
+    public static func historyEntry(payload: [UInt8], seq: UInt64, time: UInt64) -> HistoryEntry? {
+        switch try? Frame(decoding: payload) {
+        case .message(_, _, _, let sender, let text)?: HistoryEntry(kind: .message, seq: seq, time: time, sender: sender, text: text)
+        case .action(_, _, _, let sender, let text)?: HistoryEntry(kind: .action, seq: seq, time: time, sender: sender, text: text)
+        case .topic(_, _, _, let setBy, let text)?: HistoryEntry(kind: .topic, seq: seq, time: time, sender: setBy, text: text)
+        default: nil
+        }
+    }
+
+    /// The frame budget a page of history may fill, and what an entry costs in it.
+    public static var historyPageBudget: Int { listFrameBudget }
+
+    /// What `entry` costs of `historyPageBudget`.
+    public static func historyCost(_ entry: HistoryEntry) -> Int { cost(entry) }
+}
+
+/// Why the cluster could not do what was asked, as a client is told it.
+public struct ClusterFailure: Error, Sendable, Equatable {
+    /// The error code: `unavailable` when Redis could not be reached.
+    public var code: ErrorCode
+    /// What went wrong, for people.
+    public var reason: String
+
+    /// Describes a failure.
+    public init(code: ErrorCode = .unavailable, reason: String) {
+        self.code = code
+        self.reason = reason
+    }
+}

@@ -1,0 +1,463 @@
+import ChatCluster
+import ChatProtocol
+import Dispatch
+import Glibc
+import Logging
+
+/// Where a node finds its cluster: `--cluster redis://HOST:PORT` (docs/CLUSTER.md).
+public struct ClusterConfiguration: Sendable, Equatable {
+    /// Redis's host name or address.
+    public var host: String
+    /// Redis's port.
+    public var port: Int
+    /// This node's id, unique in the cluster: by default host name, process id and a random part,
+    /// so a restarted node is a new one and its predecessor is reaped.
+    public var nodeID: String
+    /// How long a silent node keeps its nicks and members before another node reaps it; its
+    /// heartbeat beats five times as often.
+    public var nodeTimeout: Duration = .seconds(5)
+
+    /// A cluster at `host:port`, this node called `nodeID`.
+    public init(host: String, port: Int, nodeID: String = ClusterConfiguration.makeNodeID()) {
+        self.host = host
+        self.port = port
+        self.nodeID = nodeID
+    }
+
+    /// Parses `redis://HOST:PORT` (the port defaults to 6379; IPv6 hosts in brackets); throws a
+    /// sentence that says what is wrong with anything else.
+    public init(url: String, nodeID: String = ClusterConfiguration.makeNodeID()) throws(ClusterURLError) {
+        let prefix = "redis://"
+        guard url.hasPrefix(prefix) else {
+            throw ClusterURLError("\"\(url)\" is not a redis://HOST:PORT address (for example redis://127.0.0.1:6379)")
+        }
+        var rest = Substring(url.dropFirst(prefix.count))
+        if rest.hasSuffix("/") { rest = rest.dropLast() }
+        guard !rest.isEmpty, !rest.contains("/"), !rest.contains("@"), !rest.contains("?") else {
+            throw ClusterURLError("\"\(url)\": give only redis://HOST:PORT, without user, password, database or options")
+        }
+        var host: Substring
+        var portText: Substring?
+        if rest.hasPrefix("[") {
+            guard let close = rest.firstIndex(of: "]") else { throw ClusterURLError("\"\(url)\": an IPv6 address needs its closing ]") }
+            host = rest[rest.index(after: rest.startIndex)..<close]
+            let after = rest[rest.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { throw ClusterURLError("\"\(url)\": expected :PORT after the address") }
+                portText = after.dropFirst()
+            }
+        } else if let colon = rest.lastIndex(of: ":") {
+            host = rest[..<colon]
+            portText = rest[rest.index(after: colon)...]
+        } else {
+            host = rest
+        }
+        guard !host.isEmpty else { throw ClusterURLError("\"\(url)\" names no host") }
+        let port = portText.map { Int($0) } ?? 6379
+        guard let port, (1...65_535).contains(port) else {
+            throw ClusterURLError("\"\(url)\": the port must be a number from 1 to 65535")
+        }
+        self.init(host: String(host), port: port, nodeID: nodeID)
+    }
+
+    /// `hostname-pid-random`.
+    public static func makeNodeID() -> String {
+        var name = [CChar](repeating: 0, count: 256)
+        let host = gethostname(&name, name.count) == 0 ? String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "node"
+        let random = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        return "\(host)-\(getpid())-\(random)"
+    }
+}
+
+/// A `--cluster` address that cannot be used, and why.
+public struct ClusterURLError: Error, CustomStringConvertible, Sendable {
+    /// What is wrong with it.
+    public var description: String
+
+    init(_ description: String) { self.description = description }
+}
+
+/// A chat server's side of the cluster: carries out the `ClusterRequest`s of its `ChatCore`
+/// against Redis through a `ClusterLink`, and hands the answers, the rooms' events and direct
+/// messages back to the core (docs/CLUSTER.md).
+///
+/// Besides, it reaps: every second it asks Redis for nodes whose heartbeat stopped, and for each
+/// one it is first to learn of, it announces the quits of that node's members. Quits and nick
+/// releases that fail while Redis is away are kept and retried once the link is up again, so a
+/// node's rooms do not keep members that left during an outage.
+///
+/// Threading: confined to the server's queue, like the link and the core.
+final class ClusterNode: @unchecked Sendable {
+    /// Runs its body on the server's core, then carries out what the core did.
+    typealias Answer = ((inout ChatCore, inout [ChatAction]) -> Void) -> Void
+
+    let configuration: ClusterConfiguration
+    private let link: ClusterLink
+    private let queue: DispatchQueue
+    private let logger: Logger
+    private let historySize: Int
+    private var answer: Answer = { _ in }
+    /// Quits and releases to carry out once the link is up again.
+    private var retries: [ClusterRequest] = []
+    private var reaper: DispatchSourceTimer?
+    /// Dead nodes whose members' quits are being announced, so a reap that overlaps does not
+    /// announce them twice.
+    private var reaping: Set<String> = []
+    /// Called once the link is closed after `stop`.
+    private var stopped: (() -> Void)?
+    /// Answers waiting for the next turn of the queue (`later`).
+    private var deferred: [(inout ChatCore, inout [ChatAction]) -> Void] = []
+    /// Connections whose requests wait for the cluster's answer to an earlier one.
+    private(set) var waiters: [ClientConnection] = []
+
+    init(configuration: ClusterConfiguration, historySize: Int, queue: DispatchQueue, logger: Logger) {
+        self.configuration = configuration
+        self.queue = queue
+        self.logger = logger
+        self.historySize = historySize
+        link = ClusterLink(
+            host: configuration.host, port: configuration.port, nodeID: configuration.nodeID,
+            ttlMilliseconds: Int(configuration.nodeTimeout / .milliseconds(1)), queue: queue)
+    }
+
+    /// Connects, on the server's queue; `answer` is how answers reach the core.
+    func start(answer: @escaping Answer) {
+        self.answer = answer
+        link.onStateChange = { [self] state in linkChanged(to: state) }
+        link.onEvent = { [self] room, event in
+            self.answer { core, actions in
+                core.clusterDeliver(room: room, seq: event.seq, time: event.time, payload: event.payload, into: &actions)
+            }
+        }
+        link.onDirect = { [self] payload in
+            self.answer { core, actions in core.clusterDirectReceived(payload, into: &actions) }
+        }
+        logger.info(
+            "cluster node starting",
+            metadata: ["cluster.node": "\(configuration.nodeID)", "cluster.redis": "\(configuration.host):\(configuration.port)"])
+        link.start()
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + .seconds(1), repeating: .seconds(1))
+        timer.setEventHandler { [weak self] in self?.reap() }
+        timer.activate()
+        reaper = timer
+    }
+
+    /// Waits until what was sent to Redis has been carried out (at most `timeout`), then closes
+    /// the link, and calls `completion` on the queue. The node's nicks not yet released go when
+    /// other nodes reap it.
+    func stop(timeout: Duration = .seconds(2), completion: @escaping () -> Void) {
+        reaper?.cancel()
+        reaper = nil
+        stopped = completion
+        guard let commands = link.commands else { return finishStopping() }
+        commands.send("PING") { [self] _ in finishStopping() }
+        queue.asyncAfter(deadline: .now() + .milliseconds(Int(timeout / .milliseconds(1)))) { [self] in finishStopping() }
+    }
+
+    private func finishStopping() {
+        guard let completion = stopped else { return }
+        stopped = nil
+        link.stop()
+        logger.info("cluster link closed", metadata: ["cluster.node": "\(configuration.nodeID)"])
+        completion()
+    }
+
+    /// Holds `connection`'s requests until the core's answer for it arrives.
+    func hold(_ connection: ClientConnection) {
+        guard !connection.waitingForCluster else { return }
+        connection.waitingForCluster = true
+        waiters.append(connection)
+        connection.updateReading()
+    }
+
+    /// Takes the held connections whose answer arrived.
+    func releaseAnswered(_ isAwaiting: (ClientID) -> Bool) -> [ClientConnection] {
+        guard !waiters.isEmpty else { return [] }
+        var released: [ClientConnection] = []
+        waiters.removeAll { connection in
+            guard !connection.isActive || !isAwaiting(connection.id) else { return false }
+            connection.waitingForCluster = false
+            released.append(connection)
+            return true
+        }
+        return released
+    }
+
+    // MARK: The link
+
+    private func linkChanged(to state: ClusterLink.State) {
+        switch state {
+        case .up:
+            logger.notice("cluster link up: room events are accepted", metadata: ["cluster.node": "\(configuration.nodeID)"])
+            answer { core, _ in core.clusterAvailability(true) }
+            let pending = retries
+            retries = []
+            carryOut(pending)
+        case .down(let error):
+            logger.warning(
+                "cluster link down: room events are refused with unavailable until it is back",
+                metadata: ["cluster.node": "\(configuration.nodeID)", "cluster.error": "\(error)"])
+            answer { core, _ in core.clusterAvailability(false, reason: "\(error)") }
+        case .connecting:
+            break
+        }
+    }
+
+    // MARK: Carrying out requests
+
+    /// Carries out `requests` in order; their answers reach the core later, never during this call.
+    func carryOut(_ requests: [ClusterRequest]) {
+        for request in requests { carryOut(request) }
+    }
+
+    private func carryOut(_ request: ClusterRequest) {
+        switch request {
+        case .claimNick(let id, let nick):
+            guard let registry = link.nicks else { return later { $0.clusterNickClaimed(id, nick: nick, .failure(self.down), at: ChatServer.now(), into: &$1) } }
+            registry.claim(ChatName.nickKey(nick)) { [self] result in
+                answer { $0.clusterNickClaimed(id, nick: nick, result.mapError(Self.failure), at: ChatServer.now(), into: &$1) }
+            }
+        case .releaseNick(let nick):
+            guard let registry = link.nicks else { return retries.append(request) }
+            registry.release(ChatName.nickKey(nick)) { [self] result in
+                if case .failure(.redis) = result { retries.append(request) }
+            }
+        case .join(let room, let id, let nick):
+            link.follow(room) { [self] ready in
+                guard case .success = ready, let log = link.roomLog else {
+                    let failure = ready.failure.map(Self.failure) ?? down
+                    return answer { $0.clusterJoinAppended(id, room: room, failure: failure, into: &$1) }
+                }
+                let joined = ChatCore.clusterPayload(of: .joined(room: room, seq: 0, time: 0, nick: nick))
+                log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID)) { [self] result in
+                    answer { $0.clusterJoinAppended(id, room: room, failure: result.failure.map(Self.failure), into: &$1) }
+                }
+            }
+        case .append(let room, let event, let change, let sender):
+            guard let log = link.roomLog else {
+                if let sender {
+                    return later { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.down, into: &$1) }
+                }
+                return retries.append(request)
+            }
+            let node = configuration.nodeID
+            let roomChange: RoomChange =
+                switch change {
+                case .none: .none
+                case .leave(let nick): .leave(nick: nick, node: node)
+                case .rename(let old, let new): .rename(old: old, new: new, node: node)
+                case .topic: .topic
+                }
+            log.append(to: room, payload: ChatCore.clusterPayload(of: event), change: roomChange) { [self] result in
+                guard case .failure(let error) = result else { return }
+                if let sender {
+                    answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: Self.failure(error), into: &$1) }
+                } else if case .redis = error {
+                    // A quit or nick change that did not reach Redis: tried again once it is back.
+                    retries.append(request)
+                }
+            }
+        case .snapshot(let room, let id, let seq, let version):
+            readSnapshot(of: room, upTo: seq, version: version) { [self] result in
+                answer { $0.clusterSnapshotRead(room: room, id, result, into: &$1) }
+            }
+        case .members(let room, let id):
+            guard let commands = link.commands else { return later { $0.clusterMembersRead(room: room, id, .failure(self.down), into: &$1) } }
+            ClusterDirectory(commands: commands).members(of: room) { [self] result in
+                answer { $0.clusterMembersRead(room: room, id, result.mapError(Self.failure), into: &$1) }
+            }
+        case .listRooms(let id):
+            guard let commands = link.commands else { return later { $0.clusterRoomsRead(id, .failure(self.down), into: &$1) } }
+            ClusterDirectory(commands: commands).rooms { [self] result in
+                let rooms = result.mapError(Self.failure).map { listed in
+                    listed.map { room in
+                        RoomInfo(
+                            name: room.name, memberCount: UInt32(clamping: room.memberCount), topic: room.topic.flatMap(Self.topicText) ?? "")
+                    }
+                }
+                answer { $0.clusterRoomsRead(id, rooms, into: &$1) }
+            }
+        case .history(let room, let id, let direction, let seq, let limit, let request):
+            readEpoch(of: room) { [self] epoch in
+                switch epoch {
+                case .failure(let failure):
+                    answer { $0.clusterHistoryRead(room: room, id, request: request, .failure(failure), into: &$1) }
+                case .success(let epoch):
+                    readPage(of: room, direction, from: seq, limit: limit, messagesOnly: request == .requestHistory) { [self] page in
+                        let result = page.map { (epoch: epoch, entries: $0.entries, complete: $0.complete) }
+                        answer { $0.clusterHistoryRead(room: room, id, request: request, result, into: &$1) }
+                    }
+                }
+            }
+        case .direct(let message, let sender):
+            guard let commands = link.commands, case .direct(_, let recipient, _, _) = message else {
+                return later { $0.clusterDirectSent(message, sender: sender, .failure(self.down), into: &$1) }
+            }
+            ClusterDirectory(commands: commands).direct(toNick: ChatName.nickKey(recipient), payload: FrameEncoder.encode(message)) {
+                [self] result in
+                answer { $0.clusterDirectSent(message, sender: sender, result.mapError(Self.failure), into: &$1) }
+            }
+        case .unfollow(let room):
+            link.unfollow(room)
+        }
+    }
+
+    /// Answers on a later turn of the queue: never inside `carryOut`, which the server calls
+    /// while it carries out the core's actions.
+    private func later(_ body: @escaping (inout ChatCore, inout [ChatAction]) -> Void) {
+        deferred.append(body)
+        guard deferred.count == 1 else { return }
+        queue.async { [self] in
+            let bodies = deferred
+            deferred = []
+            for body in bodies { answer(body) }
+        }
+    }
+
+    private var down: ClusterFailure {
+        if case .down(let error) = link.state { return ClusterFailure(reason: "the cluster is unavailable: \(error)") }
+        return ClusterFailure(reason: "the cluster is unavailable: not connected yet")
+    }
+
+    private static func failure(_ error: ClusterError) -> ClusterFailure {
+        ClusterFailure(reason: "the cluster is unavailable: \(error)")
+    }
+
+    private static func topicText(_ event: LoggedEvent) -> String? {
+        guard case .topic(_, _, _, _, let text)? = try? Frame(decoding: event.payload) else { return nil }
+        return text
+    }
+
+    // MARK: Reading rooms
+
+    private func readEpoch(of room: String, completion: @escaping (Result<UInt64, ClusterFailure>) -> Void) {
+        guard let commands = link.commands else { return completion(.failure(down)) }
+        commands.send([Array("GET".utf8), RoomKeys(room).epoch]) { reply in
+            switch reply {
+            case .success(let value):
+                completion(.success(value.text.flatMap { UInt64($0) } ?? 0))
+            case .failure(let error):
+                completion(.failure(Self.failure(.redis(error))))
+            }
+        }
+    }
+
+    /// What a joiner is told: the room's epoch, members and topic, and its history up to the
+    /// joiner's own `joined` at `seq`.
+    private func readSnapshot(
+        of room: String, upTo seq: UInt64, version: UInt16, completion: @escaping (Result<ClusterRoomSnapshot, ClusterFailure>) -> Void
+    ) {
+        guard let commands = link.commands else { return completion(.failure(down)) }
+        ClusterDirectory(commands: commands).snapshot(of: room, newEpoch: UInt64.random(in: 1...UInt64.max)) { [self] result in
+            switch result {
+            case .failure(let error):
+                completion(.failure(Self.failure(error)))
+            case .success(let snapshot):
+                readPage(of: room, .before, from: seq + 1, limit: historySize, messagesOnly: version < 2) { page in
+                    completion(
+                        page.map { page in
+                            let topic = snapshot.topic.flatMap { event -> Frame? in
+                                guard case .topic(let name, _, _, let setBy, let text)? = try? Frame(decoding: event.payload) else { return nil }
+                                return .topic(room: name, seq: event.seq, time: event.time, setBy: setBy, text: text)
+                            }
+                            return ClusterRoomSnapshot(
+                                epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: seq, topic: topic, members: snapshot.members,
+                                history: page.entries, complete: page.complete)
+                        })
+                }
+            }
+        }
+    }
+
+    /// A page of `room`'s history next to `seq`, oldest first, as `RoomHistory.page` cuts it:
+    /// at most `limit` entries that fit one frame. The log holds joins and leaves too, which are
+    /// no history, so it is read in batches until the page is full or the log ends.
+    private func readPage(
+        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, messagesOnly: Bool,
+        completion: @escaping (Result<(entries: [HistoryEntry], complete: Bool), ClusterFailure>) -> Void
+    ) {
+        guard limit > 0 else { return completion(.success(([], false))) }
+        let batch = max(limit, 64)
+        var taken: [HistoryEntry] = []
+        var spent = 0
+        let budget = ChatCore.historyPageBudget
+        func finish(complete: Bool) {
+            completion(.success((direction == .before ? taken.reversed() : taken, complete)))
+        }
+        func step(from cursor: UInt64) {
+            guard let log = link.roomLog else { return completion(.failure(down)) }
+            let handle: (Result<[LoggedEvent], ClusterError>) -> Void = { result in
+                switch result {
+                case .failure(let error):
+                    completion(.failure(Self.failure(error)))
+                case .success(let events):
+                    for (index, event) in events.enumerated() {
+                        guard let entry = ChatCore.historyEntry(payload: event.payload, seq: event.seq, time: event.time),
+                            !(messagesOnly && entry.kind == .topic)
+                        else { continue }
+                        spent += ChatCore.historyCost(entry)
+                        if spent > budget, !taken.isEmpty { return finish(complete: false) }
+                        taken.append(entry)
+                        if taken.count == limit {
+                            return finish(complete: events.count < batch && index == events.count - 1)
+                        }
+                    }
+                    guard events.count == batch, let last = events.last else { return finish(complete: true) }
+                    step(from: last.seq)
+                }
+            }
+            switch direction {
+            case .after: log.events(of: room, after: cursor, limit: batch, completion: handle)
+            case .before: log.events(of: room, before: cursor, limit: batch, completion: handle)
+            }
+        }
+        if direction == .before, seq == 1 { return completion(.success(([], true))) }
+        step(from: seq)
+    }
+
+    // MARK: Reaping
+
+    /// Asks Redis for dead nodes; for each this node is the one to learn of, announces the quits
+    /// of its members and forgets them.
+    private func reap() {
+        guard let registry = link.nicks else { return }
+        registry.reap(deadAfterMilliseconds: Int(configuration.nodeTimeout / .milliseconds(1))) { [self] result in
+            guard case .success(let dead) = result else { return }
+            for (node, nicks) in dead where !reaping.contains(node) {
+                reaping.insert(node)
+                announceQuits(of: node, freedNicks: nicks.count)
+            }
+        }
+    }
+
+    private func announceQuits(of node: String, freedNicks: Int) {
+        guard let commands = link.commands, let log = link.roomLog else {
+            reaping.remove(node)
+            return
+        }
+        let directory = ClusterDirectory(commands: commands)
+        directory.memberships(of: node) { [self] result in
+            guard case .success(let memberships) = result else {
+                reaping.remove(node)
+                return
+            }
+            logger.notice(
+                "cluster node gone: its members quit",
+                metadata: ["cluster.dead": "\(node)", "cluster.members": "\(memberships.count)", "cluster.nicks": "\(freedNicks)"])
+            for (room, nick) in memberships {
+                let quit = Frame.quit(room: room, seq: 0, time: 0, nick: nick, reason: "its server stopped answering")
+                log.append(to: room, payload: ChatCore.clusterPayload(of: quit), change: .leave(nick: nick, node: node)) { _ in }
+            }
+            directory.forgetRooms(of: node)
+            commands.send("PING") { [self] _ in reaping.remove(node) }
+        }
+    }
+}
+
+extension Result {
+    fileprivate var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+}

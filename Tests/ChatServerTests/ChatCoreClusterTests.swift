@@ -1,0 +1,197 @@
+import ChatProtocol
+import Testing
+
+@testable import ChatServer
+
+/// Nodes of a cluster as `ChatCore`s on one thread, and an in-memory stand-in for the cluster's
+/// Redis that answers their `ClusterRequest`s at once: one `seq` per room, nicks per node, each
+/// event delivered to every node that follows its room. Tests the chat logic's cluster mode without
+/// sockets; the end-to-end tests (ClusterTests) run real nodes on a real Redis.
+private struct FakeCluster {
+    var nodes: [ChatCore]
+    /// What each node's clients were sent, by node, in order.
+    var sent: [[ChatAction]]
+    var available = true
+    private var seqs: [String: UInt64] = [:]
+    private var logs: [String: [(seq: UInt64, payload: [UInt8])]] = [:]
+    private var nickOwners: [String: Int] = [:]
+    private var members: [String: [String]] = [:]
+    private var nextSlot: [Int]
+    let now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
+
+    init(nodes count: Int) {
+        var configuration = ChatServerConfiguration()
+        configuration.turnOffRateLimits()
+        nodes = (0..<count).map { _ in ChatCore(configuration: configuration, clustered: true) }
+        for index in nodes.indices { nodes[index].clusterAvailability(true) }
+        sent = Array(repeating: [], count: count)
+        nextSlot = Array(repeating: 0, count: count)
+    }
+
+    /// Connects a client to `node` and sends `hello`; returns its id.
+    mutating func connect(_ nick: String, to node: Int, version: UInt16 = 2) -> ClientID {
+        let id = ClientID(nextSlot[node])
+        nextSlot[node] += 1
+        #expect(nodes[node].clientConnected(id, address: "127.0.0.1", at: now) == nil)
+        send(.hello(version: version, nick: nick, password: nil), from: id, on: node)
+        return id
+    }
+
+    mutating func send(_ frame: Frame, from id: ClientID, on node: Int) {
+        var actions: [ChatAction] = []
+        nodes[node].received(frame, size: FrameEncoder.encode(frame).count, from: id, at: now, into: &actions)
+        sent[node] += actions
+        settle()
+    }
+
+    mutating func disconnect(_ id: ClientID, on node: Int) {
+        var actions: [ChatAction] = []
+        nodes[node].disconnect(id, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        sent[node] += actions
+        settle()
+    }
+
+    /// Answers requests until no node has any left.
+    mutating func settle() {
+        var busy = true
+        while busy {
+            busy = false
+            for node in nodes.indices {
+                let requests = nodes[node].takeClusterRequests()
+                if !requests.isEmpty { busy = true }
+                for request in requests { answer(request, from: node) }
+            }
+        }
+    }
+
+    /// The frames `id` of `node` was sent.
+    func frames(of id: ClientID, on node: Int) -> [Frame] {
+        sent[node].compactMap { action in
+            switch action {
+            case .send(let frame, let to) where to == id: frame
+            case .broadcast(let frame, let to) where to.contains(id): frame
+            default: nil
+            }
+        }
+    }
+
+    private mutating func answer(_ request: ClusterRequest, from node: Int) {
+        var actions: [ChatAction] = []
+        defer { sent[node] += actions }
+        let failure = ClusterFailure(reason: "Redis is down")
+        switch request {
+        case .claimNick(let id, let nick):
+            let key = ChatName.nickKey(nick)
+            let outcome: Result<Bool, ClusterFailure>
+            if !available {
+                outcome = .failure(failure)
+            } else if let owner = nickOwners[key], owner != node {
+                outcome = .success(false)
+            } else {
+                nickOwners[key] = node
+                outcome = .success(true)
+            }
+            nodes[node].clusterNickClaimed(id, nick: nick, outcome, at: now, into: &actions)
+        case .releaseNick(let nick):
+            if nickOwners[ChatName.nickKey(nick)] == node { nickOwners[ChatName.nickKey(nick)] = nil }
+        case .join(let room, let id, let nick):
+            guard available else { return nodes[node].clusterJoinAppended(id, room: room, failure: failure, into: &actions) }
+            members[room, default: []].append(nick)
+            nodes[node].clusterJoinAppended(id, room: room, failure: nil, into: &actions)
+            append(.joined(room: room, seq: 0, time: 0, nick: nick), to: room)
+        case .append(let room, let event, let change, let sender):
+            guard available else {
+                if let sender { nodes[node].clusterAppendFailed(event, in: room, sender: sender, failure: failure, into: &actions) }
+                return
+            }
+            if case .leave(let nick) = change {
+                guard members[room, default: []].contains(nick) else { return }
+                members[room]!.removeAll { $0 == nick }
+            }
+            append(event, to: room)
+        case .snapshot(let room, let id, let seq, _):
+            let history = (logs[room] ?? []).filter { $0.seq <= seq }.compactMap {
+                ChatCore.historyEntry(payload: $0.payload, seq: $0.seq, time: 7)
+            }
+            let snapshot = ClusterRoomSnapshot(
+                epoch: 42, firstSeq: logs[room]?.first?.seq ?? 0, lastSeq: seq, topic: nil, members: members[room] ?? [],
+                history: history, complete: true)
+            nodes[node].clusterSnapshotRead(room: room, id, .success(snapshot), into: &actions)
+        case .members(let room, let id):
+            nodes[node].clusterMembersRead(room: room, id, .success(members[room] ?? []), into: &actions)
+        case .listRooms(let id):
+            let rooms = members.filter { !$0.value.isEmpty }.map { RoomInfo(name: $0.key, memberCount: UInt32($0.value.count), topic: "") }
+            nodes[node].clusterRoomsRead(id, .success(rooms), into: &actions)
+        case .history, .direct, .unfollow:
+            break
+        }
+    }
+
+    /// Numbers `event` and delivers it to every node following `room`, the sender's too.
+    private mutating func append(_ event: Frame, to room: String) {
+        let seq = (seqs[room] ?? 0) + 1
+        seqs[room] = seq
+        let payload = ChatCore.clusterPayload(of: event)
+        logs[room, default: []].append((seq, payload))
+        for node in nodes.indices where nodes[node].clusterRooms.contains(room) {
+            var actions: [ChatAction] = []
+            nodes[node].clusterDeliver(room: room, seq: seq, time: 7, payload: payload, into: &actions)
+            sent[node] += actions
+        }
+    }
+}
+
+@Suite("ChatCore in cluster mode, against an in-memory cluster")
+struct ChatCoreClusterTests {
+    @Test func aMessageReachesMembersOnEveryNodeWithTheClustersSeq() {
+        var cluster = FakeCluster(nodes: 2)
+        let ann = cluster.connect("ann", to: 0)
+        let bob = cluster.connect("bob", to: 1)
+        #expect(cluster.frames(of: ann, on: 0).contains { if case .welcome = $0 { true } else { false } })
+        cluster.send(.join(room: "r"), from: ann, on: 0)
+        cluster.send(.join(room: "r"), from: bob, on: 1)
+        cluster.send(.say(room: "r", text: "hi"), from: ann, on: 0)
+        let expected = Frame.message(room: "r", seq: 3, time: 7, sender: "ann", text: "hi")
+        #expect(cluster.frames(of: ann, on: 0).last == expected, "the sender's echo is the cluster's event")
+        #expect(cluster.frames(of: bob, on: 1).last == expected)
+        #expect(cluster.frames(of: bob, on: 1).contains(.roomState(room: "r", epoch: 42, firstSeq: 1, lastSeq: 2)))
+        #expect(cluster.frames(of: ann, on: 0).contains(.joined(room: "r", seq: 2, time: 7, nick: "bob")))
+    }
+
+    @Test func aNickHeldOnAnotherNodeIsRefused() {
+        var cluster = FakeCluster(nodes: 2)
+        _ = cluster.connect("ann", to: 0)
+        let second = cluster.connect("ANN", to: 1)
+        #expect(cluster.sent[1].contains { if case .disconnect(second, let why, _) = $0 { why.code == .nickTaken } else { false } })
+    }
+
+    @Test func whileRedisIsDownRoomEventsAreRefusedWithUnavailable() {
+        var cluster = FakeCluster(nodes: 1)
+        let ann = cluster.connect("ann", to: 0)
+        cluster.send(.join(room: "r"), from: ann, on: 0)
+        cluster.nodes[0].clusterAvailability(false, reason: "connection refused")
+        cluster.send(.say(room: "r", text: "lost?"), from: ann, on: 0)
+        guard case .error(.unavailable, false, .say, let reason)? = cluster.frames(of: ann, on: 0).last else {
+            Issue.record("expected a non-fatal unavailable, got \(String(describing: cluster.frames(of: ann, on: 0).last))")
+            return
+        }
+        #expect(reason.contains("connection refused"))
+        cluster.available = false
+        cluster.nodes[0].clusterAvailability(true)
+        cluster.send(.say(room: "r", text: "in flight"), from: ann, on: 0)
+        #expect(cluster.frames(of: ann, on: 0).last.map { if case .error(.unavailable, false, .say, _) = $0 { true } else { false } } == true)
+    }
+
+    @Test func aQuitReachesTheOtherNodesMembers() {
+        var cluster = FakeCluster(nodes: 2)
+        let ann = cluster.connect("ann", to: 0)
+        let bob = cluster.connect("bob", to: 1)
+        cluster.send(.join(room: "r"), from: ann, on: 0)
+        cluster.send(.join(room: "r"), from: bob, on: 1)
+        cluster.disconnect(ann, on: 0)
+        #expect(cluster.frames(of: bob, on: 1).last == .quit(room: "r", seq: 3, time: 7, nick: "ann", reason: "gone"))
+        #expect(cluster.nodes[0].clusterRooms.isEmpty, "the node follows no room without members")
+        let again = cluster.connect("ann", to: 1)
+        #expect(cluster.frames(of: again, on: 1).contains { if case .welcome = $0 { true } else { false } }, "the nick is free")
+    }
+}
