@@ -100,6 +100,8 @@ final class ClusterNode: @unchecked Sendable {
     /// Quits and releases to carry out once the link is up again.
     private var retries: [ClusterRequest] = []
     private var reaper: DispatchSourceTimer?
+    /// When the link last came up; nil while it is down.
+    private var upSince: ContinuousClock.Instant?
     /// Dead nodes whose members' quits are being announced, so a reap that overlaps does not
     /// announce them twice.
     private var reaping: Set<String> = []
@@ -190,11 +192,13 @@ final class ClusterNode: @unchecked Sendable {
         switch state {
         case .up:
             logger.notice("cluster link up: room events are accepted", metadata: ["cluster.node": "\(configuration.nodeID)"])
+            upSince = .now
             answer { core, _ in core.clusterAvailability(true) }
             let pending = retries
             retries = []
             carryOut(pending)
         case .down(let error):
+            upSince = nil
             logger.warning(
                 "cluster link down: room events are refused with unavailable until it is back",
                 metadata: ["cluster.node": "\(configuration.nodeID)", "cluster.error": "\(error)"])
@@ -420,8 +424,12 @@ final class ClusterNode: @unchecked Sendable {
 
     /// Asks Redis for dead nodes; for each this node is the one to learn of, announces the quits
     /// of its members and forgets them.
+    ///
+    /// Not until the link has been up for a node timeout plus the longest reconnect delay (5 s):
+    /// after an outage of Redis every node's heartbeat is stale, and a node that reconnects
+    /// first must not reap the others before they have had the time to reconnect too.
     private func reap() {
-        guard let registry = link.nicks else { return }
+        guard let registry = link.nicks, let upSince, upSince.duration(to: .now) >= configuration.nodeTimeout + .seconds(5) else { return }
         registry.reap(deadAfterMilliseconds: Int(configuration.nodeTimeout / .milliseconds(1))) { [self] result in
             guard case .success(let dead) = result else { return }
             for (node, nicks) in dead where !reaping.contains(node) {

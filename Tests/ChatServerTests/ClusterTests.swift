@@ -10,9 +10,12 @@ private final class Cluster: Sendable {
     let redis: RedisServerProcess
     let nodes: [ChatServerProcess]
 
-    /// Starts Redis (with `redisArguments`) and `count` nodes; `nodeArguments` go to every node.
-    init(nodes count: Int, nodeArguments: [String] = [], redisArguments: [String] = []) async throws {
-        redis = try await RedisServerProcess(extraArguments: redisArguments)
+    /// Starts Redis (with `redisArguments`, in `redisDirectory` if given) and `count` nodes;
+    /// `nodeArguments` go to every node.
+    init(
+        nodes count: Int, nodeArguments: [String] = [], redisArguments: [String] = [], redisDirectory: TemporaryDirectory? = nil
+    ) async throws {
+        redis = try await RedisServerProcess(directory: redisDirectory, extraArguments: redisArguments)
         var nodes: [ChatServerProcess] = []
         for _ in 0..<count {
             nodes.append(
@@ -65,6 +68,12 @@ private struct Heard: Hashable, Sendable {
     var text: String
 }
 
+/// How a `hello` ended.
+private enum Claim: Sendable {
+    case welcomed(ChatConnection)
+    case refused(ErrorCode)
+}
+
 /// One test at a time: each starts its own Redis and nodes.
 @Suite("Cluster mode: real nodes on a real Redis", .serialized)
 struct ClusterTests {
@@ -115,5 +124,116 @@ struct ClusterTests {
             let own = reference.filter { $0.sender == client.nick }.map(\.text)
             #expect(own == (1...messagesEach).map { "\(client.nick) \($0)" })
         }
+    }
+
+    @Test func ofClientsOnAllNodesClaimingOneNickAtOnceExactlyOneIsWelcomed() async throws {
+        let cluster = try await Cluster(nodes: 3)
+        defer { cluster.stop() }
+        for round in 1...5 {
+            let outcomes = try await withThrowingTaskGroup(of: Claim.self) { group in
+                for node in cluster.nodes {
+                    for _ in 0..<4 {
+                        group.addTask {
+                            do {
+                                return .welcomed(try await ChatConnection.connect(host: "127.0.0.1", port: node.port, nick: "racer", version: 2))
+                            } catch let ChatConnection.HandshakeError.refused(code, _) {
+                                return .refused(code)
+                            }
+                        }
+                    }
+                }
+                var outcomes: [Claim] = []
+                for try await outcome in group { outcomes.append(outcome) }
+                return outcomes
+            }
+            let winners = outcomes.compactMap { if case .welcomed(let connection) = $0 { connection } else { nil } }
+            let refusals = outcomes.compactMap { if case .refused(let code) = $0 { code } else { nil } }
+            #expect(winners.count == 1, "round \(round): exactly one of 12 is welcomed")
+            #expect(refusals.allSatisfy { $0 == .nickTaken } && refusals.count == 11, "round \(round): the others get nickTaken: \(refusals)")
+            for winner in winners {
+                // Said goodbye and gone: the nick is free for the next round once its node let it go.
+                try await winner.send(Frame.goodbye(reason: "next round"))
+                winner.close()
+            }
+            let free = try await eventually(timeout: .seconds(30)) {
+                do {
+                    let probe = try await ChatConnection.connect(host: "127.0.0.1", port: cluster.nodes[round % 3].port, nick: "racer", version: 2)
+                    try await probe.send(Frame.goodbye(reason: "probe"))
+                    probe.close()
+                    return true
+                } catch ChatConnection.HandshakeError.refused(ErrorCode.nickTaken, _) {
+                    return false
+                }
+            }
+            #expect(free, "round \(round): the nick is free again after its holder left")
+            guard free else { return }
+        }
+    }
+
+    @Test func whoListRoomsTopicsAndHistoryAreTheClustersOnEveryNode() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+        }
+        try await ann.clusterJoin("r")
+        try await ann.send(.setTopic(room: "r", text: "plans"))
+        for line in 1...5 { try await ann.send(.say(room: "r", text: "line \(line)")) }
+        _ = try await ann.waitFor("ann's last echo") { if case .message("r", _, _, "ann", "line 5") = $0 { true } else { nil } }
+
+        // Bob, on the other node, joins and is told the room as the cluster has it.
+        try await bob.send(.join(room: "r"))
+        var topic: String?
+        var members: [String] = []
+        var history: [String] = []
+        while true {
+            let frame = try await bob.expectFrame("bob's join sequence")
+            if case .topic("r", _, _, "ann", let text) = frame { topic = text }
+            if case .membersPage("r", _, let nicks) = frame { members += nicks }
+            if case .historyPage("r", _, _, let entries) = frame {
+                history = entries.map(\.text)
+                break
+            }
+        }
+        #expect(topic == "plans")
+        #expect(members == ["ann", "bob"])
+        #expect(history == ["plans"] + (1...5).map { "line \($0)" }, "the topic change and the lines, oldest first")
+
+        try await bob.send(.who(room: "r"))
+        let who = try await bob.waitFor("who") { if case .membersPage("r", true, let nicks) = $0 { nicks } else { nil } }
+        #expect(who == ["ann", "bob"])
+        try await ann.send(.listRooms)
+        let rooms = try await ann.waitFor("the room list") { if case .roomListPage(true, let rooms) = $0 { rooms } else { nil } }
+        #expect(rooms == [RoomInfo(name: "r", memberCount: 2, topic: "plans")])
+
+        // A client that moves node catches up with fetchHistory after the last seq it saw.
+        // seq 1 is ann's joined, 2 the topic, 3 to 7 the lines, 8 bob's joined.
+        try await bob.send(.fetchHistory(room: "r", direction: .after, seq: 4, limit: 100))
+        let page = try await bob.waitFor("the page after seq 4") { if case .historyPage("r", _, let complete, let entries) = $0 { (complete, entries) } else { nil } }
+        #expect(page.0)
+        #expect(page.1.map(\.text) == (3...5).map { "line \($0)" })
+        #expect(page.1.map(\.seq) == [5, 6, 7])
+    }
+
+    @Test func aDirectMessageReachesANickOnAnotherNode() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+        }
+        try await ann.send(.tell(recipient: "BOB", text: "psst"))
+        let received = try await bob.waitFor("the direct message") { if case .direct("ann", _, _, let text) = $0 { text } else { nil } }
+        #expect(received == "psst")
+        let echo = try await ann.waitFor("ann's copy") { if case .direct("ann", let to, _, let text) = $0 { (to, text) } else { nil } }
+        #expect(echo == ("BOB", "psst"))
+        try await ann.send(.tell(recipient: "nobody", text: "hello?"))
+        let refusal = try await ann.waitFor("the refusal") { if case .error(let code, false, .tell, _) = $0 { code } else { nil } }
+        #expect(refusal == .noSuchNick)
     }
 }

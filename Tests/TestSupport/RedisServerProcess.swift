@@ -9,9 +9,11 @@ public final class RedisServerProcess: Sendable {
     public let child: ChildProcess
     /// The port it listens on, on 127.0.0.1.
     public let port: Int
-    /// Its working directory, removed by `stop()`.
+    /// Its working directory (where an append-only file goes), removed by `stop()` unless the
+    /// caller gave it.
     public var directory: String { scratch.path }
     private let scratch: TemporaryDirectory
+    private let ownsDirectory: Bool
 
     /// The process ID.
     public var pid: pid_t { child.pid }
@@ -19,11 +21,14 @@ public final class RedisServerProcess: Sendable {
     /// Starts `redis-server` and waits until it accepts connections. Redis cannot listen on an
     /// OS-chosen port, so a port is found free by binding port 0 and handed to it; if another
     /// process takes it in between, another is tried.
-    /// With `port`, on that port (to bring a Redis back where its clients expect it).
-    public init(port fixedPort: Int? = nil, extraArguments: [String] = []) async throws {
+    /// With `port`, on that port (to bring a Redis back where its clients expect it); with
+    /// `directory`, in that directory (to bring it back with what it wrote there: its append-only
+    /// file), which is then the caller's to remove.
+    public init(port fixedPort: Int? = nil, directory: TemporaryDirectory? = nil, extraArguments: [String] = []) async throws {
         let executable = try Self.executable()
-        let scratch = try TemporaryDirectory(prefix: "redis-test")
+        let scratch = try directory ?? TemporaryDirectory(prefix: "redis-test")
         self.scratch = scratch
+        ownsDirectory = directory == nil
         for _ in 0..<5 {
             let port = try fixedPort ?? Self.freePort()
             let child = try ChildProcess(executable, [
@@ -43,14 +48,14 @@ public final class RedisServerProcess: Sendable {
             // A fixed port may still be held by the Redis just killed: give it a moment.
             if fixedPort != nil { try await Task.sleep(for: .milliseconds(200)) }
         }
-        scratch.remove()
+        if directory == nil { scratch.remove() }
         throw RedisDidNotStart()
     }
 
     /// Stops Redis (SIGTERM) and removes its directory.
     public func stop() {
         child.stop()
-        scratch.remove()
+        if ownsDirectory { scratch.remove() }
     }
 
     /// Kills Redis with SIGKILL, as a crash would; the directory stays until `stop()`.
