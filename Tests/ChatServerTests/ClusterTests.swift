@@ -236,4 +236,108 @@ struct ClusterTests {
         let refusal = try await ann.waitFor("the refusal") { if case .error(let code, false, .tell, _) = $0 { code } else { nil } }
         #expect(refusal == .noSuchNick)
     }
+
+    @Test func aKilledNodesNicksAreFreedAndTheOthersSeeItsMembersQuit() async throws {
+        let cluster = try await Cluster(nodes: 3, nodeArguments: ["--cluster-node-timeout", "2"])
+        defer { cluster.stop() }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        let cat = try await TestClient.connect(port: cluster.nodes[2].port, nick: "cat", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+            cat.close()
+        }
+        for client in [ann, bob, cat] { try await client.clusterJoin("r") }
+        cluster.nodes[2].child.killNow()
+        // Stated bound: the node timeout (2 s here) and a reap interval, once the others' links have
+        // been up for the node timeout plus 5 s; the wait is for the event, with room to spare.
+        for client in [ann, bob] {
+            let quit = try await client.collect(1, "cat's quit", limit: .seconds(90)) { frame -> String? in
+                if case .quit("r", _, _, "cat", let reason) = frame { return reason }
+                return nil
+            }
+            #expect(quit.first?.isEmpty == false)
+        }
+        let again = try await TestClient.connect(port: cluster.nodes[0].port, nick: "cat", version: 2)
+        defer { again.close() }
+        try await ann.send(.who(room: "r"))
+        let who = try await ann.waitFor("who") { if case .membersPage("r", true, let nicks) = $0 { nicks } else { nil } }
+        #expect(who == ["ann", "bob"], "the dead node's member is gone from the room")
+        #expect(cluster.nodes.prefix(2).contains { $0.child.output.contains("cluster node gone") }, "a node logged the reap:\n\(cluster.logs)")
+    }
+
+    @Test func redisKilledAndRestartedRefusesClearlyMeanwhileAndLosesNothingAccepted() async throws {
+        let directory = try TemporaryDirectory(prefix: "redis-aof")
+        defer { directory.remove() }
+        let durable = ["--appendonly", "yes", "--appendfsync", "always"]
+        let cluster = try await Cluster(nodes: 2, redisArguments: durable, redisDirectory: directory)
+        defer { cluster.stop() }
+        let sender = try await TestClient.connect(port: cluster.nodes[0].port, nick: "sender", version: 2)
+        let listener = try await TestClient.connect(port: cluster.nodes[1].port, nick: "listener", version: 2)
+        defer {
+            sender.close()
+            listener.close()
+        }
+        try await sender.clusterJoin("r")
+        try await listener.clusterJoin("r")
+
+        var heardBySender: [Heard] = []
+        var accepted: [String] = []
+        var refused: [String] = []
+        var number = 0
+        /// Says the next line and waits for its fate: its echo (accepted) or `unavailable`.
+        func sayNext() async throws -> Bool {
+            number += 1
+            let text = "m\(number)"
+            try await sender.send(.say(room: "r", text: text))
+            while true {
+                let frame = try await sender.expectFrame("the echo of \(text) or an error")
+                if case .message("r", let seq, _, "sender", let echoed) = frame {
+                    heardBySender.append(Heard(seq: seq, sender: "sender", text: echoed))
+                    if echoed == text {
+                        accepted.append(text)
+                        return true
+                    }
+                } else if case .error(let code, let fatal, .say, let reason) = frame {
+                    #expect(code == .unavailable && !fatal, "a non-fatal unavailable, got \(code): \(reason)")
+                    #expect(reason.contains("unavailable"), "the reason says the cluster is unavailable: \(reason)")
+                    refused.append(text)
+                    return false
+                }
+            }
+        }
+        for _ in 1...10 { #expect(try await sayNext(), "accepted while Redis is up") }
+
+        cluster.redis.kill()
+        var sawRefusal = false
+        for _ in 1...200 where !sawRefusal {
+            if try await !sayNext() { sawRefusal = true }
+        }
+        #expect(sawRefusal, "lines said while Redis is gone are refused with unavailable")
+        #expect(cluster.nodes[0].child.output.contains("cluster link down"), "the node says the link is down")
+
+        let restarted = try await RedisServerProcess(port: cluster.redis.port, directory: directory, extraArguments: durable)
+        defer { restarted.stop() }
+        for node in cluster.nodes {
+            let back = await node.child.waitFor(timeout: .seconds(60)) { output, _ in
+                output.components(separatedBy: "cluster link up").count >= 3
+            }
+            #expect(back, "node on port \(node.port) reconnected:\n\(node.child.output)")
+        }
+        for _ in 1...10 { #expect(try await sayNext(), "accepted once Redis is back") }
+        #expect(!refused.isEmpty && accepted.count == 20)
+
+        let last = accepted.last!
+        var heardByListener: [Heard] = []
+        while heardByListener.last?.text != last {
+            let frame = try await listener.expectFrame("the listener's lines up to \(last)")
+            if case .message("r", let seq, _, let from, let text) = frame { heardByListener.append(Heard(seq: seq, sender: from, text: text)) }
+        }
+        #expect(heardByListener == heardBySender, "both members heard the same lines in the same order")
+        #expect(Set(heardByListener).count == heardByListener.count, "none twice")
+        #expect(zip(heardByListener, heardByListener.dropFirst()).allSatisfy { $0.seq < $1.seq })
+        let heardTexts = Set(heardByListener.map(\.text))
+        #expect(accepted.allSatisfy { heardTexts.contains($0) }, "every accepted line reached the other node")
+    }
 }
