@@ -29,16 +29,24 @@ public enum ClusterRequest: Sendable, Equatable {
     /// `joined` at `seq` → `clusterSnapshotRead`.
     case snapshot(room: String, ClientID, seq: UInt64, version: UInt16)
     /// Read `room`'s members → `clusterMembersRead`.
-    case members(room: String, ClientID)
+    case members(room: String, ClusterAsker)
     /// Read every room with members → `clusterRoomsRead`.
-    case listRooms(ClientID)
+    case listRooms(ClusterAsker)
     /// Read a page of `room`'s history next to `seq` → `clusterHistoryRead`. `request` is what
     /// asked: `requestHistory` (newest `limit` messages) or `fetchHistory`.
-    case history(room: String, ClientID, HistoryDirection, seq: UInt64, limit: Int, request: FrameType)
+    case history(room: String, ClusterAsker, HistoryDirection, seq: UInt64, limit: Int, request: FrameType)
     /// Hand `message` (a `direct`) to the node serving its recipient → `clusterDirectSent`.
-    case direct(Frame, sender: ClientID)
+    case direct(Frame, sender: ClusterAsker)
     /// Stop following `room`: no member here any more.
     case unfollow(room: String)
+}
+
+/// Who asked for an answer that comes later: the client, and a ticket that tells it from a later
+/// client in the same slot (which must not get the answer if the asker left meanwhile).
+public struct ClusterAsker: Sendable, Hashable {
+    /// The client that asked.
+    public let id: ClientID
+    let ticket: UInt64
 }
 
 /// What an appended event changes in the room's shared state besides its log.
@@ -116,6 +124,9 @@ struct ClusterState: Sendable {
     var unavailableReason = "not connected to the cluster yet"
     var rooms: [String: Room] = [:]
     var awaiting: [ClientID: Awaited] = [:]
+    /// Answers still due, by ticket, with who asked; forgotten when the asker leaves.
+    var tickets: [UInt64: ClientID] = [:]
+    var nextTicket: UInt64 = 1
     var outbox: [ClusterRequest] = []
 }
 
@@ -147,6 +158,22 @@ extension ChatCore {
     /// The local members of `room` in cluster mode, for tests and logs.
     public func clusterMembers(of room: String) -> [String] {
         cluster?.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
+    }
+
+    /// A ticket for an answer `id` waits for.
+    private mutating func asker(_ id: ClientID) -> ClusterAsker {
+        let ticket = cluster!.nextTicket
+        cluster!.nextTicket += 1
+        cluster!.tickets[ticket] = id
+        return ClusterAsker(id: id, ticket: ticket)
+    }
+
+    /// The client an answer is for, if it is still there.
+    private mutating func resolve(_ asker: ClusterAsker) -> ClientID? {
+        guard cluster?.tickets.removeValue(forKey: asker.ticket) == asker.id, clients.indices.contains(asker.id.slot),
+            clients[asker.id.slot]?.nick != nil
+        else { return nil }
+        return asker.id
     }
 
     private mutating func ask(_ request: ClusterRequest) {
@@ -217,19 +244,19 @@ extension ChatCore {
                 refuse(.tell, .unavailable, unavailableText("not delivered to \(recipient)"), to: id, into: &actions)
                 return true
             }
-            ask(.direct(.direct(sender: nick, recipient: recipient, time: now.wallMillis, text: text), sender: id))
+            ask(.direct(.direct(sender: nick, recipient: recipient, time: now.wallMillis, text: text), sender: asker(id)))
         case .listRooms:
             guard cluster!.available else {
                 refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)
                 return true
             }
-            ask(.listRooms(id))
+            ask(.listRooms(asker(id)))
         case .who(let room):
             guard cluster!.available else {
                 refuse(.who, .unavailable, unavailableText("cannot list #\(room) now"), to: id, into: &actions)
                 return true
             }
-            ask(.members(room: room, id))
+            ask(.members(room: room, asker(id)))
         case .requestHistory(let room, let count):
             clusterHistory(of: room, id: id, .before, seq: 0, limit: min(Int(count), configuration.historySize), request: .requestHistory, into: &actions)
         case let .fetchHistory(room, direction, seq, limit):
@@ -321,13 +348,14 @@ extension ChatCore {
             refuse(request, .unavailable, unavailableText("cannot read the history of #\(room) now"), to: id, into: &actions)
             return
         }
-        ask(.history(room: room, id, direction, seq: seq, limit: limit, request: request))
+        ask(.history(room: room, asker(id), direction, seq: seq, limit: limit, request: request))
     }
 
     /// `id` left this node (`client` is what was known of it): its rooms hear it quit, through
     /// the cluster, and its nick is let go.
     mutating func clusterDeparted(_ id: ClientID, client: ClientState, reason: String, at now: ServerTime) {
         let awaited = cluster!.awaiting.removeValue(forKey: id)
+        cluster!.tickets = cluster!.tickets.filter { $0.value != id }
         if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
             // Its claim may still succeed: `clusterNickClaimed` lets it go then.
             nicks[ChatName.nickKey(nick)] = nil
@@ -526,9 +554,9 @@ extension ChatCore {
 
     /// The members of `room` that `id` asked for, or why they could not be read.
     public mutating func clusterMembersRead(
-        room: String, _ id: ClientID, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
+        room: String, _ asker: ClusterAsker, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard id.slot < clients.count, clients[id.slot]?.nick != nil else { return }
+        guard let id = resolve(asker) else { return }
         switch result {
         case .success(let nicks): sendMembers(nicks, of: room, to: id, into: &actions)
         case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
@@ -536,8 +564,10 @@ extension ChatCore {
     }
 
     /// The rooms that `id` asked for (any order), or why they could not be read.
-    public mutating func clusterRoomsRead(_ id: ClientID, _ result: Result<[RoomInfo], ClusterFailure>, into actions: inout [ChatAction]) {
-        guard id.slot < clients.count, let client = clients[id.slot], client.nick != nil else { return }
+    public mutating func clusterRoomsRead(
+        _ asker: ClusterAsker, _ result: Result<[RoomInfo], ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard let id = resolve(asker), let client = clients[id.slot] else { return }
         switch result {
         case .success(let rooms):
             let paged = client.version >= 2
@@ -552,10 +582,10 @@ extension ChatCore {
 
     /// The history page `id` asked for with `request`, or why it could not be read.
     public mutating func clusterHistoryRead(
-        room: String, _ id: ClientID, request: FrameType,
+        room: String, _ asker: ClusterAsker, request: FrameType,
         _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard id.slot < clients.count, clients[id.slot]?.nick != nil else { return }
+        guard let id = resolve(asker) else { return }
         switch result {
         case .success(let page) where request == .requestHistory:
             let messages = page.entries.filter { $0.kind != .topic }
@@ -574,9 +604,9 @@ extension ChatCore {
     /// The direct message `id` sent through the cluster was heard by the recipient's node
     /// (`heard`), found no one, or failed.
     public mutating func clusterDirectSent(
-        _ message: Frame, sender id: ClientID, _ result: Result<Bool, ClusterFailure>, into actions: inout [ChatAction]
+        _ message: Frame, sender asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard id.slot < clients.count, clients[id.slot]?.nick != nil, case .direct(_, let recipient, _, _) = message else { return }
+        guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else { return }
         switch result {
         case .success(true): actions.append(.send(message, to: id))
         case .success(false): refuse(.tell, .noSuchNick, "no one is called \(recipient)", to: id, into: &actions)

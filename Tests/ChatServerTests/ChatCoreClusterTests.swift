@@ -194,4 +194,47 @@ struct ChatCoreClusterTests {
         let again = cluster.connect("ann", to: 1)
         #expect(cluster.frames(of: again, on: 1).contains { if case .welcome = $0 { true } else { false } }, "the nick is free")
     }
+
+    @Test func anAnswerForAClientThatLeftDoesNotReachANewcomerInItsSlot() {
+        var configuration = ChatServerConfiguration()
+        configuration.turnOffRateLimits()
+        var core = ChatCore(configuration: configuration, clustered: true)
+        core.clusterAvailability(true)
+        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        let slot = ClientID(0)
+        var actions: [ChatAction] = []
+        func welcome(_ nick: String) {
+            #expect(core.clientConnected(slot, address: "127.0.0.1", at: now) == nil)
+            core.received(.hello(version: 2, nick: nick, password: nil), size: 10, from: slot, at: now, into: &actions)
+            #expect(core.takeClusterRequests().last == .claimNick(slot, nick: nick))
+            core.clusterNickClaimed(slot, nick: nick, .success(true), at: now, into: &actions)
+        }
+        welcome("ann")
+        core.received(.who(room: "r"), size: 10, from: slot, at: now, into: &actions)
+        guard case .members(_, let asker)? = core.takeClusterRequests().first else {
+            Issue.record("expected a members read")
+            return
+        }
+        core.disconnect(slot, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        welcome("bob")
+        actions.removeAll()
+        core.clusterMembersRead(room: "r", asker, .success(["ann"]), into: &actions)
+        #expect(actions.isEmpty, "bob never asked: \(actions)")
+    }
+
+    @Test func clusterAddressesAreRedisURLsAndAnythingElseIsExplained() throws {
+        let plain = try ClusterConfiguration(url: "redis://127.0.0.1:6380", nodeID: "n")
+        #expect(plain.host == "127.0.0.1" && plain.port == 6380)
+        #expect(try ClusterConfiguration(url: "redis://cache", nodeID: "n").port == 6379)
+        let v6 = try ClusterConfiguration(url: "redis://[::1]:7000/", nodeID: "n")
+        #expect(v6.host == "::1" && v6.port == 7000)
+        for bad in ["127.0.0.1:6379", "http://x:1", "redis://", "redis://h:0", "redis://h:port", "redis://user:pw@h:1", "redis://h:1/2", "redis://[::1"] {
+            #expect(throws: ClusterURLError.self, "\(bad) is refused") { try ClusterConfiguration(url: bad, nodeID: "n") }
+        }
+        do {
+            _ = try ClusterConfiguration(url: "localhost:6379", nodeID: "n")
+        } catch {
+            #expect(error.description.contains("redis://HOST:PORT"), "the error shows the form expected: \(error)")
+        }
+    }
 }

@@ -340,4 +340,39 @@ struct ClusterTests {
         let heardTexts = Set(heardByListener.map(\.text))
         #expect(accepted.allSatisfy { heardTexts.contains($0) }, "every accepted line reached the other node")
     }
+
+    @Test func aBadClusterAddressStopsTheServerWithAClearMessage() async throws {
+        let executable = try ChildProcess.builtExecutable(named: "chat-server")
+        let child = try ChildProcess(executable, ["--port", "0", "--cluster", "127.0.0.1:6379"])
+        let status = await child.waitForExit()
+        #expect(status != 0 && status != nil)
+        #expect(child.output.contains("--cluster: \"127.0.0.1:6379\" is not a redis://HOST:PORT address"), "\(child.output)")
+        let fromEnvironment = try ChildProcess(executable, ["--port", "0"], environment: ["CHAT_CLUSTER": "redis://h:99999"])
+        #expect(await fromEnvironment.waitForExit() != 0)
+        #expect(fromEnvironment.output.contains("CHAT_CLUSTER: "), "\(fromEnvironment.output)")
+    }
+
+    @Test func whileRedisIsUnreachableAHelloIsRefusedWithUnavailable() async throws {
+        let redis = try await RedisServerProcess()
+        let port = redis.port
+        redis.stop()
+        let node = try await ChatServerProcess(arguments: ["--cluster", "redis://127.0.0.1:\(port)"])
+        defer { node.stop() }
+        #expect(await node.child.waitForOutput("cluster link down"), "\(node.child.output)")
+        let code = await refusalCode { try await ChatConnection.connect(host: "127.0.0.1", port: node.port, nick: "ann", version: 2) }
+        #expect(code == .unavailable)
+    }
+}
+
+/// The code a `hello` was refused with, or nil if it was welcomed.
+private func refusalCode(_ connect: () async throws -> ChatConnection) async -> ErrorCode? {
+    do {
+        try await connect().close()
+        return nil
+    } catch let ChatConnection.HandshakeError.refused(code, _) {
+        return code
+    } catch {
+        Issue.record("expected a refusal, got \(error)")
+        return nil
+    }
 }
