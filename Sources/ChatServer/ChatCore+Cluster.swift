@@ -385,6 +385,16 @@ extension ChatCore {
         for name in rooms { unfollowIfEmpty(name) }
     }
 
+    /// The node is leaving the cluster (it shuts down): every client still known quits its rooms
+    /// with `reason` and lets its nick go, through the cluster, as if it had disconnected.
+    public mutating func clusterDepartAll(reason: String, at now: ServerTime) {
+        guard cluster != nil else { return }
+        for slot in clients.indices {
+            guard let client = clients[slot], client.nick.map({ nicks[ChatName.nickKey($0)] == ClientID(slot) }) ?? true else { continue }
+            clusterDeparted(ClientID(slot), client: client, reason: reason, at: now)
+        }
+    }
+
     private mutating func unfollowIfEmpty(_ name: String) {
         guard let room = cluster!.rooms[name], room.isEmpty else { return }
         cluster!.rooms[name] = nil

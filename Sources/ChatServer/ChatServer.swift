@@ -771,12 +771,19 @@ public final class ChatServer: @unchecked Sendable {
     /// This node's id in its cluster, or nil for a server on its own.
     public var clusterNodeID: String? { clusterNode?.configuration.nodeID }
 
-    /// After `shutdown`: lets what was sent to the cluster's Redis (the clients' quits) be
-    /// carried out, for at most `timeout`, then closes the link and calls `completion`. Without a
+    /// After `shutdown`: announces the quits of the clients it said goodbye to, lets what was
+    /// sent to the cluster's Redis be carried out, for at most `timeout`, then closes the link
+    /// and calls `completion`. Without a
     /// cluster it calls `completion` at once.
     public func leaveCluster(timeout: Duration = .seconds(2), completion: @escaping @Sendable () -> Void) {
         guard clusterNode != nil else { return completion() }
-        queue.async { [self] in clusterNode!.stop(timeout: timeout, completion: completion) }
+        queue.async { [self] in
+            // Clients that were told goodbye closed without the chat logic hearing of it: their
+            // rooms hear them quit now, rather than when another node reaps this one.
+            core.clusterDepartAll(reason: "their server shut down", at: Self.now())
+            perform()
+            clusterNode!.stop(timeout: timeout, completion: completion)
+        }
     }
 
     // MARK: Time

@@ -362,6 +362,25 @@ struct ClusterTests {
         let code = await refusalCode { try await ChatConnection.connect(host: "127.0.0.1", port: node.port, nick: "ann", version: 2) }
         #expect(code == .unavailable)
     }
+
+    @Test func aNodeStoppedGracefullyLetsItsMembersQuitAtOnce() async throws {
+        // A node timeout no test waits for: the quit must come from the node itself, not a reaper.
+        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "600"])
+        defer { cluster.stop() }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+        }
+        try await ann.clusterJoin("r")
+        try await bob.clusterJoin("r")
+        cluster.nodes[1].stop()
+        let reason = try await ann.waitFor("bob's quit") { if case .quit("r", _, _, "bob", let reason) = $0 { reason } else { nil } }
+        #expect(reason == "their server shut down")
+        let again = try await TestClient.connect(port: cluster.nodes[0].port, nick: "bob", version: 2)
+        again.close()
+    }
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
