@@ -373,15 +373,16 @@ extension ChatCore {
         }
         guard let nick = client.nick else { return }
         nicks[ChatName.nickKey(nick)] = nil
-        ask(.releaseNick(nick))
         // Every room it was in or on its way into: a `joined` already appended gets its `quit`
-        // (a leave of a nick that is no member appends nothing).
+        // (a leave of a nick that is no member appends nothing). The quits go before the
+        // release, on the same connection, so whoever takes the nick next finds them done.
         var rooms = client.rooms
         if case .join(let joining) = awaited, !rooms.contains(joining) { rooms.append(joining) }
         for room in rooms {
             let event = Frame.quit(room: room, seq: 0, time: 0, nick: nick, reason: reason)
             ask(.append(room: room, event: event, change: .leave(nick: nick), sender: nil))
         }
+        ask(.releaseNick(nick))
         for name in rooms { unfollowIfEmpty(name) }
     }
 
@@ -626,10 +627,10 @@ extension ChatCore {
 
     /// A direct message from another node, for a client of this one (dropped if it has left).
     public mutating func clusterDirectReceived(_ payload: [UInt8], into actions: inout [ChatAction]) {
-        guard case .direct(_, let recipient, _, _)? = try? Frame(decoding: payload),
+        guard let message = try? Frame(decoding: payload), case .direct(_, let recipient, _, _) = message,
             let id = nicks[ChatName.nickKey(recipient)], nick(of: id) != nil
         else { return }
-        actions.append(.send(try! Frame(decoding: payload), to: id))
+        actions.append(.send(message, to: id))
     }
 
     // MARK: Frames

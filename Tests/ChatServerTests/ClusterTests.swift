@@ -381,6 +381,60 @@ struct ClusterTests {
         let again = try await TestClient.connect(port: cluster.nodes[0].port, nick: "bob", version: 2)
         again.close()
     }
+
+    @Test func aClientThatPipelinesHelloJoinAndLinesInOneWriteIsServedInOrder() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer { bob.close() }
+        try await bob.clusterJoin("r")
+        let pipe = try BlockingSocket(port: cluster.nodes[0].port)
+        defer { pipe.close() }
+        let lines = (1...100).map { "line \($0)" }
+        let sent = await pipe.send(
+            [.hello(version: 2, nick: "pipe", password: nil), .join(room: "r")] + lines.map { Frame.say(room: "r", text: $0) })
+        #expect(sent > 0)
+        let heard = try await bob.collect(lines.count, "pipe's lines") { frame -> String? in
+            if case .message("r", _, _, "pipe", let text) = frame { return text }
+            return nil
+        }
+        #expect(heard == lines, "every line, in the order sent, after the join it was sent behind")
+        var echoes: [String] = []
+        var frames: [Frame] = []
+        while echoes.count < lines.count {
+            let (more, ended) = await pipe.readFrames(timeout: .seconds(5))
+            frames += more
+            echoes += more.compactMap { if case .message("r", _, _, "pipe", let text) = $0 { text } else { nil } }
+            if ended || more.isEmpty { break }
+        }
+        #expect(echoes == lines, "the sender's echoes")
+        #expect(!frames.contains { if case .error = $0 { true } else { false } }, "no errors: \(frames.filter { if case .error = $0 { true } else { false } })")
+    }
+
+    @Test func aClientThatVanishesMidJoinLeavesNoMemberBehind() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer { bob.close() }
+        try await bob.clusterJoin("r")
+        for round in 1...5 {
+            let ghost = try BlockingSocket(port: cluster.nodes[0].port)
+            await ghost.send([.hello(version: 2, nick: "ghost", password: nil), .join(room: "r"), .say(room: "r", text: "boo \(round)")])
+            ghost.close()
+            // Its nick is free once its node has let it go, and its quits went first.
+            let free = await eventually {
+                guard let again = try? await ChatConnection.connect(host: "127.0.0.1", port: cluster.nodes[1].port, nick: "ghost", version: 2)
+                else { return false }
+                try? await again.send(Frame.goodbye(reason: "checked"))
+                again.close()
+                return true
+            }
+            #expect(free, "round \(round): the ghost's nick is free")
+            try await bob.send(.who(room: "r"))
+            let who = try await bob.waitFor("who") { if case .membersPage("r", true, let nicks) = $0 { nicks } else { nil } }
+            #expect(who == ["bob"], "round \(round): no ghost member")
+        }
+    }
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
