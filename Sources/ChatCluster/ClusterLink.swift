@@ -56,6 +56,13 @@ public final class ClusterLink: @unchecked Sendable {
     private var stopped = false
     /// Counts connection attempts, so that callbacks of an abandoned attempt do nothing.
     private var attempt = 0
+    /// When the heartbeat now waiting for its reply was sent; nil when none waits.
+    private var heartbeatSentAt: ContinuousClock.Instant?
+
+    /// How long Redis may leave a heartbeat unanswered before the link counts it as gone: half
+    /// the node's ttl, so the link goes down (and the node refuses work) well before other nodes
+    /// could take it for dead.
+    private var answerTimeout: Duration { .milliseconds(max(ttlMilliseconds / 2, 50)) }
 
     /// A link to the Redis at `host:port` for the node `nodeID`; nothing happens until `start()`.
     public init(host: String, port: Int, nodeID: String, ttlMilliseconds: Int = 5_000, queue: DispatchQueue) {
@@ -134,6 +141,14 @@ public final class ClusterLink: @unchecked Sendable {
         guard !stopped else { return }
         attempt += 1
         let current = attempt
+        // A Redis that accepts connections but never answers (stopped, partitioned) must not
+        // leave the attempt hanging: connecting, loading the scripts and the first heartbeat get
+        // the connect timeout plus two answer timeouts.
+        let deadline = Duration.seconds(5) + answerTimeout * 2
+        queue.asyncAfter(deadline: .now() + .milliseconds(Int(deadline / .milliseconds(1)))) { [self] in
+            guard current == attempt, !stopped, state != .up else { return }
+            failed(.timedOut("no answer to the connection's setup within \(deadline)"))
+        }
         // One after the other: the commands connection, then the one for subscriptions.
         dial(role: "commands", attempt: current) { [self] commands in
             dial(role: "events", attempt: current) { [self] subscriber in
@@ -214,16 +229,37 @@ public final class ClusterLink: @unchecked Sendable {
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 5, 10))
         timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [weak registry] in registry?.heartbeat() }
+        timer.setEventHandler { [weak self, weak registry] in
+            guard let self, let registry else { return }
+            beat(registry)
+        }
         timer.activate()
         heartbeat = timer
         change(to: .up)
     }
 
+    /// Sends a heartbeat, unless the last one is still unanswered: then, if it has waited longer
+    /// than `answerTimeout`, Redis has stopped answering and the link fails.
+    private func beat(_ registry: NickRegistry) {
+        if let sent = heartbeatSentAt {
+            let waited = sent.duration(to: .now)
+            if waited > answerTimeout { failed(.timedOut("a heartbeat unanswered for \(waited)")) }
+            return
+        }
+        heartbeatSentAt = .now
+        let current = attempt
+        registry.heartbeat { [self] _ in
+            guard current == attempt else { return }
+            heartbeatSentAt = nil
+        }
+    }
+
     private func failed(_ error: ClusterError) {
         guard !stopped else { return }
-        tearDown()
+        // Down before the connections close: what was waiting on them is answered with the
+        // state that says why.
         change(to: .down(error))
+        tearDown()
         failReadiness(error)
         // Up to 5 s apart, with jitter so that nodes do not all come back in the same instant.
         let milliseconds = Int(nextDelay / .milliseconds(1) * Double.random(in: 0.5...1.0))
@@ -233,6 +269,7 @@ public final class ClusterLink: @unchecked Sendable {
 
     private func tearDown() {
         attempt += 1
+        heartbeatSentAt = nil
         heartbeat?.cancel()
         heartbeat = nil
         roomLog = nil

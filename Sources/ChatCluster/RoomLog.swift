@@ -27,6 +27,9 @@ public enum ClusterError: Error, Equatable, Sendable, CustomStringConvertible {
     case refused(String)
     /// Redis answered with a value of the wrong shape.
     case malformedReply(String)
+    /// Redis stopped answering: the connection is up, the replies do not come (a hung or
+    /// partitioned server); the text says what was waited for and how long.
+    case timedOut(String)
 
     /// The problem, for a log line.
     public var description: String {
@@ -34,6 +37,7 @@ public enum ClusterError: Error, Equatable, Sendable, CustomStringConvertible {
         case .redis(let error): "\(error)"
         case .refused(let text): "Redis refused: \(text)"
         case .malformedReply(let what): "unexpected reply from Redis: \(what)"
+        case .timedOut(let what): "Redis stopped answering: \(what)"
         }
     }
 }

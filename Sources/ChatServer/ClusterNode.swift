@@ -220,7 +220,7 @@ final class ClusterNode: @unchecked Sendable {
         case .claimNick(let id, let nick):
             guard let registry = link.nicks else { return later { $0.clusterNickClaimed(id, nick: nick, .failure(self.down), at: ChatServer.now(), into: &$1) } }
             registry.claim(ChatName.nickKey(nick)) { [self] result in
-                answer { $0.clusterNickClaimed(id, nick: nick, result.mapError(Self.failure), at: ChatServer.now(), into: &$1) }
+                answer { $0.clusterNickClaimed(id, nick: nick, result.mapError(self.failure), at: ChatServer.now(), into: &$1) }
             }
         case .releaseNick(let nick):
             guard let registry = link.nicks else { return retries.append(request) }
@@ -230,12 +230,12 @@ final class ClusterNode: @unchecked Sendable {
         case .join(let room, let id, let nick):
             link.follow(room) { [self] ready in
                 guard case .success = ready, let log = link.roomLog else {
-                    let failure = ready.failure.map(Self.failure) ?? down
+                    let failure = ready.failure.map(self.failure) ?? down
                     return answer { $0.clusterJoinAppended(id, room: room, failure: failure, into: &$1) }
                 }
                 let joined = ChatCore.clusterPayload(of: .joined(room: room, seq: 0, time: 0, nick: nick))
                 log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID)) { [self] result in
-                    answer { $0.clusterJoinAppended(id, room: room, failure: result.failure.map(Self.failure), into: &$1) }
+                    answer { $0.clusterJoinAppended(id, room: room, failure: result.failure.map(self.failure), into: &$1) }
                 }
             }
         case .append(let room, let event, let change, let sender):
@@ -256,7 +256,7 @@ final class ClusterNode: @unchecked Sendable {
             log.append(to: room, payload: ChatCore.clusterPayload(of: event), change: roomChange) { [self] result in
                 guard case .failure(let error) = result else { return }
                 if let sender {
-                    answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: Self.failure(error), into: &$1) }
+                    answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.failure(error), into: &$1) }
                 } else if case .redis = error {
                     // A quit or nick change that did not reach Redis: tried again once it is back.
                     retries.append(request)
@@ -269,12 +269,12 @@ final class ClusterNode: @unchecked Sendable {
         case .members(let room, let id):
             guard let commands = link.commands else { return later { $0.clusterMembersRead(room: room, id, .failure(self.down), into: &$1) } }
             ClusterDirectory(commands: commands).members(of: room) { [self] result in
-                answer { $0.clusterMembersRead(room: room, id, result.mapError(Self.failure), into: &$1) }
+                answer { $0.clusterMembersRead(room: room, id, result.mapError(self.failure), into: &$1) }
             }
         case .listRooms(let id):
             guard let commands = link.commands else { return later { $0.clusterRoomsRead(id, .failure(self.down), into: &$1) } }
             ClusterDirectory(commands: commands).rooms { [self] result in
-                let rooms = result.mapError(Self.failure).map { listed in
+                let rooms = result.mapError(self.failure).map { listed in
                     listed.map { room in
                         RoomInfo(
                             name: room.name, memberCount: UInt32(clamping: room.memberCount), topic: room.topic.flatMap(Self.topicText) ?? "")
@@ -300,7 +300,7 @@ final class ClusterNode: @unchecked Sendable {
             }
             ClusterDirectory(commands: commands).direct(toNick: ChatName.nickKey(recipient), payload: FrameEncoder.encode(message)) {
                 [self] result in
-                answer { $0.clusterDirectSent(message, sender: sender, result.mapError(Self.failure), into: &$1) }
+                answer { $0.clusterDirectSent(message, sender: sender, result.mapError(self.failure), into: &$1) }
             }
         case .unfollow(let room):
             link.unfollow(room)
@@ -324,8 +324,11 @@ final class ClusterNode: @unchecked Sendable {
         return ClusterFailure(reason: "the cluster is unavailable: not connected yet")
     }
 
-    private static func failure(_ error: ClusterError) -> ClusterFailure {
-        ClusterFailure(reason: "the cluster is unavailable: \(error)")
+    /// The failure a client is told of for `error`; when the link is down, why it is (a
+    /// request cut off by the link's failure got only "closed").
+    private func failure(_ error: ClusterError) -> ClusterFailure {
+        if case .down(let cause) = link.state { return ClusterFailure(reason: "the cluster is unavailable: \(cause)") }
+        return ClusterFailure(reason: "the cluster is unavailable: \(error)")
     }
 
     private static func topicText(_ event: LoggedEvent) -> String? {
@@ -342,7 +345,7 @@ final class ClusterNode: @unchecked Sendable {
             case .success(let value):
                 completion(.success(value.text.flatMap { UInt64($0) } ?? 0))
             case .failure(let error):
-                completion(.failure(Self.failure(.redis(error))))
+                completion(.failure(self.failure(.redis(error))))
             }
         }
     }
@@ -356,7 +359,7 @@ final class ClusterNode: @unchecked Sendable {
         ClusterDirectory(commands: commands).snapshot(of: room, newEpoch: UInt64.random(in: 1...UInt64.max)) { [self] result in
             switch result {
             case .failure(let error):
-                completion(.failure(Self.failure(error)))
+                completion(.failure(self.failure(error)))
             case .success(let snapshot):
                 readPage(of: room, .before, from: seq + 1, limit: historySize, messagesOnly: version < 2) { page in
                     completion(
@@ -394,7 +397,7 @@ final class ClusterNode: @unchecked Sendable {
             let handle: (Result<[LoggedEvent], ClusterError>) -> Void = { result in
                 switch result {
                 case .failure(let error):
-                    completion(.failure(Self.failure(error)))
+                    completion(.failure(self.failure(error)))
                 case .success(let events):
                     for (index, event) in events.enumerated() {
                         guard let entry = ChatCore.historyEntry(payload: event.payload, seq: event.seq, time: event.time),

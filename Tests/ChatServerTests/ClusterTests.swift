@@ -435,6 +435,59 @@ struct ClusterTests {
             #expect(who == ["bob"], "round \(round): no ghost member")
         }
     }
+
+    @Test func aRedisThatStopsAnsweringIsNoticedAndRefusedRatherThanWaitedFor() async throws {
+        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "2"])
+        defer {
+            cluster.redis.child.signal(SIGCONT)
+            cluster.stop()
+        }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+        }
+        try await ann.clusterJoin("r")
+        try await bob.clusterJoin("r")
+        // The connection stays up; no reply comes. The line must be refused, not left hanging.
+        cluster.redis.child.signal(SIGSTOP)
+        try await ann.send(.say(room: "r", text: "during"))
+        var annHeard: [String] = []
+        let refusal = try await ann.waitFor("a refusal of the line said while Redis is stopped") { frame -> String? in
+            if case .message("r", _, _, _, let text) = frame { annHeard.append(text) }
+            if case .error(.unavailable, false, .say, let reason) = frame { return reason }
+            return nil
+        }
+        #expect(refusal.contains("stopped answering"), "the reason says Redis stopped answering: \(refusal)")
+        #expect(cluster.nodes[0].child.output.contains("cluster link down"))
+
+        cluster.redis.child.signal(SIGCONT)
+        for node in cluster.nodes {
+            // A node whose heartbeat was not yet overdue never went down: its link is up all along.
+            let back = await node.child.waitFor(timeout: .seconds(90)) { output, _ in
+                guard let down = output.range(of: "cluster link down", options: .backwards) else { return true }
+                return output.range(of: "cluster link up", options: .backwards).map { $0.lowerBound > down.lowerBound } ?? false
+            }
+            #expect(back, "node on port \(node.port) reconnected:\n\(node.child.output)")
+        }
+        try await ann.send(.say(room: "r", text: "after"))
+        _ = try await ann.waitFor("ann's echo of after") { frame -> Bool? in
+            if case .error(let code, _, _, let reason) = frame { Issue.record("after: \(code) \(reason)") }
+            guard case .message("r", _, _, _, let text) = frame else { return nil }
+            annHeard.append(text)
+            return text == "after" ? true : nil
+        }
+        var bobHeard: [String] = []
+        _ = try await bob.waitFor("bob hears after") { frame -> Bool? in
+            guard case .message("r", _, _, _, let text) = frame else { return nil }
+            bobHeard.append(text)
+            return text == "after" ? true : nil
+        }
+        // "during" was written to the stopped server before the node gave up on it, and Redis may
+        // carry it out once it runs again: then both hear it, as the echo says. Never one alone.
+        #expect(bobHeard == annHeard && annHeard.last == "after", "ann heard \(annHeard), bob \(bobHeard)")
+    }
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
