@@ -61,6 +61,22 @@ private final class Node: @unchecked Sendable {
         }
     }
 
+    /// Appends one event with `change`; the result as the log gives it.
+    func append(_ payload: [UInt8], change: RoomChange, to room: String) async -> Result<LoggedEvent, ClusterError> {
+        await withCheckedContinuation { continuation in
+            queue.async { [log] in log.append(to: room, payload: payload, change: change) { continuation.resume(returning: $0) } }
+        }
+    }
+
+    /// Runs `read` against a directory on this node's command connection.
+    func directory<T: Sendable>(
+        _ read: @escaping @Sendable (ClusterDirectory, @escaping (Result<T, ClusterError>) -> Void) -> Void
+    ) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [commands] in read(ClusterDirectory(commands: commands)) { continuation.resume(with: $0) } }
+        }
+    }
+
     func command(_ arguments: [[UInt8]]) async -> RedisConnection.Reply {
         await withCheckedContinuation { continuation in
             queue.async { [commands] in commands.send(arguments) { continuation.resume(returning: $0) } }
@@ -177,5 +193,40 @@ struct RoomLogTests {
         _ = try await writer.append([payload("new")], to: "r")
         let seen = await reader.waitForEvents(1, in: "r")
         #expect(seen.map(\.seq) == [8], "only what came after the follow")
+    }
+
+    @Test func membersAndTopicChangeInTheSameStepAsTheirEvent() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        let b = try await Node("b", port: redis.port)
+        #expect(try await a.append(payload("ann joins"), change: .join(nick: "ann", node: "a"), to: "r").get().seq == 1)
+        #expect(try await b.append(payload("bob joins"), change: .join(nick: "bob", node: "b"), to: "r").get().seq == 2)
+        _ = try await a.append(payload("ann is anna"), change: .rename(old: "ann", new: "anna", node: "a"), to: "r").get()
+        #expect(try await a.directory { $0.members(of: "r", completion: $1) } == ["anna", "bob"], "a rename keeps the joining order")
+
+        // Node b cannot take node a's member out: nothing is logged, no seq is used.
+        let refused = await b.append(payload("anna quits?"), change: .leave(nick: "anna", node: "b"), to: "r")
+        guard case .failure(.refused(let text)) = refused, text.hasPrefix("NOTMEMBER") else {
+            Issue.record("expected NOTMEMBER, got \(refused)")
+            return
+        }
+        #expect(try await a.append(payload("anna leaves"), change: .leave(nick: "anna", node: "a"), to: "r").get().seq == 4)
+        #expect(try await a.directory { $0.members(of: "r", completion: $1) } == ["bob"])
+
+        let topic = try await b.append(payload("topic"), change: .topic, to: "r").get()
+        let rooms = try await a.directory { $0.rooms(completion: $1) }
+        #expect(rooms.map(\.name) == ["r"] && rooms.map(\.memberCount) == [1] && rooms.map(\.topic) == [topic])
+        let snapshot = try await a.directory { $0.snapshot(of: "r", newEpoch: 77, completion: $1) }
+        #expect(snapshot.epoch == 77 && snapshot.firstSeq == 1 && snapshot.topic == topic && snapshot.members == ["bob"])
+        let again = try await b.directory { $0.snapshot(of: "r", newEpoch: 99, completion: $1) }
+        #expect(again.epoch == 77, "the epoch is set once")
+        let memberships = try await a.directory { directory, done in
+            directory.memberships(of: "b") { done($0.map { $0.map { "\($0.room) \($0.nick)" } }) }
+        }
+        #expect(memberships == ["r bob"])
+
+        _ = try await b.append(payload("bob leaves"), change: .leave(nick: "bob", node: "b"), to: "r").get()
+        #expect(try await a.directory { $0.rooms(completion: $1) }.isEmpty, "a room without members is not listed")
     }
 }
