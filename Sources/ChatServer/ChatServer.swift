@@ -359,7 +359,7 @@ public final class ChatServer: @unchecked Sendable {
                     waitForWriter(connection)
                     return
                 }
-                if let clusterNode, core.isAwaitingCluster(connection.id) {
+                if let clusterNode, core.isAwaitingCluster(connection.id) || clusterNode.isBacklogged {
                     clusterNode.hold(connection)
                     return
                 }

@@ -140,7 +140,13 @@ final class ClusterNode: @unchecked Sendable {
         link.start()
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + .seconds(1), repeating: .seconds(1))
-        timer.setEventHandler { [weak self] in self?.reap() }
+        timer.setEventHandler { [weak self] in
+            guard let self else { return }
+            reap()
+            // Appends answer nothing when they succeed: the backlog's waiters are looked at here
+            // too, not only when an event or answer arrives.
+            if !waiters.isEmpty { answer { _, _ in } }
+        }
         timer.activate()
         reaper = timer
     }
@@ -165,7 +171,20 @@ final class ClusterNode: @unchecked Sendable {
         completion()
     }
 
-    /// Holds `connection`'s requests until the core's answer for it arrives.
+    /// The most commands that may wait for Redis's reply before clients' requests wait too.
+    /// Enough to keep the pipeline full (a reply takes a fraction of a millisecond); few enough
+    /// that what a slow or stopped Redis leaves queued stays small (at most this many frames).
+    static let maxCommandsInFlight = 1024
+
+    /// Whether so many commands wait for Redis that no more requests are served: a Redis that
+    /// is slow (or stopped, until the link notices) pushes back on the clients, through TCP,
+    /// instead of growing the node's queue.
+    var isBacklogged: Bool {
+        (link.commands?.waitingCount ?? 0) >= Self.maxCommandsInFlight
+    }
+
+    /// Holds `connection`'s requests until the core's answer for it arrives, and while the
+    /// node is backlogged.
     func hold(_ connection: ClientConnection) {
         guard !connection.waitingForCluster else { return }
         connection.waitingForCluster = true
@@ -173,9 +192,9 @@ final class ClusterNode: @unchecked Sendable {
         connection.updateReading()
     }
 
-    /// Takes the held connections whose answer arrived.
+    /// Takes the held connections whose answer arrived, unless the node is backlogged.
     func releaseAnswered(_ isAwaiting: (ClientID) -> Bool) -> [ClientConnection] {
-        guard !waiters.isEmpty else { return [] }
+        guard !waiters.isEmpty, !isBacklogged else { return [] }
         var released: [ClientConnection] = []
         waiters.removeAll { connection in
             guard !connection.isActive || !isAwaiting(connection.id) else { return false }

@@ -488,6 +488,44 @@ struct ClusterTests {
         // carry it out once it runs again: then both hear it, as the echo says. Never one alone.
         #expect(bobHeard == annHeard && annHeard.last == "after", "ann heard \(annHeard), bob \(bobHeard)")
     }
+
+    @Test func aFloodWhileRedisIsStalledIsPushedBackNotQueued() async throws {
+        // A node timeout longer than the test: the link does not fail, Redis just stops answering.
+        let cluster = try await Cluster(nodes: 1, nodeArguments: ["--cluster-node-timeout", "600"])
+        defer {
+            cluster.redis.child.signal(SIGCONT)
+            cluster.stop()
+        }
+        let node = cluster.nodes[0]
+        let flooder = try BlockingSocket(port: node.port)
+        defer { flooder.close() }
+        await flooder.send([.hello(version: 2, nick: "flood", password: nil), .join(room: "r")])
+        var joined = false
+        for _ in 0..<20 where !joined {
+            let (frames, ended) = await flooder.readFrames(timeout: .seconds(2))
+            joined = frames.contains { if case .historyPage("r", _, _, _) = $0 { true } else { false } }
+            if ended { break }
+        }
+        #expect(joined, "the flooder joined")
+        let before = node.child.residentBytes ?? 0
+        cluster.redis.child.signal(SIGSTOP)
+        // 64 MiB of lines that no Redis answers.
+        let line = String(repeating: "x", count: 8_000)
+        var bytes: [UInt8] = []
+        for _ in 0..<8_192 { FrameEncoder.encode(.say(room: "r", text: line), into: &bytes) }
+        let sent = await flooder.send(bytes, timeout: .seconds(3))
+        #expect(sent < bytes.count, "the node stopped reading once its commands to Redis were backlogged (took \(sent) bytes)")
+        let peak = node.child.peakResidentBytes ?? Int.max
+        // In flight at most 1024 commands of 8 KB, plus what the kernel and the decoder hold.
+        #expect(peak - before < 48 << 20, "the node grew by \(peak - before) bytes while Redis was stalled")
+
+        cluster.redis.child.signal(SIGCONT)
+        let ann = try await TestClient.connect(port: node.port, nick: "ann", version: 2)
+        defer { ann.close() }
+        try await ann.clusterJoin("calm")
+        try await ann.send(.say(room: "calm", text: "still here"))
+        _ = try await ann.waitFor("ann's echo") { if case .message("calm", _, _, "ann", "still here") = $0 { true } else { nil } }
+    }
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
