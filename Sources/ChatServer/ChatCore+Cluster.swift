@@ -24,7 +24,7 @@ public enum ClusterRequest: Sendable, Equatable {
     /// Append `event` (its `seq` and time 0: Redis numbers and stamps it) to `room`'s log with
     /// `change`; if it fails, `clusterAppendFailed` tells `sender`, or, with no sender (a quit),
     /// the server retries it once the cluster is back.
-    case append(room: String, event: Frame, change: ClusterChange, sender: ClientID?)
+    case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?)
     /// Read what a joiner of `room` is told — epoch, members, topic, history up to its own
     /// `joined` at `seq` → `clusterSnapshotRead`.
     case snapshot(room: String, ClientID, seq: UInt64, version: UInt16)
@@ -41,12 +41,12 @@ public enum ClusterRequest: Sendable, Equatable {
     case unfollow(room: String)
 }
 
-/// Who asked for an answer that comes later: the client, and a ticket that tells it from a later
-/// client in the same slot (which must not get the answer if the asker left meanwhile).
+/// Who asked for an answer that comes later: the client, and its session, which tells it from a
+/// later client in the same slot (which must not get the answer if the asker left meanwhile).
 public struct ClusterAsker: Sendable, Hashable {
     /// The client that asked.
     public let id: ClientID
-    let ticket: UInt64
+    let session: UInt64
 }
 
 /// What an appended event changes in the room's shared state besides its log.
@@ -124,9 +124,10 @@ struct ClusterState: Sendable {
     var unavailableReason = "not connected to the cluster yet"
     var rooms: [String: Room] = [:]
     var awaiting: [ClientID: Awaited] = [:]
-    /// Answers still due, by ticket, with who asked; forgotten when the asker leaves.
-    var tickets: [UInt64: ClientID] = [:]
-    var nextTicket: UInt64 = 1
+    /// The session of each welcomed client, by slot: a number no earlier client in the slot had,
+    /// so an answer for one that left is not taken for its successor's.
+    var sessions: [Int: UInt64] = [:]
+    var nextSession: UInt64 = 1
     var outbox: [ClusterRequest] = []
 }
 
@@ -160,17 +161,14 @@ extension ChatCore {
         cluster?.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
     }
 
-    /// A ticket for an answer `id` waits for.
-    private mutating func asker(_ id: ClientID) -> ClusterAsker {
-        let ticket = cluster!.nextTicket
-        cluster!.nextTicket += 1
-        cluster!.tickets[ticket] = id
-        return ClusterAsker(id: id, ticket: ticket)
+    /// `id` as the asker of an answer to come.
+    private func asker(_ id: ClientID) -> ClusterAsker {
+        ClusterAsker(id: id, session: cluster!.sessions[id.slot] ?? 0)
     }
 
     /// The client an answer is for, if it is still there.
-    private mutating func resolve(_ asker: ClusterAsker) -> ClientID? {
-        guard cluster?.tickets.removeValue(forKey: asker.ticket) == asker.id, clients.indices.contains(asker.id.slot),
+    private func resolve(_ asker: ClusterAsker) -> ClientID? {
+        guard cluster?.sessions[asker.id.slot] == asker.session, clients.indices.contains(asker.id.slot),
             clients[asker.id.slot]?.nick != nil
         else { return nil }
         return asker.id
@@ -209,7 +207,7 @@ extension ChatCore {
             // (its acknowledgement) arrives.
             clients[id.slot]!.rooms.remove(at: index)
             cluster!.rooms[room]?.leaving.insert(id)
-            ask(.append(room: room, event: .left(room: room, seq: 0, time: 0, nick: nick), change: .leave(nick: nick), sender: id))
+            ask(.append(room: room, event: .left(room: room, seq: 0, time: 0, nick: nick), change: .leave(nick: nick), sender: asker(id)))
         case .say(let room, let text), .emote(let room, let text):
             let isMessage = frame.type == .say
             guard clients[id.slot]!.rooms.contains(room) else {
@@ -224,7 +222,7 @@ extension ChatCore {
                 isMessage
                 ? .message(room: room, seq: 0, time: 0, sender: nick, text: text)
                 : .action(room: room, seq: 0, time: 0, sender: nick, text: text)
-            ask(.append(room: room, event: event, change: .none, sender: id))
+            ask(.append(room: room, event: event, change: .none, sender: asker(id)))
         case .setTopic(let room, let text):
             guard clients[id.slot]!.rooms.contains(room) else {
                 refuse(.setTopic, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
@@ -234,7 +232,7 @@ extension ChatCore {
                 refuse(.setTopic, .unavailable, unavailableText("#\(room): topic not set"), to: id, into: &actions)
                 return true
             }
-            ask(.append(room: room, event: .topic(room: room, seq: 0, time: 0, setBy: nick, text: text), change: .topic, sender: id))
+            ask(.append(room: room, event: .topic(room: room, seq: 0, time: 0, setBy: nick, text: text), change: .topic, sender: asker(id)))
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
@@ -277,6 +275,8 @@ extension ChatCore {
         }
         nicks[ChatName.nickKey(nick)] = id
         cluster!.awaiting[id] = .hello(nick: nick, version: version)
+        cluster!.sessions[id.slot] = cluster!.nextSession
+        cluster!.nextSession += 1
         ask(.claimNick(id, nick: nick))
     }
 
@@ -355,7 +355,7 @@ extension ChatCore {
     /// the cluster, and its nick is let go.
     mutating func clusterDeparted(_ id: ClientID, client: ClientState, reason: String, at now: ServerTime) {
         let awaited = cluster!.awaiting.removeValue(forKey: id)
-        cluster!.tickets = cluster!.tickets.filter { $0.value != id }
+        cluster!.sessions[id.slot] = nil
         if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
             // Its claim may still succeed: `clusterNickClaimed` lets it go then.
             nicks[ChatName.nickKey(nick)] = nil
@@ -461,9 +461,9 @@ extension ChatCore {
 
     /// An append `sender` asked for failed: it is told its request was not carried out.
     public mutating func clusterAppendFailed(
-        _ event: Frame, in room: String, sender: ClientID, failure: ClusterFailure, into actions: inout [ChatAction]
+        _ event: Frame, in room: String, sender asker: ClusterAsker, failure: ClusterFailure, into actions: inout [ChatAction]
     ) {
-        guard sender.slot < clients.count, clients[sender.slot] != nil else { return }
+        guard let sender = resolve(asker) else { return }
         let request: FrameType
         switch event {
         case .message: request = .say
