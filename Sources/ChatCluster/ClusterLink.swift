@@ -35,6 +35,10 @@ public final class ClusterLink: @unchecked Sendable {
     /// The connection for commands (not subscriptions), while up: for reads the log and the
     /// registry do not make.
     public private(set) var commands: RedisConnection?
+    /// Called when a heartbeat finds that the node was taken for dead and reaped (its nicks
+    /// freed, its members' quits announced) — after a stall or partition longer than the ttl, or
+    /// a Redis that lost its data. The node stays registered; what it served is gone.
+    public var onReaped: (() -> Void)?
     /// Each message published on this node's own channel (`directChannel`), at most once.
     public var onDirect: (([UInt8]) -> Void)?
     /// This node's own channel: what other nodes publish there reaches `onDirect`.
@@ -54,6 +58,9 @@ public final class ClusterLink: @unchecked Sendable {
     private var heartbeat: DispatchSourceTimer?
     private var nextDelay: Duration = .milliseconds(100)
     private var stopped = false
+    /// Whether the link has been up before: a reopened registry that finds the node unregistered
+    /// means it was reaped while the link was down.
+    private var hasBeenUp = false
     /// Counts connection attempts, so that callbacks of an abandoned attempt do nothing.
     private var attempt = 0
     /// When the heartbeat now waiting for its reply was sent; nil when none waits.
@@ -225,6 +232,8 @@ public final class ClusterLink: @unchecked Sendable {
             onEvent?(room, event)
         }
         log.listen(to: directChannel) { [self] body in onDirect?(body) }
+        let reaped = hasBeenUp && !registry.wasRegisteredAtOpen
+        hasBeenUp = true
         for (room, position) in followed { start(following: room, after: position, in: log) }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 5, 10))
@@ -236,6 +245,7 @@ public final class ClusterLink: @unchecked Sendable {
         timer.activate()
         heartbeat = timer
         change(to: .up)
+        if reaped { onReaped?() }
     }
 
     /// Sends a heartbeat, unless the last one is still unanswered: then, if it has waited longer
@@ -248,9 +258,10 @@ public final class ClusterLink: @unchecked Sendable {
         }
         heartbeatSentAt = .now
         let current = attempt
-        registry.heartbeat { [self] _ in
+        registry.heartbeat { [self] result in
             guard current == attempt else { return }
             heartbeatSentAt = nil
+            if case .success(let beat) = result, !beat.wasRegistered { onReaped?() }
         }
     }
 

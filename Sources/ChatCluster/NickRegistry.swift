@@ -17,6 +17,9 @@ public final class NickRegistry: @unchecked Sendable {
     public let nodeID: String
     /// How long this node's claims outlive its last heartbeat.
     public let ttlMilliseconds: Int
+    /// Whether the node was registered when the registry was opened (its first heartbeat): false
+    /// for a new node, and for one reopening after it was reaped.
+    public private(set) var wasRegisteredAtOpen = false
     private let commands: RedisConnection
     private let scripts: Scripts
 
@@ -27,14 +30,27 @@ public final class NickRegistry: @unchecked Sendable {
         var reap: [UInt8]
     }
 
-    /// ARGV: node id, ttl in ms. Returns Redis's time in ms.
+    /// ARGV: node id, ttl in ms. Returns `{Redis's time in ms, 1 if the node was registered
+    /// before this beat else 0}`: a node that was registered and finds itself not was reaped.
     static let heartbeatScript = """
         local now = redis.call('TIME')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        local known = redis.call('ZSCORE', 'chat:nodes', ARGV[1])
         redis.call('SET', 'chat:node:' .. ARGV[1], ms, 'PX', ARGV[2])
         redis.call('ZADD', 'chat:nodes', ms, ARGV[1])
-        return ms
+        if known then return {ms, 1} end
+        return {ms, 0}
         """
+
+    /// What a heartbeat found.
+    public struct Heartbeat: Equatable, Sendable {
+        /// Redis's time, in milliseconds since the Unix epoch.
+        public var time: UInt64
+        /// Whether the node was registered before this beat. False for a node's first beat —
+        /// and for a later one only if another node reaped it meanwhile (or Redis lost its data):
+        /// its nicks and members are gone then.
+        public var wasRegistered: Bool
+    }
 
     /// KEYS: the nick's key. ARGV: node id, nick. Returns 1 when the node holds the nick now, 0
     /// when a live node holds it.
@@ -115,17 +131,25 @@ public final class NickRegistry: @unchecked Sendable {
                 guard hashes.count == sources.count else { return }
                 let scripts = Scripts(heartbeat: hashes[0], claim: hashes[1], release: hashes[2], reap: hashes[3])
                 let registry = NickRegistry(nodeID: nodeID, ttlMilliseconds: ttlMilliseconds, commands: commands, scripts: scripts)
-                registry.heartbeat { result in completion(result.map { _ in registry }) }
+                registry.heartbeat { result in
+                    completion(result.map { beat in
+                        registry.wasRegisteredAtOpen = beat.wasRegistered
+                        return registry
+                    })
+                }
             }
         }
     }
 
-    /// Renews this node's life for another `ttl`; `completion` gets Redis's time.
-    public func heartbeat(completion: @escaping (Result<UInt64, ClusterError>) -> Void = { _ in }) {
+    /// Renews this node's life for another `ttl` (registering it if it was not); `completion`
+    /// gets Redis's time and whether the node was registered before.
+    public func heartbeat(completion: @escaping (Result<Heartbeat, ClusterError>) -> Void = { _ in }) {
         run(scripts.heartbeat, keys: [], arguments: [nodeID, String(ttlMilliseconds)]) { reply in
             completion(reply.flatMap { value in
-                value.integer.flatMap { UInt64(exactly: $0) }.map { .success($0) }
-                    ?? .failure(ClusterError(.success(value), expecting: "a time"))
+                guard case .array(let parts?) = value, parts.count == 2, let time = parts[0].integer.flatMap({ UInt64(exactly: $0) }),
+                    let known = parts[1].integer
+                else { return .failure(ClusterError(.success(value), expecting: "{time, registered}")) }
+                return .success(Heartbeat(time: time, wasRegistered: known == 1))
             })
         }
     }

@@ -396,6 +396,19 @@ extension ChatCore {
         }
     }
 
+    /// The cluster took this node for dead and let its clients go (their nicks freed, their
+    /// quits announced): each is disconnected with a fatal `unavailable` that says so, to connect
+    /// again (here or to another node) and join its rooms anew.
+    public mutating func clusterReaped(at now: ServerTime, into actions: inout [ChatAction]) {
+        guard cluster != nil else { return }
+        let reason =
+            "this server lost touch with the cluster for longer than its node timeout, and the cluster let its clients go; "
+            + "connect again"
+        for slot in clients.indices where clients[slot] != nil {
+            disconnect(ClientID(slot), Disconnection(code: .unavailable, reason: reason), at: now, into: &actions)
+        }
+    }
+
     private mutating func unfollowIfEmpty(_ name: String) {
         guard let room = cluster!.rooms[name], room.isEmpty else { return }
         cluster!.rooms[name] = nil

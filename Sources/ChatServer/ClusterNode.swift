@@ -131,6 +131,12 @@ final class ClusterNode: @unchecked Sendable {
                 core.clusterDeliver(room: room, seq: event.seq, time: event.time, payload: event.payload, into: &actions)
             }
         }
+        link.onReaped = { [self] in
+            logger.warning(
+                "cluster: this node was taken for dead and reaped; its clients are disconnected to connect again",
+                metadata: ["cluster.node": "\(configuration.nodeID)"])
+            answer { core, actions in core.clusterReaped(at: ChatServer.now(), into: &actions) }
+        }
         link.onDirect = { [self] payload in
             self.answer { core, actions in core.clusterDirectReceived(payload, into: &actions) }
         }

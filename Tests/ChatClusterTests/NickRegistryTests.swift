@@ -48,7 +48,7 @@ private final class RegistryNode: @unchecked Sendable {
 
     func heartbeat() async throws -> UInt64 {
         try await withCheckedThrowingContinuation { continuation in
-            queue.async { [registry] in registry.heartbeat { continuation.resume(with: $0) } }
+            queue.async { [registry] in registry.heartbeat { continuation.resume(with: $0.map(\.time)) } }
         }
     }
 

@@ -526,6 +526,41 @@ struct ClusterTests {
         try await ann.send(.say(room: "calm", text: "still here"))
         _ = try await ann.waitFor("ann's echo") { if case .message("calm", _, _, "ann", "still here") = $0 { true } else { nil } }
     }
+
+    @Test func aNodeThatWasTakenForDeadLetsItsClientsGoWhenItWakes() async throws {
+        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "2"])
+        defer {
+            cluster.nodes[1].child.signal(SIGCONT)
+            cluster.stop()
+        }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+        }
+        try await ann.clusterJoin("r")
+        try await bob.clusterJoin("r")
+        // Bob's node stalls (as in a long pause or a partition): the cluster takes it for dead.
+        cluster.nodes[1].child.signal(SIGSTOP)
+        _ = try await ann.collect(1, "bob's quit", limit: .seconds(90)) { frame -> Bool? in
+            if case .quit("r", _, _, "bob", _) = frame { return true }
+            return nil
+        }
+        cluster.nodes[1].child.signal(SIGCONT)
+        // When it wakes, its clients are no longer in the cluster: it tells them and lets them go,
+        // rather than serve them as members of rooms that no longer list them.
+        let frames = try await bob.readUntilClosed()
+        guard let (code, reason) = fatalError(in: frames) else {
+            Issue.record("expected a fatal error before the close, got \(frames.suffix(3))")
+            return
+        }
+        #expect(code == .unavailable && reason.contains("connect again"), "\(code): \(reason)")
+        let again = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer { again.close() }
+        try await again.clusterJoin("r")
+        _ = try await ann.waitFor("bob's return") { if case .joined("r", _, _, "bob") = $0 { true } else { nil } }
+    }
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
