@@ -501,6 +501,8 @@ public final class ChatServer: @unchecked Sendable {
     /// store, after the commit of the changes staged with them, unless nothing is staged or
     /// held before them.
     private func perform() {
+        // A commit the writer finished meanwhile goes out now, not after the queued requests.
+        defer { store?.runFinishedCommits() }
         guard !actions.isEmpty else { return }
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             for action in actions { heldActionsCost += Self.heldCost(of: action) }
