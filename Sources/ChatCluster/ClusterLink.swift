@@ -231,10 +231,10 @@ public final class ClusterLink: @unchecked Sendable {
             followed[room] = event.seq
             onEvent?(room, event)
         }
+        for (room, position) in followed { start(following: room, after: position, in: log) }
         log.listen(to: directChannel) { [self] body in onDirect?(body) }
         let reaped = hasBeenUp && !registry.wasRegisteredAtOpen
         hasBeenUp = true
-        for (room, position) in followed { start(following: room, after: position, in: log) }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 5, 10))
         timer.schedule(deadline: .now() + interval, repeating: interval)

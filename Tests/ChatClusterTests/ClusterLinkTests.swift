@@ -27,6 +27,8 @@ private final class LinkedNode: @unchecked Sendable {
     var delivered: [LoggedEvent] { queue.sync { events } }
     var history: [ClusterLink.State] { queue.sync { states } }
     var state: ClusterLink.State { queue.sync { link.state } }
+    /// Whether the link is up and following `room` is in effect: every later event reaches it.
+    func isFollowing(_ room: String) -> Bool { queue.sync { link.state == .up && link.isReady(room) } }
 
     /// Waits (bounded) until `condition` holds.
     func wait(for what: String, _ condition: @escaping (LinkedNode) -> Bool) async -> Bool {
@@ -92,11 +94,11 @@ struct ClusterLinkTests {
             reader.stop()
             writer.stop()
         }
-        guard await reader.wait(for: "the reader's link", { $0.state == .up }),
+        // Following takes effect once subscribed and the room's seq read: events appended before
+        // that are not the follower's.
+        guard await reader.wait(for: "the reader to follow", { $0.isFollowing("r") }),
             await writer.wait(for: "the writer's link", { $0.state == .up })
         else { return }
-        // Following takes effect once subscribed; the writer's own echo shows the reader's turn
-        // came too (same Redis, same order).
         try await writer.append(payloads("before ", 1...50), to: "r")
         guard await reader.wait(for: "the first 50", { $0.delivered.count == 50 }) else { return }
 
@@ -126,7 +128,7 @@ struct ClusterLinkTests {
             restarted.stop()
             redis.stop()
         }
-        guard await node.wait(for: "the link to come back", { $0.state == .up }) else { return }
+        guard await node.wait(for: "the link to come back and follow again", { $0.isFollowing("r") }) else { return }
         try await node.append(payloads("after ", 1...3), to: "r")
         guard await node.wait(for: "the new events", { $0.delivered.count == 3 }) else { return }
         // This Redis kept nothing: the room's log starts again at seq 1 (the epoch of issue 11's
