@@ -125,22 +125,51 @@ public struct ClusterDirectory: Sendable {
     }
 
     /// ARGV: the nick's key, the payload. Publishes the payload on the channel of the node holding
-    /// the nick; returns how many subscribers heard it (0: no one holds it, or its node is gone).
+    /// the nick; returns how many subscribers heard it (0: no one holds it, or its node is gone)
+    /// and the nick's away message as `setAway` stored it ('' for none).
     static let directScript = """
         local owner = redis.call('GET', 'chat:nick:' .. ARGV[1])
-        if not owner then return 0 end
-        return redis.call('PUBLISH', 'chat:node:' .. owner .. ':direct', ARGV[2])
+        if not owner then return {0, ''} end
+        local heard = redis.call('PUBLISH', 'chat:node:' .. owner .. ':direct', ARGV[2])
+        return {heard, redis.call('GET', 'chat:away:' .. ARGV[1]) or ''}
         """
 
-    /// Hands `payload` to the node holding the nick whose registry key is `nickKey`; true when a
-    /// node heard it, false when no live node holds the nick.
-    public func direct(toNick nickKey: String, payload: [UInt8], completion: @escaping (Result<Bool, ClusterError>) -> Void) {
+    /// What a direct message found.
+    public struct Delivery: Sendable, Equatable {
+        /// Whether a node heard it: false when no live node holds the nick.
+        public var heard: Bool
+        /// The recipient's away message, with its nick as it holds it, if it set one.
+        public var away: (nick: String, text: String)?
+
+        /// Equal when both parts are.
+        public static func == (left: Delivery, right: Delivery) -> Bool {
+            left.heard == right.heard && left.away?.nick == right.away?.nick && left.away?.text == right.away?.text
+        }
+    }
+
+    /// Hands `payload` to the node holding the nick whose registry key is `nickKey`.
+    public func direct(toNick nickKey: String, payload: [UInt8], completion: @escaping (Result<Delivery, ClusterError>) -> Void) {
         commands.send([Array("EVAL".utf8), Array(Self.directScript.utf8), Array("0".utf8), Array(nickKey.utf8), payload]) { reply in
-            switch reply {
-            case .success(.integer(let heard)): completion(.success(heard > 0))
-            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "a count")))
-            case .failure(let error): completion(.failure(.redis(error)))
+            guard case .success(.array(let parts?)) = reply, parts.count == 2, let heard = parts[0].integer else {
+                completion(.failure(ClusterError(reply, expecting: "{count, away}")))
+                return
             }
+            var away: (nick: String, text: String)?
+            if let stored = parts[1].text, let space = stored.firstIndex(of: " ") {
+                away = (String(stored[..<space]), String(stored[stored.index(after: space)...]))
+            }
+            completion(.success(Delivery(heard: heard > 0, away: away)))
+        }
+    }
+
+    /// Keeps `nick`'s away message (`text`; empty: none) where direct messages to it find it. The
+    /// nick's release deletes it.
+    public func setAway(nick: String, nickKey: String, text: String) {
+        let key = Array("chat:away:\(nickKey)".utf8)
+        if text.isEmpty {
+            commands.send([Array("DEL".utf8), key]) { _ in }
+        } else {
+            commands.send([Array("SET".utf8), key, Array("\(nick) \(text)".utf8)]) { _ in }
         }
     }
 

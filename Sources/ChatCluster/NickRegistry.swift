@@ -67,11 +67,13 @@ public final class NickRegistry: @unchecked Sendable {
         return 1
         """
 
-    /// KEYS: the nick's key. ARGV: node id, nick. Returns 1 when the node held it and let it go.
+    /// KEYS: the nick's key. ARGV: node id, nick. Returns 1 when the node held it and let it go
+    /// (with its away message).
     static let releaseScript = """
         redis.call('SREM', 'chat:node:' .. ARGV[1] .. ':nicks', ARGV[2])
         if redis.call('GET', KEYS[1]) == ARGV[1] then
             redis.call('DEL', KEYS[1])
+            redis.call('DEL', 'chat:away:' .. ARGV[2])
             return 1
         end
         return 0
@@ -91,6 +93,7 @@ public final class NickRegistry: @unchecked Sendable {
                 for _, nick in ipairs(redis.call('SMEMBERS', set)) do
                     if redis.call('GET', 'chat:nick:' .. nick) == node then
                         redis.call('DEL', 'chat:nick:' .. nick)
+                        redis.call('DEL', 'chat:away:' .. nick)
                         table.insert(freed, nick)
                     end
                 end

@@ -39,6 +39,8 @@ public enum ClusterRequest: Sendable, Equatable {
     case direct(Frame, sender: ClusterAsker)
     /// Stop following `room`: no member here any more.
     case unfollow(room: String)
+    /// Keep `nick`'s away message (empty: none) where `tell`s from other nodes find it.
+    case setAway(nick: String, text: String)
 }
 
 /// Who asked for an answer that comes later: the client, and its session, which tells it from a
@@ -243,6 +245,11 @@ extension ChatCore {
                 return true
             }
             ask(.direct(.direct(sender: nick, recipient: recipient, time: now.wallMillis, text: text), sender: asker(id)))
+        case .setAway(let text):
+            clients[id.slot]!.away = text.isEmpty ? nil : text
+            actions.append(.send(.away(nick: nick, text: text), to: id))
+            // Best effort: while Redis is away, other nodes' senders miss the away message.
+            if cluster!.available { ask(.setAway(nick: nick, text: text)) }
         case .listRooms:
             guard cluster!.available else {
                 refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)
@@ -309,6 +316,7 @@ extension ChatCore {
         nicks[ChatName.nickKey(newNick)] = id
         clients[id.slot]!.nick = newNick
         actions.append(.send(.nickAccepted(nick: newNick), to: id))
+        if let away = clients[id.slot]!.away { ask(.setAway(nick: newNick, text: away)) }
         guard newNick != oldNick else { return }
         for room in clients[id.slot]!.rooms {
             let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
@@ -626,13 +634,16 @@ extension ChatCore {
     }
 
     /// The direct message `id` sent through the cluster was heard by the recipient's node
-    /// (`heard`), found no one, or failed.
+    /// (`heard`; with the recipient's away message if it set one), found no one, or failed.
     public mutating func clusterDirectSent(
-        _ message: Frame, sender asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, into actions: inout [ChatAction]
+        _ message: Frame, sender asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, away: (nick: String, text: String)? = nil,
+        into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else { return }
         switch result {
-        case .success(true): actions.append(.send(message, to: id))
+        case .success(true):
+            actions.append(.send(message, to: id))
+            if let away, clients[id.slot]!.version >= 2 { actions.append(.send(.away(nick: away.nick, text: away.text), to: id)) }
         case .success(false): refuse(.tell, .noSuchNick, "no one is called \(recipient)", to: id, into: &actions)
         case .failure(let failure): refuse(.tell, failure.code, "not delivered to \(recipient): \(failure.reason)", to: id, into: &actions)
         }

@@ -325,10 +325,14 @@ final class ClusterNode: @unchecked Sendable {
             }
             ClusterDirectory(commands: commands).direct(toNick: ChatName.nickKey(recipient), payload: FrameEncoder.encode(message)) {
                 [self] result in
-                answer { $0.clusterDirectSent(message, sender: sender, result.mapError(self.failure), into: &$1) }
+                let away = try? result.get().away
+                answer { $0.clusterDirectSent(message, sender: sender, result.map(\.heard).mapError(self.failure), away: away ?? nil, into: &$1) }
             }
         case .unfollow(let room):
             link.unfollow(room)
+        case .setAway(let nick, let text):
+            guard let commands = link.commands else { return }
+            ClusterDirectory(commands: commands).setAway(nick: nick, nickKey: ChatName.nickKey(nick), text: text)
         }
     }
 

@@ -232,6 +232,25 @@ struct ClusterTests {
         #expect(received == "psst")
         let echo = try await ann.waitFor("ann's copy") { if case .direct("ann", let to, _, let text) = $0 { (to, text) } else { nil } }
         #expect(echo == ("BOB", "psst"))
+        // Bob's away message reaches a sender on another node, as on a single server.
+        try await bob.send(.setAway(text: "at lunch"))
+        _ = try await bob.waitFor("bob's away echo") { if case .away("bob", "at lunch") = $0 { true } else { nil } }
+        // A read through bob's node after it: Redis answered it, so it has the away message too.
+        try await bob.send(.listRooms)
+        _ = try await bob.waitFor("a room list") { if case .roomListPage(true, _) = $0 { true } else { nil } }
+        try await ann.send(.tell(recipient: "bob", text: "back soon?"))
+        let away = try await ann.waitFor("bob's away message") { if case .away(let nick, let text) = $0 { (nick, text) } else { nil } }
+        #expect(away == ("bob", "at lunch"))
+        try await bob.send(.setAway(text: ""))
+        _ = try await bob.waitFor("bob's return echo") { if case .away("bob", "") = $0 { true } else { nil } }
+        try await bob.send(.listRooms)
+        _ = try await bob.waitFor("a room list") { if case .roomListPage(true, _) = $0 { true } else { nil } }
+        try await ann.send(.tell(recipient: "bob", text: "welcome back"))
+        _ = try await ann.waitFor("ann's copy") { frame -> Bool? in
+            if case .away = frame { Issue.record("no away message once bob is back") }
+            if case .direct("ann", _, _, "welcome back") = frame { return true }
+            return nil
+        }
         try await ann.send(.tell(recipient: "nobody", text: "hello?"))
         let refusal = try await ann.waitFor("the refusal") { if case .error(let code, false, .tell, _) = $0 { code } else { nil } }
         #expect(refusal == .noSuchNick)
