@@ -580,6 +580,30 @@ struct ClusterTests {
         try await again.clusterJoin("r")
         _ = try await ann.waitFor("bob's return") { if case .joined("r", _, _, "bob") = $0 { true } else { nil } }
     }
+
+    @Test func aNickChangeIsClaimedInTheClusterAndAnnouncedOnEveryNode() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+        }
+        try await ann.clusterJoin("r")
+        try await bob.clusterJoin("r")
+        try await ann.send(.changeNick(nick: "anna"))
+        _ = try await ann.waitFor("nickAccepted") { if case .nickAccepted("anna") = $0 { true } else { nil } }
+        _ = try await bob.waitFor("the nick change") { if case .nickChanged("r", _, _, "ann", "anna") = $0 { true } else { nil } }
+        try await bob.send(.who(room: "r"))
+        let who = try await bob.waitFor("who") { if case .membersPage("r", true, let nicks) = $0 { nicks } else { nil } }
+        #expect(who == ["anna", "bob"], "the member renamed in its place")
+        try await bob.send(.changeNick(nick: "ANNA"))
+        let refusal = try await bob.waitFor("the refusal") { if case .error(let code, false, .changeNick, _) = $0 { code } else { nil } }
+        #expect(refusal == .nickTaken)
+        let newAnn = try await TestClient.connect(port: cluster.nodes[1].port, nick: "ann", version: 2)
+        newAnn.close()
+    }
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
