@@ -158,11 +158,6 @@ extension ChatCore {
     /// The room names this node follows: those with local members or joiners.
     public var clusterRooms: [String] { cluster.map { $0.rooms.keys.sorted() } ?? [] }
 
-    /// The local members of `room` in cluster mode, for tests and logs.
-    public func clusterMembers(of room: String) -> [String] {
-        cluster?.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
-    }
-
     /// `id` as the asker of an answer to come.
     private func asker(_ id: ClientID) -> ClusterAsker {
         ClusterAsker(id: id, session: cluster!.sessions[id.slot] ?? 0)
@@ -187,7 +182,7 @@ extension ChatCore {
     // MARK: Requests from clients
 
     /// Handles `frame` from the welcomed `id` the cluster's way; false for frames that are
-    /// handled as on a server on its own (pings, away, goodbye …).
+    /// handled as on a server on its own (pings, goodbye, a `tell` to a client of this node …).
     mutating func clusterReceived(
         _ frame: Frame, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
     ) -> Bool {
@@ -516,13 +511,17 @@ extension ChatCore {
             room.members.append(id)
             newMember = id
         }
-        var recipients: [ClientID] = []
-        recipients.reserveCapacity(room.members.count)
-        for member in room.members {
-            if room.snapshotting[member] != nil {
-                room.snapshotting[member]!.append(frame)
-            } else {
-                recipients.append(member)
+        // Members whose snapshot is being read get the event after it; the rest get it now, the
+        // member list itself (no copy) when no one waits.
+        var recipients = room.members
+        if !room.snapshotting.isEmpty {
+            recipients = []
+            for member in room.members {
+                if room.snapshotting[member] != nil {
+                    room.snapshotting[member]!.append(frame)
+                } else {
+                    recipients.append(member)
+                }
             }
         }
         if !recipients.isEmpty { actions.append(.broadcast(frame, to: recipients)) }
