@@ -24,6 +24,7 @@ Options after -- go to every node (for example -- --no-rate-limits).
 
 Environment:
   SCRATCH_PATH      build directory (default .build-release)
+  CHAT_SERVER       a chat-server binary to run instead of building one (the tests use the debug build)
 USAGE
 }
 
@@ -55,10 +56,12 @@ cd "$root"
 scratch="${SCRATCH_PATH:-.build-release}"
 redis_server="$(command -v redis-server || true)"
 [[ -n "$redis_server" ]] || { echo "cluster.sh: redis-server is missing (Scripts/bootstrap.sh installs it)" >&2; exit 1; }
-if [[ "$build" == 1 ]]; then
-    swift build -c release --scratch-path "$scratch" --product chat-server >&2
+if [[ -n "${CHAT_SERVER:-}" ]]; then
+    server="$CHAT_SERVER"
+else
+    [[ "$build" == 0 ]] || swift build -c release --scratch-path "$scratch" --product chat-server >&2
+    server="$scratch/release/chat-server"
 fi
-server="$scratch/release/chat-server"
 [[ -x "$server" ]] || { echo "cluster.sh: $server is not built (drop --no-build)" >&2; exit 1; }
 
 directory="$(mktemp -d /tmp/chat-cluster-XXXXXX)"

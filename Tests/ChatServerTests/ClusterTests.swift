@@ -1,7 +1,9 @@
 import ChatClient
 import ChatProtocol
 import ChatServer
+import Foundation
 import Glibc
+import SocketCore
 import TestSupport
 import Testing
 
@@ -604,6 +606,58 @@ struct ClusterTests {
         let newAnn = try await TestClient.connect(port: cluster.nodes[1].port, nick: "ann", version: 2)
         newAnn.close()
     }
+
+    @Test func clusterScriptRunsNodesToChatOnAndStopsEverythingItStarted() async throws {
+        let script = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts/cluster.sh")
+        let server = try ChildProcess.builtExecutable(named: "chat-server")
+        // Two consecutive free ports are not promised: a taken one makes the script fail, so try again.
+        for _ in 0..<5 {
+            let (port, redisPort) = (try freeLoopbackPort(), try freeLoopbackPort())
+            let cluster = try ChildProcess(
+                script, ["--nodes", "2", "--port", "\(port)", "--redis-port", "\(redisPort)", "--", "--no-rate-limits"],
+                environment: ["CHAT_SERVER": server.path])
+            let started = await cluster.waitFor(timeout: .seconds(60)) { output, status in
+                status != nil || output.contains("Ctrl-C stops the cluster")
+            }
+            guard started, cluster.exitStatus == nil else {
+                #expect(cluster.output.contains("did not"), "cluster.sh failed for another reason than a port: \(cluster.output)")
+                continue
+            }
+            let pids = cluster.output.split(separator: "\n").compactMap { line -> pid_t? in
+                guard let range = line.range(of: "(pid ") else { return nil }
+                return pid_t(line[range.upperBound...].prefix { $0.isNumber })
+            }
+            #expect(pids.count == 3, "Redis and two nodes: \(cluster.output)")
+            let ann = try await TestClient.connect(port: port, nick: "ann", version: 2)
+            let bob = try await TestClient.connect(port: port + 1, nick: "bob", version: 2)
+            defer {
+                ann.close()
+                bob.close()
+            }
+            try await ann.clusterJoin("r")
+            try await bob.clusterJoin("r")
+            try await ann.send(.say(room: "r", text: "across nodes"))
+            _ = try await bob.waitFor("ann's line") { if case .message("r", _, _, "ann", "across nodes") = $0 { true } else { nil } }
+
+            cluster.signal(SIGINT)
+            #expect(await cluster.waitForExit(timeout: .seconds(60)) != nil, "cluster.sh exits on SIGINT")
+            for pid in pids { #expect(kill(pid, 0) != 0, "process \(pid) it started is gone") }
+            let directory = cluster.output.split(separator: " ").last { $0.hasPrefix("/tmp/chat-cluster-") }.map { String($0.prefix { !$0.isWhitespace }) }
+            #expect(directory.map { access($0, F_OK) != 0 } == true, "its directory \(String(describing: directory)) is removed")
+            return
+        }
+        Issue.record("cluster.sh did not start in five tries")
+    }
+}
+
+/// A loopback port no one listens on now.
+private func freeLoopbackPort() throws -> Int {
+    let socket = try Socket(family: AF_INET, label: "port finder")
+    defer { socket.close() }
+    try socket.bind(to: SocketAddress(ip: "127.0.0.1", port: 0)!)
+    return try socket.localAddress().port
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
