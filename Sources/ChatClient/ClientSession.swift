@@ -35,6 +35,9 @@ public struct ClientSession: Sendable {
     /// How the connection is protected, for the status line: `TLS 1.3` (the server's certificate
     /// verified), `TLS 1.3 UNVERIFIED`, or nil for plain text. Set by whoever connects.
     public var encryption: String?
+    /// Which server the session is on (`127.0.0.1:7002`), for the status line when the client
+    /// has several to choose from; nil otherwise. Set by whoever connects.
+    public var server: String?
     /// The protocol version agreed with the server (1 until a version 2 welcome).
     public private(set) var version: UInt16 = 1
     /// Every window in the order they were opened: rooms we are in or joining, then queries.

@@ -1,0 +1,120 @@
+import ChatClient
+import ChatProtocol
+import Testing
+
+/// `--server HOST:PORT`: what parses, and what the error says when it does not.
+@Suite struct ServerAddressTests {
+    @Test func parsesNamesIPv4AndBracketedIPv6() throws {
+        #expect(try ServerAddress(parsing: "127.0.0.1:7001") == ServerAddress(host: "127.0.0.1", port: 7001))
+        #expect(try ServerAddress(parsing: "[::1]:7002") == ServerAddress(host: "::1", port: 7002))
+        #expect(try ServerAddress(parsing: "chat.example.org:65535") == ServerAddress(host: "chat.example.org", port: 65535))
+        #expect(ServerAddress(host: "::1", port: 7002).description == "[::1]:7002", "IPv6 prints in brackets")
+        #expect(ServerAddress(host: "localhost", port: 1).description == "localhost:1")
+    }
+
+    @Test func refusesMalformedAddressesSayingWhy() {
+        let cases: [(String, ServerAddress.ParseError)] = [
+            ("127.0.0.1", .notHostAndPort),
+            (":7000", .notHostAndPort),
+            ("[::1]", .notHostAndPort),
+            ("[::1]7000", .notHostAndPort),
+            ("a b:7000", .notHostAndPort),
+            ("::1:7000", .unbracketedIPv6),
+            ("localhost:", .badPort("")),
+            ("localhost:0", .badPort("0")),
+            ("localhost:65536", .badPort("65536")),
+            ("localhost:+70", .badPort("+70")),
+            ("localhost:70x", .badPort("70x")),
+            ("[::1]:-1", .badPort("-1")),
+        ]
+        for (text, expected) in cases {
+            #expect(throws: expected, "\(text) is refused as \(expected)") { try ServerAddress(parsing: text) }
+        }
+        #expect(ServerAddress.ParseError.notHostAndPort.description.contains("[::1]:7000"), "the error shows the right form")
+    }
+}
+
+/// The order servers are tried in, and where the backoff's waits fall.
+@Suite struct ServerRotationTests {
+    private let a = ServerAddress(host: "127.0.0.1", port: 7001)
+    private let b = ServerAddress(host: "127.0.0.1", port: 7002)
+    private let c = ServerAddress(host: "::1", port: 7003)
+    private let backoff = ReconnectBackoff(initial: .milliseconds(500), maximum: .seconds(30), stableAfter: .seconds(60))
+
+    @Test func triesEachServerOnceThenWaitsForTheRound() {
+        var rotation = ServerRotation(servers: [a, b, c], backoff: backoff)
+        #expect(rotation.current == a, "the first server given is tried first")
+        #expect(rotation.failed(sessionLasted: nil) == .tryNow(b), "a refused server costs no wait")
+        #expect(rotation.failed(sessionLasted: nil) == .tryNow(c))
+        #expect(rotation.failed(sessionLasted: nil) == .wait(attempt: 1, then: a), "all three failed: one wait, then round robin")
+        #expect(rotation.failed(sessionLasted: nil) == .tryNow(b))
+        #expect(rotation.failed(sessionLasted: nil) == .tryNow(c))
+        #expect(rotation.failed(sessionLasted: nil) == .wait(attempt: 2, then: a), "the delay grows per round, not per server")
+    }
+
+    @Test func aLostSessionMovesToTheNextServerAtOnce() {
+        var rotation = ServerRotation(servers: [a, b], backoff: backoff)
+        #expect(rotation.failed(sessionLasted: .seconds(3600)) == .tryNow(b), "a long session lost: the next server, no wait")
+        #expect(rotation.current == b)
+        #expect(rotation.failed(sessionLasted: .seconds(3600)) == .tryNow(a), "and again after another long session")
+        #expect(rotation.failed(sessionLasted: nil) == .wait(attempt: 1, then: b), "then both failed: the first wait of a fresh round")
+    }
+
+    @Test func serversThatWelcomeAndDropAreNotRedialledInATightLoop() {
+        var rotation = ServerRotation(servers: [a, b], backoff: backoff)
+        var waits: [Int] = []
+        for _ in 0..<8 {
+            if case .wait(let attempt, _) = rotation.failed(sessionLasted: .milliseconds(5)) { waits.append(attempt) }
+        }
+        #expect(waits == [1, 2, 3, 4], "short sessions count as failures: a wait per round, growing")
+    }
+
+    @Test func oneServerWaitsAfterEveryFailureAsBefore() {
+        var rotation = ServerRotation(servers: [a], backoff: backoff)
+        var previous = 0
+        for lasted in [nil, Duration.seconds(1), nil, .seconds(120), nil] as [Duration?] {
+            let expected = backoff.nextAttempt(after: previous, sessionLasted: lasted)
+            #expect(rotation.failed(sessionLasted: lasted) == .wait(attempt: expected, then: a), "the same attempt as ReconnectBackoff alone")
+            previous = expected
+        }
+    }
+}
+
+/// The session when the client moves to a server that is not the same chat.
+@Suite struct SessionOnAnotherServerTests {
+    private func texts(_ actions: [SessionAction]) -> [String] {
+        actions.compactMap { action -> String? in
+            guard case .show(let event) = action else { return nil }
+            switch event {
+            case .message(_, _, _, let text, _), .marker(_, _, let text): return text
+            default: return nil
+            }
+        }
+    }
+
+    private func message(_ seq: UInt64, _ text: String) -> HistoryEntry {
+        HistoryEntry(kind: .message, seq: seq, time: seq, sender: "carol", text: text)
+    }
+
+    @Test func anotherChatsHistoryIsShownWholeAfterTheMarkerEvenWithLowerSeqs() {
+        var session = ClientSession(nick: "alice", rooms: ["general"], clock: { 1000 })
+        _ = session.connected(nick: "alice", motd: "", version: 2)
+        _ = session.receive(.joined(room: "general", seq: 40, time: 1, nick: "alice"))
+        _ = session.receive(.roomState(room: "general", epoch: 11, firstSeq: 1, lastSeq: 40))
+        _ = session.receive(.historyPage(room: "general", epoch: 11, complete: true, entries: []))
+        _ = session.receive(.message(room: "general", seq: 41, time: 41, sender: "bob", text: "on the first server"))
+
+        // The next server has its own #general, epoch 22, whose seqs are all below 41.
+        session.disconnected()
+        session.server = "127.0.0.1:7002"
+        _ = session.connected(nick: "alice", motd: "", version: 2)
+        _ = session.receive(.joined(room: "general", seq: 3, time: 3, nick: "alice"))
+        let state = session.receive(.roomState(room: "general", epoch: 22, firstSeq: 1, lastSeq: 3))
+        let replay = session.receive(.historyPage(room: "general", epoch: 22, complete: true, entries: [message(1, "other 1"), message(2, "other 2")]))
+        #expect(texts(state + replay) == ["started again: the server restarted or forgot the room", "other 1", "other 2"],
+                "the marker, then the other chat's history as new, not filtered by the first server's seqs")
+        let live = session.receive(.message(room: "general", seq: 4, time: 4, sender: "carol", text: "live 4"))
+        #expect(texts(live) == ["live 4"], "live messages of the new epoch are shown, not taken for old ones")
+        #expect(StatusLine.render(session: session, columns: 80) == "alice | [1:#general] | 127.0.0.1:7002")
+    }
+}
