@@ -462,18 +462,23 @@ public struct ClientSession: Sendable {
     /// others), hidden when its sender is ignored, and held back while the room catches up so
     /// that it shows after the messages it follows.
     private mutating func live(room: String, seq: UInt64, _ event: ChatEvent, from sender: String? = nil, text: String? = nil) -> [SessionAction] {
-        markSeen(room, seq)
-        if let sender, isIgnored(sender) { return [] }
-        var actions: [SessionAction] = [.show(event)]
-        if let sender, let text, !isSelf(sender) {
+        let hidden = sender.map(isIgnored) ?? false
+        var actions: [SessionAction] = hidden ? [] : [.show(event)]
+        if !hidden, let sender, let text, !isSelf(sender) {
             actions += noteActivity(in: .room(room), mentioned: Self.mentions(text, nick: nick))
         }
-        return deferIfCatchingUp(room, actions)
+        return deferIfCatchingUp(room, actions, seq: seq)
     }
 
-    private mutating func deferIfCatchingUp(_ room: String, _ actions: [SessionAction]) -> [SessionAction] {
-        guard var catchUp = catchUps[room], catchUp.isFetching else { return actions }
+    /// Holds `actions` back while `room` fetches what it missed; `seq` (a live event's) counts
+    /// as seen only once the event is shown, so a connection lost before then loses nothing.
+    private mutating func deferIfCatchingUp(_ room: String, _ actions: [SessionAction], seq: UInt64? = nil) -> [SessionAction] {
+        guard var catchUp = catchUps[room], catchUp.isFetching else {
+            if let seq { markSeen(room, seq) }
+            return actions
+        }
         catchUp.deferred += actions
+        if let seq { catchUp.deferredSeq = max(catchUp.deferredSeq ?? 0, seq) }
         catchUps[room] = catchUp
         return []
     }
@@ -540,6 +545,8 @@ public struct ClientSession: Sendable {
         var isFetching = false
         /// Events that arrived while fetching, shown after the catch-up.
         var deferred: [SessionAction] = []
+        /// The highest `seq` among the deferred events.
+        var deferredSeq: UInt64?
     }
 
     private mutating func markSeen(_ room: String, _ seq: UInt64) {
@@ -561,7 +568,9 @@ public struct ClientSession: Sendable {
             catchUp.previous = nil
         }
         catchUps[room] = catchUp
-        seen[room] = RoomPosition(epoch: epoch, lastSeq: lastSeq)
+        // Until the catch-up has shown what was missed, the last seq shown stays where it was:
+        // if this connection is lost first, the next one catches up from there again.
+        seen[room] = RoomPosition(epoch: epoch, lastSeq: catchUp.previous?.lastSeq ?? lastSeq)
         return actions
     }
 
@@ -606,11 +615,14 @@ public struct ClientSession: Sendable {
         var actions: [SessionAction] = [.show(.marker(room: room, time: clock(), text: text))]
         actions += missed.compactMap { replayed(room: room, $0) }
         for entry in missed { markSeen(room, entry.seq) }
+        if let deferredSeq = catchUp.deferredSeq { markSeen(room, deferredSeq) }
         return actions + catchUp.deferred
     }
 
     /// A version 1 history batch: after a rejoin only the entries we have not seen.
     private mutating func historyBatch(room: String, entries: [HistoryEntry]) -> [SessionAction] {
+        // What is shown counts as seen, so the next rejoin does not show it again.
+        for entry in entries { markSeen(room, entry.seq) }
         guard let catchUp = catchUps.removeValue(forKey: room), let previous = catchUp.previous else {
             return entries.compactMap { replayed(room: room, $0) }
         }

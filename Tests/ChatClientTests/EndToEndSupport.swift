@@ -120,6 +120,21 @@ final class TmuxSession {
         }
     }
 
+    /// The visible screen with lines the terminal wrapped joined again (`capture-pane -J`).
+    func logicalLines() async throws -> [String] {
+        try await tmux(["capture-pane", "-p", "-J"]).split(separator: "\n").map {
+            String($0.reversed().drop { $0 == " " }.reversed())
+        }
+    }
+
+    /// Waits until some line, wrapped lines joined, contains `text`: for lines wider than the terminal.
+    @discardableResult
+    func waitForLogicalLine(containing text: String, timeout: Duration = .seconds(30)) async throws -> Bool {
+        let held = try await eventually(timeout: timeout) { try await logicalLines().contains { $0.contains(text) } }
+        if !held { Issue.record("no line showed \"\(text)\":\n\(try await logicalLines().joined(separator: "\n"))") }
+        return held
+    }
+
     /// The value of a tmux format, e.g. `#{cursor_x}`.
     func format(_ format: String) async throws -> String {
         try await tmux(["display-message", "-p", format]).trimmingCharacters(in: .whitespacesAndNewlines)

@@ -68,6 +68,28 @@ import TestSupport
         #expect(await bot.waitForExit() == 0)
     }
 
+    @Test func aFrozenServerIsLeftForTheNextWhenItsPingGoesUnanswered() async throws {
+        let frozen = try await ChatServerProcess()
+        defer { frozen.stop() }
+        let live = try await ChatServerProcess()
+        defer { live.stop() }
+        let watcher = try await Peer(nick: "watcher", port: live.port)
+        defer { watcher.close() }
+        let bot = try client([
+            "--nick", "bot", "--ping-interval", "1", "--handshake-timeout", "2",
+            "--server", "127.0.0.1:\(frozen.port)", "--server", "127.0.0.1:\(live.port)",
+        ])
+        defer { bot.stop() }
+        #expect(await bot.waitForOutput("#general -!- bot joined"), "on the first server: \(bot.output)")
+        kill(frozen.pid, SIGSTOP)
+        defer { kill(frozen.pid, SIGCONT) }
+        #expect(await bot.waitForOutput("connected to 127.0.0.1:\(live.port) as bot"), "the client moved on: \(bot.output)")
+        #expect(bot.output.contains("connection to 127.0.0.1:\(frozen.port) lost: the server did not answer a ping for 1 s; trying 127.0.0.1:\(live.port)"),
+                "the hung node is named with why it was left: \(bot.output)")
+        bot.send("moved")
+        #expect(await watcher.waitFor(TerminalTests.said("moved", by: "bot")), "the line reached the live server")
+    }
+
     @Test func aScriptGivesUpOnlyWhenEveryServerFailed() async throws {
         let first = try await deadPort()
         let second = try await deadPort()

@@ -117,4 +117,64 @@ import Testing
         #expect(texts(live) == ["live 4"], "live messages of the new epoch are shown, not taken for old ones")
         #expect(StatusLine.render(session: session, columns: 80) == "alice | [1:#general] | 127.0.0.1:7002")
     }
+
+    private func frames(_ actions: [SessionAction]) -> [Frame] {
+        actions.flatMap { action -> [Frame] in
+            if case .send(let frames) = action { return frames }
+            return []
+        }
+    }
+
+    /// Connected and in #general (epoch 9), having seen up to seq 7.
+    private func sessionAtSeq7() -> ClientSession {
+        var session = ClientSession(nick: "alice", rooms: ["general"], clock: { 1000 })
+        _ = session.connected(nick: "alice", motd: "", version: 2)
+        _ = session.receive(.joined(room: "general", seq: 5, time: 5, nick: "alice"))
+        _ = session.receive(.roomState(room: "general", epoch: 9, firstSeq: 1, lastSeq: 5))
+        _ = session.receive(.historyPage(room: "general", epoch: 9, complete: true, entries: []))
+        _ = session.receive(.message(room: "general", seq: 7, time: 7, sender: "bob", text: "live 7"))
+        return session
+    }
+
+    private func rejoin(_ session: inout ClientSession, lastSeq: UInt64) {
+        session.disconnected()
+        _ = session.connected(nick: "alice", motd: "", version: 2)
+        _ = session.receive(.joined(room: "general", seq: lastSeq, time: lastSeq, nick: "alice"))
+        _ = session.receive(.roomState(room: "general", epoch: 9, firstSeq: 1, lastSeq: lastSeq))
+    }
+
+    @Test func aConnectionLostInTheMiddleOfACatchUpLosesNothing() {
+        var session = sessionAtSeq7()
+        rejoin(&session, lastSeq: 300)
+        let fetch = session.receive(.historyPage(room: "general", epoch: 9, complete: false, entries: (250...260).map { message(UInt64($0), "m\($0)") }))
+        #expect(frames(fetch) == [.fetchHistory(room: "general", direction: .after, seq: 7, limit: 200)])
+        #expect(texts(session.receive(.message(room: "general", seq: 301, time: 301, sender: "carol", text: "m301"))).isEmpty,
+                "a live message waits for the catch-up")
+
+        // The node dies before the fetched page arrives; the next node is the same chat.
+        rejoin(&session, lastSeq: 305)
+        let again = session.receive(.historyPage(room: "general", epoch: 9, complete: false, entries: (250...305).map { message(UInt64($0), "m\($0)") }))
+        #expect(frames(again) == [.fetchHistory(room: "general", direction: .after, seq: 7, limit: 200)],
+                "the catch-up starts again from the last seq shown, not from what the lost connection announced")
+        let shown = texts(session.receive(.historyPage(room: "general", epoch: 9, complete: false, entries: (8...249).map { message(UInt64($0), "m\($0)") })))
+        #expect(shown == ["298 new since you left"] + (8...305).map { "m\($0)" }, "every message from 8 to 305 once, in order")
+
+        rejoin(&session, lastSeq: 305)
+        #expect(texts(session.receive(.historyPage(room: "general", epoch: 9, complete: true, entries: (250...305).map { message(UInt64($0), "m\($0)") })))
+                == ["nothing new since you left"], "what was shown counts as seen")
+    }
+
+    @Test func aVersion1ServerDoesNotShowTheSameCatchUpTwice() {
+        var session = ClientSession(nick: "alice", rooms: ["general"], clock: { 1000 })
+        _ = session.connected(nick: "alice", motd: "", version: 1)
+        _ = session.receive(.joined(room: "general", seq: 5, time: 5, nick: "alice"))
+        #expect(texts(session.receive(.history(room: "general", entries: [message(3, "old")]))) == ["old"])
+        for expected in [["1 new since you left", "missed 8"], ["nothing new since you left"]] {
+            session.disconnected()
+            _ = session.connected(nick: "alice", motd: "", version: 1)
+            _ = session.receive(.joined(room: "general", seq: 9, time: 9, nick: "alice"))
+            #expect(texts(session.receive(.history(room: "general", entries: [message(3, "old"), message(8, "missed 8")]))) == expected,
+                    "a replay already shown is not shown again")
+        }
+    }
 }
