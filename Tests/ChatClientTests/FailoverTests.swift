@@ -90,6 +90,31 @@ import TestSupport
         #expect(await watcher.waitFor(TerminalTests.said("moved", by: "bot")), "the line reached the live server")
     }
 
+    @Test func tlsFlagsApplyToEveryServerEachVerifiedUnderItsOwnName() async throws {
+        let certificates = try TemporaryDirectory(prefix: "failover-tls")
+        defer { certificates.remove() }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Scripts/dev-cert.sh")
+        let issue = try ChildProcess(script, ["--out", certificates.path])
+        #expect(await issue.waitForExit() == 0, "dev-cert.sh made a CA and a certificate for localhost and ::1: \(issue.output)")
+        let tls = ["--tls-cert", "\(certificates.path)/server.pem", "--tls-key", "\(certificates.path)/server-key.pem"]
+        let first = try await ChatServerProcess(arguments: tls)
+        defer { first.stop() }
+        let second = try await ChatServerProcess(arguments: tls + ["--host", "::1"])
+        defer { second.stop() }
+        let bot = try client([
+            "--nick", "bot", "--tls-ca", "\(certificates.path)/ca.pem",
+            "--server", "localhost:\(first.port)", "--server", "[::1]:\(second.port)",
+        ])
+        defer { bot.stop() }
+        #expect(await bot.waitForOutput("#general -!- bot joined"), "joined over TLS on the first server: \(bot.output)")
+        first.child.killNow()
+        #expect(await bot.waitForOutput("connected to [::1]:\(second.port) as bot"), "moved to the second: \(bot.output)")
+        #expect(await bot.waitForOutput("#general — started again"), "and rejoined there: \(bot.output)")
+        let verified = bot.lines.filter { $0.contains("-- encrypted: TLS") && $0.hasSuffix(" verified") && !$0.contains("NOT verified") }
+        #expect(verified.count == 2, "both connections encrypted and verified, localhost's and ::1's: \(bot.output)")
+    }
+
     @Test func aScriptGivesUpOnlyWhenEveryServerFailed() async throws {
         let first = try await deadPort()
         let second = try await deadPort()
