@@ -543,6 +543,8 @@ public struct ClientSession: Sendable {
         var fetched: [HistoryEntry] = []
         /// Whether a `fetchHistory` is out.
         var isFetching = false
+        /// The `seq` the last `fetchHistory` asked for entries after.
+        var fetchedAfter: UInt64 = 0
         /// Events that arrived while fetching, shown after the catch-up.
         var deferred: [SessionAction] = []
         /// The highest `seq` among the deferred events.
@@ -591,14 +593,21 @@ public struct ClientSession: Sendable {
                 return finishCatchUp(room)
             }
             catchUp.isFetching = true
+            catchUp.fetchedAfter = previous.lastSeq
             catchUps[room] = catchUp
             return [.send([.fetchHistory(room: room, direction: .after, seq: previous.lastSeq, limit: Self.catchUpPageSize)])]
         }
         guard catchUp.isFetching else { return entries.compactMap { replayed(room: room, $0) } }
         let replayStart = catchUp.replay.first?.seq ?? UInt64.max
         catchUp.fetched += entries.filter { $0.seq < replayStart }
+        // A page that does not get past the last one (a server that lies or loops) ends the
+        // catch-up with what it has, rather than asking for the same page forever.
+        guard let last = entries.last, !complete, last.seq > catchUp.fetchedAfter, last.seq + 1 < replayStart else {
+            catchUps[room] = catchUp
+            return finishCatchUp(room)
+        }
+        catchUp.fetchedAfter = last.seq
         catchUps[room] = catchUp
-        guard let last = entries.last, !complete, last.seq + 1 < replayStart else { return finishCatchUp(room) }
         return [.send([.fetchHistory(room: room, direction: .after, seq: last.seq, limit: Self.catchUpPageSize)])]
     }
 

@@ -164,6 +164,16 @@ import Testing
                 == ["nothing new since you left"], "what was shown counts as seen")
     }
 
+    @Test func aServerThatAnswersAFetchWithTheSamePageDoesNotLoopTheClient() {
+        var session = sessionAtSeq7()
+        rejoin(&session, lastSeq: 300)
+        let fetch = session.receive(.historyPage(room: "general", epoch: 9, complete: false, entries: (250...260).map { message(UInt64($0), "m\($0)") }))
+        #expect(frames(fetch) == [.fetchHistory(room: "general", direction: .after, seq: 7, limit: 200)])
+        let stale = session.receive(.historyPage(room: "general", epoch: 9, complete: false, entries: (3...7).map { message(UInt64($0), "m\($0)") }))
+        #expect(frames(stale).isEmpty, "a page that gets nowhere is not asked for again")
+        #expect(texts(stale) == ["11 new since you left"] + (250...260).map { "m\($0)" }, "the catch-up ends with what it has, nothing old shown again")
+    }
+
     @Test func aVersion1ServerDoesNotShowTheSameCatchUpTwice() {
         var session = ClientSession(nick: "alice", rooms: ["general"], clock: { 1000 })
         _ = session.connected(nick: "alice", motd: "", version: 1)
