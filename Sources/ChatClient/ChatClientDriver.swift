@@ -1,6 +1,11 @@
 import ChatProtocol
 import SocketCore
 import SocketTLS
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Where the driver puts what the user should see. The terminal front end prints above the
 /// line being edited; the pipe front end prints plain lines.
@@ -37,7 +42,8 @@ public final class ChatClientDriver {
         /// Whether to give up (exit status 1) when no server answers in the first round, instead
         /// of retrying: right for scripts, which should not hang on servers that are not there.
         public var exitIfFirstConnectFails: Bool
-        /// How long to wait for the server's answer to our hello.
+        /// How long to wait for the server to accept the TCP connection, and then as long again
+        /// for its answer to our hello (the TLS handshake included).
         public var handshakeTimeout: Duration
         /// After this long without hearing from the server, the client pings it; if the ping
         /// goes unanswered for as long again, the connection is taken for dead and redialled.
@@ -300,7 +306,7 @@ public final class ChatClientDriver {
                 let connection = try await ChatConnection.connect(
                     host: server.host, port: server.port, nick: session.nick,
                     password: configuration.password, version: WireProtocol.version,
-                    handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext)
+                    timeout: configuration.handshakeTimeout, handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext)
                 let began = ContinuousClock.now
                 defer { sessionLasted = ContinuousClock.now - began }
                 try await run(connection, on: server)
@@ -329,6 +335,10 @@ public final class ChatClientDriver {
                 show(.error(time: ClientClock.now(), text: "\(error)\(error.tlsError.map(Self.hint) ?? "")"))
                 finish(1)
                 return
+            } catch let error as SocketError where error.operation == "connect" && error.code == .posix(ETIMEDOUT) {
+                // A host that drops packets (a machine that died) is given up on as soon as a
+                // silent server is, so it holds up the move to the next no longer.
+                lostReason = "the server did not accept the connection within \(configuration.handshakeTimeout.components.seconds) s"
             } catch {
                 lostReason = deadReason ?? "\(error)"
             }

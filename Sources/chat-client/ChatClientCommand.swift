@@ -58,7 +58,7 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")
     var historyFile: String?
 
-    @Option(help: "Seconds to wait for the server to answer the handshake before trying again.")
+    @Option(help: "Seconds to wait for a server to accept the connection, and as long again for its answer to the handshake, before trying the next (or again).")
     var handshakeTimeout = 10.0
 
     @Option(help: "Seconds of silence from the server before the client pings it; unanswered for as long again, the connection is redialled.")

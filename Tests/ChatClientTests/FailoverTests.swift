@@ -68,6 +68,23 @@ import TestSupport
         #expect(await bot.waitForExit() == 0)
     }
 
+    @Test func aServerWhoseConnectNeverCompletesIsLeftAfterTheHandshakeTimeout() async throws {
+        // A connect that neither succeeds nor fails, as to a machine that died: the kernel would
+        // keep retrying for two minutes.
+        let unreachable = try FullBacklogListener()
+        defer { unreachable.close() }
+        let live = try await ChatServerProcess()
+        defer { live.stop() }
+        let bot = try client(["--nick", "bot", "--handshake-timeout", "1", "--server", "127.0.0.1:\(unreachable.port)", "--server", "127.0.0.1:\(live.port)"])
+        defer { bot.stop() }
+        #expect(await bot.waitForOutput("#general -!- bot joined"), "the client moves on to the live server: \(bot.output)")
+        #expect(bot.output.contains(
+            "cannot connect to 127.0.0.1:\(unreachable.port): the server did not accept the connection within 1 s; trying 127.0.0.1:\(live.port)"),
+            "the connect is given up after --handshake-timeout, not the kernel's two minutes: \(bot.output)")
+        bot.closeInput()
+        #expect(await bot.waitForExit() == 0)
+    }
+
     @Test func aFrozenServerIsLeftForTheNextWhenItsPingGoesUnanswered() async throws {
         let frozen = try await ChatServerProcess()
         defer { frozen.stop() }
