@@ -1,3 +1,5 @@
+import SocketCore
+
 /// Which server to try next, and when: the servers in the order given, round robin, with the
 /// reconnection backoff paid once per full round rather than once per server.
 ///

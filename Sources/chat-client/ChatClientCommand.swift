@@ -2,6 +2,7 @@ import ArgumentParser
 import ChatClient
 import ChatProtocol
 import Foundation
+import SocketCore
 import SocketTLS
 
 /// `chat-client`: join a chat server from a terminal, or from a pipe.

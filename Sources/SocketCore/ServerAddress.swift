@@ -1,9 +1,7 @@
-/// One server the client may connect to: a host name or IP address and a TCP port, as the user
-/// writes it after `--server` (`127.0.0.1:7000`, `chat.example.org:7000`, `[::1]:7000`).
-///
-/// `chat-loadtest` has a type of the same name and form in `ChatLoadTest`; this one refuses
-/// what that one leaves to a later check (a port outside 1–65535, a bare IPv6 address), so the
-/// client can say exactly what is wrong with an address.
+/// A server to connect to, by name: a host name or IP address and a TCP port, as a user writes
+/// it after `--server` (`127.0.0.1:7000`, `chat.example.org:7000`, `[::1]:7000`). Unlike a
+/// `SocketAddress` it is not resolved; the connect resolves it. `chat-client` and
+/// `chat-loadtest` parse their `--server`s with it.
 public struct ServerAddress: Sendable, Hashable, CustomStringConvertible {
     /// A host name or an IPv4 or IPv6 address (IPv6 without brackets).
     public var host: String
