@@ -1,6 +1,6 @@
 // SQLite 3 (Debian's libsqlite3-dev) for ChatStorage, plus SQLITE_TRANSIENT, which is a cast of
-// -1 to a function pointer that Swift cannot import: binding text through this inline function
-// makes SQLite copy the bytes, so the Swift string need not outlive the call.
+// -1 to a function pointer that Swift cannot import: binding text and blobs through these inline
+// functions makes SQLite copy the bytes, so the Swift value need not outlive the call.
 #ifndef CSQLITE_SHIM_H
 #define CSQLITE_SHIM_H
 
@@ -8,6 +8,10 @@
 
 static inline int csqlite_bind_text_copy(sqlite3_stmt *statement, int index, const char *text, int length) {
     return sqlite3_bind_text(statement, index, text, length, SQLITE_TRANSIENT);
+}
+
+static inline int csqlite_bind_blob_copy(sqlite3_stmt *statement, int index, const void *bytes, int length) {
+    return sqlite3_bind_blob(statement, index, bytes, length, SQLITE_TRANSIENT);
 }
 
 #endif

@@ -21,33 +21,44 @@ public struct StorageError: Error, CustomStringConvertible {
 /// The rooms database: the schema, and the few statements the server runs on it.
 ///
 /// Two tables: `rooms` (one row per room: epoch, last `seq`, topic, last activity, and its
-/// events' count and bytes for retention) and `events` (messages, actions and topic changes,
-/// keyed by room and `seq`). `PRAGMA user_version` is the schema version: a file of a newer
-/// version is refused rather than misread.
+/// events' count and bytes for retention) and `event_chunks` (messages, actions and topic
+/// changes, a run of consecutive events of one room per row — `EventChunk` says why — keyed by
+/// room and first `seq`, indexed by the oldest event's time for retention). `PRAGMA user_version`
+/// is the schema version: version 1 (a row per event) is converted when the writer opens it, a
+/// file of a newer version is refused rather than misread.
 ///
 /// One instance is one connection, used by one queue: the server writes through one on its
 /// writer queue and reads through another on its own queue. WAL mode lets the reader read while
 /// the writer commits.
 public final class RoomDatabase: @unchecked Sendable {
     /// The schema this code reads and writes.
-    public static let schemaVersion: Int64 = 1
+    public static let schemaVersion: Int64 = 2
     /// The database's file name in the data directory.
     public static let fileName = "rooms.sqlite3"
 
     /// The connection.
     public let database: SQLiteDatabase
-    private let insertEvent: SQLiteStatement
+    private let insertChunk: SQLiteStatement
+    private let replaceChunk: SQLiteStatement
+    private let deleteChunk: SQLiteStatement
     private let upsertRoom: SQLiteStatement
     private let selectRoom: SQLiteStatement
     private let selectFirstSeq: SQLiteStatement
-    private let selectBefore: SQLiteStatement
-    private let selectAfter: SQLiteStatement
-    private let deleteEvent: SQLiteStatement
+    private let selectLastSeq: SQLiteStatement
+    private let selectChunksBefore: SQLiteStatement
+    private let selectChunkAt: SQLiteStatement
+    private let selectChunksAfter: SQLiteStatement
     private let shrinkRoomCounts: SQLiteStatement
 
+    static let insertChunkSQL = """
+        INSERT INTO event_chunks(room, first_seq, last_seq, oldest_time, event_count, event_bytes, events)
+        VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)
+        """
+
     /// Opens (creating it if `create`) the database at `path`, in WAL mode with `durability`,
-    /// creating the schema in a new file. Throws a `StorageError` naming the file for one that
-    /// is not a database, is of a newer schema, or cannot be opened.
+    /// creating the schema in a new file and converting a version 1 file (only when `create`:
+    /// the writer opens first). Throws a `StorageError` naming the file for one that is not a
+    /// database, is of a newer schema, or cannot be opened.
     public init(path: String, durability: Durability, create: Bool) throws(StorageError) {
         do {
             database = try SQLiteDatabase(path: path, mode: create ? .readWriteCreate : .readWrite)
@@ -62,10 +73,11 @@ public final class RoomDatabase: @unchecked Sendable {
                     "\(path) has schema version \(version), written by a newer chat-server; this one reads version "
                         + "\(Self.schemaVersion) (use a newer chat-server, or another --data-dir)")
             }
-            if version == 0 {
-                guard create else { throw StorageError("\(path) has no rooms schema") }
-                try Self.createSchema(in: database)
+            if version < Self.schemaVersion, !create {
+                throw StorageError(version == 0 ? "\(path) has no rooms schema" : "\(path) has schema version \(version), not converted yet")
             }
+            if version == 0 { try Self.createSchema(in: database) }
+            if version == 1 { try Self.convertFromVersion1(database) }
             let mode = try database.text("PRAGMA journal_mode=WAL")
             guard mode == "wal" else {
                 throw StorageError("\(path): SQLite would not use write-ahead logging (journal_mode is \(mode ?? "unknown"))")
@@ -73,8 +85,13 @@ public final class RoomDatabase: @unchecked Sendable {
             try database.execute("PRAGMA synchronous=\(durability.pragmaValue)")
             // After a checkpoint the log is cut back to this size, so it does not keep a burst's size.
             try database.execute("PRAGMA journal_size_limit=\(4 << 20)")
-            insertEvent = try database.prepare(
-                "INSERT INTO events(room, seq, kind, time, sender, text) VALUES(?1, ?2, ?3, ?4, ?5, ?6)")
+            insertChunk = try database.prepare(Self.insertChunkSQL)
+            replaceChunk = try database.prepare(
+                """
+                UPDATE event_chunks SET first_seq = ?3, last_seq = ?4, oldest_time = ?5, event_count = ?6, event_bytes = ?7,
+                events = ?8 WHERE room = ?1 AND first_seq = ?2
+                """)
+            deleteChunk = try database.prepare("DELETE FROM event_chunks WHERE room = ?1 AND first_seq = ?2")
             upsertRoom = try database.prepare(
                 """
                 INSERT INTO rooms(name, epoch, last_seq, topic_text, topic_set_by, topic_time, topic_seq, last_active, \
@@ -86,12 +103,16 @@ public final class RoomDatabase: @unchecked Sendable {
                 """)
             selectRoom = try database.prepare(
                 "SELECT epoch, last_seq, topic_text, topic_set_by, topic_time, topic_seq, last_active FROM rooms WHERE name = ?1")
-            selectFirstSeq = try database.prepare("SELECT min(seq) FROM events WHERE room = ?1")
-            selectBefore = try database.prepare(
-                "SELECT seq, kind, time, sender, text FROM events WHERE room = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3")
-            selectAfter = try database.prepare(
-                "SELECT seq, kind, time, sender, text FROM events WHERE room = ?1 AND seq > ?2 ORDER BY seq ASC LIMIT ?3")
-            deleteEvent = try database.prepare("DELETE FROM events WHERE room = ?1 AND seq = ?2")
+            selectFirstSeq = try database.prepare(
+                "SELECT first_seq FROM event_chunks WHERE room = ?1 ORDER BY first_seq ASC LIMIT 1")
+            selectLastSeq = try database.prepare(
+                "SELECT last_seq FROM event_chunks WHERE room = ?1 ORDER BY first_seq DESC LIMIT 1")
+            selectChunksBefore = try database.prepare(
+                "SELECT first_seq, events FROM event_chunks WHERE room = ?1 AND first_seq < ?2 ORDER BY first_seq DESC")
+            selectChunkAt = try database.prepare(
+                "SELECT first_seq, events FROM event_chunks WHERE room = ?1 AND first_seq <= ?2 ORDER BY first_seq DESC LIMIT 1")
+            selectChunksAfter = try database.prepare(
+                "SELECT first_seq, events FROM event_chunks WHERE room = ?1 AND first_seq > ?2 ORDER BY first_seq ASC")
             shrinkRoomCounts = try database.prepare(
                 "UPDATE rooms SET event_count = event_count - ?2, event_bytes = event_bytes - ?3 WHERE name = ?1")
         } catch let error as StorageError {
@@ -119,36 +140,97 @@ public final class RoomDatabase: @unchecked Sendable {
                     event_count INTEGER NOT NULL,
                     event_bytes INTEGER NOT NULL
                 ) WITHOUT ROWID;
-                CREATE TABLE events(
-                    room TEXT NOT NULL,
-                    seq INTEGER NOT NULL,
-                    kind INTEGER NOT NULL,
-                    time INTEGER NOT NULL,
-                    sender TEXT NOT NULL,
-                    text TEXT NOT NULL,
-                    PRIMARY KEY(room, seq)
-                ) WITHOUT ROWID;
-                CREATE INDEX events_by_time ON events(time);
-                PRAGMA user_version = \(schemaVersion);
                 """)
+            try createChunkTable(in: database)
         }
+    }
+
+    private static func createChunkTable(in database: SQLiteDatabase) throws(SQLiteError) {
+        try database.execute(
+            """
+            CREATE TABLE event_chunks(
+                room TEXT NOT NULL,
+                first_seq INTEGER NOT NULL,
+                last_seq INTEGER NOT NULL,
+                oldest_time INTEGER NOT NULL,
+                event_count INTEGER NOT NULL,
+                event_bytes INTEGER NOT NULL,
+                events BLOB NOT NULL,
+                PRIMARY KEY(room, first_seq)
+            ) WITHOUT ROWID;
+            CREATE INDEX event_chunks_by_time ON event_chunks(oldest_time);
+            PRAGMA user_version = \(schemaVersion);
+            """)
+    }
+
+    /// Converts a version 1 file (a row per event in `events`) into chunks, in one transaction.
+    private static func convertFromVersion1(_ database: SQLiteDatabase) throws(SQLiteError) {
+        try database.transaction { () throws(SQLiteError) in
+            try createChunkTable(in: database)
+            let insert = try database.prepare(insertChunkSQL)
+            let select = try database.prepare("SELECT room, seq, kind, time, sender, text FROM events ORDER BY room, seq")
+            var room = ""
+            var run: [HistoryEntry] = []
+            while try select.step() {
+                let name = select.text(0)
+                if name != room || run.count == EventChunk.maxEvents {
+                    if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
+                    room = name
+                    run = []
+                }
+                let kind = HistoryEntry.Kind(rawValue: UInt8(truncatingIfNeeded: select.int64(2))) ?? .message
+                run.append(HistoryEntry(kind: kind, seq: select.uint64(1), time: select.uint64(3), sender: select.text(4), text: select.text(5)))
+            }
+            if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
+            select.reset()
+            try database.execute("DROP TABLE events")
+        }
+    }
+
+    /// Inserts `chunk` of `room` through `statement` (`insertChunkSQL`); returns its count and bytes.
+    @discardableResult
+    private static func write(_ chunk: EventChunk, room: String, with statement: SQLiteStatement) throws(SQLiteError) -> (
+        count: Int64, bytes: Int64
+    ) {
+        let bytes = chunk.events.reduce(0) { $0 + StoredEvent.storedBytes(room: room, entry: $1) }
+        try statement.bind(
+            .text(room), .integer(Int64(bitPattern: chunk.firstSeq)), .integer(Int64(bitPattern: chunk.lastSeq)),
+            .integer(Int64(bitPattern: chunk.oldestTime)), .integer(Int64(chunk.events.count)), .integer(Int64(bytes)),
+            .blob(chunk.encoded()))
+        try statement.run()
+        return (Int64(chunk.events.count), Int64(bytes))
     }
 
     // MARK: Writing
 
-    /// Writes `batch` in one transaction: all of it, or (throwing) none of it.
+    /// Writes `batch` in one transaction: all of it, or (throwing) none of it. Each room's events
+    /// must come after what the room has stored (SQLITE_CONSTRAINT otherwise).
     public func commit(_ batch: RoomBatch) throws(SQLiteError) {
         guard !batch.isEmpty else { return }
         try database.transaction { () throws(SQLiteError) in
             var added: [String: (count: Int64, bytes: Int64)] = [:]
-            for event in batch.events {
-                let entry = event.entry
-                try insertEvent.bind(
-                    .text(event.room), .integer(Int64(bitPattern: entry.seq)), .integer(Int64(entry.kind.rawValue)),
-                    .integer(Int64(bitPattern: entry.time)), .text(entry.sender), .text(entry.text))
-                try insertEvent.run()
-                added[event.room, default: (0, 0)].count += 1
-                added[event.room, default: (0, 0)].bytes += Int64(event.storedBytes)
+            var start = batch.events.startIndex
+            // A batch holds runs of events per room; each run becomes a chunk or a few.
+            while start < batch.events.endIndex {
+                let room = batch.events[start].room
+                var end = start + 1
+                while end < batch.events.endIndex, batch.events[end].room == room { end += 1 }
+                let run = batch.events[start..<end].map(\.entry)
+                var last = try lastStoredSeq(of: room)
+                for entry in run {
+                    guard entry.seq > last else {
+                        throw SQLiteError(
+                            operation: "commit", code: SQLITE_CONSTRAINT,
+                            message: "event \(entry.seq) of \(room) is not after the stored event \(last)")
+                    }
+                    last = entry.seq
+                }
+                for chunk in EventChunk.split(run[...]) {
+                    let counts = try Self.write(chunk, room: room, with: insertChunk)
+                    added[room, default: (0, 0)].count += counts.count
+                    added[room, default: (0, 0)].bytes += counts.bytes
+                }
+                start = end
             }
             for room in batch.rooms {
                 let counts = added[room.name] ?? (0, 0)
@@ -161,6 +243,12 @@ public final class RoomDatabase: @unchecked Sendable {
                 try upsertRoom.run()
             }
         }
+    }
+
+    private func lastStoredSeq(of room: String) throws(SQLiteError) -> UInt64 {
+        defer { selectLastSeq.reset() }
+        try selectLastSeq.bind(.text(room))
+        return try selectLastSeq.step() ? selectLastSeq.uint64(0) : 0
     }
 
     // MARK: Reading
@@ -194,41 +282,49 @@ public final class RoomDatabase: @unchecked Sendable {
         cost: (HistoryEntry) -> Int
     ) throws(SQLiteError) -> (entries: [HistoryEntry], complete: Bool) {
         guard limit > 0 else { return ([], false) }
-        let statement = direction == .before ? selectBefore : selectAfter
-        defer { statement.reset() }
-        let bound = direction == .before && seq == 0 ? Int64.max : Int64(bitPattern: seq)
-        try statement.bind(.text(room), .integer(bound), .integer(Int64(limit) + 1))
-        var taken: [HistoryEntry] = []
-        var spent = 0
-        var complete = true
-        while try statement.step() {
-            let kind = HistoryEntry.Kind(rawValue: UInt8(truncatingIfNeeded: statement.int64(1))) ?? .message
-            let entry = HistoryEntry(
-                kind: kind, seq: statement.uint64(0), time: statement.uint64(2), sender: statement.text(3),
-                text: statement.text(4))
-            spent += cost(entry)
-            if taken.count == limit || (spent > budget && !taken.isEmpty) {
-                complete = false
-                break
+        var page = PageBuilder(limit: limit, budget: budget)
+        switch direction {
+        case .before:
+            let bound = seq == 0 ? UInt64(Int64.max) : seq
+            var chunks = ChunkCursor(selectChunksBefore, room: room, seq: bound)
+            defer { chunks.finish() }
+            scan: while let chunk = try chunks.next() {
+                for entry in chunk.events.reversed() where entry.seq < bound {
+                    guard page.offer(entry, cost: cost(entry)) else { break scan }
+                }
             }
-            taken.append(entry)
+            return (page.taken.reversed(), page.complete)
+        case .after:
+            // The chunk holding seq + 1 may begin at or before seq; the rest begin after it.
+            var first = ChunkCursor(selectChunkAt, room: room, seq: seq)
+            defer { first.finish() }
+            if let chunk = try first.next() {
+                for entry in chunk.events where entry.seq > seq {
+                    guard page.offer(entry, cost: cost(entry)) else { return (page.taken, page.complete) }
+                }
+            }
+            var chunks = ChunkCursor(selectChunksAfter, room: room, seq: seq)
+            defer { chunks.finish() }
+            scan: while let chunk = try chunks.next() {
+                for entry in chunk.events {
+                    guard page.offer(entry, cost: cost(entry)) else { break scan }
+                }
+            }
+            return (page.taken, page.complete)
         }
-        return (direction == .before ? taken.reversed() : taken, complete)
     }
 
     // MARK: Retention
 
-    /// Deletes up to `maxDeletions` rows that `policy` no longer keeps, in one transaction, and
-    /// gives the freed pages back to the file system. Returns how many rows it deleted: call
+    /// Deletes up to `maxDeletions` events that `policy` no longer keeps, in one transaction, and
+    /// gives the freed pages back to the file system. Returns how many events it deleted: call
     /// again while that is `maxDeletions` (a commit may run in between).
     public func applyRetention(_ policy: RetentionPolicy, now: UInt64, maxDeletions: Int) throws(SQLiteError) -> Int {
         let deleted = try database.transaction { () throws(SQLiteError) -> Int in
             var left = maxDeletions
             if policy.maxAgeMillis > 0, left > 0 {
                 let cutoff = now > policy.maxAgeMillis ? now - policy.maxAgeMillis : 0
-                left -= try deleteEvents(
-                    "SELECT room, seq, sender, text FROM events WHERE time < ?1 ORDER BY time LIMIT ?2",
-                    bindings: [.integer(Int64(bitPattern: cutoff))], limit: left)
+                left -= try trimByAge(before: cutoff, limit: left)
             }
             if policy.maxEventsPerRoom > 0 || policy.maxBytesPerRoom > 0, left > 0 {
                 left -= try trimRooms(policy, limit: left)
@@ -250,35 +346,20 @@ public final class RoomDatabase: @unchecked Sendable {
         Int(try database.integer("SELECT coalesce(sum(event_bytes + 64 + length(name)), 0) FROM rooms") ?? 0)
     }
 
-    /// Deletes the events `query` selects (room, seq, sender, text; its last parameter is the
-    /// limit), keeping the rooms' counts true; returns how many.
-    private func deleteEvents(_ query: String, bindings: [SQLiteValue], limit: Int) throws(SQLiteError) -> Int {
-        let select = try database.prepare(query)
-        for (offset, value) in bindings.enumerated() {
-            switch value {
-            case .integer(let number): try select.bind(number, at: Int32(offset + 1))
-            case .text(let text): try select.bind(text, at: Int32(offset + 1))
+    /// Deletes every event older than `cutoff`, oldest chunks first, at most `limit`.
+    private func trimByAge(before cutoff: UInt64, limit: Int) throws(SQLiteError) -> Int {
+        var left = limit
+        while left > 0 {
+            let rows = try chunkRows(
+                "SELECT room, first_seq, events FROM event_chunks WHERE oldest_time < ?1 ORDER BY oldest_time LIMIT 16",
+                .integer(Int64(bitPattern: cutoff)))
+            for row in rows where left > 0 {
+                left -= try remove(from: row, limit: left) { $0.time < cutoff }
             }
+            // A chunk cut here keeps only events at or after the cutoff, so it is not found again.
+            if rows.count < 16 { break }
         }
-        try select.bind(Int64(limit), at: Int32(bindings.count + 1))
-        var doomed: [(room: String, seq: Int64, bytes: Int64)] = []
-        while try select.step() {
-            let room = select.text(0)
-            let bytes = 32 + room.utf8.count + select.text(2).utf8.count + select.text(3).utf8.count
-            doomed.append((room, select.int64(1), Int64(bytes)))
-        }
-        var removed: [String: (count: Int64, bytes: Int64)] = [:]
-        for row in doomed {
-            try deleteEvent.bind(.text(row.room), .integer(row.seq))
-            try deleteEvent.run()
-            removed[row.room, default: (0, 0)].count += 1
-            removed[row.room, default: (0, 0)].bytes += row.bytes
-        }
-        for (room, counts) in removed {
-            try shrinkRoomCounts.bind(.text(room), .integer(counts.count), .integer(counts.bytes))
-            try shrinkRoomCounts.run()
-        }
-        return doomed.count
+        return limit - left
     }
 
     /// Deletes the oldest events of rooms over the per-room bounds.
@@ -291,23 +372,22 @@ public final class RoomDatabase: @unchecked Sendable {
         var rooms: [(name: String, count: Int64, bytes: Int64)] = []
         while try over.step() { rooms.append((over.text(0), over.int64(1), over.int64(2))) }
         var left = limit
-        for room in rooms where left > 0 {
-            // Walk the oldest events until what remains fits both bounds.
-            let oldest = try database.prepare(
-                "SELECT seq, sender, text FROM events WHERE room = ?1 ORDER BY seq ASC LIMIT ?2")
-            try oldest.bind(.text(room.name), .integer(Int64(left)))
+        for room in rooms {
             var count = room.count
             var bytes = room.bytes
-            var lastDoomed: Int64?
-            while count > maxCount || bytes > maxBytes, try oldest.step() {
-                count -= 1
-                bytes -= Int64(32 + room.name.utf8.count + oldest.text(1).utf8.count + oldest.text(2).utf8.count)
-                lastDoomed = oldest.int64(0)
+            while left > 0, count > maxCount || bytes > maxBytes {
+                let rows = try chunkRows(
+                    "SELECT room, first_seq, events FROM event_chunks WHERE room = ?1 ORDER BY first_seq LIMIT 4", .text(room.name))
+                guard !rows.isEmpty else { break }
+                for row in rows where left > 0 {
+                    left -= try remove(from: row, limit: left) { entry in
+                        guard count > maxCount || bytes > maxBytes else { return false }
+                        count -= 1
+                        bytes -= Int64(StoredEvent.storedBytes(room: room.name, entry: entry))
+                        return true
+                    }
+                }
             }
-            guard let lastDoomed else { continue }
-            left -= try deleteEvents(
-                "SELECT room, seq, sender, text FROM events WHERE room = ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3",
-                bindings: [.text(room.name), .integer(lastDoomed)], limit: left)
         }
         return limit - left
     }
@@ -315,23 +395,17 @@ public final class RoomDatabase: @unchecked Sendable {
     /// Deletes the globally oldest events while everything counts for more than `maxTotal`.
     private func trimTotal(to maxTotal: Int, limit: Int) throws(SQLiteError) -> Int {
         var left = limit
-        while left > 0 {
-            let excess = try totalBytes() - maxTotal
-            guard excess > 0 else { break }
-            // Count off the oldest events until they make up the excess, then delete just those.
-            let oldest = try database.prepare("SELECT room, sender, text FROM events ORDER BY time LIMIT ?1")
-            try oldest.bind(.integer(Int64(left)))
-            var batch = 0
-            var freed = 0
-            while freed < excess, try oldest.step() {
-                freed += 32 + oldest.text(0).utf8.count + oldest.text(1).utf8.count + oldest.text(2).utf8.count
-                batch += 1
+        var excess = try totalBytes() - maxTotal
+        while left > 0, excess > 0 {
+            let rows = try chunkRows("SELECT room, first_seq, events FROM event_chunks ORDER BY oldest_time LIMIT 4")
+            guard !rows.isEmpty else { break }
+            for row in rows where left > 0 {
+                left -= try remove(from: row, limit: left) { entry in
+                    guard excess > 0 else { return false }
+                    excess -= StoredEvent.storedBytes(room: row.room, entry: entry)
+                    return true
+                }
             }
-            guard batch > 0 else { break }
-            let deleted = try deleteEvents(
-                "SELECT room, seq, sender, text FROM events ORDER BY time LIMIT ?1", bindings: [], limit: batch)
-            left -= deleted
-            if deleted == 0 { break }
         }
         return limit - left
     }
@@ -365,4 +439,129 @@ public final class RoomDatabase: @unchecked Sendable {
         }
         return deleted
     }
+
+    /// A stored chunk, decoded, with where it is stored.
+    private struct ChunkRow {
+        var room: String
+        var firstSeq: UInt64
+        var chunk: EventChunk
+    }
+
+    /// The chunks `query` selects (room, first_seq, events), read in full before any is changed.
+    private func chunkRows(_ query: String, _ bindings: SQLiteValue...) throws(SQLiteError) -> [ChunkRow] {
+        let select = try database.prepare(query)
+        for (offset, value) in bindings.enumerated() {
+            switch value {
+            case .integer(let number): try select.bind(number, at: Int32(offset + 1))
+            case .text(let text): try select.bind(text, at: Int32(offset + 1))
+            case .blob(let bytes): try select.bind(bytes, at: Int32(offset + 1))
+            }
+        }
+        var rows: [ChunkRow] = []
+        while try select.step() {
+            let room = select.text(0)
+            let firstSeq = select.uint64(1)
+            guard let chunk = select.withBlob(2, { EventChunk.decode($0, firstSeq: firstSeq) }) else {
+                throw Self.corrupt(room: room, firstSeq: firstSeq)
+            }
+            rows.append(ChunkRow(room: room, firstSeq: firstSeq, chunk: chunk))
+        }
+        return rows
+    }
+
+    /// Deletes from `row`, in `seq` order, up to `limit` events for which `doomed` is true (it
+    /// is asked only while the limit allows), rewriting or deleting the chunk and keeping the
+    /// room's counts true; returns how many.
+    private func remove(from row: ChunkRow, limit: Int, where doomed: (HistoryEntry) -> Bool) throws(SQLiteError) -> Int {
+        var kept: [HistoryEntry] = []
+        var removed = 0
+        var removedBytes = 0
+        for entry in row.chunk.events {
+            if removed < limit, doomed(entry) {
+                removed += 1
+                removedBytes += StoredEvent.storedBytes(room: row.room, entry: entry)
+            } else {
+                kept.append(entry)
+            }
+        }
+        guard removed > 0 else { return 0 }
+        if kept.isEmpty {
+            try deleteChunk.bind(.text(row.room), .integer(Int64(bitPattern: row.firstSeq)))
+            try deleteChunk.run()
+        } else {
+            let chunk = EventChunk(kept)
+            let bytes = kept.reduce(0) { $0 + StoredEvent.storedBytes(room: row.room, entry: $1) }
+            try replaceChunk.bind(
+                .text(row.room), .integer(Int64(bitPattern: row.firstSeq)), .integer(Int64(bitPattern: chunk.firstSeq)),
+                .integer(Int64(bitPattern: chunk.lastSeq)), .integer(Int64(bitPattern: chunk.oldestTime)),
+                .integer(Int64(kept.count)), .integer(Int64(bytes)), .blob(chunk.encoded()))
+            try replaceChunk.run()
+        }
+        try shrinkRoomCounts.bind(.text(row.room), .integer(Int64(removed)), .integer(Int64(removedBytes)))
+        try shrinkRoomCounts.run()
+        return removed
+    }
+
+    static func corrupt(room: String, firstSeq: UInt64) -> SQLiteError {
+        SQLiteError(
+            operation: "read the events of \(room)", code: SQLITE_CORRUPT,
+            message: "the chunk of events from seq \(firstSeq) is malformed")
+    }
+}
+
+/// Collects a page of history as `RoomHistory.page` does: events offered in page order until the
+/// limit or the budget is reached (at least one, even over the budget).
+private struct PageBuilder {
+    let limit: Int
+    let budget: Int
+    var taken: [HistoryEntry] = []
+    var spent = 0
+    /// False once an event was turned away: more lie beyond the page.
+    var complete = true
+
+    init(limit: Int, budget: Int) {
+        self.limit = limit
+        self.budget = budget
+    }
+
+    /// Takes `entry` if the page has room for it; false (and the page is not complete) if not.
+    mutating func offer(_ entry: HistoryEntry, cost: Int) -> Bool {
+        spent += cost
+        if taken.count == limit || (spent > budget && !taken.isEmpty) {
+            complete = false
+            return false
+        }
+        taken.append(entry)
+        return true
+    }
+}
+
+/// Steps through the chunks a prepared statement (room, seq; selecting first_seq and events)
+/// returns, decoding each; `finish` resets the statement.
+private struct ChunkCursor {
+    let statement: SQLiteStatement
+    let room: String
+    var bound = false
+    let seq: UInt64
+
+    init(_ statement: SQLiteStatement, room: String, seq: UInt64) {
+        self.statement = statement
+        self.room = room
+        self.seq = seq
+    }
+
+    mutating func next() throws(SQLiteError) -> EventChunk? {
+        if !bound {
+            try statement.bind(.text(room), .integer(Int64(bitPattern: min(seq, UInt64(Int64.max)))))
+            bound = true
+        }
+        guard try statement.step() else { return nil }
+        let firstSeq = statement.uint64(0)
+        guard let chunk = statement.withBlob(1, { EventChunk.decode($0, firstSeq: firstSeq) }) else {
+            throw RoomDatabase.corrupt(room: room, firstSeq: firstSeq)
+        }
+        return chunk
+    }
+
+    func finish() { statement.reset() }
 }

@@ -197,6 +197,15 @@ public final class SQLiteStatement: @unchecked Sendable {
         try check(result)
     }
 
+    /// Binds `bytes` as a blob; SQLite copies them.
+    public func bind(_ bytes: [UInt8], at index: Int32) throws(SQLiteError) {
+        let result = bytes.withUnsafeBytes { buffer in
+            // An empty array may have no address, and a NULL pointer would bind NULL, not a blob.
+            csqlite_bind_blob_copy(statement, index, buffer.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, Int32(buffer.count))
+        }
+        try check(result)
+    }
+
     /// Binds every value in turn from parameter 1.
     public func bind(_ values: SQLiteValue...) throws(SQLiteError) {
         for (offset, value) in values.enumerated() {
@@ -204,6 +213,7 @@ public final class SQLiteStatement: @unchecked Sendable {
             switch value {
             case .integer(let number): try bind(number, at: index)
             case .text(let text): try bind(text, at: index)
+            case .blob(let bytes): try bind(bytes, at: index)
             }
         }
     }
@@ -242,6 +252,14 @@ public final class SQLiteStatement: @unchecked Sendable {
         return String(decoding: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self)
     }
 
+    /// Calls `body` with the bytes of column `index` of the current row (empty for NULL); they
+    /// are valid only during the call.
+    public func withBlob<Result>(_ index: Int32, _ body: (UnsafeRawBufferPointer) -> Result) -> Result {
+        let bytes = sqlite3_column_blob(statement, index)
+        let count = Int(sqlite3_column_bytes(statement, index))
+        return body(UnsafeRawBufferPointer(start: bytes, count: bytes == nil ? 0 : count))
+    }
+
     private func check(_ result: Int32) throws(SQLiteError) {
         guard result == SQLITE_OK else { throw database.error("bind for \(SQLiteDatabase.shortened(sql))") }
     }
@@ -253,4 +271,6 @@ public enum SQLiteValue: Sendable {
     case integer(Int64)
     /// Text, or NULL when nil.
     case text(String?)
+    /// A blob.
+    case blob([UInt8])
 }

@@ -103,12 +103,12 @@ struct RoomDatabaseTests {
         let path = directory.path + "/rooms.sqlite3"
         do {
             let database = try RoomDatabase(path: path, durability: .normal, create: true)
-            try database.database.execute("PRAGMA user_version = 2")
+            try database.database.execute("PRAGMA user_version = \(RoomDatabase.schemaVersion + 1)")
         }
         let error = #expect(throws: StorageError.self) {
             _ = try RoomDatabase(path: path, durability: .normal, create: true)
         }
-        #expect(error?.message.contains("schema version 2") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("schema version \(RoomDatabase.schemaVersion + 1)") == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("newer chat-server") == true)
     }
 

@@ -1,0 +1,138 @@
+import ChatProtocol
+
+/// Consecutive events of one room packed into one blob: one row of the `event_chunks` table.
+///
+/// Why chunks and not a row per event: SQLite's cost is per row (a B-tree insert and its index
+/// entries), and the writer stores what a busy room says — tens of thousands of events a second —
+/// on the same two cores that fan them out. A commit writes each room's new events as one chunk
+/// (split at `maxEvents`/`maxBytes`), so a row carries a whole group commit's worth; reads
+/// decode a chunk or two per page; retention deletes whole chunks and rewrites the one it cuts.
+///
+/// The blob: a format byte (1), then per event its kind (one byte), its `seq` as the varint
+/// distance from the previous event's (from `firstSeq` for the first), its time as a varint, and
+/// sender and text, each a varint length and UTF-8 bytes.
+public struct EventChunk: Sendable, Equatable {
+    /// The events, in increasing `seq` order.
+    public var events: [HistoryEntry]
+
+    /// Most events in one chunk: retention by count cuts at most one chunk apart, and a page of
+    /// history decodes at most a chunk more than it returns.
+    public static let maxEvents = 128
+    /// About the most bytes of text in one chunk, for the same reasons.
+    public static let maxBytes = 32 << 10
+
+    static let format: UInt8 = 1
+
+    /// Wraps events already in increasing `seq` order.
+    public init(_ events: [HistoryEntry]) {
+        self.events = events
+    }
+
+    /// The first event's `seq`; 0 for an empty chunk.
+    public var firstSeq: UInt64 { events.first?.seq ?? 0 }
+    /// The last event's `seq`; 0 for an empty chunk.
+    public var lastSeq: UInt64 { events.last?.seq ?? 0 }
+    /// The oldest event's time: what retention by age and by total finds chunks by.
+    public var oldestTime: UInt64 { events.lazy.map(\.time).min() ?? 0 }
+
+    /// Splits `events` (increasing `seq`) into chunks within `maxEvents` and `maxBytes`.
+    public static func split(_ events: ArraySlice<HistoryEntry>) -> [EventChunk] {
+        var chunks: [EventChunk] = []
+        var current: [HistoryEntry] = []
+        var bytes = 0
+        for event in events {
+            let size = event.sender.utf8.count + event.text.utf8.count
+            if !current.isEmpty, current.count == maxEvents || bytes + size > maxBytes {
+                chunks.append(EventChunk(current))
+                current = []
+                bytes = 0
+            }
+            current.append(event)
+            bytes += size
+        }
+        if !current.isEmpty { chunks.append(EventChunk(current)) }
+        return chunks
+    }
+
+    /// The blob.
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = [Self.format]
+        out.reserveCapacity(1 + events.reduce(0) { $0 + 16 + $1.sender.utf8.count + $1.text.utf8.count })
+        var previous = firstSeq
+        for event in events {
+            out.append(event.kind.rawValue)
+            Self.appendVarint(event.seq - previous, to: &out)
+            previous = event.seq
+            Self.appendVarint(event.time, to: &out)
+            Self.append(event.sender, to: &out)
+            Self.append(event.text, to: &out)
+        }
+        return out
+    }
+
+    /// Decodes the blob of the chunk whose first event is `firstSeq`; nil if it is malformed
+    /// (the caller reports the corruption).
+    public static func decode(_ blob: UnsafeRawBufferPointer, firstSeq: UInt64) -> EventChunk? {
+        guard blob.first == format else { return nil }
+        var reader = Reader(bytes: blob, index: 1)
+        var events: [HistoryEntry] = []
+        var seq = firstSeq
+        while reader.index < blob.count {
+            guard let kindByte = reader.byte(), let kind = HistoryEntry.Kind(rawValue: kindByte),
+                let delta = reader.varint(), let time = reader.varint(),
+                let sender = reader.string(), let text = reader.string()
+            else { return nil }
+            let (next, overflow) = seq.addingReportingOverflow(delta)
+            // Only the first event may sit at firstSeq itself: seqs strictly increase.
+            guard !overflow, events.isEmpty ? delta == 0 : delta > 0 else { return nil }
+            seq = next
+            events.append(HistoryEntry(kind: kind, seq: seq, time: time, sender: sender, text: text))
+        }
+        return events.isEmpty ? nil : EventChunk(events)
+    }
+
+    private static func appendVarint(_ value: UInt64, to out: inout [UInt8]) {
+        var value = value
+        while value >= 0x80 {
+            out.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        out.append(UInt8(value))
+    }
+
+    private static func append(_ string: String, to out: inout [UInt8]) {
+        appendVarint(UInt64(string.utf8.count), to: &out)
+        out.append(contentsOf: string.utf8)
+    }
+
+    /// Bounds-checked reading of the blob: every accessor returns nil past its end.
+    private struct Reader {
+        let bytes: UnsafeRawBufferPointer
+        var index: Int
+
+        mutating func byte() -> UInt8? {
+            guard index < bytes.count else { return nil }
+            defer { index += 1 }
+            return bytes[index]
+        }
+
+        mutating func varint() -> UInt64? {
+            var value: UInt64 = 0
+            var shift: UInt64 = 0
+            while let byte = byte() {
+                guard shift < 64, shift < 63 || byte <= 1 else { return nil }
+                value |= UInt64(byte & 0x7F) << shift
+                if byte < 0x80 { return value }
+                shift += 7
+            }
+            return nil
+        }
+
+        mutating func string() -> String? {
+            guard let length = varint(), length <= UInt64(bytes.count - index) else { return nil }
+            let start = index
+            index += Int(length)
+            return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        }
+    }
+}
