@@ -407,8 +407,10 @@ public final class ChatClientDriver {
     }
 
     /// Tells the user how the connection is protected, and loudly when it is not authenticated.
-    private func announceEncryption(_ connection: ChatConnection) async {
-        guard let parameters = await connection.tlsParameters, let peer = await connection.tlsPeer else {
+    private func announceEncryption(
+        parameters: String?, peer: (certificate: TLSCertificateSummary?, ignoredFailure: TLSError?)?
+    ) {
+        guard let parameters, let peer else {
             session.encryption = nil
             return
         }
@@ -442,6 +444,11 @@ public final class ChatClientDriver {
         self.connection = connection
         deadReason = nil
         maxFrameSize = connection.welcome.maxFrameSize
+        // Asked before there is a way to send: from here to the joins below nothing suspends, so
+        // a line typed meanwhile is refused as offline or goes after the joins — never before
+        // them, into a room this connection has not rejoined yet.
+        let tlsParameters = await connection.tlsParameters
+        let tlsPeer = await connection.tlsPeer
         pacer = PastePacer(limits: .assumed, now: now())
         let (stream, continuation) = AsyncStream<[Frame]>.makeStream()
         outbound = continuation
@@ -462,7 +469,7 @@ public final class ChatClientDriver {
         show(.notice(time: ClientClock.now(), text: "connected to \(server) as \(welcome.nick)"))
         // With one server there is nothing to tell apart; with several, the status line names it.
         session.server = configuration.servers.count > 1 ? server.description : nil
-        await announceEncryption(connection)
+        announceEncryption(parameters: tlsParameters, peer: tlsPeer)
         perform(session.connected(nick: welcome.nick, motd: welcome.motd, version: welcome.version), fromUser: false)
         if !hasConnected {
             hasConnected = true
