@@ -5,7 +5,7 @@
 public struct ServerAddress: Sendable, Hashable, CustomStringConvertible {
     /// A host name or an IPv4 or IPv6 address (IPv6 without brackets).
     public var host: String
-    /// A TCP port, 1–65535.
+    /// A TCP port (1–65535 when parsed; `init(host:port:)` takes what it is given).
     public var port: Int
 
     /// What is wrong with a `HOST:PORT` that did not parse.
