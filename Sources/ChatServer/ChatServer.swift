@@ -103,6 +103,8 @@ public final class ChatServer: @unchecked Sendable {
     /// Whether a commit is in flight; there is at most one, and what arrives meanwhile goes into
     /// the next (group commit: the busier the server, the more each commit holds).
     private var commitInFlight = false
+    /// Whether a commit is scheduled for the end of this turn (`scheduleCommit`).
+    private var commitScheduled = false
     /// Commits handed to the store so far, and of those, how many are done.
     private var submittedCommits = 0
     private var completedCommits = 0
@@ -501,16 +503,33 @@ public final class ChatServer: @unchecked Sendable {
     /// store, after the commit of the changes staged with them, unless nothing is staged or
     /// held before them.
     private func perform() {
+        // A commit the writer finished meanwhile goes out now, not after the queued requests.
+        defer { store?.runFinishedCommits() }
         guard !actions.isEmpty else { return }
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             for action in actions { heldActionsCost += Self.heldCost(of: action) }
             heldActions.append(contentsOf: actions)
             actions.removeAll(keepingCapacity: true)
-            if !commitInFlight { submitCommit() }
+            scheduleCommit()
             return
         }
         execute(actions)
         actions.removeAll(keepingCapacity: true)
+    }
+
+    /// Commits at the end of this turn what is staged and held — once the requests already
+    /// queued have joined it — unless a commit is in flight: its completion schedules the next.
+    /// One commit per turn, however many requests it serves (group commit): each commit costs
+    /// the writer about as much whether it holds one message or a hundred.
+    private func scheduleCommit() {
+        guard !commitInFlight, !commitScheduled else { return }
+        commitScheduled = true
+        queue.async { [weak self] in
+            guard let self else { return }
+            commitScheduled = false
+            guard let store, !heldActions.isEmpty || store.hasStagedChanges else { return }
+            submitCommit()
+        }
     }
 
     /// Commits everything staged and holds the held actions until the commit is done.
@@ -537,7 +556,7 @@ public final class ChatServer: @unchecked Sendable {
                 freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
             }
             if let store, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) {
-                submitCommit()
+                scheduleCommit()
             }
             if let (commit, reason) = goodbyeAfterCommit, completedCommits >= commit {
                 goodbyeAfterCommit = nil

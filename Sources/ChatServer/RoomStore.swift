@@ -34,6 +34,11 @@ public protocol RoomStore: AnyObject, Sendable {
     /// stages its room records again, so the next commit retries them.
     func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void)
 
+    /// Runs now the completions of commits that have finished, in order; each completion runs
+    /// once, here or when `commitStaged`'s hand-off reaches the queue, whichever comes first. The
+    /// server calls it between requests, so a finished commit does not wait behind them.
+    func runFinishedCommits()
+
     /// Waits for every commit to finish and stops background work. Call once, last.
     func close()
 }
@@ -97,6 +102,9 @@ public final class MemoryRoomStore: RoomStore, @unchecked Sendable {
     public func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void) {
         queue.async { completion(.success(())) }
     }
+
+    /// Does nothing: completions are already on their way.
+    public func runFinishedCommits() {}
 
     /// Does nothing.
     public func close() {}

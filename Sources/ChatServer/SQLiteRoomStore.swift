@@ -3,6 +3,7 @@ import ChatStorage
 import Dispatch
 import Glibc
 import Logging
+import SocketCore
 
 /// The `RoomStore` the server runs on: SQLite in a data directory, written off the event loop.
 ///
@@ -11,8 +12,9 @@ import Logging
 /// server's queue for a joiner's room and for history pages older than memory holds (indexed
 /// reads of at most a page of rows). WAL mode lets the reader read while the writer commits.
 ///
-/// `@unchecked Sendable`: `staged`, `uncommitted` and `reader` are used on the server's queue
-/// only; `writer`, `retentionTimer` and `lastRetention` on `writerQueue` only.
+/// `@unchecked Sendable`: `staged`, `uncommitted`, `reader` and `runningFinished` are used on the
+/// server's queue only; `writer` and `retentionTimer` on `writerQueue` only; `logSyncTimer`,
+/// `logDescriptor` and `logSyncFailing` on `syncQueue` only; `finished` is behind its lock.
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The directory, locked for this store's lifetime.
     public let directory: DataDirectory
@@ -28,6 +30,22 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// Per room, how many commits in flight (or staged) hold a change of it.
     private var uncommitted: [String: Int] = [:]
     private var retentionTimer: DispatchSourceTimer?
+    /// Commits the writer has finished, oldest first, each with what to run for it on the
+    /// server's queue: handed over through a lock, so the server can take them between requests
+    /// (`runFinishedCommits`) rather than after everything already queued.
+    private let finished = Locked<[@Sendable () -> Void]>([])
+    /// Whether `runFinishedCommits` is running (on the server's queue).
+    private var runningFinished = false
+
+    private let syncQueue = DispatchQueue(label: "ChatServer.storage.sync")
+    private var logSyncTimer: DispatchSourceTimer?
+    /// The write-ahead log, opened read-only for `fdatasync` once it exists; -1 before.
+    private var logDescriptor: Int32 = -1
+    private var logSyncFailing = false
+
+    /// How often, with `Durability.normal`, the write-ahead log is synced in the background: what
+    /// a power loss can lose, and what keeps each checkpoint's own sync short.
+    public static let logSyncInterval: Duration = .milliseconds(100)
 
     /// Rows retention deletes per transaction: small, so a commit waiting behind it waits little.
     static let retentionStep = 256
@@ -50,6 +68,18 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             timer.schedule(deadline: .now(), repeating: .milliseconds(interval))
             timer.setEventHandler { [weak self] in self?.applyRetention() }
             retentionTimer = timer
+            timer.activate()
+        }
+        if durability == .normal {
+            // SQLite syncs the log only at a checkpoint, all 4 MiB at once, inside the commit that
+            // triggers it: a stall of ~10 ms for every message behind it. Syncing every 100 ms
+            // off the writer leaves the checkpoint little to sync, and bounds what a power loss
+            // can take to the last 100 ms (docs/SERVER.md, "Durability").
+            let timer = DispatchSource.makeTimerSource(queue: syncQueue)
+            let interval = Int(Self.logSyncInterval.milliseconds)
+            timer.schedule(deadline: .now() + .milliseconds(interval), repeating: .milliseconds(interval), leeway: .milliseconds(10))
+            timer.setEventHandler { [weak self] in self?.syncLog() }
+            logSyncTimer = timer
             timer.activate()
         }
     }
@@ -119,11 +149,24 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             } catch {
                 result = .failure(CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events))
             }
-            queue.async { [self, result] in
-                settle(batch, failed: result.isFailure)
-                completion(result)
+            finished.withLock {
+                $0.append { [self, result] in
+                    settle(batch, failed: result.isFailure)
+                    completion(result)
+                }
             }
+            queue.async { [self] in runFinishedCommits() }
         }
+    }
+
+    /// See `RoomStore.runFinishedCommits()`.
+    public func runFinishedCommits() {
+        // A completion may serve requests that call this again: the outer loop runs the rest,
+        // so completions never nest and always run in order.
+        guard !runningFinished else { return }
+        runningFinished = true
+        defer { runningFinished = false }
+        while let finish = finished.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { finish() }
     }
 
     /// Waits for the commits in flight, stops retention and unlocks the directory (the
@@ -132,6 +175,12 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         writerQueue.sync {
             retentionTimer?.cancel()
             retentionTimer = nil
+        }
+        syncQueue.sync {
+            logSyncTimer?.cancel()
+            logSyncTimer = nil
+            if logDescriptor >= 0 { Glibc.close(logDescriptor) }
+            logDescriptor = -1
         }
         directory.unlock()
     }
@@ -150,6 +199,28 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             uncommitted[record.name, default: 1] -= 1
             if uncommitted[record.name] == 0 { uncommitted[record.name] = nil }
+        }
+    }
+
+    /// Pushes what the writer appended to the log since the last sync to the disk (on `syncQueue`).
+    private func syncLog() {
+        if logDescriptor < 0 {
+            // SQLite creates the log with the first write and removes it only when the last
+            // connection closes, so once open the descriptor stays the log's.
+            logDescriptor = open(directory.databasePath + "-wal", O_RDONLY | O_CLOEXEC)
+            guard logDescriptor >= 0 else { return }
+        }
+        // Said once when syncing starts failing and once when it works again, not every 100 ms.
+        if fdatasync(logDescriptor) != 0 {
+            guard !logSyncFailing else { return }
+            logSyncFailing = true
+            let reason = String(cString: strerror(errno))
+            logger.error(
+                "cannot sync the write-ahead log: a power loss may lose more than the last 100 ms",
+                metadata: ["storage.error": "\(reason)"])
+        } else if logSyncFailing {
+            logSyncFailing = false
+            logger.notice("the write-ahead log is synced again")
         }
     }
 

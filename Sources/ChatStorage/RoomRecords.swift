@@ -136,8 +136,9 @@ public enum Durability: String, Sendable, CaseIterable {
     /// nothing acknowledged.
     case always
     /// `synchronous=NORMAL`: a commit is in the write-ahead log (the OS has it) before it is
-    /// acknowledged, and the log is fsynced at each checkpoint. A killed process loses nothing
-    /// acknowledged; a power loss or OS crash can lose the commits since the last checkpoint.
+    /// acknowledged, and SQLite fsyncs the log at each checkpoint. A killed process loses nothing
+    /// acknowledged; a power loss or OS crash can lose the commits since the log's last sync
+    /// (chat-server syncs it every 100 ms besides).
     case normal
     /// `synchronous=OFF`: no fsync at all. A killed process loses nothing acknowledged; a power
     /// loss can lose recent commits and may leave the database corrupt.

@@ -164,7 +164,7 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "When a commit reaches the disk: always (fsync every commit; a power loss loses nothing acknowledged), normal (fsync at checkpoints; a killed process loses nothing acknowledged, a power loss the last commits), off (never fsync; a power loss may lose more and corrupt the file).",
+            "When a commit reaches the disk: always (fsync every commit; a power loss loses nothing acknowledged), normal (fsync the log every 100 ms; a killed process loses nothing acknowledged, a power loss about the last 100 ms), off (never fsync; a power loss may lose more and corrupt the file).",
             valueName: "always|normal|off"))
     var fsync: Durability = .normal
 

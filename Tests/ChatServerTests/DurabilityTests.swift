@@ -377,7 +377,48 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
         if !wait { inner.commitStaged(on: queue, completion: completion) }
     }
 
+    func runFinishedCommits() { inner.runFinishedCommits() }
+
     func close() { inner.close() }
+}
+
+/// How many of this process's descriptors are open read-only on `path`.
+private func readOnlyDescriptors(on path: String) -> Int {
+    guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return 0 }
+    return entries.filter { entry in
+        guard (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)")) == path,
+            let info = try? String(contentsOfFile: "/proc/self/fdinfo/\(entry)", encoding: .utf8),
+            let flags = info.split(separator: "\n").first(where: { $0.hasPrefix("flags:") })?.split(separator: "\t").last,
+            let value = Int(flags, radix: 8)
+        else { return false }
+        return Int32(value) & O_ACCMODE == O_RDONLY
+    }.count
+}
+
+extension DurabilityTests {
+    @Test func withFsyncNormalTheLogIsSyncedInTheBackgroundAndLetGoAtClose() async throws {
+        for durability in [Durability.normal, .off] {
+            let data = try TemporaryDirectory(prefix: "chat-durability")
+            defer { data.remove() }
+            let store = try SQLiteRoomStore(directory: data.path, durability: durability, retention: .keepAll)
+            let log = store.directory.databasePath + "-wal"
+            store.stage(RoomRecord(name: "r", epoch: 1, lastSeq: 1, topic: nil, lastActive: 1), event: HistoryEntry(kind: .message, seq: 1, time: 1, sender: "a", text: "one"))
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                store.commitStaged(on: DispatchQueue(label: "test")) { _ in done.resume() }
+            }
+            // SQLite's two connections hold the log read-write; the syncer opens it read-only.
+            if durability == .normal {
+                let synced = await eventually(timeout: .seconds(30)) { readOnlyDescriptors(on: log) == 1 }
+                #expect(synced, "a read-only descriptor on the log, for fdatasync every 100 ms")
+            } else {
+                // Absence cannot be waited for: three sync intervals pass, and still nothing.
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(readOnlyDescriptors(on: log) == 0, "--fsync off syncs nothing")
+            }
+            store.close()
+            #expect(readOnlyDescriptors(on: log) == 0, "closed with the store")
+        }
+    }
 }
 
 extension DurabilityTests {
