@@ -1,6 +1,11 @@
 import ChatProtocol
 import SocketCore
 import SocketTLS
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Where the driver puts what the user should see. The terminal front end prints above the
 /// line being edited; the pipe front end prints plain lines.
@@ -27,34 +32,35 @@ public protocol ClientDisplay: AnyObject {
 public final class ChatClientDriver {
     /// Where and how to connect.
     public struct Configuration: Sendable {
-        /// The server's host name or address.
-        public var host: String
-        /// The server's TCP port.
-        public var port: Int
-        /// The server password, if it wants one.
+        /// The servers to connect to, in the order to try them (at least one): the nodes of a
+        /// cluster, or one server. See `ServerRotation` for the order and the waits.
+        public var servers: [ServerAddress]
+        /// The server password, if it wants one (the same for every server).
         public var password: String?
-        /// Delays between reconnection attempts.
+        /// Delays between rounds of reconnection attempts.
         public var backoff: ReconnectBackoff
-        /// Whether to give up (exit status 1) when the very first connection fails, instead of
-        /// retrying: right for scripts, which should not hang on a server that is not there.
+        /// Whether to give up (exit status 1) when no server answers in the first round, instead
+        /// of retrying: right for scripts, which should not hang on servers that are not there.
         public var exitIfFirstConnectFails: Bool
-        /// How long to wait for the server's answer to our hello.
+        /// How long to wait for the server to accept the TCP connection, and then as long again
+        /// for its answer to our hello (the TLS handshake included).
         public var handshakeTimeout: Duration
         /// After this long without hearing from the server, the client pings it; if the ping
         /// goes unanswered for as long again, the connection is taken for dead and redialled.
         public var pingInterval: Duration
-        /// Whose certificates to accept when speaking TLS, or nil for plain text.
+        /// Whose certificates to accept when speaking TLS, or nil for plain text; the same for
+        /// every server, each verified against its own host name.
         public var tls: TLSTrust?
 
-        /// A configuration for `host:port`.
+        /// A configuration for `servers` (at least one), tried in order.
         public init(
-            host: String, port: Int, password: String? = nil, backoff: ReconnectBackoff = ReconnectBackoff(),
+            servers: [ServerAddress], password: String? = nil, backoff: ReconnectBackoff = ReconnectBackoff(),
             exitIfFirstConnectFails: Bool = false, handshakeTimeout: Duration = .seconds(10),
             pingInterval: Duration = .seconds(30), tls: TLSTrust? = nil
         ) {
+            precondition(!servers.isEmpty, "the client needs a server")
             self.tls = tls
-            self.host = host
-            self.port = port
+            self.servers = servers
             self.password = password
             self.backoff = backoff
             self.exitIfFirstConnectFails = exitIfFirstConnectFails
@@ -289,20 +295,21 @@ public final class ChatClientDriver {
             finish(1)
             return
         }
-        var attempt = 0
+        var rotation = ServerRotation(servers: configuration.servers, backoff: configuration.backoff)
         var fallbackAttempt = 0
         let requestedNick = session.nick
         while !quitting {
+            let server = rotation.current
             var lostReason = "the server closed the connection"
             var sessionLasted: Duration?
             do {
                 let connection = try await ChatConnection.connect(
-                    host: configuration.host, port: configuration.port, nick: session.nick,
+                    host: server.host, port: server.port, nick: session.nick,
                     password: configuration.password, version: WireProtocol.version,
-                    handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext)
+                    timeout: configuration.handshakeTimeout, handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext)
                 let began = ContinuousClock.now
                 defer { sessionLasted = ContinuousClock.now - began }
-                try await run(connection)
+                try await run(connection, on: server)
                 if let deadReason { lostReason = deadReason }
             } catch let refusal as ChatConnection.HandshakeError {
                 if case .refused(.nickTaken, _) = refusal, !hasConnected {
@@ -328,24 +335,54 @@ public final class ChatClientDriver {
                 show(.error(time: ClientClock.now(), text: "\(error)\(error.tlsError.map(Self.hint) ?? "")"))
                 finish(1)
                 return
+            } catch let error as SocketError where error.operation == "connect" && error.code == .posix(ETIMEDOUT) {
+                // A host that drops packets (a machine that died) is given up on as soon as a
+                // silent server is, so it holds up the move to the next no longer.
+                lostReason = "the server did not accept the connection within \(configuration.handshakeTimeout.components.seconds) s"
             } catch {
                 lostReason = deadReason ?? "\(error)"
             }
             closeConnection()
             if quitting { break }
-            if !hasConnected && configuration.exitIfFirstConnectFails {
-                show(.error(time: ClientClock.now(), text: "cannot reach \(configuration.host):\(configuration.port): \(lostReason)"))
+            let next = rotation.failed(sessionLasted: sessionLasted)
+            if !hasConnected, configuration.exitIfFirstConnectFails, case .wait = next {
+                show(.error(time: ClientClock.now(), text: Self.unreachable(configuration.servers, lastReason: lostReason)))
                 finish(1)
                 return
             }
-            attempt = configuration.backoff.nextAttempt(after: attempt, sessionLasted: sessionLasted)
-            let delay = configuration.backoff.delay(attempt: attempt)
-            show(.error(time: ClientClock.now(), text: "disconnected: \(lostReason); reconnecting in \(Self.describe(delay)) (attempt \(attempt))"))
-            display?.sessionChanged()
-            do { try await Task.sleep(for: delay) } catch { break }
+            switch next {
+            case .tryNow(let nextServer):
+                let what = sessionLasted == nil ? "cannot connect to \(server)" : "connection to \(server) lost"
+                show(.error(time: ClientClock.now(), text: "\(what): \(lostReason); trying \(nextServer)"))
+                display?.sessionChanged()
+            case .wait(let attempt, let nextServer):
+                let delay = configuration.backoff.delay(attempt: attempt)
+                show(.error(time: ClientClock.now(), text: Self.waitNotice(
+                    lost: server, connected: sessionLasted != nil, reason: lostReason, next: nextServer,
+                    servers: configuration.servers.count, delay: delay, attempt: attempt)))
+                display?.sessionChanged()
+                do { try await Task.sleep(for: delay) } catch { break }
+            }
         }
         closeConnection()
         finish(0)
+    }
+
+    /// Why a script gives up: no server answered in the first round.
+    private static func unreachable(_ servers: [ServerAddress], lastReason: String) -> String {
+        guard servers.count > 1 else { return "cannot reach \(servers[0]): \(lastReason)" }
+        return "cannot reach any of the \(servers.count) servers (\(servers.map(\.description).joined(separator: ", "))); the last: \(lastReason)"
+    }
+
+    /// The note before a wait: with one server the long-standing `disconnected: …; reconnecting in
+    /// 0.5 s (attempt 1)`; with several, which server was lost and which comes next.
+    private static func waitNotice(
+        lost server: ServerAddress, connected: Bool, reason: String, next: ServerAddress, servers: Int, delay: Duration, attempt: Int
+    ) -> String {
+        let wait = "\(describe(delay)) (attempt \(attempt))"
+        guard servers > 1 else { return "disconnected: \(reason); reconnecting in \(wait)" }
+        let what = connected ? "connection to \(server) lost" : "cannot connect to \(server)"
+        return "\(what): \(reason); every server failed, trying \(next) in \(wait)"
     }
 
     /// Whether a TLS failure will not go away by retrying (the certificate, the name, the protocol).
@@ -370,8 +407,10 @@ public final class ChatClientDriver {
     }
 
     /// Tells the user how the connection is protected, and loudly when it is not authenticated.
-    private func announceEncryption(_ connection: ChatConnection) async {
-        guard let parameters = await connection.tlsParameters, let peer = await connection.tlsPeer else {
+    private func announceEncryption(
+        parameters: String?, peer: (certificate: TLSCertificateSummary?, ignoredFailure: TLSError?)?
+    ) {
+        guard let parameters, let peer else {
             session.encryption = nil
             return
         }
@@ -401,10 +440,15 @@ public final class ChatClientDriver {
     }
 
     /// Runs one open connection until it ends; throws what ended it.
-    private func run(_ connection: ChatConnection) async throws {
+    private func run(_ connection: ChatConnection, on server: ServerAddress) async throws {
         self.connection = connection
         deadReason = nil
         maxFrameSize = connection.welcome.maxFrameSize
+        // Asked before there is a way to send: from here to the joins below nothing suspends, so
+        // a line typed meanwhile is refused as offline or goes after the joins — never before
+        // them, into a room this connection has not rejoined yet.
+        let tlsParameters = await connection.tlsParameters
+        let tlsPeer = await connection.tlsPeer
         pacer = PastePacer(limits: .assumed, now: now())
         let (stream, continuation) = AsyncStream<[Frame]>.makeStream()
         outbound = continuation
@@ -422,8 +466,10 @@ public final class ChatClientDriver {
         defer { watchdog.cancel() }
 
         let welcome = connection.welcome
-        show(.notice(time: ClientClock.now(), text: "connected to \(configuration.host):\(configuration.port) as \(welcome.nick)"))
-        await announceEncryption(connection)
+        show(.notice(time: ClientClock.now(), text: "connected to \(server) as \(welcome.nick)"))
+        // With one server there is nothing to tell apart; with several, the status line names it.
+        session.server = configuration.servers.count > 1 ? server.description : nil
+        announceEncryption(parameters: tlsParameters, peer: tlsPeer)
         perform(session.connected(nick: welcome.nick, motd: welcome.motd, version: welcome.version), fromUser: false)
         if !hasConnected {
             hasConnected = true

@@ -35,6 +35,9 @@ public struct ClientSession: Sendable {
     /// How the connection is protected, for the status line: `TLS 1.3` (the server's certificate
     /// verified), `TLS 1.3 UNVERIFIED`, or nil for plain text. Set by whoever connects.
     public var encryption: String?
+    /// Which server the session is on (`127.0.0.1:7002`), for the status line when the client
+    /// has several to choose from; nil otherwise. Set by whoever connects.
+    public var server: String?
     /// The protocol version agreed with the server (1 until a version 2 welcome).
     public private(set) var version: UInt16 = 1
     /// Every window in the order they were opened: rooms we are in or joining, then queries.
@@ -459,18 +462,23 @@ public struct ClientSession: Sendable {
     /// others), hidden when its sender is ignored, and held back while the room catches up so
     /// that it shows after the messages it follows.
     private mutating func live(room: String, seq: UInt64, _ event: ChatEvent, from sender: String? = nil, text: String? = nil) -> [SessionAction] {
-        markSeen(room, seq)
-        if let sender, isIgnored(sender) { return [] }
-        var actions: [SessionAction] = [.show(event)]
-        if let sender, let text, !isSelf(sender) {
+        let hidden = sender.map(isIgnored) ?? false
+        var actions: [SessionAction] = hidden ? [] : [.show(event)]
+        if !hidden, let sender, let text, !isSelf(sender) {
             actions += noteActivity(in: .room(room), mentioned: Self.mentions(text, nick: nick))
         }
-        return deferIfCatchingUp(room, actions)
+        return deferIfCatchingUp(room, actions, seq: seq)
     }
 
-    private mutating func deferIfCatchingUp(_ room: String, _ actions: [SessionAction]) -> [SessionAction] {
-        guard var catchUp = catchUps[room], catchUp.isFetching else { return actions }
+    /// Holds `actions` back while `room` fetches what it missed; `seq` (a live event's) counts
+    /// as seen only once the event is shown, so a connection lost before then loses nothing.
+    private mutating func deferIfCatchingUp(_ room: String, _ actions: [SessionAction], seq: UInt64? = nil) -> [SessionAction] {
+        guard var catchUp = catchUps[room], catchUp.isFetching else {
+            if let seq { markSeen(room, seq) }
+            return actions
+        }
         catchUp.deferred += actions
+        if let seq { catchUp.deferredSeq = max(catchUp.deferredSeq ?? 0, seq) }
         catchUps[room] = catchUp
         return []
     }
@@ -535,8 +543,12 @@ public struct ClientSession: Sendable {
         var fetched: [HistoryEntry] = []
         /// Whether a `fetchHistory` is out.
         var isFetching = false
+        /// The `seq` the last `fetchHistory` asked for entries after.
+        var fetchedAfter: UInt64 = 0
         /// Events that arrived while fetching, shown after the catch-up.
         var deferred: [SessionAction] = []
+        /// The highest `seq` among the deferred events.
+        var deferredSeq: UInt64?
     }
 
     private mutating func markSeen(_ room: String, _ seq: UInt64) {
@@ -558,7 +570,9 @@ public struct ClientSession: Sendable {
             catchUp.previous = nil
         }
         catchUps[room] = catchUp
-        seen[room] = RoomPosition(epoch: epoch, lastSeq: lastSeq)
+        // Until the catch-up has shown what was missed, the last seq shown stays where it was:
+        // if this connection is lost first, the next one catches up from there again.
+        seen[room] = RoomPosition(epoch: epoch, lastSeq: catchUp.previous?.lastSeq ?? lastSeq)
         return actions
     }
 
@@ -579,14 +593,21 @@ public struct ClientSession: Sendable {
                 return finishCatchUp(room)
             }
             catchUp.isFetching = true
+            catchUp.fetchedAfter = previous.lastSeq
             catchUps[room] = catchUp
             return [.send([.fetchHistory(room: room, direction: .after, seq: previous.lastSeq, limit: Self.catchUpPageSize)])]
         }
         guard catchUp.isFetching else { return entries.compactMap { replayed(room: room, $0) } }
         let replayStart = catchUp.replay.first?.seq ?? UInt64.max
         catchUp.fetched += entries.filter { $0.seq < replayStart }
+        // A page that does not get past the last one (a server that lies or loops) ends the
+        // catch-up with what it has, rather than asking for the same page forever.
+        guard let last = entries.last, !complete, last.seq > catchUp.fetchedAfter, last.seq + 1 < replayStart else {
+            catchUps[room] = catchUp
+            return finishCatchUp(room)
+        }
+        catchUp.fetchedAfter = last.seq
         catchUps[room] = catchUp
-        guard let last = entries.last, !complete, last.seq + 1 < replayStart else { return finishCatchUp(room) }
         return [.send([.fetchHistory(room: room, direction: .after, seq: last.seq, limit: Self.catchUpPageSize)])]
     }
 
@@ -603,11 +624,14 @@ public struct ClientSession: Sendable {
         var actions: [SessionAction] = [.show(.marker(room: room, time: clock(), text: text))]
         actions += missed.compactMap { replayed(room: room, $0) }
         for entry in missed { markSeen(room, entry.seq) }
+        if let deferredSeq = catchUp.deferredSeq { markSeen(room, deferredSeq) }
         return actions + catchUp.deferred
     }
 
     /// A version 1 history batch: after a rejoin only the entries we have not seen.
     private mutating func historyBatch(room: String, entries: [HistoryEntry]) -> [SessionAction] {
+        // What is shown counts as seen, so the next rejoin does not show it again.
+        for entry in entries { markSeen(room, entry.seq) }
         guard let catchUp = catchUps.removeValue(forKey: room), let previous = catchUp.previous else {
             return entries.compactMap { replayed(room: room, $0) }
         }

@@ -1,10 +1,12 @@
 /// The status line above the input line: who we are, the current window, and what happened
 /// in the others.
 ///
-/// `alice | [1:#general] 2:#dev(3) 3:#ops(1!) 4:bob(2!) | away` — windows are numbered as
-/// Alt-1…9 selects them; the current one is in brackets; another window shows how many
-/// messages arrived there unseen, and `!` when one of them mentions us or is a direct message.
-/// When the line is too long, quiet windows are left out before windows with news.
+/// `alice | [1:#general] 2:#dev(3) 3:#ops(1!) 4:bob(2!) | 127.0.0.1:7002 | TLS 1.3` — windows
+/// are numbered as Alt-1…9 selects them; the current one is in brackets; another window shows
+/// how many messages arrived there unseen, and `!` when one of them mentions us or is a direct
+/// message. The server is named when the client has several to choose from; `offline` stands in
+/// for server and encryption while reconnecting. When the line is too long, quiet windows are
+/// left out before windows with news.
 public enum StatusLine {
     /// The status line for `session`, at most `columns` cells wide.
     public static func render(session: ClientSession, columns: Int) -> String {
@@ -13,8 +15,9 @@ public enum StatusLine {
         var tail: [String] = []
         if !session.isConnected {
             tail.append("offline")
-        } else if let encryption = session.encryption {
-            tail.append(encryption)
+        } else {
+            if let server = session.server { tail.append(server) }
+            if let encryption = session.encryption { tail.append(encryption) }
         }
 
         var items: [(text: String, quiet: Bool)] = []

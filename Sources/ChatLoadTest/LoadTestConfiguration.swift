@@ -1,3 +1,4 @@
+import SocketCore
 import SocketTLS
 
 /// Everything that shapes one load-test run, with the bounds that keep a run small enough to stop
@@ -104,38 +105,4 @@ public struct LoadTestConfiguration: Sendable {
     func quota(ofSender ordinal: Int) -> UInt64 {
         UInt64(messages / senders + (ordinal < messages % senders ? 1 : 0))
     }
-}
-
-/// A server's host and port.
-public struct ServerAddress: Sendable, Hashable, CustomStringConvertible {
-    /// A host name or IP address.
-    public var host: String
-    /// A TCP port.
-    public var port: Int
-
-    /// An address from its parts.
-    public init(host: String, port: Int) {
-        self.host = host
-        self.port = port
-    }
-
-    /// Parses `HOST:PORT`, or `[IPV6]:PORT`; nil if it is not of that form.
-    public init?(parsing text: String) {
-        let hostPart: Substring
-        let portPart: Substring
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
-            hostPart = text[text.index(after: text.startIndex)..<close]
-            portPart = text[text.index(close, offsetBy: 2)...]
-        } else {
-            guard let colon = text.lastIndex(of: ":"), !text[..<colon].contains(":") else { return nil }
-            hostPart = text[..<colon]
-            portPart = text[text.index(after: colon)...]
-        }
-        guard !hostPart.isEmpty, let port = Int(portPart) else { return nil }
-        self.init(host: String(hostPart), port: port)
-    }
-
-    /// `HOST:PORT`, with an IPv6 host in brackets.
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import ChatClient
 import ChatProtocol
 import Foundation
+import SocketCore
 import SocketTLS
 
 /// `chat-client`: join a chat server from a terminal, or from a pipe.
@@ -29,15 +30,22 @@ struct ChatClientCommand: AsyncParsableCommand {
 
             Colour is off when NO_COLOR is set or stdout is not a terminal. A lost connection \
             is retried with growing delays, and the client rejoins its rooms and shows only \
-            the messages it missed.
+            the messages it missed. Given several servers (the nodes of a cluster), it moves \
+            to the next one at once when one fails, and waits only when all of them have:
+              chat-client --nick alice --server 127.0.0.1:7001 --server 127.0.0.1:7002
             """,
         version: "chat-client \(ClientVersion.current) (chat protocol \(WireProtocol.version))")
 
-    @Option(help: "The server's host name or address.")
-    var host = "127.0.0.1"
+    @Option(help: "The server's host name or address (default: 127.0.0.1).")
+    var host: String?
 
-    @Option(help: "The server's TCP port.")
-    var port = 7000
+    @Option(help: "The server's TCP port (default: 7000).")
+    var port: Int?
+
+    @Option(name: .customLong("server"), help: ArgumentHelp(
+        "A server to connect to, instead of --host and --port; repeat it for the nodes of a cluster: the client starts with the first and moves to the next when one fails.",
+        valueName: "HOST:PORT"))
+    var servers: [String] = []
 
     @Option(help: "Your nick: 1-24 of A-Z a-z 0-9 _-[]\\`^{}|, not starting with a digit or -.")
     var nick: String
@@ -51,13 +59,13 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")
     var historyFile: String?
 
-    @Option(help: "Seconds to wait for the server to answer the handshake before trying again.")
+    @Option(help: "Seconds to wait for a server to accept the connection, and as long again for its answer to the handshake, before trying the next (or again).")
     var handshakeTimeout = 10.0
 
     @Option(help: "Seconds of silence from the server before the client pings it; unanswered for as long again, the connection is redialled.")
     var pingInterval = 30.0
 
-    @Flag(help: "Speak TLS, verifying the server's certificate against the system's CAs and --host.")
+    @Flag(help: "Speak TLS, verifying each server's certificate against the system's CAs and its host name.")
     var tls = false
 
     @Option(help: "Speak TLS and trust only the CA certificates in this PEM file (e.g. the ca.pem of Scripts/dev-cert.sh).")
@@ -79,7 +87,17 @@ struct ChatClientCommand: AsyncParsableCommand {
         for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
             throw ValidationError(CommandError.invalidRoom(room).description)
         }
-        guard (1...65535).contains(port) else { throw ValidationError("--port must be 1-65535") }
+        if !servers.isEmpty, host != nil || port != nil {
+            throw ValidationError("give the servers either with --server HOST:PORT (repeatable) or with --host and --port, not both")
+        }
+        for server in servers {
+            do {
+                _ = try ServerAddress(parsing: server)
+            } catch {
+                throw ValidationError("--server \(server): \(error)")
+            }
+        }
+        if let port, !(1...65535).contains(port) { throw ValidationError("--port must be 1-65535") }
         guard handshakeTimeout > 0, handshakeTimeout <= 3600 else { throw ValidationError("--handshake-timeout must be more than 0 and at most 3600 seconds") }
         guard pingInterval > 0, pingInterval <= 3600 else { throw ValidationError("--ping-interval must be more than 0 and at most 3600 seconds") }
     }
@@ -88,13 +106,20 @@ struct ChatClientCommand: AsyncParsableCommand {
         let password = try passwordFile.map(Self.readPassword)
         let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
         let configuration = ChatClientDriver.Configuration(
-            host: host, port: port, password: password, exitIfFirstConnectFails: !interactive,
+            servers: serverAddresses, password: password, exitIfFirstConnectFails: !interactive,
             handshakeTimeout: .milliseconds(Int(handshakeTimeout * 1000)), pingInterval: .milliseconds(Int(pingInterval * 1000)),
             tls: trust)
         let session = ClientSession(nick: nick, rooms: rooms.isEmpty ? ["general"] : rooms)
         let history = interactive ? (historyFile ?? Self.defaultHistoryFile()) : nil
         let status = await ClientApp.run(configuration: configuration, session: session, interactive: interactive, historyFile: history)
         if status != 0 { throw ExitCode(status) }
+    }
+
+    /// The `--server`s in the order given, or the one of `--host` and `--port`.
+    private var serverAddresses: [ServerAddress] {
+        // validate() refused every address that does not parse.
+        let listed = servers.compactMap { try? ServerAddress(parsing: $0) }
+        return listed.isEmpty ? [ServerAddress(host: host ?? "127.0.0.1", port: port ?? 7000)] : listed
     }
 
     private static func readPassword(_ path: String) throws -> String {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ChatLoadTest
 import Foundation
+import SocketCore
 import SocketTLS
 
 /// Measures how many clients and messages a chat server on this machine takes, how fast messages
@@ -116,7 +117,7 @@ struct LoadTestCommand: AsyncParsableCommand {
     var loadConfiguration: LoadTestConfiguration {
         var configuration = LoadTestConfiguration()
         configuration.servers =
-            servers.isEmpty ? [ServerAddress(host: host, port: port)] : servers.map { ServerAddress(parsing: $0) ?? ServerAddress(host: $0, port: 0) }
+            servers.isEmpty ? [ServerAddress(host: host, port: port)] : servers.map { (try? ServerAddress(parsing: $0)) ?? ServerAddress(host: $0, port: 0) }
         configuration.clients = clients
         configuration.rooms = rooms
         configuration.senders = senders
@@ -133,8 +134,12 @@ struct LoadTestCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        if let bad = servers.first(where: { ServerAddress(parsing: $0) == nil }) {
-            throw ValidationError("--server \(bad): expected HOST:PORT, such as 127.0.0.1:7000 or [::1]:7000")
+        for server in servers {
+            do {
+                _ = try ServerAddress(parsing: server)
+            } catch {
+                throw ValidationError("--server \(server): \(error)")
+            }
         }
         let problems = loadConfiguration.problems
         if !problems.isEmpty { throw ValidationError(problems.joined(separator: "\n")) }

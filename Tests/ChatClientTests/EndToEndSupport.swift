@@ -120,6 +120,21 @@ final class TmuxSession {
         }
     }
 
+    /// The visible screen with lines the terminal wrapped joined again (`capture-pane -J`).
+    func logicalLines() async throws -> [String] {
+        try await tmux(["capture-pane", "-p", "-J"]).split(separator: "\n").map {
+            String($0.reversed().drop { $0 == " " }.reversed())
+        }
+    }
+
+    /// Waits until some line, wrapped lines joined, contains `text`: for lines wider than the terminal.
+    @discardableResult
+    func waitForLogicalLine(containing text: String, timeout: Duration = .seconds(30)) async throws -> Bool {
+        let held = try await eventually(timeout: timeout) { try await logicalLines().contains { $0.contains(text) } }
+        if !held { Issue.record("no line showed \"\(text)\":\n\(try await logicalLines().joined(separator: "\n"))") }
+        return held
+    }
+
     /// The value of a tmux format, e.g. `#{cursor_x}`.
     func format(_ format: String) async throws -> String {
         try await tmux(["display-message", "-p", format]).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -196,7 +211,8 @@ func temporaryDirectory() throws -> URL {
 
 /// The shell command that runs chat-client in a terminal and, after it exits, reports its exit
 /// status and the terminal modes, then reads one line through the restored terminal.
-func clientInTerminal(nick: String, port: Int, home: URL, rooms: [String] = ["general"], extra: [String] = []) throws -> String {
+/// `port` is given as `--port`; `servers` as `--server`s, in order.
+func clientInTerminal(nick: String, port: Int? = nil, servers: [String] = [], home: URL, rooms: [String] = ["general"], extra: [String] = []) throws -> String {
     let client = try ChildProcess.builtExecutable(named: "chat-client").path
     let wrapper = home.appendingPathComponent("run-client.sh")
     try """
@@ -211,7 +227,8 @@ func clientInTerminal(nick: String, port: Int, home: URL, rooms: [String] = ["ge
         printf 'SHELL-READ=%s\\n' "$line"
         exec sleep 600
         """.write(to: wrapper, atomically: true, encoding: .utf8)
-    let arguments = ["--nick", nick, "--port", "\(port)"] + rooms.flatMap { ["--room", $0] } + extra
+    let arguments = ["--nick", nick] + (port.map { ["--port", "\($0)"] } ?? []) + servers.flatMap { ["--server", $0] }
+        + rooms.flatMap { ["--room", $0] } + extra
     return "env HOME='\(home.path)' LANG=C.UTF-8 sh '\(wrapper.path)' '\(client)' " + arguments.map { "'\($0)'" }.joined(separator: " ")
 }
 
@@ -220,11 +237,11 @@ func clientInTerminal(nick: String, port: Int, home: URL, rooms: [String] = ["ge
 ///
 /// Each accepted connection gets a connection to the target and a thread that copies bytes
 /// both ways with `poll`. `cutAll` shuts down every connection open now; while `refusing` is set,
-/// new ones are closed as soon as they are accepted. Thread safety: `lock` protects `pairs`,
-/// `stopped` and `refusing`.
+/// or while there is no target yet, new ones are closed as soon as they are accepted. Thread
+/// safety: `lock` protects `pairs`, `stopped`, `refusing` and `target`.
 final class TCPRelay: @unchecked Sendable {
     let port: Int
-    private let target: Int
+    private var target: Int?
     private let listener: Int32
     private let lock = NSLock()
     private var pairs: [(Int32, Int32)] = []
@@ -237,8 +254,15 @@ final class TCPRelay: @unchecked Sendable {
         set { lock.withLock { refusing = newValue } }
     }
 
-    /// A relay to `127.0.0.1:target` listening on a free loopback port.
-    init(to target: Int) throws {
+    /// Relays new connections to `127.0.0.1:port`: a server started after the relay, on a port
+    /// only known then, can stand behind an address the client was given before.
+    func forward(to port: Int) {
+        lock.withLock { target = port }
+    }
+
+    /// A relay to `127.0.0.1:target` listening on a free loopback port; with no target, it
+    /// closes what it accepts until `forward(to:)` names one.
+    init(to target: Int?) throws {
         self.target = target
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.listener = listener
@@ -265,7 +289,7 @@ final class TCPRelay: @unchecked Sendable {
                 if errno == EINTR { continue }
                 return
             }
-            if refusesConnections {
+            guard let target = lock.withLock({ refusing ? nil : self.target }) else {
                 close(client)
                 continue
             }
@@ -353,4 +377,42 @@ final class TCPRelay: @unchecked Sendable {
     }
 
     deinit { stop() }
+}
+
+/// A listening loopback socket that never accepts: the kernel completes the TCP handshake and
+/// buffers what the client sends, and no answer ever comes — a server that hangs before its
+/// hello. Owns its descriptor; `close()` (or deinit) closes it once.
+final class SilentListener: @unchecked Sendable {
+    // `descriptor` is written once in init and closed once under `lock`.
+    let port: Int
+    private let descriptor: Int32
+    private let lock = NSLock()
+    private var closed = false
+
+    init() throws {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) } }
+        guard bound == 0, listen(descriptor, 8) == 0 else {
+            Glibc.close(descriptor)
+            throw POSIXError(.EADDRINUSE)
+        }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) } }
+        self.descriptor = descriptor
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func close() {
+        let first = lock.withLock { () -> Bool in
+            defer { closed = true }
+            return !closed
+        }
+        if first { Glibc.close(descriptor) }
+    }
+
+    deinit { close() }
 }

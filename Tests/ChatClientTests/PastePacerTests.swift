@@ -87,6 +87,15 @@ import Testing
         #expect(StatusLine.render(session: session, columns: 100).hasPrefix("alice (away) | "))
         #expect(StatusLine.render(session: session, columns: 100).hasSuffix(" | offline"))
     }
+
+    @Test func namesTheServerWhenThereAreSeveralAndHidesItOffline() {
+        var session = session()
+        session.server = "[::1]:7002"
+        session.encryption = "TLS 1.3"
+        #expect(StatusLine.render(session: session, columns: 100).hasSuffix(" | [::1]:7002 | TLS 1.3"))
+        session.disconnected()
+        #expect(StatusLine.render(session: session, columns: 100).hasSuffix(" | offline"), "offline, not a server it is not on")
+    }
 }
 
 @Suite struct HistoryFileTests {

@@ -149,4 +149,23 @@ import TestSupport
                 "a session that did not stay up never resets the backoff:\n\(attempts.joined(separator: "\n"))")
         #expect(attempts.contains { $0.hasSuffix("(attempt 3)") })
     }
+
+    @Test func aServerThatWelcomesAndDropsIsLeftForALiveOne() async throws {
+        let flaky = try WelcomeAndDrop()
+        defer { flaky.stop() }
+        let live = try await ChatServerProcess()
+        defer { live.stop() }
+        let watcher = try await Peer(nick: "watcher", port: live.port)
+        defer { watcher.close() }
+        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), [
+            "--nick", "bot", "--server", "127.0.0.1:\(flaky.port)", "--server", "127.0.0.1:\(live.port)",
+        ])
+        defer { bot.stop() }
+        #expect(await bot.waitForOutput("#general -!- bot joined"), "the client ends up on the live server: \(bot.output)")
+        #expect(bot.output.contains("connection to 127.0.0.1:\(flaky.port) lost: the server closed the connection; trying 127.0.0.1:\(live.port)"),
+                "the drop is announced with the next server: \(bot.output)")
+        bot.send("settled")
+        #expect(await watcher.waitFor(TerminalTests.said("settled", by: "bot")), "the client talks on the live server")
+        #expect(bot.lines.filter { $0.contains("-- connected to ") }.count == 2, "and stays there: \(bot.output)")
+    }
 }

@@ -25,18 +25,9 @@ extension TerminalTests {
         }
 
         @Test func aServerThatAcceptsAndSaysNothingIsLeftAfterTheHandshakeDeadline() async throws {
-            // A listening socket nobody accepts from: the kernel completes the TCP handshake and
-            // buffers the hello, and no answer ever comes.
-            let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(listener) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-            #expect(listen(listener, 8) == 0)
-            _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
-            let port = Int(UInt16(bigEndian: address.sin_port))
+            let silent = try SilentListener()
+            defer { silent.close() }
+            let port = silent.port
 
             let home = try temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: home) }

@@ -1,4 +1,5 @@
 import ChatProtocol
+import SocketCore
 import Testing
 
 @testable import ChatLoadTest
@@ -177,12 +178,12 @@ import Testing
     }
 
     @Test func parsesServerAddressesAndSpreadsClientsOverThem() {
-        #expect(ServerAddress(parsing: "127.0.0.1:7001") == ServerAddress(host: "127.0.0.1", port: 7001))
-        #expect(ServerAddress(parsing: "[::1]:7002") == ServerAddress(host: "::1", port: 7002))
-        #expect(ServerAddress(parsing: "localhost:80")?.description == "localhost:80")
+        #expect((try? ServerAddress(parsing: "127.0.0.1:7001")) == ServerAddress(host: "127.0.0.1", port: 7001))
+        #expect((try? ServerAddress(parsing: "[::1]:7002")) == ServerAddress(host: "::1", port: 7002))
+        #expect((try? ServerAddress(parsing: "localhost:80"))?.description == "localhost:80")
         #expect(ServerAddress(host: "::1", port: 7002).description == "[::1]:7002")
         for bad in ["7000", "::1:7000", "[::1]7000", ":7000", "host:", "host:x"] {
-            #expect(ServerAddress(parsing: bad) == nil, "expected \(bad) refused")
+            #expect((try? ServerAddress(parsing: bad)) == nil, "expected \(bad) refused")
         }
         var configuration = LoadTestConfiguration()
         configuration.servers = [ServerAddress(host: "127.0.0.1", port: 1), ServerAddress(host: "127.0.0.1", port: 2)]

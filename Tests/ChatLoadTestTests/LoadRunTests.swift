@@ -1,4 +1,5 @@
 import ChatLoadTest
+import SocketCore
 import Testing
 
 /// Whole runs against the scripted in-test server: correct, and deliberately faulty.

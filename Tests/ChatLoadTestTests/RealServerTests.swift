@@ -1,5 +1,6 @@
 import ChatLoadTest
 import Foundation
+import SocketCore
 import Testing
 import TestSupport
 
