@@ -613,8 +613,11 @@ struct ClusterTests {
             .appendingPathComponent("Scripts/cluster.sh")
         let server = try ChildProcess.builtExecutable(named: "chat-server")
         // Two consecutive free ports are not promised: a taken one makes the script fail, so try again.
+        var failures: [String] = []
         for _ in 0..<5 {
-            let (port, redisPort) = (try freeLoopbackPort(), try freeLoopbackPort())
+            let port = try freeLoopbackPorts(count: 2)
+            var redisPort = try freeLoopbackPorts(count: 1)
+            while (port...port + 1).contains(redisPort) { redisPort = try freeLoopbackPorts(count: 1) }
             let cluster = try ChildProcess(
                 script, ["--nodes", "2", "--port", "\(port)", "--redis-port", "\(redisPort)", "--", "--no-rate-limits"],
                 environment: ["CHAT_SERVER": server.path])
@@ -623,6 +626,7 @@ struct ClusterTests {
             }
             guard started, cluster.exitStatus == nil else {
                 #expect(cluster.output.contains("did not"), "cluster.sh failed for another reason than a port: \(cluster.output)")
+                failures.append(cluster.output)
                 continue
             }
             let pids = cluster.output.split(separator: "\n").compactMap { line -> pid_t? in
@@ -648,16 +652,31 @@ struct ClusterTests {
             #expect(directory.map { access($0, F_OK) != 0 } == true, "its directory \(String(describing: directory)) is removed")
             return
         }
-        Issue.record("cluster.sh did not start in five tries")
+        Issue.record("cluster.sh did not start in five tries:\n\(failures.joined(separator: "\n---\n"))")
     }
 }
 
-/// A loopback port no one listens on now.
-private func freeLoopbackPort() throws -> Int {
-    let socket = try Socket(family: AF_INET, label: "port finder")
-    defer { socket.close() }
-    try socket.bind(to: SocketAddress(ip: "127.0.0.1", port: 0)!)
-    return try socket.localAddress().port
+/// The first of `count` consecutive loopback ports no one listens on now (each was bound and let go).
+private func freeLoopbackPorts(count: Int) throws -> Int {
+    while true {
+        let first = try Socket(family: AF_INET, label: "port finder")
+        defer { first.close() }
+        try first.bind(to: SocketAddress(ip: "127.0.0.1", port: 0)!)
+        let port = try first.localAddress().port
+        guard port + count - 1 <= 65_535 else { continue }
+        var others: [Socket] = []
+        defer { for socket in others { socket.close() } }
+        var free = true
+        for next in (port + 1)..<(port + count) {
+            let socket = try Socket(family: AF_INET, label: "port finder")
+            others.append(socket)
+            do { try socket.bind(to: SocketAddress(ip: "127.0.0.1", port: next)!) } catch {
+                free = false
+                break
+            }
+        }
+        if free { return port }
+    }
 }
 
 /// The code a `hello` was refused with, or nil if it was welcomed.
