@@ -237,4 +237,58 @@ struct ChatCoreClusterTests {
             #expect(error.description.contains("redis://HOST:PORT"), "the error shows the form expected: \(error)")
         }
     }
+
+    @Test func eventsThatComeWhileAJoinersSnapshotIsReadWaitForIt() {
+        var configuration = ChatServerConfiguration()
+        configuration.turnOffRateLimits()
+        var core = ChatCore(configuration: configuration, clustered: true)
+        core.clusterAvailability(true)
+        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        let ann = ClientID(0)
+        var actions: [ChatAction] = []
+        #expect(core.clientConnected(ann, address: "127.0.0.1", at: now) == nil)
+        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: ann, at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        core.clusterNickClaimed(ann, nick: "ann", .success(true), at: now, into: &actions)
+        core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann")])
+        #expect(core.isAwaitingCluster(ann), "its next requests wait for the join")
+        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        #expect(!core.isAwaitingCluster(ann))
+        actions.removeAll()
+
+        let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
+        core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
+        #expect(actions == [.broadcast(joined, to: [ann])], "its own joined first")
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, version: 2)])
+        actions.removeAll()
+        let line = Frame.message(room: "r", seq: 6, time: 10, sender: "bob", text: "hi")
+        core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: line), into: &actions)
+        #expect(actions.isEmpty, "a line that comes before its snapshot waits: \(actions)")
+
+        let old = HistoryEntry(kind: .message, seq: 3, time: 2, sender: "bob", text: "earlier")
+        let snapshot = ClusterRoomSnapshot(
+            epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["bob", "ann"], history: [old], complete: true)
+        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        #expect(actions == [
+            .send(.roomState(room: "r", epoch: 7, firstSeq: 1, lastSeq: 5), to: ann),
+            .send(.membersPage(room: "r", complete: true, nicks: ["bob", "ann"]), to: ann),
+            .send(.historyPage(room: "r", epoch: 7, complete: true, entries: [old]), to: ann),
+            .send(line, to: ann),
+        ], "the room as of its join, then what happened since, in order")
+    }
+
+    @Test func aPartIsAcknowledgedByItsOwnLeftAndTheLeaverThenHearsNoMore() {
+        var cluster = FakeCluster(nodes: 1)
+        let ann = cluster.connect("ann", to: 0)
+        let bob = cluster.connect("bob", to: 0)
+        cluster.send(.join(room: "r"), from: ann, on: 0)
+        cluster.send(.join(room: "r"), from: bob, on: 0)
+        cluster.send(.part(room: "r"), from: ann, on: 0)
+        #expect(cluster.frames(of: ann, on: 0).last == .left(room: "r", seq: 3, time: 7, nick: "ann"))
+        cluster.send(.say(room: "r", text: "gone?"), from: bob, on: 0)
+        #expect(cluster.frames(of: ann, on: 0).last == .left(room: "r", seq: 3, time: 7, nick: "ann"), "nothing after its left")
+        cluster.send(.say(room: "r", text: "still here?"), from: ann, on: 0)
+        #expect(cluster.frames(of: ann, on: 0).last.map { if case .error(.notInRoom, false, .say, _) = $0 { true } else { false } } == true)
+    }
 }
