@@ -530,17 +530,20 @@ public final class ChatServer: @unchecked Sendable {
             for action in actions { heldActionsCost += Self.heldCost(of: action) }
             heldActions.append(contentsOf: actions)
             actions.removeAll(keepingCapacity: true)
-            scheduleCommit()
+            // An idle writer takes the first change at once: waiting for the end of the turn
+            // would make it wait behind the turn's fan-out too. Under load commits are
+            // scheduled by their predecessors' completions, once per turn.
+            if !commitInFlight, !commitScheduled { submitCommit() }
             return
         }
         execute(actions)
         actions.removeAll(keepingCapacity: true)
     }
 
-    /// Commits at the end of this turn what is staged and held — once the requests already
-    /// queued have joined it — unless a commit is in flight: its completion schedules the next.
-    /// One commit per turn, however many requests it serves (group commit): each commit costs
-    /// the writer about as much whether it holds one message or a hundred.
+    /// After a commit: commits at the end of this turn what is staged and held — once the
+    /// requests already queued have joined it. Under load, one commit per turn, however many
+    /// requests it serves (group commit): a commit costs the writer about as much whether it
+    /// holds one message or a hundred.
     private func scheduleCommit() {
         guard !commitInFlight, !commitScheduled else { return }
         commitScheduled = true
@@ -741,6 +744,9 @@ public final class ChatServer: @unchecked Sendable {
                 }
             }
             flushing.removeAll(keepingCapacity: true)
+            // A long flush (thousands of clients) must not hold back a finished commit: its
+            // deliveries join the next pass of this loop.
+            store?.runFinishedCommits()
             for connection in overLimit {
                 evictSlowConsumer(
                     connection,
