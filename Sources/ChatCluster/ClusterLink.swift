@@ -35,10 +35,12 @@ public final class ClusterLink: @unchecked Sendable {
     /// The connection for commands (not subscriptions), while up: for reads the log and the
     /// registry do not make.
     public private(set) var commands: RedisConnection?
-    /// Called when a heartbeat finds that the node was taken for dead and reaped (its nicks
-    /// freed, its members' quits announced) — after a stall or partition longer than the ttl, or
-    /// a Redis that lost its data. The node stays registered; what it served is gone.
-    public var onReaped: (() -> Void)?
+    /// Called when the node's registration may have lapsed, so other nodes' clients may claim
+    /// its nicks: no heartbeat has been acknowledged for longer than the ttl (a stall, or a
+    /// partition or Redis outage: said while the link is still down, so the node's clients can
+    /// move to another node), or a heartbeat found the node reaped by another node or Redis
+    /// without its data. Its clients must go; once the link is up it is registered afresh.
+    public var onRegistrationLapsed: (() -> Void)?
     /// Each message published on this node's own channel (`directChannel`), at most once.
     public var onDirect: (([UInt8]) -> Void)?
     /// This node's own channel: what other nodes publish there reaches `onDirect`.
@@ -65,6 +67,17 @@ public final class ClusterLink: @unchecked Sendable {
     private var attempt = 0
     /// When the heartbeat now waiting for its reply was sent; nil when none waits.
     private var heartbeatSentAt: ContinuousClock.Instant?
+    /// When the last heartbeat Redis acknowledged was sent (the registration is at least that
+    /// fresh); nil before the first.
+    private var lastAcknowledgedBeat: ContinuousClock.Instant?
+    /// When the registry of the current attempt started opening (its first heartbeat follows).
+    private var registryOpenedAt: ContinuousClock.Instant?
+    /// Whether a lapse has been reported since the registration was last confirmed.
+    private var lapseReported = false
+    /// Watches `lastAcknowledgedBeat` whatever the link's state.
+    private var lapseWatch: DispatchSourceTimer?
+
+    private var ttl: Duration { .milliseconds(ttlMilliseconds) }
 
     /// How long Redis may leave a heartbeat unanswered before the link counts it as gone: half
     /// the node's ttl, so the link goes down (and the node refuses work) well before other nodes
@@ -82,6 +95,15 @@ public final class ClusterLink: @unchecked Sendable {
 
     /// Starts connecting. Call once, on `queue`.
     public func start() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 10, 10))
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [weak self] in
+            guard let self, let last = lastAcknowledgedBeat, last.duration(to: .now) > ttl else { return }
+            reportLapse()
+        }
+        timer.activate()
+        lapseWatch = timer
         connect()
     }
 
@@ -89,6 +111,8 @@ public final class ClusterLink: @unchecked Sendable {
     /// expires (or the owner released them first).
     public func stop() {
         stopped = true
+        lapseWatch?.cancel()
+        lapseWatch = nil
         tearDown()
     }
 
@@ -208,6 +232,7 @@ public final class ClusterLink: @unchecked Sendable {
             guard current == attempt else { return }
             switch result {
             case .success(let log):
+                registryOpenedAt = .now
                 NickRegistry.open(nodeID: nodeID, ttlMilliseconds: ttlMilliseconds, commands: commands) { [self] result in
                     guard current == attempt else { return }
                     switch result {
@@ -233,7 +258,7 @@ public final class ClusterLink: @unchecked Sendable {
         }
         for (room, position) in followed { start(following: room, after: position, in: log) }
         log.listen(to: directChannel) { [self] body in onDirect?(body) }
-        let reaped = hasBeenUp && !registry.wasRegisteredAtOpen
+        let lapsed = hasBeenUp && (!registry.wasRegisteredAtOpen || isStale(lastAcknowledgedBeat, at: .now))
         hasBeenUp = true
         let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 5, 10))
@@ -245,7 +270,10 @@ public final class ClusterLink: @unchecked Sendable {
         timer.activate()
         heartbeat = timer
         change(to: .up)
-        if reaped { onReaped?() }
+        if lapsed { reportLapse() }
+        // The registry's first heartbeat, sent after this instant, registered the node afresh.
+        lastAcknowledgedBeat = registryOpenedAt ?? .now
+        lapseReported = false
     }
 
     /// Sends a heartbeat, unless the last one is still unanswered: then, if it has waited longer
@@ -256,13 +284,30 @@ public final class ClusterLink: @unchecked Sendable {
             if waited > answerTimeout { failed(.timedOut("a heartbeat unanswered for \(waited)")) }
             return
         }
-        heartbeatSentAt = .now
+        let sent = ContinuousClock.now
+        heartbeatSentAt = sent
         let current = attempt
         registry.heartbeat { [self] result in
             guard current == attempt else { return }
             heartbeatSentAt = nil
-            if case .success(let beat) = result, !beat.wasRegistered { onReaped?() }
+            guard case .success(let beat) = result else { return }
+            if !beat.wasRegistered || isStale(lastAcknowledgedBeat, at: sent) { reportLapse() }
+            lastAcknowledgedBeat = sent
+            lapseReported = false
         }
+    }
+
+    /// Whether a registration last renewed by a heartbeat sent at `beat` may have expired by `instant`.
+    private func isStale(_ beat: ContinuousClock.Instant?, at instant: ContinuousClock.Instant) -> Bool {
+        guard let beat else { return false }
+        return beat.duration(to: instant) > ttl
+    }
+
+    /// Tells the owner the registration may have lapsed, once until it is confirmed again.
+    private func reportLapse() {
+        guard !lapseReported else { return }
+        lapseReported = true
+        onRegistrationLapsed?()
     }
 
     private func failed(_ error: ClusterError) {

@@ -30,15 +30,17 @@ public final class NickRegistry: @unchecked Sendable {
         var reap: [UInt8]
     }
 
-    /// ARGV: node id, ttl in ms. Returns `{Redis's time in ms, 1 if the node was registered
-    /// before this beat else 0}`: a node that was registered and finds itself not was reaped.
+    /// ARGV: node id, ttl in ms. Returns `{Redis's time in ms, 1 if the node's registration was
+    /// alive before this beat else 0}`: alive means listed in `chat:nodes` (not reaped) and its key
+    /// not expired — once the key expires, other nodes' clients may claim the node's nicks.
     static let heartbeatScript = """
         local now = redis.call('TIME')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         local known = redis.call('ZSCORE', 'chat:nodes', ARGV[1])
+        local alive = redis.call('EXISTS', 'chat:node:' .. ARGV[1])
         redis.call('SET', 'chat:node:' .. ARGV[1], ms, 'PX', ARGV[2])
         redis.call('ZADD', 'chat:nodes', ms, ARGV[1])
-        if known then return {ms, 1} end
+        if known and alive == 1 then return {ms, 1} end
         return {ms, 0}
         """
 
@@ -46,9 +48,10 @@ public final class NickRegistry: @unchecked Sendable {
     public struct Heartbeat: Equatable, Sendable {
         /// Redis's time, in milliseconds since the Unix epoch.
         public var time: UInt64
-        /// Whether the node was registered before this beat. False for a node's first beat —
-        /// and for a later one only if another node reaped it meanwhile (or Redis lost its data):
-        /// its nicks and members are gone then.
+        /// Whether the node's registration was alive before this beat. False for a node's first
+        /// beat — and for a later one if its key expired (a stall or a partition longer than the
+        /// ttl: another node's client may hold one of its nicks now), another node reaped it, or
+        /// Redis lost its data. Its clients must go then.
         public var wasRegistered: Bool
     }
 

@@ -131,9 +131,9 @@ final class ClusterNode: @unchecked Sendable {
                 core.clusterDeliver(room: room, seq: event.seq, time: event.time, payload: event.payload, into: &actions)
             }
         }
-        link.onReaped = { [self] in
+        link.onRegistrationLapsed = { [self] in
             logger.warning(
-                "cluster: this node was taken for dead and reaped; its clients are disconnected to connect again",
+                "cluster: this node's registration lapsed (it was out of touch for longer than the node timeout, so its nicks may be taken); its clients are disconnected to connect again",
                 metadata: ["cluster.node": "\(configuration.nodeID)"])
             answer { core, actions in core.clusterReaped(at: ChatServer.now(), into: &actions) }
         }

@@ -47,8 +47,12 @@ private final class RegistryNode: @unchecked Sendable {
     }
 
     func heartbeat() async throws -> UInt64 {
+        try await beat().time
+    }
+
+    func beat() async throws -> NickRegistry.Heartbeat {
         try await withCheckedThrowingContinuation { continuation in
-            queue.async { [registry] in registry.heartbeat { continuation.resume(with: $0.map(\.time)) } }
+            queue.async { [registry] in registry.heartbeat { continuation.resume(with: $0) } }
         }
     }
 
@@ -132,10 +136,12 @@ struct NickRegistryTests {
         #expect(Int64(beat) > before, "the beat is recorded with Redis's time")
         #expect(try await node.command("ZSCORE", "chat:nodes", "beating").integer == Int64(beat))
         #expect((try await node.command("PTTL", "chat:node:beating").integer ?? 0) > 50_000, "the key lives another ttl")
+        #expect(try await node.beat().wasRegistered, "a beat within the ttl finds the node alive")
         // A node whose key expired while it was busy, but that beats again before anyone reaped it,
-        // holds its nicks again.
+        // holds its nicks again — and hears that its registration lapsed: meanwhile another node's
+        // client could have claimed any of them, so its own clients must go.
         _ = try await node.command("DEL", "chat:node:beating")
-        _ = try await node.heartbeat()
+        #expect(try await !node.beat().wasRegistered, "the lapse is reported")
         #expect(try await !other.claim("erin"))
         #expect(try await other.reap(deadAfterMilliseconds: 0).isEmpty)
     }

@@ -292,7 +292,10 @@ struct ClusterTests {
         let directory = try TemporaryDirectory(prefix: "redis-aof")
         defer { directory.remove() }
         let durable = ["--appendonly", "yes", "--appendfsync", "always"]
-        let cluster = try await Cluster(nodes: 2, redisArguments: durable, redisDirectory: directory)
+        // A node timeout longer than any restart here, so the nodes' registrations outlive the
+        // outage and their clients stay (past it they must go: the next test).
+        let cluster = try await Cluster(
+            nodes: 2, nodeArguments: ["--cluster-node-timeout", "60"], redisArguments: durable, redisDirectory: directory)
         defer { cluster.stop() }
         let sender = try await TestClient.connect(port: cluster.nodes[0].port, nick: "sender", version: 2)
         let listener = try await TestClient.connect(port: cluster.nodes[1].port, nick: "listener", version: 2)
@@ -458,7 +461,9 @@ struct ClusterTests {
     }
 
     @Test func aRedisThatStopsAnsweringIsNoticedAndRefusedRatherThanWaitedFor() async throws {
-        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "2"])
+        // The outage must stay shorter than the node timeout (after it, the clients must go:
+        // the next test); Redis stops answering is noticed after half of it, 5 s here.
+        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "10"])
         defer {
             cluster.redis.child.signal(SIGCONT)
             cluster.stop()
@@ -508,6 +513,36 @@ struct ClusterTests {
         // "during" was written to the stopped server before the node gave up on it, and Redis may
         // carry it out once it runs again: then both hear it, as the echo says. Never one alone.
         #expect(bobHeard == annHeard && annHeard.last == "after", "ann heard \(annHeard), bob \(bobHeard)")
+    }
+
+    @Test func aNodeOutOfTouchForLongerThanTheNodeTimeoutLetsItsClientsGoWhenBack() async throws {
+        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "2"])
+        defer {
+            cluster.redis.child.signal(SIGCONT)
+            cluster.stop()
+        }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        defer { ann.close() }
+        try await ann.clusterJoin("r")
+        // Redis stops answering for longer than the node timeout: the node's key expires, and
+        // once Redis runs again another node's client could claim "ann" before her node beats.
+        // Wall time must pass for that, so this waits: 3 s against a 2 s timeout.
+        cluster.redis.child.signal(SIGSTOP)
+        try await Task.sleep(for: .seconds(3))
+        cluster.redis.child.signal(SIGCONT)
+        let letGo = try await ann.waitFor("ann let go once her node is back") { frame -> String? in
+            if case .error(.unavailable, true, _, let reason) = frame { return reason }
+            return nil
+        }
+        #expect(letGo.contains("connect again"), "\(letGo)")
+        #expect(cluster.nodes[0].child.output.contains("registration lapsed"), "\(cluster.logs)")
+        // Her nick is free for whoever comes next, on any node, once her node has released it.
+        let free = await eventually(timeout: .seconds(30), every: .milliseconds(200)) {
+            guard let again = try? await TestClient.connect(port: cluster.nodes[1].port, nick: "ann", version: 2) else { return false }
+            again.close()
+            return true
+        }
+        #expect(free, "ann welcomed on the other node: \(cluster.logs)")
     }
 
     @Test func aFloodWhileRedisIsStalledIsPushedBackNotQueued() async throws {
