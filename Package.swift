@@ -70,7 +70,7 @@ let package = Package(
         .target(
             name: "ChatServer",
             dependencies: [
-                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", logging,
+                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", "RedisProtocol", logging,
                 .product(name: "DequeModule", package: "swift-collections"),
             ]),
         .executableTarget(name: "chat-server", dependencies: ["ChatServer", "ChatStorage", "SocketTLS", argumentParser, logging]),

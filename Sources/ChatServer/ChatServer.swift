@@ -141,6 +141,9 @@ public final class ChatServer: @unchecked Sendable {
         if cluster != nil, store != nil {
             throw ChatServerError.invalidConfiguration("a cluster node keeps its rooms in the cluster's Redis, not in a store")
         }
+        var configuration = configuration
+        configuration.isClusterNode = cluster != nil
+        if let problem = configuration.memoryBudget.problem { throw ChatServerError.invalidConfiguration(problem) }
         self.configuration = configuration
         self.logger = logger
         self.store = store

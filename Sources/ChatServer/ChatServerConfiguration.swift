@@ -1,4 +1,5 @@
 import ChatProtocol
+import RedisProtocol
 import SocketTLS
 
 /// Everything a `ChatServer` can be told: where to listen, and every limit it enforces.
@@ -22,6 +23,19 @@ public struct ChatServerConfiguration: Sendable {
     /// connection more than per plain one after 2,000 concurrent handshakes: BENCHMARKS.md).
     /// Ciphertext waiting to be sent is counted with the output queues instead.
     public static let tlsConnectionBytes = 48 << 10
+
+    /// Whether the server is a node of a cluster (`ChatServer` sets it from its cluster): the
+    /// memory budget then reserves `clusterLinkBytes` for what waits in its Redis connections.
+    public var isClusterNode = false
+
+    /// What a cluster node's Redis link may hold, at most: every command that may wait for
+    /// Redis's reply (`ClusterNode.maxCommandsInFlight`, each at most a frame and its command's
+    /// words), and on each of its two connections a reply being parsed (one bulk string of the
+    /// RESP parser's limit and a line).
+    public var clusterLinkBytes: Int {
+        let parser = RESPParser.Limits()
+        return ClusterNode.maxCommandsInFlight * (maxFrameSize + 512) + 2 * (parser.maxBulkLength + parser.maxLineLength)
+    }
 
     /// The most connections open at once, handshaking ones included.
     public var maxClients = 10_000
@@ -129,7 +143,7 @@ public struct ChatServerConfiguration: Sendable {
     public var memoryBudget: MemoryBudget {
         MemoryBudget(
             total: maxMemory, maxClients: maxClients, maxFrameSize: maxFrameSize,
-            extraPerConnection: tls == nil ? 0 : Self.tlsConnectionBytes)
+            extraPerConnection: tls == nil ? 0 : Self.tlsConnectionBytes, clusterLink: isClusterNode ? clusterLinkBytes : 0)
     }
 
     /// Returns a description of the first setting that cannot work, or nil if all can.

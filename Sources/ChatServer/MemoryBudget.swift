@@ -6,6 +6,7 @@
 /// | part | bound |
 /// | --- | --- |
 /// | the process itself: code, runtime, Dispatch, allocator arenas | `baseline` |
+/// | a cluster node's Redis link: commands waiting for replies, replies being parsed | `clusterLink` |
 /// | connections: state, and the partial frame a decoder may hold | `perConnection` × `maxClients` |
 /// | room history (entries) | `history` in all |
 /// | history replays encoded once and shared (at most two per room) | up to 2 × `history` |
@@ -19,6 +20,8 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     public let total: Int
     /// What the process needs before any client connects, with room for its runtime's own growth.
     public let baseline: Int
+    /// What a cluster node's Redis link may hold (0 when not a node).
+    public let clusterLink: Int
     /// The most one connection costs without its output queue: its state (about 2 KiB, measured)
     /// and a decoder holding a partial frame of the largest allowed size.
     public let perConnection: Int
@@ -52,12 +55,13 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
 
     /// Divides `total` for a server of `maxClients` connections accepting frames up to
     /// `maxFrameSize` bytes; `extraPerConnection` adds what a connection's transport costs (TLS
-    /// state, say).
-    public init(total: Int, maxClients: Int, maxFrameSize: Int, extraPerConnection: Int = 0) {
+    /// state, say); `clusterLink` reserves what a cluster node's Redis link may hold.
+    public init(total: Int, maxClients: Int, maxFrameSize: Int, extraPerConnection: Int = 0, clusterLink: Int = 0) {
         self.total = total
         baseline = Self.baselineBytes
+        self.clusterLink = clusterLink
         perConnection = Self.connectionStateBytes + maxFrameSize + extraPerConnection
-        remainder = total - baseline - perConnection * maxClients
+        remainder = total - baseline - clusterLink - perConnection * maxClients
         let usable = max(0, remainder)
         history = usable / 8
         historyPerRoom = max(64 << 10, history / 16)
@@ -74,7 +78,8 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     /// Why the total is too small for the connections it must hold, or nil.
     public var problem: String? {
         guard remainder < Self.minimumRemainder else { return nil }
-        return "--max-memory \(Self.mebibytes(total)) is too small: the process needs \(Self.mebibytes(baseline)) and "
+        let link = clusterLink > 0 ? ", its cluster link \(Self.mebibytes(clusterLink))," : ""
+        return "--max-memory \(Self.mebibytes(total)) is too small: the process needs \(Self.mebibytes(baseline))\(link) and "
             + "each of --max-clients connections up to \(Self.kibibytes(perConnection)), which leaves "
             + "\(Self.mebibytes(max(0, remainder))) of the \(Self.mebibytes(Self.minimumRemainder)) needed for history and "
             + "output; raise --max-memory, or lower --max-clients or --max-frame-size"
@@ -83,6 +88,7 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     /// The parts, for the start-up log line and --help.
     public var description: String {
         "max-memory \(Self.mebibytes(total)): process \(Self.mebibytes(baseline)), "
+            + (clusterLink > 0 ? "cluster link \(Self.mebibytes(clusterLink)), " : "")
             + "\(Self.kibibytes(perConnection)) per connection, history \(Self.mebibytes(history)) "
             + "(\(Self.kibibytes(historyPerRoom)) per room), output \(Self.mebibytes(output)) "
             + "(\(Self.mebibytes(outputPerClient)) per client)"

@@ -376,6 +376,29 @@ struct ClusterTests {
         #expect(fromEnvironment.output.contains("CHAT_CLUSTER: "), "\(fromEnvironment.output)")
     }
 
+    @Test func aNodesMemoryBudgetReservesItsRedisLink() async throws {
+        var configuration = ChatServerConfiguration()
+        let plain = configuration.memoryBudget
+        configuration.isClusterNode = true
+        let node = configuration.memoryBudget
+        #expect(node.clusterLink == configuration.clusterLinkBytes)
+        #expect(node.clusterLink > 1024 * configuration.maxFrameSize, "every command that may wait, a frame each")
+        #expect(plain.remainder - node.remainder == node.clusterLink, "taken from what history and output share")
+        #expect(node.description.contains("cluster link"), "\(node.description)")
+        #expect(!plain.description.contains("cluster link"))
+
+        // A --max-memory that a plain server fits in but a node does not: refused at start, saying why.
+        let total = plain.total - plain.remainder + MemoryBudget.minimumRemainder + node.clusterLink / 2
+        let executable = try ChildProcess.builtExecutable(named: "chat-server")
+        let arguments = ["--port", "0", "--no-persistence", "--max-memory", "\(total >> 20)M"]
+        let child = try ChildProcess(executable, arguments + ["--cluster", "redis://127.0.0.1:1"])
+        #expect(await child.waitForExit() != 0)
+        #expect(child.output.contains("cluster link"), "\(child.output)")
+        let plainServer = try ChildProcess(executable, arguments)
+        defer { plainServer.stop() }
+        #expect(await plainServer.waitFor(timeout: .seconds(60)) { output, _ in output.contains("listening on") }, "\(plainServer.output)")
+    }
+
     @Test func whileRedisIsUnreachableAHelloIsRefusedWithUnavailable() async throws {
         let redis = try await RedisServerProcess()
         let port = redis.port
