@@ -450,21 +450,12 @@ public final class RoomDatabase: @unchecked Sendable {
     /// The chunks `query` selects (room, first_seq, events), read in full before any is changed.
     private func chunkRows(_ query: String, _ bindings: SQLiteValue...) throws(SQLiteError) -> [ChunkRow] {
         let select = try database.prepare(query)
-        for (offset, value) in bindings.enumerated() {
-            switch value {
-            case .integer(let number): try select.bind(number, at: Int32(offset + 1))
-            case .text(let text): try select.bind(text, at: Int32(offset + 1))
-            case .blob(let bytes): try select.bind(bytes, at: Int32(offset + 1))
-            }
-        }
+        try select.bind(bindings)
         var rows: [ChunkRow] = []
         while try select.step() {
             let room = select.text(0)
             let firstSeq = select.uint64(1)
-            guard let chunk = select.withBlob(2, { EventChunk.decode($0, firstSeq: firstSeq) }) else {
-                throw Self.corrupt(room: room, firstSeq: firstSeq)
-            }
-            rows.append(ChunkRow(room: room, firstSeq: firstSeq, chunk: chunk))
+            rows.append(ChunkRow(room: room, firstSeq: firstSeq, chunk: try select.chunk(at: 2, of: room, from: firstSeq)))
         }
         return rows
     }
@@ -500,12 +491,6 @@ public final class RoomDatabase: @unchecked Sendable {
         try shrinkRoomCounts.bind(.text(row.room), .integer(Int64(removed)), .integer(Int64(removedBytes)))
         try shrinkRoomCounts.run()
         return removed
-    }
-
-    static func corrupt(room: String, firstSeq: UInt64) -> SQLiteError {
-        SQLiteError(
-            operation: "read the events of \(room)", code: SQLITE_CORRUPT,
-            message: "the chunk of events from seq \(firstSeq) is malformed")
     }
 }
 
@@ -556,12 +541,21 @@ private struct ChunkCursor {
             bound = true
         }
         guard try statement.step() else { return nil }
-        let firstSeq = statement.uint64(0)
-        guard let chunk = statement.withBlob(1, { EventChunk.decode($0, firstSeq: firstSeq) }) else {
-            throw RoomDatabase.corrupt(room: room, firstSeq: firstSeq)
-        }
-        return chunk
+        return try statement.chunk(at: 1, of: room, from: statement.uint64(0))
     }
 
     func finish() { statement.reset() }
+}
+
+extension SQLiteStatement {
+    /// Column `index` of the current row decoded as the chunk of `room` that starts at
+    /// `firstSeq`; a blob that does not decode is SQLITE_CORRUPT.
+    fileprivate func chunk(at index: Int32, of room: String, from firstSeq: UInt64) throws(SQLiteError) -> EventChunk {
+        guard let chunk = withBlob(index, { EventChunk.decode($0, firstSeq: firstSeq) }) else {
+            throw SQLiteError(
+                operation: "read the events of \(room)", code: SQLITE_CORRUPT,
+                message: "the chunk of events from seq \(firstSeq) is malformed")
+        }
+        return chunk
+    }
 }

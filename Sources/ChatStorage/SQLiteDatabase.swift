@@ -208,6 +208,11 @@ public final class SQLiteStatement: @unchecked Sendable {
 
     /// Binds every value in turn from parameter 1.
     public func bind(_ values: SQLiteValue...) throws(SQLiteError) {
+        try bind(values)
+    }
+
+    /// Binds every value in turn from parameter 1.
+    public func bind(_ values: [SQLiteValue]) throws(SQLiteError) {
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
             switch value {
