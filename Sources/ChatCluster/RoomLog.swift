@@ -80,20 +80,45 @@ public final class RoomLog: @unchecked Sendable {
     }
 
     /// The script `append` runs. KEYS: the room's `seq` key, stream, member set (nick → the `seq`
-    /// of its join), member nodes (nick → node) and topic. ARGV: the channel, the payload, the
-    /// stream's bound, the change (`''`, `join`, `leave`, `rename`, `topic`), the nick and node it
-    /// concerns, the room's name, and for `rename` the new nick. Returns `{seq, time}`, or the error `NOTMEMBER` for a `leave` of a nick
-    /// that is not the node's member of the room (nothing is logged then).
+    /// of its join), member nodes (nick → node), topic, and members per node (node → how many of
+    /// the room's members it serves). ARGV: the channel, the payload, the stream's bound, the
+    /// change (`''`, `join`, `leave`, `rename`, `topic`), the nick and node it concerns, the room's
+    /// name, and for `rename` the new nick. Returns `{seq, time}`, or the error `NOTMEMBER` for a
+    /// `leave` of a nick that is not the node's member of the room (nothing is logged then).
     ///
     /// Membership and topic change in the same atomic step as the event is numbered, so a
-    /// `members` read and the log never disagree about the order of joins and leaves.
+    /// `members` read and the log never disagree about the order of joins and leaves. The count
+    /// of members per node keeps `chat:node:<id>:rooms` to the rooms where that node serves a
+    /// member: a room is listed by the step that gives the node its first member there and
+    /// unlisted by the one that takes its last, so a join racing a leave on one node cannot
+    /// leave the list wrong, and a reaper still finds every member of a dead node.
     static let appendScript = """
         local change = ARGV[4]
+        local function count(node, by)
+            local set = 'chat:node:' .. node .. ':rooms'
+            if redis.call('HINCRBY', KEYS[6], node, by) > 0 then
+                redis.call('SADD', set, ARGV[7])
+            else
+                redis.call('HDEL', KEYS[6], node)
+                redis.call('SREM', set, ARGV[7])
+            end
+        end
+        local function forget(nick)
+            local node = redis.call('HGET', KEYS[4], nick)
+            if not node then return end
+            redis.call('HDEL', KEYS[4], nick)
+            count(node, -1)
+        end
+        local function place(nick, node)
+            forget(nick)
+            redis.call('HSET', KEYS[4], nick, node)
+            count(node, 1)
+        end
         if change == 'leave' then
             if redis.call('HGET', KEYS[4], ARGV[5]) ~= ARGV[6] then
                 return redis.error_reply('NOTMEMBER ' .. ARGV[5] .. ' is not a member here')
             end
-            redis.call('HDEL', KEYS[4], ARGV[5])
+            forget(ARGV[5])
             redis.call('ZREM', KEYS[3], ARGV[5])
             if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', 'chat:rooms', ARGV[7]) end
         end
@@ -101,15 +126,14 @@ public final class RoomLog: @unchecked Sendable {
         local now = redis.call('TIME')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         if change == 'join' then
-            redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
+            place(ARGV[5], ARGV[6])
             redis.call('ZADD', KEYS[3], seq, ARGV[5])
             redis.call('SADD', 'chat:rooms', ARGV[7])
-            redis.call('SADD', 'chat:node:' .. ARGV[6] .. ':rooms', ARGV[7])
         elseif change == 'rename' and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[6] then
             local joined = redis.call('ZSCORE', KEYS[3], ARGV[5])
-            redis.call('HDEL', KEYS[4], ARGV[5])
+            forget(ARGV[5])
             redis.call('ZREM', KEYS[3], ARGV[5])
-            redis.call('HSET', KEYS[4], ARGV[8], ARGV[6])
+            place(ARGV[8], ARGV[6])
             redis.call('ZADD', KEYS[3], joined or seq, ARGV[8])
         elseif change == 'topic' then
             redis.call('SET', KEYS[5], seq .. ' ' .. ms .. ' ' .. ARGV[2])
@@ -167,7 +191,8 @@ public final class RoomLog: @unchecked Sendable {
             case .topic: ("topic", "", "", "")
             }
         commands.send([
-            Array("EVALSHA".utf8), scriptSHA, Array("5".utf8), keys.seq, keys.log, keys.members, keys.memberNodes, keys.topic,
+            Array("EVALSHA".utf8), scriptSHA, Array("6".utf8), keys.seq, keys.log, keys.members, keys.memberNodes, keys.topic,
+            keys.membersPerNode,
             keys.channel, payload, Array(String(maxEvents).utf8), Array(kind.utf8), Array(nick.utf8), Array(node.utf8),
             Array(room.utf8), Array(newNick.utf8),
         ]) { reply in
@@ -439,6 +464,8 @@ public struct RoomKeys: Sendable {
     public let memberNodes: [UInt8]
     /// The topic event, as a publication (`seq time payload`).
     public let topic: [UInt8]
+    /// Hash: node → how many members it serves here (what keeps `chat:node:<id>:rooms` exact).
+    public let membersPerNode: [UInt8]
     /// The room's epoch, set once.
     public let epoch: [UInt8]
 
@@ -451,6 +478,7 @@ public struct RoomKeys: Sendable {
         members = Array((prefix + "members").utf8)
         memberNodes = Array((prefix + "nodes").utf8)
         topic = Array((prefix + "topic").utf8)
+        membersPerNode = Array((prefix + "pernode").utf8)
         epoch = Array((prefix + "epoch").utf8)
     }
 }

@@ -107,7 +107,9 @@ struct ClusterState: Sendable {
         /// Members who asked to leave and whose `left` has not arrived: they get it, then go.
         var leaving: Set<ClientID> = []
 
-        var isEmpty: Bool { members.isEmpty && joining.isEmpty }
+        /// No one here is in the room, on the way in, or waiting for what it is told of it (a
+        /// client that left before its snapshot arrived still gets it, then its `left`).
+        var isEmpty: Bool { members.isEmpty && joining.isEmpty && snapshotting.isEmpty }
     }
 
     /// What a paused client waits for; its later requests wait with it, so they keep their order.
@@ -366,6 +368,7 @@ extension ChatCore {
         if case .nickChange(let newNick) = awaited, nicks[ChatName.nickKey(newNick)] == id {
             nicks[ChatName.nickKey(newNick)] = nil
         }
+        var emptied: [String] = []
         for name in cluster!.rooms.keys {
             guard var room = cluster!.rooms[name] else { continue }
             room.joining.remove(id)
@@ -373,7 +376,11 @@ extension ChatCore {
             room.leaving.remove(id)
             if let index = room.members.firstIndex(of: id) { room.members.remove(at: index) }
             cluster!.rooms[name] = room
+            if room.isEmpty { emptied.append(name) }
         }
+        // After its quits (below): a room it had left but whose snapshot it still waited for
+        // is followed no longer either.
+        defer { for name in emptied { unfollowIfEmpty(name) } }
         guard let nick = client.nick else { return }
         nicks[ChatName.nickKey(nick)] = nil
         // Every room it was in or on its way into: a `joined` already appended gets its `quit`
@@ -386,7 +393,6 @@ extension ChatCore {
             ask(.append(room: room, event: event, change: .leave(nick: nick), sender: nil))
         }
         ask(.releaseNick(nick))
-        for name in rooms { unfollowIfEmpty(name) }
     }
 
     /// The node is leaving the cluster (it shuts down): every client still known quits its rooms
@@ -534,9 +540,9 @@ extension ChatCore {
             let index = room.members.firstIndex(of: id)
         {
             room.leaving.remove(id)
-            // The leaver got its own `left` as the acknowledgement above.
+            // The leaver got its own `left` as the acknowledgement above — or, if its snapshot is
+            // still being read, gets it after the snapshot, with what was held for it.
             room.members.remove(at: index)
-            room.snapshotting[id] = nil
         }
         cluster!.rooms[name] = room
         unfollowIfEmpty(name)
@@ -555,6 +561,8 @@ extension ChatCore {
             refuse(.join, failure.code, "#\(name): cannot read the room's state now: \(failure.reason)", to: id, into: &actions)
         }
         for frame in held { actions.append(.send(frame, to: id)) }
+        // A client that left before its snapshot came was the room's last one here.
+        unfollowIfEmpty(name)
     }
 
     private func sendSnapshot(

@@ -229,4 +229,39 @@ struct RoomLogTests {
         _ = try await b.append(payload("bob leaves"), change: .leave(nick: "bob", node: "b"), to: "r").get()
         #expect(try await a.directory { $0.rooms(completion: $1) }.isEmpty, "a room without members is not listed")
     }
+    @Test func aNodesRoomListHoldsOnlyTheRoomsWhereItServesAMember() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        /// The rooms `node`'s list names, sorted.
+        func listed(_ node: String) async throws -> [String] {
+            let reply = await a.command([Array("SMEMBERS".utf8), Array("chat:node:\(node):rooms".utf8)])
+            guard case .success(.array(let items?)) = reply else { throw ClusterError.malformedReply("\(reply)") }
+            return items.compactMap(\.text).sorted()
+        }
+        _ = try await a.append(payload("ann joins"), change: .join(nick: "ann", node: "a"), to: "r").get()
+        _ = try await a.append(payload("amy joins"), change: .join(nick: "amy", node: "a"), to: "r").get()
+        _ = try await a.append(payload("bob joins"), change: .join(nick: "bob", node: "b"), to: "r").get()
+        _ = try await a.append(payload("ann joins s"), change: .join(nick: "ann", node: "a"), to: "s").get()
+        #expect(try await listed("a") == ["r", "s"])
+        #expect(try await listed("b") == ["r"])
+
+        _ = try await a.append(payload("ann leaves"), change: .leave(nick: "ann", node: "a"), to: "r").get()
+        #expect(try await listed("a") == ["r", "s"], "amy is still node a's member of r")
+        _ = try await a.append(payload("amy is may"), change: .rename(old: "amy", new: "may", node: "a"), to: "r").get()
+        #expect(try await listed("a") == ["r", "s"], "a rename keeps the member on its node")
+        _ = try await a.append(payload("may leaves"), change: .leave(nick: "may", node: "a"), to: "r").get()
+        #expect(try await listed("a") == ["s"], "the last member of node a left r")
+        _ = try await a.append(payload("ann leaves s"), change: .leave(nick: "ann", node: "a"), to: "s").get()
+        #expect(try await listed("a").isEmpty)
+
+        // A nick of node b's joins again through node a (b died and a's client took the nick
+        // before b was reaped): it is node a's member now, and b serves no one in r.
+        _ = try await a.append(payload("bob joins via a"), change: .join(nick: "bob", node: "a"), to: "r").get()
+        #expect(try await listed("a") == ["r"])
+        #expect(try await listed("b").isEmpty)
+        let refused = await a.append(payload("bob quits?"), change: .leave(nick: "bob", node: "b"), to: "r")
+        #expect((try? refused.get()) == nil, "node b's reaper finds bob no member of its own")
+        #expect(try await listed("a") == ["r"])
+    }
 }

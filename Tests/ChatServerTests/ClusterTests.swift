@@ -37,6 +37,22 @@ private final class Cluster: Sendable {
 
     /// The logs of every node, for failure messages.
     var logs: String { nodes.map { "--- node on port \($0.port):\n\($0.child.output)" }.joined(separator: "\n") }
+
+    /// The id the node at `index` has in the cluster, from its "cluster node starting" line.
+    func nodeID(_ index: Int) -> String {
+        let output = nodes[index].child.output
+        guard let range = output.range(of: "cluster.node=") else { return "" }
+        return String(output[range.upperBound...].prefix { !$0.isWhitespace && $0 != "]" })
+    }
+
+    /// What `redis-cli` prints for one command against the cluster's Redis: a reply's items, one
+    /// per line (nothing for an empty list). Read from outside the nodes, as an operator would.
+    func redisCLI(_ arguments: String...) async throws -> [String] {
+        let child = try ChildProcess(URL(fileURLWithPath: "/usr/bin/redis-cli"), ["-p", "\(redis.port)"] + arguments)
+        let status = await child.waitForExit()
+        #expect(status == 0, "redis-cli \(arguments) failed: \(child.output)")
+        return child.lines.map(String.init)
+    }
 }
 
 extension TestClient {
@@ -286,6 +302,64 @@ struct ClusterTests {
         let who = try await ann.waitFor("who") { if case .membersPage("r", true, let nicks) = $0 { nicks } else { nil } }
         #expect(who == ["ann", "bob"], "the dead node's member is gone from the room")
         #expect(cluster.nodes.prefix(2).contains { $0.child.output.contains("cluster node gone") }, "a node logged the reap:\n\(cluster.logs)")
+    }
+
+    @Test func aNodeListsOnlyTheRoomsItHasMembersInAndIsStillReapedWhole() async throws {
+        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "2"])
+        defer { cluster.stop() }
+        let node = cluster.nodeID(0)
+        #expect(!node.isEmpty, "the node's id is in its log:\n\(cluster.logs)")
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let amy = try await TestClient.connect(port: cluster.nodes[0].port, nick: "amy", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            amy.close()
+            bob.close()
+        }
+        for room in ["k1", "k2", "k3"] { try await bob.clusterJoin(room) }
+        try await ann.clusterJoin("k1")
+        try await ann.clusterJoin("k2")
+        try await amy.clusterJoin("k2")
+        try await amy.clusterJoin("k3")
+
+        // A long-lived node sees many short-lived rooms: 200 of them, joined and left, pipelined.
+        // Each gets its whole join sequence, then its `left`, even when it left before the node
+        // had read what a joiner is told.
+        try await ann.send((1...200).flatMap { [Frame.join(room: "c\($0)"), .part(room: "c\($0)")] })
+        var told: Set<String> = []
+        var acknowledged: [String] = []
+        while acknowledged.last != "c200" {
+            let frame = try await ann.expectFrame("ann's join sequences and lefts")
+            if case .error(let code, _, _, let reason) = frame { Issue.record("\(code): \(reason)") }
+            if case .historyPage(let room, _, _, _) = frame { told.insert(room) }
+            if case .left(let room, _, _, "ann") = frame {
+                #expect(told.contains(room), "\(room): its history page came before its left")
+                acknowledged.append(room)
+            }
+        }
+        #expect(acknowledged == (1...200).map { "c\($0)" }, "one left per room, in order")
+        // The `left` is published by the step that unlisted the room: Redis has done it.
+        #expect(try await cluster.redisCLI("SMEMBERS", "chat:node:\(node):rooms").sorted() == ["k1", "k2", "k3"])
+        try await ann.send(.part(room: "k2"))
+        _ = try await ann.waitFor("ann's left of k2") { if case .left("k2", _, _, "ann") = $0 { true } else { nil } }
+        #expect(
+            try await cluster.redisCLI("SMEMBERS", "chat:node:\(node):rooms").sorted() == ["k1", "k2", "k3"],
+            "amy still serves the node in k2")
+
+        // Killed, the node is still reaped whole: every member it had quits, no one else.
+        cluster.nodes[0].child.killNow()
+        let quits = try await bob.collect(3, "the dead node's members' quits", limit: .seconds(90)) { frame -> String? in
+            if case .quit(let room, _, _, let nick, _) = frame { return "\(room) \(nick)" }
+            return nil
+        }
+        #expect(Set(quits) == ["k1 ann", "k2 amy", "k3 amy"], "\(quits)")
+        for room in ["k1", "k2", "k3"] {
+            try await bob.send(.who(room: room))
+            let who = try await bob.waitFor("who in \(room)") { if case .membersPage(room, true, let nicks) = $0 { nicks } else { nil } }
+            #expect(who == ["bob"], "\(room): only bob is left")
+        }
+        #expect(try await cluster.redisCLI("EXISTS", "chat:node:\(node):rooms") == ["0"], "the dead node's list is gone")
     }
 
     @Test func redisKilledAndRestartedRefusesClearlyMeanwhileAndLosesNothingAccepted() async throws {
