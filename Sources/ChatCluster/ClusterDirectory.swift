@@ -162,14 +162,32 @@ public struct ClusterDirectory: Sendable {
         }
     }
 
-    /// Keeps `nick`'s away message (`text`; empty: none) where direct messages to it find it. The
-    /// nick's release deletes it.
-    public func setAway(nick: String, nickKey: String, text: String) {
-        let key = Array("chat:away:\(nickKey)".utf8)
-        if text.isEmpty {
-            commands.send([Array("DEL".utf8), key]) { _ in }
-        } else {
-            commands.send([Array("SET".utf8), key, Array("\(nick) \(text)".utf8)]) { _ in }
+    /// ARGV: the nick's key, the node, the away message as stored (`nick text`; '' for none).
+    /// Changes the away message only while `node` holds the nick: one kept through an outage
+    /// must not stick to a nick that was let go meanwhile, or that another node gave out since.
+    /// Returns 1 when it changed it, 0 when the node does not hold the nick.
+    static let awayScript = """
+        if redis.call('GET', 'chat:nick:' .. ARGV[1]) ~= ARGV[2] then return 0 end
+        if ARGV[3] == '' then
+            redis.call('DEL', 'chat:away:' .. ARGV[1])
+        else
+            redis.call('SET', 'chat:away:' .. ARGV[1], ARGV[3])
+        end
+        return 1
+        """
+
+    /// Keeps `nick`'s away message (`text`; empty: none) where direct messages to it find it, if
+    /// `node` holds the nick; `completion` gets whether it did. The nick's release deletes it.
+    public func setAway(
+        nick: String, nickKey: String, text: String, node: String, completion: @escaping (Result<Bool, ClusterError>) -> Void = { _ in }
+    ) {
+        let stored = text.isEmpty ? [] : Array("\(nick) \(text)".utf8)
+        commands.send([Array("EVAL".utf8), Array(Self.awayScript.utf8), Array("0".utf8), Array(nickKey.utf8), Array(node.utf8), stored]) {
+            reply in
+            switch reply {
+            case .success(.integer(let changed)): completion(.success(changed == 1))
+            default: completion(.failure(ClusterError(reply, expecting: "0 or 1")))
+            }
         }
     }
 

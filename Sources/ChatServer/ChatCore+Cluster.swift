@@ -39,7 +39,8 @@ public enum ClusterRequest: Sendable, Equatable {
     case direct(Frame, sender: ClusterAsker)
     /// Stop following `room`: no member here any more.
     case unfollow(room: String)
-    /// Keep `nick`'s away message (empty: none) where `tell`s from other nodes find it.
+    /// Keep `nick`'s away message (empty: none) where `tell`s from other nodes find it — now, or
+    /// once the cluster is reachable again (the latest one wins).
     case setAway(nick: String, text: String)
 }
 
@@ -245,8 +246,9 @@ extension ChatCore {
         case .setAway(let text):
             clients[id.slot]!.away = text.isEmpty ? nil : text
             actions.append(.send(.away(nick: nick, text: text), to: id))
-            // Best effort: while Redis is away, other nodes' senders miss the away message.
-            if cluster!.available { ask(.setAway(nick: nick, text: text)) }
+            // Accepted at once, as on a server on its own; while Redis is away the node keeps the
+            // latest one and sends it when Redis is back, so other nodes' senders see it then.
+            ask(.setAway(nick: nick, text: text))
         case .listRooms:
             guard cluster!.available else {
                 refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)

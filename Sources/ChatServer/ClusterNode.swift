@@ -84,7 +84,8 @@ public struct ClusterURLError: Error, CustomStringConvertible, Sendable {
 /// Besides, it reaps: every second it asks Redis for nodes whose heartbeat stopped, and for each
 /// one it is first to learn of, it announces the quits of that node's members. Quits and nick
 /// releases that fail while Redis is away are kept and retried once the link is up again, so a
-/// node's rooms do not keep members that left during an outage.
+/// node's rooms do not keep members that left during an outage; so is the latest away message of
+/// each nick, so other nodes' senders see what its holder set meanwhile.
 ///
 /// Threading: confined to the server's queue, like the link and the core.
 final class ClusterNode: @unchecked Sendable {
@@ -99,6 +100,11 @@ final class ClusterNode: @unchecked Sendable {
     private var answer: Answer = { _ in }
     /// Quits and releases to carry out once the link is up again.
     private var retries: [ClusterRequest] = []
+    /// The latest away message of each nick of this node that Redis has not confirmed, by nick
+    /// key, numbered so that an older one failing late does not replace it: sent now if the link
+    /// is up, and again whenever it comes up until Redis has it.
+    private var pendingAways: [String: (nick: String, text: String, number: UInt64)] = [:]
+    private var awaysNumbered: UInt64 = 0
     private var reaper: DispatchSourceTimer?
     /// When the link last came up; nil while it is down.
     private var upSince: ContinuousClock.Instant?
@@ -222,6 +228,7 @@ final class ClusterNode: @unchecked Sendable {
             let pending = retries
             retries = []
             carryOut(pending)
+            for key in pendingAways.keys { sendAway(of: key) }
         case .down(let error):
             upSince = nil
             logger.warning(
@@ -248,6 +255,8 @@ final class ClusterNode: @unchecked Sendable {
                 answer { $0.clusterNickClaimed(id, nick: nick, result.mapError(self.failure), at: ChatServer.now(), into: &$1) }
             }
         case .releaseNick(let nick):
+            // Its release deletes its away message: one still kept for it is moot.
+            pendingAways[ChatName.nickKey(nick)] = nil
             guard let registry = link.nicks else { return retries.append(request) }
             registry.release(ChatName.nickKey(nick)) { [self] result in
                 if case .failure(.redis) = result { retries.append(request) }
@@ -331,8 +340,22 @@ final class ClusterNode: @unchecked Sendable {
         case .unfollow(let room):
             link.unfollow(room)
         case .setAway(let nick, let text):
-            guard let commands = link.commands else { return }
-            ClusterDirectory(commands: commands).setAway(nick: nick, nickKey: ChatName.nickKey(nick), text: text)
+            awaysNumbered += 1
+            let key = ChatName.nickKey(nick)
+            pendingAways[key] = (nick, text, awaysNumbered)
+            sendAway(of: key)
+        }
+    }
+
+    /// Sends the kept away message of the nick `key`, if the link is up; it is forgotten once
+    /// Redis has carried it out (or refused it: the node does not hold the nick any more), and
+    /// kept for the next link-up if the connection failed first.
+    private func sendAway(of key: String) {
+        guard let commands = link.commands, let away = pendingAways[key] else { return }
+        let directory = ClusterDirectory(commands: commands)
+        directory.setAway(nick: away.nick, nickKey: key, text: away.text, node: configuration.nodeID) { [self] result in
+            if case .failure(.redis) = result { return }
+            if pendingAways[key]?.number == away.number { pendingAways[key] = nil }
         }
     }
 

@@ -439,6 +439,95 @@ struct ClusterTests {
         #expect(accepted.allSatisfy { heardTexts.contains($0) }, "every accepted line reached the other node")
     }
 
+    @Test func anAwaySetWhileRedisIsDownReachesTheClusterWhenItIsBackAndTheLatestWins() async throws {
+        let directory = try TemporaryDirectory(prefix: "redis-aof")
+        defer { directory.remove() }
+        // Durable, so an away message Redis had before an outage is still there after it: only
+        // the node can bring the later one.
+        let durable = ["--appendonly", "yes", "--appendfsync", "always"]
+        let cluster = try await Cluster(
+            nodes: 2, nodeArguments: ["--cluster-node-timeout", "60"], redisArguments: durable, redisDirectory: directory)
+        defer { cluster.stop() }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer {
+            ann.close()
+            bob.close()
+        }
+        var restarted: [RedisServerProcess] = []
+        defer { for redis in restarted { redis.stop() } }
+        /// Kills Redis, then runs `meanwhile` while it is down, then starts it again on its port.
+        func outage(_ number: Int, meanwhile: () async throws -> Void) async throws {
+            (restarted.last ?? cluster.redis).kill()
+            for node in cluster.nodes {
+                let down = await node.child.waitFor(timeout: .seconds(60)) { output, _ in
+                    output.components(separatedBy: "cluster link down").count > number
+                }
+                #expect(down, "node on port \(node.port) noticed outage \(number):\n\(node.child.output)")
+            }
+            try await meanwhile()
+            restarted.append(try await RedisServerProcess(port: cluster.redis.port, directory: directory, extraArguments: durable))
+            for node in cluster.nodes {
+                let up = await node.child.waitFor(timeout: .seconds(60)) { output, _ in
+                    output.components(separatedBy: "cluster link up").count > number + 1
+                }
+                #expect(up, "node on port \(node.port) reconnected after outage \(number):\n\(node.child.output)")
+            }
+            // What bob's node kept went to Redis first thing at link-up: a read through it that
+            // is answered was answered after it.
+            try await untilServed(bob, .listRooms) { if case .roomListPage(true, _) = $0 { true } else { nil } }
+        }
+        /// Sends `request` until it is not refused with `unavailable` (a node's link may come up
+        /// a moment after the log says so); returns what `match` takes from the answer.
+        @discardableResult
+        func untilServed<T>(_ client: TestClient, _ request: Frame, _ match: (Frame) -> T?) async throws -> T {
+            while true {
+                try await client.send(request)
+                let answer = try await client.waitFor("the answer to \(request.type)") { frame -> Result<T, ClusterFailure>? in
+                    if case .error(.unavailable, false, _, let reason) = frame { return .failure(ClusterFailure(reason: reason)) }
+                    return match(frame).map { .success($0) }
+                }
+                if case .success(let value) = answer { return value }
+            }
+        }
+        /// What ann is told when she tells bob something: the away message she got with it, if any.
+        func awayToldToAnn(saying text: String) async throws -> String? {
+            var away: String?
+            try await untilServed(ann, .tell(recipient: "bob", text: text)) { frame -> Bool? in
+                if case .away("bob", let message) = frame { away = message }
+                if case .direct("ann", "bob", _, text) = frame { return true }
+                return nil
+            }
+            // The away message comes right after the copy of the direct message.
+            try await ann.send(.ping(token: 7))
+            _ = try await ann.waitFor("the pong after the copy") { frame -> Bool? in
+                if case .away("bob", let message) = frame { away = message }
+                if case .pong(7) = frame { return true }
+                return nil
+            }
+            return away
+        }
+
+        try await outage(1) {
+            try await bob.send(.setAway(text: "at lunch"))
+            _ = try await bob.waitFor("bob's away echo") { if case .away("bob", "at lunch") = $0 { true } else { nil } }
+        }
+        #expect(try await awayToldToAnn(saying: "lunch?") == "at lunch", "the away message set during the outage reached the cluster")
+
+        // Set while Redis is up (and kept in its file), then changed twice during an outage: the
+        // last change wins, though Redis comes back with the first.
+        try await bob.send(.setAway(text: "in a meeting"))
+        _ = try await bob.waitFor("bob's away echo") { if case .away("bob", "in a meeting") = $0 { true } else { nil } }
+        #expect(try await awayToldToAnn(saying: "meeting?") == "in a meeting")
+        try await outage(2) {
+            try await bob.send(.setAway(text: "back in 5"))
+            try await bob.send(.setAway(text: ""))
+            _ = try await bob.waitFor("bob's return echo") { if case .away("bob", "") = $0 { true } else { nil } }
+        }
+        #expect(try await awayToldToAnn(saying: "back?") == nil, "bob's return, the latest, won")
+        #expect(try await cluster.redisCLI("EXISTS", "chat:away:bob") == ["0"])
+    }
+
     @Test func aBadClusterAddressStopsTheServerWithAClearMessage() async throws {
         let executable = try ChildProcess.builtExecutable(named: "chat-server")
         let child = try ChildProcess(executable, ["--port", "0", "--cluster", "127.0.0.1:6379"])
