@@ -19,6 +19,21 @@ public struct LoggedEvent: Equatable, Sendable {
     }
 }
 
+/// An event the append script stored and published, with what it found of the room.
+public struct AppendedEvent: Equatable, Sendable {
+    /// The event, numbered and stamped.
+    public let event: LoggedEvent
+    /// How many members the room has once the event's change is made, on all nodes: what the
+    /// next event's delivery costs the cluster, and (with the leaver, for a leave) this one's.
+    public let memberCount: Int
+
+    /// An appended event and the room's member count after it.
+    public init(event: LoggedEvent, memberCount: Int) {
+        self.event = event
+        self.memberCount = memberCount
+    }
+}
+
 /// Why the cluster's Redis could not do what was asked.
 public enum ClusterError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The connection to Redis failed or closed.
@@ -83,8 +98,9 @@ public final class RoomLog: @unchecked Sendable {
     /// of its join), member nodes (nick → node), topic, and members per node (node → how many of
     /// the room's members it serves). ARGV: the channel, the payload, the stream's bound, the
     /// change (`''`, `join`, `leave`, `rename`, `topic`), the nick and node it concerns, the room's
-    /// name, and for `rename` the new nick. Returns `{seq, time}`, or the error `NOTMEMBER` for a
-    /// `leave` of a nick that is not the node's member of the room (nothing is logged then).
+    /// name, and for `rename` the new nick. Returns `{seq, time, members}` (the room's member count
+    /// after the change, `ZCARD`, which costs nothing), or the error `NOTMEMBER` for a `leave` of
+    /// a nick that is not the node's member of the room (nothing is logged then).
     ///
     /// Membership and topic change in the same atomic step as the event is numbered, so a
     /// `members` read and the log never disagree about the order of joins and leaves. The count
@@ -140,7 +156,7 @@ public final class RoomLog: @unchecked Sendable {
         end
         redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], seq .. '-1', 't', ms, 'p', ARGV[2])
         redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ms .. ' ' .. ARGV[2])
-        return {seq, ms}
+        return {seq, ms, redis.call('ZCARD', KEYS[3])}
         """
 
     private init(commands: RedisConnection, subscriber: RedisConnection, scriptSHA: [UInt8], maxEvents: Int) {
@@ -173,13 +189,14 @@ public final class RoomLog: @unchecked Sendable {
     // MARK: Appending
 
     /// Appends `payload` to `room`'s log; `completion` gets the `seq` and time Redis gave it once
-    /// it is stored and published. Delivery — to this node too — comes through `onEvent`.
+    /// it is stored and published, and the room's member count after it. Delivery — to this
+    /// node too — comes through `onEvent`.
     /// `change` is applied to the room's members or topic in the same atomic step; a `leave` of
     /// a nick that is not `node`'s member of the room fails with `.refused("NOTMEMBER …")` and
     /// logs nothing.
     public func append(
         to room: String, payload: [UInt8], change: RoomChange = .none,
-        completion: @escaping (Result<LoggedEvent, ClusterError>) -> Void
+        completion: @escaping (Result<AppendedEvent, ClusterError>) -> Void
     ) {
         let keys = Self.keys(of: room)
         let (kind, nick, node, newNick): (String, String, String, String) =
@@ -197,14 +214,17 @@ public final class RoomLog: @unchecked Sendable {
             Array(room.utf8), Array(newNick.utf8),
         ]) { reply in
             switch reply {
-            case .success(.array(let pair?)) where pair.count == 2:
-                guard let seq = pair[0].integer, let time = pair[1].integer, seq > 0, time >= 0 else {
-                    completion(.failure(.malformedReply("append returned \(pair)")))
+            case .success(.array(let parts?)) where parts.count == 3:
+                guard let seq = parts[0].integer, let time = parts[1].integer, let members = parts[2].integer, seq > 0, time >= 0,
+                    members >= 0
+                else {
+                    completion(.failure(.malformedReply("append returned \(parts)")))
                     return
                 }
-                completion(.success(LoggedEvent(seq: UInt64(seq), time: UInt64(time), payload: payload)))
+                let event = LoggedEvent(seq: UInt64(seq), time: UInt64(time), payload: payload)
+                completion(.success(AppendedEvent(event: event, memberCount: Int(members))))
             case .success(let other):
-                completion(.failure(ClusterError(.success(other), expecting: "{seq, time}")))
+                completion(.failure(ClusterError(.success(other), expecting: "{seq, time, members}")))
             case .failure(let error):
                 completion(.failure(.redis(error)))
             }

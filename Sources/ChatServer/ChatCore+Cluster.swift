@@ -19,12 +19,13 @@ public enum ClusterRequest: Sendable, Equatable {
     /// Let `nick` go (its holder left, or changed it).
     case releaseNick(String)
     /// Follow `room` (if not yet) and append `joined` for `nick` with the membership →
-    /// `clusterJoinAppended`; the event itself comes back through `clusterDeliver`.
-    case join(room: String, ClientID, nick: String)
+    /// `clusterJoinAppended`; the event itself comes back through `clusterDeliver`. With
+    /// `charge`, the room's member count that Redis reports settles it → `clusterFanoutCounted`.
+    case join(room: String, ClientID, nick: String, charge: FanoutCharge?)
     /// Append `event` (its `seq` and time 0: Redis numbers and stamps it) to `room`'s log with
     /// `change`; if it fails, `clusterAppendFailed` tells `sender`, or, with no sender (a quit),
-    /// the server retries it once the cluster is back.
-    case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?)
+    /// the server retries it once the cluster is back. With `charge`, as for `join`.
+    case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?)
     /// Read what a joiner of `room` is told — epoch, members, topic, history up to its own
     /// `joined` at `seq` → `clusterSnapshotRead`.
     case snapshot(room: String, ClientID, seq: UInt64, version: UInt16)
@@ -50,6 +51,30 @@ public struct ClusterAsker: Sendable, Hashable {
     /// The client that asked.
     public let id: ClientID
     let session: UInt64
+}
+
+/// What a client's address was charged, when its frame was read, for the deliveries the event it
+/// causes will cost the cluster (`--address-fanout-rate`): every member of the room on every node
+/// gets it when Redis publishes it, so the node charges the room's members as it last knew them,
+/// at once — the address's next frame waits if that puts it in debt, as on a server on its own —
+/// and the member count the append reports settles the difference (`clusterFanoutCounted`).
+public struct FanoutCharge: Sendable, Equatable {
+    /// The address charged.
+    public var address: String
+    /// What one delivery costs: the frame's size and what a delivery adds to it.
+    public var bytesPerDelivery: Int
+    /// The deliveries charged.
+    public var deliveries: Int
+    /// The room's member count, on all nodes, as this node knew it then (0: not known).
+    public var memberCount: Int
+
+    /// Describes a charge.
+    public init(address: String, bytesPerDelivery: Int, deliveries: Int, memberCount: Int) {
+        self.address = address
+        self.bytesPerDelivery = bytesPerDelivery
+        self.deliveries = deliveries
+        self.memberCount = memberCount
+    }
 }
 
 /// What an appended event changes in the room's shared state besides its log.
@@ -107,6 +132,9 @@ struct ClusterState: Sendable {
         var snapshotting: [ClientID: [Frame]] = [:]
         /// Members who asked to leave and whose `left` has not arrived: they get it, then go.
         var leaving: Set<ClientID> = []
+        /// The room's members on all nodes, as the last append of this node's reported them (0:
+        /// not known yet): what a line's deliveries are charged by.
+        var memberCount = 0
 
         /// No one here is in the room, on the way in, or waiting for what it is told of it (a
         /// client that left before its snapshot arrived still gets it, then its `left`).
@@ -187,13 +215,13 @@ extension ChatCore {
     /// Handles `frame` from the welcomed `id` the cluster's way; false for frames that are
     /// handled as on a server on its own (pings, goodbye, a `tell` to a client of this node …).
     mutating func clusterReceived(
-        _ frame: Frame, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
+        _ frame: Frame, size: Int, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
     ) -> Bool {
         switch frame {
         case .changeNick(let newNick):
             clusterChangeNick(of: id, from: nick, to: newNick, into: &actions)
         case .join(let room):
-            clusterJoin(room, id: id, nick: nick, into: &actions)
+            clusterJoin(room, id: id, nick: nick, size: size, into: &actions)
         case .part(let room):
             guard let index = clients[id.slot]!.rooms.firstIndex(of: room) else {
                 refuse(.part, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
@@ -207,7 +235,9 @@ extension ChatCore {
             // (its acknowledgement) arrives.
             clients[id.slot]!.rooms.remove(at: index)
             cluster!.rooms[room]?.leaving.insert(id)
-            ask(.append(room: room, event: .left(room: room, seq: 0, time: 0, nick: nick), change: .leave(nick: nick), sender: asker(id)))
+            let charge = chargeFanout(of: id, size: size, in: room)
+            let event = Frame.left(room: room, seq: 0, time: 0, nick: nick)
+            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: asker(id), charge: charge))
         case .say(let room, let text), .emote(let room, let text):
             let isMessage = frame.type == .say
             guard clients[id.slot]!.rooms.contains(room) else {
@@ -222,7 +252,8 @@ extension ChatCore {
                 isMessage
                 ? .message(room: room, seq: 0, time: 0, sender: nick, text: text)
                 : .action(room: room, seq: 0, time: 0, sender: nick, text: text)
-            ask(.append(room: room, event: event, change: .none, sender: asker(id)))
+            let charge = chargeFanout(of: id, size: size, in: room)
+            ask(.append(room: room, event: event, change: .none, sender: asker(id), charge: charge))
         case .setTopic(let room, let text):
             guard clients[id.slot]!.rooms.contains(room) else {
                 refuse(.setTopic, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
@@ -232,7 +263,9 @@ extension ChatCore {
                 refuse(.setTopic, .unavailable, unavailableText("#\(room): topic not set"), to: id, into: &actions)
                 return true
             }
-            ask(.append(room: room, event: .topic(room: room, seq: 0, time: 0, setBy: nick, text: text), change: .topic, sender: asker(id)))
+            let charge = chargeFanout(of: id, size: size, in: room)
+            let event = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
+            ask(.append(room: room, event: event, change: .topic, sender: asker(id), charge: charge))
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
@@ -317,13 +350,15 @@ extension ChatCore {
         actions.append(.send(.nickAccepted(nick: newNick), to: id))
         if let away = clients[id.slot]!.away { ask(.setAway(nick: newNick, text: away)) }
         guard newNick != oldNick else { return }
+        let size = configuration.addressFanoutRate > 0 ? FrameEncoder.encode(Frame.changeNick(nick: newNick)).count : 0
         for room in clients[id.slot]!.rooms {
             let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
-            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: nil))
+            let charge = chargeFanout(of: id, size: size, in: room)
+            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: nil, charge: charge))
         }
     }
 
-    private mutating func clusterJoin(_ room: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
+    private mutating func clusterJoin(_ room: String, id: ClientID, nick: String, size: Int, into actions: inout [ChatAction]) {
         if clients[id.slot]!.rooms.contains(room) {
             refuse(.join, .alreadyInRoom, "you are already in #\(room)", to: id, into: &actions)
             return
@@ -337,10 +372,26 @@ extension ChatCore {
             refuse(.join, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
             return
         }
+        // The joiner hears its own `joined` too.
+        let charge = chargeFanout(of: id, size: size, in: room, joining: true)
         clients[id.slot]!.rooms.append(room)
         cluster!.rooms[room, default: ClusterState.Room()].joining.insert(id)
         cluster!.awaiting[id] = .join(room)
-        ask(.join(room: room, id, nick: nick))
+        ask(.join(room: room, id, nick: nick, charge: charge))
+    }
+
+    /// Charges `id`'s address, now, for its frame of `size` bytes delivered to every member of
+    /// `room` on every node as this node knows them (and to the joiner itself, `joining`), so its
+    /// next frame waits if that puts the address in debt; nil when fan-out is not limited.
+    private mutating func chargeFanout(of id: ClientID, size: Int, in room: String, joining: Bool = false) -> FanoutCharge? {
+        guard configuration.addressFanoutRate > 0, let address = clients[id.slot]?.address else { return nil }
+        let known = cluster!.rooms[room]
+        let memberCount = known?.memberCount ?? 0
+        let deliveries = max(memberCount, known?.members.count ?? 0) + (joining ? 1 : 0)
+        let charge = FanoutCharge(
+            address: address, bytesPerDelivery: size + Self.deliveryOverhead, deliveries: max(deliveries, 1), memberCount: memberCount)
+        chargeFanout(of: address, bytesPerDelivery: charge.bytesPerDelivery, deliveries: charge.deliveries)
+        return charge
     }
 
     private mutating func clusterHistory(
@@ -392,7 +443,7 @@ extension ChatCore {
         if case .join(let joining) = awaited, !rooms.contains(joining) { rooms.append(joining) }
         for room in rooms {
             let event = Frame.quit(room: room, seq: 0, time: 0, nick: nick, reason: reason)
-            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: nil))
+            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: nil, charge: nil))
         }
         ask(.releaseNick(nick))
     }
@@ -481,6 +532,18 @@ extension ChatCore {
         cluster!.rooms[room]?.joining.remove(id)
         refuse(.join, .unavailable, "cannot join #\(room) now: \(failure.reason); try again", to: id, into: &actions)
         unfollowIfEmpty(room)
+    }
+
+    /// An event charged with `charge` was appended, and the room has `memberCount` members on all
+    /// nodes after it; `audience` of them (and the leaver, for a leave) get it. What the charge
+    /// missed is charged now — a room that grew since the node last knew it — and later frames
+    /// are charged by the new count. An overcharge (a room that shrank) is not given back: it is
+    /// at most the lines in flight while it shrank.
+    public mutating func clusterFanoutCounted(room: String, memberCount: Int, audience: Int, charge: FanoutCharge) {
+        cluster?.rooms[room]?.memberCount = memberCount
+        if audience > charge.deliveries {
+            chargeFanout(of: charge.address, bytesPerDelivery: charge.bytesPerDelivery, deliveries: audience - charge.deliveries)
+        }
     }
 
     /// An append `sender` asked for failed: it is told its request was not carried out.

@@ -143,7 +143,7 @@ public struct ChatCore: Sendable {
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
         let firstAction = actions.count
         defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
-        if cluster != nil, clusterReceived(frame, from: id, nick: nick, at: now, into: &actions) { return }
+        if cluster != nil, clusterReceived(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
         switch frame {
         case .changeNick(let newNick):
             changeNick(of: id, from: nick, to: newNick, at: now, into: &actions)
@@ -420,15 +420,22 @@ public struct ChatCore: Sendable {
     /// frame of `size` bytes, cost to send: the frame's size (plus what a delivery adds) once per
     /// recipient. A line to a room of a thousand costs a thousand times its size.
     private mutating func chargeFanout(of address: String, size: Int, for actions: ArraySlice<ChatAction>) {
-        guard configuration.addressFanoutRate > 0, addresses[address] != nil else { return }
+        guard configuration.addressFanoutRate > 0 else { return }
         var recipients = 0
         for case .broadcast(_, let to) in actions { recipients += to.count }
-        guard recipients > 0 else { return }
-        addresses[address]!.fanoutBucket.spend(Double((size + Self.deliveryOverhead) * recipients))
+        chargeFanout(of: address, bytesPerDelivery: size + Self.deliveryOverhead, deliveries: recipients)
+    }
+
+    /// Spends from `address`'s fan-out bucket what `deliveries` of `bytesPerDelivery` each cost.
+    /// In cluster mode the deliveries happen on every node when Redis publishes the event, so
+    /// the clustered path charges what it knows of the room's members (ChatCore+Cluster.swift).
+    mutating func chargeFanout(of address: String, bytesPerDelivery: Int, deliveries: Int) {
+        guard configuration.addressFanoutRate > 0, deliveries > 0, addresses[address] != nil else { return }
+        addresses[address]!.fanoutBucket.spend(Double(bytesPerDelivery * deliveries))
     }
 
     /// About what a delivery adds to what a client sent (seq, time, sender).
-    private static let deliveryOverhead = 24
+    static let deliveryOverhead = 24
 
     /// How long, in milliseconds, the connections from `id`'s address must wait before the next
     /// frame from any of them is read: 0 while the address's shared buckets are not in debt.

@@ -261,7 +261,7 @@ final class ClusterNode: @unchecked Sendable {
             registry.release(ChatName.nickKey(nick)) { [self] result in
                 if case .failure(.redis) = result { retries.append(request) }
             }
-        case .join(let room, let id, let nick):
+        case .join(let room, let id, let nick, let charge):
             link.follow(room) { [self] ready in
                 guard case .success = ready, let log = link.roomLog else {
                     let failure = ready.failure.map(self.failure) ?? down
@@ -269,10 +269,11 @@ final class ClusterNode: @unchecked Sendable {
                 }
                 let joined = ChatCore.clusterPayload(of: .joined(room: room, seq: 0, time: 0, nick: nick))
                 log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID)) { [self] result in
+                    if case .success(let appended) = result { settle(charge, in: room, appended.memberCount, audience: appended.memberCount) }
                     answer { $0.clusterJoinAppended(id, room: room, failure: result.failure.map(self.failure), into: &$1) }
                 }
             }
-        case .append(let room, let event, let change, let sender):
+        case .append(let room, let event, let change, let sender, let charge):
             guard let log = link.roomLog else {
                 if let sender {
                     return later { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.down, into: &$1) }
@@ -288,6 +289,11 @@ final class ClusterNode: @unchecked Sendable {
                 case .topic: .topic
                 }
             log.append(to: room, payload: ChatCore.clusterPayload(of: event), change: roomChange) { [self] result in
+                if case .success(let appended) = result {
+                    // A leaver hears its own `left`, though no longer counted a member.
+                    let leaver = if case .leave = change { 1 } else { 0 }
+                    return settle(charge, in: room, appended.memberCount, audience: appended.memberCount + leaver)
+                }
                 guard case .failure(let error) = result else { return }
                 if let sender {
                     answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.failure(error), into: &$1) }
@@ -357,6 +363,14 @@ final class ClusterNode: @unchecked Sendable {
             if case .failure(.redis) = result { return }
             if pendingAways[key]?.number == away.number { pendingAways[key] = nil }
         }
+    }
+
+    /// Tells the core what an appended event's deliveries cost when it differs from what its
+    /// sender's address was charged, or the room's member count changed; in a room whose
+    /// membership holds still (the common case) nothing needs telling.
+    private func settle(_ charge: FanoutCharge?, in room: String, _ memberCount: Int, audience: Int) {
+        guard let charge, audience > charge.deliveries || memberCount != charge.memberCount else { return }
+        answer { core, _ in core.clusterFanoutCounted(room: room, memberCount: memberCount, audience: audience, charge: charge) }
     }
 
     /// Answers on a later turn of the queue: never inside `carryOut`, which the server calls

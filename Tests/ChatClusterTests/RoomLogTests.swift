@@ -48,8 +48,8 @@ private final class Node: @unchecked Sendable {
                     log.append(to: room, payload: payload) { result in
                         guard !failed else { return }
                         switch result {
-                        case .success(let event):
-                            seqs.append(event.seq)
+                        case .success(let appended):
+                            seqs.append(appended.event.seq)
                             if seqs.count == payloads.count { continuation.resume(returning: seqs) }
                         case .failure(let error):
                             failed = true
@@ -62,7 +62,7 @@ private final class Node: @unchecked Sendable {
     }
 
     /// Appends one event with `change`; the result as the log gives it.
-    func append(_ payload: [UInt8], change: RoomChange, to room: String) async -> Result<LoggedEvent, ClusterError> {
+    func append(_ payload: [UInt8], change: RoomChange, to room: String) async -> Result<AppendedEvent, ClusterError> {
         await withCheckedContinuation { continuation in
             queue.async { [log] in log.append(to: room, payload: payload, change: change) { continuation.resume(returning: $0) } }
         }
@@ -200,9 +200,10 @@ struct RoomLogTests {
         defer { redis.stop() }
         let a = try await Node("a", port: redis.port)
         let b = try await Node("b", port: redis.port)
-        #expect(try await a.append(payload("ann joins"), change: .join(nick: "ann", node: "a"), to: "r").get().seq == 1)
-        #expect(try await b.append(payload("bob joins"), change: .join(nick: "bob", node: "b"), to: "r").get().seq == 2)
-        _ = try await a.append(payload("ann is anna"), change: .rename(old: "ann", new: "anna", node: "a"), to: "r").get()
+        #expect(try await a.append(payload("ann joins"), change: .join(nick: "ann", node: "a"), to: "r").get().event.seq == 1)
+        #expect(try await b.append(payload("bob joins"), change: .join(nick: "bob", node: "b"), to: "r").get().event.seq == 2)
+        let renamed = try await a.append(payload("ann is anna"), change: .rename(old: "ann", new: "anna", node: "a"), to: "r").get()
+        #expect(renamed.memberCount == 2, "the room's member count comes with the append")
         #expect(try await a.directory { $0.members(of: "r", completion: $1) } == ["anna", "bob"], "a rename keeps the joining order")
 
         // Node b cannot take node a's member out: nothing is logged, no seq is used.
@@ -211,10 +212,11 @@ struct RoomLogTests {
             Issue.record("expected NOTMEMBER, got \(refused)")
             return
         }
-        #expect(try await a.append(payload("anna leaves"), change: .leave(nick: "anna", node: "a"), to: "r").get().seq == 4)
+        let left = try await a.append(payload("anna leaves"), change: .leave(nick: "anna", node: "a"), to: "r").get()
+        #expect(left.event.seq == 4 && left.memberCount == 1, "counted after the leave")
         #expect(try await a.directory { $0.members(of: "r", completion: $1) } == ["bob"])
 
-        let topic = try await b.append(payload("topic"), change: .topic, to: "r").get()
+        let topic = try await b.append(payload("topic"), change: .topic, to: "r").get().event
         let rooms = try await a.directory { $0.rooms(completion: $1) }
         #expect(rooms.map(\.name) == ["r"] && rooms.map(\.memberCount) == [1] && rooms.map(\.topic) == [topic])
         let snapshot = try await a.directory { $0.snapshot(of: "r", newEpoch: 77, completion: $1) }

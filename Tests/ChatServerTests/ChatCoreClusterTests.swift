@@ -94,12 +94,12 @@ private struct FakeCluster {
             nodes[node].clusterNickClaimed(id, nick: nick, outcome, at: now, into: &actions)
         case .releaseNick(let nick):
             if nickOwners[ChatName.nickKey(nick)] == node { nickOwners[ChatName.nickKey(nick)] = nil }
-        case .join(let room, let id, let nick):
+        case .join(let room, let id, let nick, _):
             guard available else { return nodes[node].clusterJoinAppended(id, room: room, failure: failure, into: &actions) }
             members[room, default: []].append(nick)
             nodes[node].clusterJoinAppended(id, room: room, failure: nil, into: &actions)
             append(.joined(room: room, seq: 0, time: 0, nick: nick), to: room)
-        case .append(let room, let event, let change, let sender):
+        case .append(let room, let event, let change, let sender, _):
             guard available else {
                 if let sender { nodes[node].clusterAppendFailed(event, in: room, sender: sender, failure: failure, into: &actions) }
                 return
@@ -251,7 +251,7 @@ struct ChatCoreClusterTests {
         _ = core.takeClusterRequests()
         core.clusterNickClaimed(ann, nick: "ann", .success(true), at: now, into: &actions)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
-        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann")])
+        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann", charge: nil)])
         #expect(core.isAwaitingCluster(ann), "its next requests wait for the join")
         core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
         #expect(!core.isAwaitingCluster(ann))
@@ -290,5 +290,82 @@ struct ChatCoreClusterTests {
         #expect(cluster.frames(of: ann, on: 0).last == .left(room: "r", seq: 3, time: 7, nick: "ann"), "nothing after its left")
         cluster.send(.say(room: "r", text: "still here?"), from: ann, on: 0)
         #expect(cluster.frames(of: ann, on: 0).last.map { if case .error(.notInRoom, false, .say, _) = $0 { true } else { false } } == true)
+    }
+    @Test func aClientThatLeavesBeforeItsSnapshotGetsItThenItsLeft() {
+        var configuration = ChatServerConfiguration()
+        configuration.turnOffRateLimits()
+        var core = ChatCore(configuration: configuration, clustered: true)
+        core.clusterAvailability(true)
+        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        let ann = ClientID(0)
+        var actions: [ChatAction] = []
+        #expect(core.clientConnected(ann, address: "127.0.0.1", at: now) == nil)
+        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: ann, at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        core.clusterNickClaimed(ann, nick: "ann", .success(true), at: now, into: &actions)
+        core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
+        core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, version: 2)])
+        // Its part, pipelined behind the join, is appended and delivered before the snapshot is read.
+        core.received(.part(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        actions.removeAll()
+        let left = Frame.left(room: "r", seq: 6, time: 10, nick: "ann")
+        core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: left), into: &actions)
+        #expect(actions.isEmpty, "its left waits for its snapshot: \(actions)")
+        #expect(core.takeClusterRequests().isEmpty, "the room is still followed for it")
+
+        let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
+        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        #expect(actions == [
+            .send(.roomState(room: "r", epoch: 7, firstSeq: 1, lastSeq: 5), to: ann),
+            .send(.membersPage(room: "r", complete: true, nicks: ["ann"]), to: ann),
+            .send(.historyPage(room: "r", epoch: 7, complete: true, entries: []), to: ann),
+            .send(left, to: ann),
+        ], "the join sequence, then its left")
+        #expect(core.takeClusterRequests() == [.unfollow(room: "r")], "and then the room is let go")
+    }
+
+    @Test func aLinesFanOutIsChargedToItsAddressByTheClustersMemberCount() {
+        var configuration = ChatServerConfiguration()
+        configuration.turnOffRateLimits()
+        configuration.addressFanoutRate = 1_000
+        configuration.addressFanoutBurst = 100_000
+        var core = ChatCore(configuration: configuration, clustered: true)
+        core.clusterAvailability(true)
+        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        let ann = ClientID(0)
+        var actions: [ChatAction] = []
+        #expect(core.clientConnected(ann, address: "10.0.0.1", at: now) == nil)
+        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: ann, at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        core.clusterNickClaimed(ann, nick: "ann", .success(true), at: now, into: &actions)
+
+        // Joining a room this node knows nothing of: charged for the joiner's own joined, then
+        // for the 49 others the append found (50 members after it).
+        core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        let joinCharge = FanoutCharge(address: "10.0.0.1", bytesPerDelivery: 34, deliveries: 1, memberCount: 0)
+        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann", charge: joinCharge)])
+        core.clusterFanoutCounted(room: "r", memberCount: 50, audience: 50, charge: joinCharge)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
+        core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
+        _ = core.takeClusterRequests()
+        // 50 × 34 spent of 100,000. A line of 100 bytes costs 50 × 124 = 6,200: fifteen fit.
+        for line in 1...15 {
+            core.received(.say(room: "r", text: "x"), size: 100, from: ann, at: now, into: &actions)
+            let requests = core.takeClusterRequests()
+            guard case .append(_, _, _, _, let charge?) = requests.first else {
+                Issue.record("line \(line): expected an append with a charge, got \(requests)")
+                return
+            }
+            #expect(charge.deliveries == 50, "line \(line) is charged for every member on every node")
+            #expect(core.addressWait(for: ann, at: now) == 0, "line \(line) is within the burst")
+        }
+        core.received(.say(room: "r", text: "x"), size: 100, from: ann, at: now, into: &actions)
+        #expect(core.addressWait(for: ann, at: now) > 0, "the sixteenth puts the address in debt: its next frame waits")
     }
 }

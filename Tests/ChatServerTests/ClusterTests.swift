@@ -13,15 +13,17 @@ private final class Cluster: Sendable {
     let nodes: [ChatServerProcess]
 
     /// Starts Redis (with `redisArguments`, in `redisDirectory` if given) and `count` nodes;
-    /// `nodeArguments` go to every node.
+    /// `nodeArguments` go to every node, after `limits` (by default no rate limits: every
+    /// client of a test comes from one address).
     init(
-        nodes count: Int, nodeArguments: [String] = [], redisArguments: [String] = [], redisDirectory: TemporaryDirectory? = nil
+        nodes count: Int, nodeArguments: [String] = [], limits: [String] = ["--no-rate-limits"], redisArguments: [String] = [],
+        redisDirectory: TemporaryDirectory? = nil
     ) async throws {
         redis = try await RedisServerProcess(directory: redisDirectory, extraArguments: redisArguments)
         var nodes: [ChatServerProcess] = []
         for _ in 0..<count {
             nodes.append(
-                try await ChatServerProcess(arguments: ["--cluster", "redis://127.0.0.1:\(redis.port)", "--no-rate-limits"] + nodeArguments))
+                try await ChatServerProcess(arguments: ["--cluster", "redis://127.0.0.1:\(redis.port)"] + limits + nodeArguments))
         }
         self.nodes = nodes
         for node in nodes {
@@ -767,6 +769,92 @@ struct ClusterTests {
         try await ann.clusterJoin("calm")
         try await ann.send(.say(room: "calm", text: "still here"))
         _ = try await ann.waitFor("ann's echo") { if case .message("calm", _, _, "ann", "still here") = $0 { true } else { nil } }
+    }
+
+    @Test func anAddressFloodingARoomOnTwoNodesIsPacedByItsClusterWideFanOut() async throws {
+        // Only the fan-out limit: 200 kB/s, and a burst of one line (the smallest the server takes:
+        // a frame). A line of 8 kB to the room's three members (on two nodes) costs about 24 kB:
+        // about 8 lines a second. Read that slowly from the start, the node's socket keeps a small
+        // receive window, so what the kernel holds when the flood stops is read soon after.
+        let rate = 200_000
+        let burst = 30_000
+        let limits = [
+            "--rate-limit", "0", "--byte-rate", "0", "--address-rate-limit", "0", "--address-byte-rate", "0",
+            "--address-connection-rate", "0", "--address-fanout-rate", "\(rate)", "--address-fanout-burst", "\(burst)",
+        ]
+        let cluster = try await Cluster(nodes: 2, limits: limits)
+        defer { cluster.stop() }
+        let near = try await TestClient.connect(port: cluster.nodes[0].port, nick: "near", version: 2)
+        let far = try await TestClient.connect(port: cluster.nodes[1].port, nick: "far", version: 2)
+        defer {
+            near.close()
+            far.close()
+        }
+        try await near.clusterJoin("r")
+        try await far.clusterJoin("r")
+        // Room for its echoes, so that its own unread replies do not stop the node reading it
+        // first; little room for what it sends, so what waits in the kernel is soon read.
+        let flooder = try BlockingSocket(port: cluster.nodes[0].port, receiveBuffer: 4 << 20)
+        defer { flooder.close() }
+        var sendBuffer: Int32 = 64 << 10
+        setsockopt(flooder.descriptor, SOL_SOCKET, SO_SNDBUF, &sendBuffer, socklen_t(MemoryLayout<Int32>.size))
+        await flooder.send([.hello(version: 2, nick: "flood", password: nil), .join(room: "r")])
+        var joined = false
+        for _ in 0..<20 where !joined {
+            let (frames, ended) = await flooder.readFrames(timeout: .seconds(2))
+            joined = frames.contains { if case .historyPage("r", _, _, _) = $0 { true } else { false } }
+            if ended { break }
+        }
+        #expect(joined, "the flooder joined")
+
+        // 64 MiB of numbered lines, far more than the kernel's buffers hold.
+        let text = String(repeating: "x", count: 8_000)
+        var bytes: [UInt8] = []
+        var ends: [Int] = []
+        for number in 1...8_192 {
+            FrameEncoder.encode(.say(room: "r", text: "\(number) \(text)"), into: &bytes)
+            ends.append(bytes.count)
+        }
+        // The members read all along, as members that keep up do.
+        async let nearHeard = linesOfFlood(heardBy: near)
+        async let farHeard = linesOfFlood(heardBy: far)
+        // For 3 s, in pieces: a paced node keeps taking a little, so one blocking send would
+        // go on until the whole flood is read.
+        let started = ContinuousClock.now
+        var sent = 0
+        while sent < bytes.count, started.duration(to: .now) < .seconds(3) {
+            let piece = Array(bytes[sent..<min(sent + 65_536, bytes.count)])
+            let taken = await flooder.send(piece, timeout: .seconds(1))
+            sent += taken
+            if taken < piece.count { break }
+        }
+        #expect(sent < bytes.count, "the node read the flooder slowly and TCP pushed back (took \(sent) of \(bytes.count) bytes)")
+        // It ends its input: the node serves every whole line it sent, then it quits.
+        flooder.shutdownWrite()
+        let whole = ends.prefix { $0 <= sent }.count
+        let heard = ["near": try await nearHeard, "far": try await farHeard]
+        let elapsed = started.duration(to: .now)
+        let everyLineOnceInOrder = heard["near"] == Array(1...whole)
+        #expect(everyLineOnceInOrder, "every whole line sent (\(whole)), once each, in order: none dropped; heard \(heard["near"]?.count ?? 0)")
+        let sameOnBothNodes = heard["far"] == heard["near"]
+        #expect(sameOnBothNodes, "the other node's member heard the same \(heard["near"]?.count ?? 0) lines, not \(heard["far"]?.count ?? 0)")
+        let (answers, _) = await flooder.readFrames(timeout: .seconds(5))
+        #expect(!answers.contains { if case .error = $0 { true } else { false } }, "paced, never refused: \(answers.filter { if case .error = $0 { true } else { false } })")
+        // What the rate allowed while the flood lasted: the burst, the rate, and one frame into
+        // debt. A bound no node may exceed, however slow the machine (slow only lowers the count).
+        let perLine = (8_000 + 16 + 24) * 3
+        let allowed = (burst + Int(Double(rate) * (elapsed / .seconds(1)))) / perLine + 1
+        #expect(whole <= allowed, "\(whole) lines accepted in \(elapsed), at most \(allowed) allowed by the fan-out rate")
+    }
+
+    /// The numbers of the flooder's lines that `member` hears, up to the flooder's quit.
+    private func linesOfFlood(heardBy member: TestClient) async throws -> [Int] {
+        var numbers: [Int] = []
+        while true {
+            let frame = try await member.expectFrame("the flooder's lines and quit at \(member.nick)")
+            if case .message("r", _, _, "flood", let line) = frame { numbers.append(Int(line.prefix { $0 != " " }) ?? -1) }
+            if case .quit("r", _, _, "flood", _) = frame { return numbers }
+        }
     }
 
     @Test func aNodeThatWasTakenForDeadLetsItsClientsGoWhenItWakes() async throws {
