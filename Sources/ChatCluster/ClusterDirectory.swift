@@ -39,7 +39,6 @@ public struct ClusterDirectory: Sendable {
             [Array("GET".utf8), keys.epoch],
             [Array("GET".utf8), keys.topic],
             [Array("XRANGE".utf8), keys.log, Array("-".utf8), Array("+".utf8), Array("COUNT".utf8), Array("1".utf8)],
-            [Array("ZRANGE".utf8), keys.members, Array("0".utf8), Array("-1".utf8)],
         ]
         for command in commandsToSend {
             commands.send(command) { reply in
@@ -58,7 +57,7 @@ public struct ClusterDirectory: Sendable {
                 }
                 guard replies.count == commandsToSend.count else { return }
                 guard let epoch = replies[1].integer.flatMap({ UInt64(exactly: $0) }) ?? replies[1].text.flatMap({ UInt64($0) }),
-                    case .array(let first?) = replies[3], case .array(let members?) = replies[4]
+                    case .array(let first?) = replies[3]
                 else {
                     completion(.failure(.malformedReply("room snapshot \(replies)")))
                     return
@@ -66,20 +65,33 @@ public struct ClusterDirectory: Sendable {
                 var topic: LoggedEvent?
                 if case .bulkString(let body?) = replies[2] { topic = RoomLog.parsePublication(body) }
                 let firstSeq = first.first.flatMap(RoomLog.parseEntry)?.seq ?? 0
-                completion(.success(RoomSnapshot(epoch: epoch, firstSeq: firstSeq, topic: topic, members: members.compactMap(\.text))))
+                members(of: room) { result in
+                    completion(result.map { RoomSnapshot(epoch: epoch, firstSeq: firstSeq, topic: topic, members: $0) })
+                }
             }
         }
     }
 
-    /// The member nicks of `room`, in joining order.
+    /// The member nicks of `room`, in joining order, read `ClusterReplies.namesPerRead` at a time.
+    /// Each page starts after the last one's score (the `seq` of a join, one per member), so a
+    /// join or leave between pages neither repeats nor skips anyone else.
     public func members(of room: String, completion: @escaping (Result<[String], ClusterError>) -> Void) {
-        commands.send([Array("ZRANGE".utf8), RoomKeys(room).members, Array("0".utf8), Array("-1".utf8)]) { reply in
-            switch reply {
-            case .success(.array(let items?)): completion(.success(items.compactMap(\.text)))
-            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "a list of nicks")))
-            case .failure(let error): completion(.failure(.redis(error)))
+        let key = RoomKeys(room).members
+        let count = ClusterReplies.namesPerRead
+        var nicks: [String] = []
+        func read(after score: String) {
+            let command = ["ZRANGE", score, "+inf", "BYSCORE", "LIMIT", "0", String(count), "WITHSCORES"].map { Array($0.utf8) }
+            commands.send([command[0], key] + command.dropFirst()) { reply in
+                guard case .success(.array(let items?)) = reply, items.count.isMultiple(of: 2) else {
+                    completion(.failure(ClusterError(reply, expecting: "a list of nicks and scores")))
+                    return
+                }
+                for index in stride(from: 0, to: items.count, by: 2) { if let nick = items[index].text { nicks.append(nick) } }
+                guard items.count == 2 * count, let last = items.last?.text else { return completion(.success(nicks)) }
+                read(after: "(" + last)
             }
         }
+        read(after: "-inf")
     }
 
     /// One room with members, as `rooms` lists it.
@@ -92,10 +104,17 @@ public struct ClusterDirectory: Sendable {
         public var topic: LoggedEvent?
     }
 
-    /// ARGV: none. Returns name, member count, topic (or false) for each room with members.
+    /// ARGV: the name to list after ('' for the first page), how many rooms. Returns name, member
+    /// count, topic (or false) for the rooms with members whose names come next, in byte order.
     static let roomListScript = """
-        local result = {}
+        local names = {}
         for _, room in ipairs(redis.call('SMEMBERS', 'chat:rooms')) do
+            if room > ARGV[1] then table.insert(names, room) end
+        end
+        table.sort(names)
+        local result = {}
+        for _, room in ipairs(names) do
+            if #result >= 3 * tonumber(ARGV[2]) then break end
             local count = redis.call('ZCARD', 'chat:{' .. room .. '}:members')
             if count > 0 then
                 table.insert(result, room)
@@ -106,22 +125,29 @@ public struct ClusterDirectory: Sendable {
         return result
         """
 
-    /// Every room with members, in no particular order.
+    /// Every room with members, by name, read `ClusterReplies.roomsPerRead` at a time (each page
+    /// after the last one's name, so a room that comes or goes between pages moves no other).
     public func rooms(completion: @escaping (Result<[ListedRoom], ClusterError>) -> Void) {
-        commands.send([Array("EVAL".utf8), Array(Self.roomListScript.utf8), Array("0".utf8)]) { reply in
-            guard case .success(.array(let items?)) = reply, items.count.isMultiple(of: 3) else {
-                completion(.failure(ClusterError(reply, expecting: "a room list")))
-                return
+        let count = ClusterReplies.roomsPerRead
+        var rooms: [ListedRoom] = []
+        func read(after name: String) {
+            let command = ["EVAL", Self.roomListScript, "0", name, String(count)].map { Array($0.utf8) }
+            commands.send(command) { reply in
+                guard case .success(.array(let items?)) = reply, items.count.isMultiple(of: 3) else {
+                    completion(.failure(ClusterError(reply, expecting: "a room list")))
+                    return
+                }
+                for index in stride(from: 0, to: items.count, by: 3) {
+                    guard let name = items[index].text, let members = items[index + 1].integer else { continue }
+                    var topic: LoggedEvent?
+                    if case .bulkString(let body?) = items[index + 2] { topic = RoomLog.parsePublication(body) }
+                    rooms.append(ListedRoom(name: name, memberCount: Int(members), topic: topic))
+                }
+                guard items.count == 3 * count, let last = rooms.last?.name else { return completion(.success(rooms)) }
+                read(after: last)
             }
-            var rooms: [ListedRoom] = []
-            for index in stride(from: 0, to: items.count, by: 3) {
-                guard let name = items[index].text, let count = items[index + 1].integer else { continue }
-                var topic: LoggedEvent?
-                if case .bulkString(let body?) = items[index + 2] { topic = RoomLog.parsePublication(body) }
-                rooms.append(ListedRoom(name: name, memberCount: Int(count), topic: topic))
-            }
-            completion(.success(rooms))
         }
+        read(after: "")
     }
 
     /// ARGV: the nick's key, the payload. Publishes the payload on the channel of the node holding
@@ -191,33 +217,54 @@ public struct ClusterDirectory: Sendable {
         }
     }
 
-    /// The members of rooms that `node` served, as (room, nick) pairs: what a reaper announces
-    /// as quits once the node is dead.
-    public func memberships(of node: String, completion: @escaping (Result<[(room: String, nick: String)], ClusterError>) -> Void) {
-        let script = """
-            local result = {}
-            for _, room in ipairs(redis.call('SMEMBERS', 'chat:node:' .. ARGV[1] .. ':rooms')) do
-                local nodes = redis.call('HGETALL', 'chat:{' .. room .. '}:nodes')
-                for index = 1, #nodes, 2 do
-                    if nodes[index + 1] == ARGV[1] then
-                        table.insert(result, room)
-                        table.insert(result, nodes[index])
-                    end
+    /// ARGV: the node, the room and nick to list after ('' and '' for the first page), how many
+    /// pairs. Returns room, nick, room, nick, … for the node's members, by room then nick.
+    static let membershipsScript = """
+        local afterRoom, afterNick, limit = ARGV[2], ARGV[3], tonumber(ARGV[4])
+        local rooms = {}
+        for _, room in ipairs(redis.call('SMEMBERS', 'chat:node:' .. ARGV[1] .. ':rooms')) do
+            if room >= afterRoom then table.insert(rooms, room) end
+        end
+        table.sort(rooms)
+        local result = {}
+        for _, room in ipairs(rooms) do
+            local nicks = {}
+            local nodes = redis.call('HGETALL', 'chat:{' .. room .. '}:nodes')
+            for index = 1, #nodes, 2 do
+                if nodes[index + 1] == ARGV[1] and (room > afterRoom or nodes[index] > afterNick) then
+                    table.insert(nicks, nodes[index])
                 end
             end
-            return result
-            """
-        commands.send([Array("EVAL".utf8), Array(script.utf8), Array("0".utf8), Array(node.utf8)]) { reply in
-            guard case .success(.array(let items?)) = reply, items.count.isMultiple(of: 2) else {
-                completion(.failure(ClusterError(reply, expecting: "memberships")))
-                return
+            table.sort(nicks)
+            for _, nick in ipairs(nicks) do
+                if #result >= 2 * limit then return result end
+                table.insert(result, room)
+                table.insert(result, nick)
+            end
+        end
+        return result
+        """
+
+    /// The members of rooms that `node` served, as (room, nick) pairs: what a reaper announces
+    /// as quits once the node is dead. Read `ClusterReplies.namesPerRead` pairs at a time.
+    public func memberships(of node: String, completion: @escaping (Result<[(room: String, nick: String)], ClusterError>) -> Void) {
+        let count = ClusterReplies.namesPerRead
+        var pairs: [(room: String, nick: String)] = []
+        func read(afterRoom: String, afterNick: String) {
+            let command = ["EVAL", Self.membershipsScript, "0", node, afterRoom, afterNick, String(count)].map { Array($0.utf8) }
+            commands.send(command) { reply in
+                guard case .success(.array(let items?)) = reply, items.count.isMultiple(of: 2) else {
+                    completion(.failure(ClusterError(reply, expecting: "memberships")))
+                    return
+                }
+                for index in stride(from: 0, to: items.count, by: 2) {
+                    if let room = items[index].text, let nick = items[index + 1].text { pairs.append((room, nick)) }
+                }
+                guard items.count == 2 * count, let last = pairs.last else { return completion(.success(pairs)) }
+                read(afterRoom: last.room, afterNick: last.nick)
             }
-            var pairs: [(room: String, nick: String)] = []
-            for index in stride(from: 0, to: items.count, by: 2) {
-                if let room = items[index].text, let nick = items[index + 1].text { pairs.append((room, nick)) }
-            }
-            completion(.success(pairs))
         }
+        read(afterRoom: "", afterNick: "")
     }
 
     /// Forgets which rooms the dead `node` served members of, once their quits are announced.

@@ -1,5 +1,6 @@
 import Dispatch
 import RedisClient
+import RedisProtocol
 
 /// A node's link to the cluster's Redis, kept up for as long as the node runs: two connections
 /// (commands, subscriptions) with a `RoomLog` and a `NickRegistry` on them, a heartbeat, and
@@ -52,6 +53,8 @@ public final class ClusterLink: @unchecked Sendable {
     private let port: Int
     private let queue: DispatchQueue
     private let ttlMilliseconds: Int
+    /// What the connections' parsers accept: a reply beyond it fails the connection.
+    private let limits: RESPParser.Limits
     private var connections: [RedisConnection] = []
     /// Every room followed, with the last `seq` delivered (nil: not delivered anything yet).
     private var followed: [String: UInt64?] = [:]
@@ -84,12 +87,17 @@ public final class ClusterLink: @unchecked Sendable {
     /// could take it for dead.
     private var answerTimeout: Duration { .milliseconds(max(ttlMilliseconds / 2, 50)) }
 
-    /// A link to the Redis at `host:port` for the node `nodeID`; nothing happens until `start()`.
-    public init(host: String, port: Int, nodeID: String, ttlMilliseconds: Int = 5_000, queue: DispatchQueue) {
+    /// A link to the Redis at `host:port` for the node `nodeID`, whose connections parse with
+    /// `limits` (a reply beyond them fails the connection, and the link reconnects); nothing
+    /// happens until `start()`.
+    public init(
+        host: String, port: Int, nodeID: String, ttlMilliseconds: Int = 5_000, limits: RESPParser.Limits = .init(), queue: DispatchQueue
+    ) {
         self.host = host
         self.port = port
         self.nodeID = nodeID
         self.ttlMilliseconds = ttlMilliseconds
+        self.limits = limits
         self.queue = queue
     }
 
@@ -196,7 +204,7 @@ public final class ClusterLink: @unchecked Sendable {
         role: String, attempt current: Int, then next: @escaping (RedisConnection) -> Void, onFailure: @escaping () -> Void
     ) {
         let proceed = Continuation(next: next, onFailure: onFailure)
-        RedisConnection.connect(host: host, port: port, queue: queue) { [self] result in
+        RedisConnection.connect(host: host, port: port, queue: queue, limits: limits) { [self] result in
             guard current == attempt, !stopped else {
                 if case .success(let connection) = result { connection.close() }
                 return

@@ -357,8 +357,11 @@ public final class RoomLog: @unchecked Sendable {
         if let gapEnd { fill(room, from: next, upTo: gapEnd - 1) }
     }
 
+    /// Reads the events `first…last` from the stream, a page (`ClusterReplies.eventsPerRead`) at
+    /// a time, so that no reply is larger than the node's connections accept, and delivers them.
     private func fill(_ room: String, from first: UInt64, upTo last: UInt64) {
-        range(of: room, from: "\(first)-1", to: "\(last)-1", count: nil, reverse: false) { [self] result in
+        let count = ClusterReplies.eventsPerRead
+        range(of: room, from: "\(first)-1", to: "\(last)-1", count: count, reverse: false) { [self] result in
             guard follows[room] != nil else { return }
             follows[room]!.filling = false
             switch result {
@@ -368,6 +371,13 @@ public final class RoomLog: @unchecked Sendable {
                     // Trimmed from the stream before this node read it: skip what is gone rather
                     // than wait for ever, and say so through the gap in `seq`.
                     follows[room]!.lastDelivered = (follows[room]!.held.keys.min() ?? first) - 1
+                }
+                if events.count == count, let end = events.last?.seq, end < last {
+                    deliverHeld(in: room)
+                    // Unless delivering started the next read itself (later events wait), read on.
+                    guard follows[room] != nil, !follows[room]!.filling, (follows[room]!.lastDelivered ?? 0) < last else { return }
+                    follows[room]!.filling = true
+                    return fill(room, from: max(end, follows[room]!.lastDelivered ?? end) + 1, upTo: last)
                 }
             case .failure:
                 // Leave the held events waiting; the next publication retries the fill.

@@ -150,7 +150,7 @@ public final class ChatServer: @unchecked Sendable {
         budget = configuration.memoryBudget
         core = ChatCore(configuration: configuration, store: store, clustered: cluster != nil)
         let queue = self.queue
-        clusterNode = cluster.map { ClusterNode(configuration: $0, historySize: configuration.historySize, queue: queue, logger: logger) }
+        clusterNode = cluster.map { ClusterNode(configuration: $0, chat: configuration, queue: queue, logger: logger) }
         // Loaded before binding, so a bad certificate never leaves a port open that cannot serve.
         tlsContext = try configuration.tls.map { configuration throws(TLSError) in try TLSContext(configuration) }
         // "::" takes IPv4 clients too (as IPv4-mapped addresses), as --help promises.

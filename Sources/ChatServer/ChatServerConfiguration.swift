@@ -1,3 +1,4 @@
+import ChatCluster
 import ChatProtocol
 import RedisProtocol
 import SocketTLS
@@ -30,11 +31,11 @@ public struct ChatServerConfiguration: Sendable {
 
     /// What a cluster node's Redis link may hold, at most: every command that may wait for
     /// Redis's reply (`ClusterNode.maxCommandsInFlight`, each at most a frame and its command's
-    /// words), and on each of its two connections a reply being parsed (one bulk string of the
-    /// RESP parser's limit and a line).
+    /// words), and on each of its two connections the largest reply the node asks for, as its
+    /// parser's limits allow it (`ClusterReplies.connectionBytes`: parsed and still buffered).
     public var clusterLinkBytes: Int {
-        let parser = RESPParser.Limits()
-        return ClusterNode.maxCommandsInFlight * (maxFrameSize + 512) + 2 * (parser.maxBulkLength + parser.maxLineLength)
+        let parser = ClusterNode.parserLimits(maxFrameSize: maxFrameSize)
+        return ClusterNode.maxCommandsInFlight * (maxFrameSize + 512) + 2 * ClusterReplies.connectionBytes(parser)
     }
 
     /// The most connections open at once, handshaking ones included.

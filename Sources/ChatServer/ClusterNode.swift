@@ -3,6 +3,7 @@ import ChatProtocol
 import Dispatch
 import Glibc
 import Logging
+import RedisProtocol
 
 /// Where a node finds its cluster: `--cluster redis://HOST:PORT` (docs/CLUSTER.md).
 public struct ClusterConfiguration: Sendable, Equatable {
@@ -118,14 +119,25 @@ final class ClusterNode: @unchecked Sendable {
     /// Connections whose requests wait for the cluster's answer to an earlier one.
     private(set) var waiters: [ClientConnection] = []
 
-    init(configuration: ClusterConfiguration, historySize: Int, queue: DispatchQueue, logger: Logger) {
+    /// A node of the cluster `configuration` names, for a server configured as `chat`.
+    init(configuration: ClusterConfiguration, chat: ChatServerConfiguration, queue: DispatchQueue, logger: Logger) {
         self.configuration = configuration
         self.queue = queue
         self.logger = logger
-        self.historySize = historySize
+        historySize = chat.historySize
         link = ClusterLink(
             host: configuration.host, port: configuration.port, nodeID: configuration.nodeID,
-            ttlMilliseconds: Int(configuration.nodeTimeout / .milliseconds(1)), queue: queue)
+            ttlMilliseconds: Int(configuration.nodeTimeout / .milliseconds(1)), limits: Self.parserLimits(maxFrameSize: chat.maxFrameSize),
+            queue: queue)
+    }
+
+    /// What the node's Redis connections accept when clients' frames are at most `maxFrameSize`:
+    /// an event's payload is a client's frame plus what a delivery adds to it (seq, time, sender:
+    /// at most `WireProtocol.maxFrameSize - maxFrameSizeCeiling`). The nodes of one cluster share
+    /// `--max-frame-size`: an event from a node that allows larger frames fails this node's
+    /// connection (which then reconnects) when it arrives.
+    static func parserLimits(maxFrameSize: Int) -> RESPParser.Limits {
+        ClusterReplies.limits(maxPayload: maxFrameSize + WireProtocol.maxFrameSize - ChatServerConfiguration.maxFrameSizeCeiling)
     }
 
     /// Connects, on the server's queue; `answer` is how answers reach the core.
@@ -451,7 +463,7 @@ final class ClusterNode: @unchecked Sendable {
         completion: @escaping (Result<(entries: [HistoryEntry], complete: Bool), ClusterFailure>) -> Void
     ) {
         guard limit > 0 else { return completion(.success(([], false))) }
-        let batch = max(limit, 64)
+        let batch = ClusterReplies.eventsPerRead
         var taken: [HistoryEntry] = []
         var spent = 0
         let budget = ChatCore.historyPageBudget

@@ -13,6 +13,8 @@ public enum RESPError: Error, Equatable, Sendable, CustomStringConvertible {
     case arrayTooLong(count: Int, limit: Int)
     /// Arrays nested deeper than the limit.
     case nestedTooDeeply(limit: Int)
+    /// One reply (with everything nested in it) cost more than the limit (`maxReplyCost`).
+    case replyTooLarge(limit: Int)
     /// A line or a bulk string was not followed by CR LF.
     case missingTerminator
 
@@ -25,6 +27,7 @@ public enum RESPError: Error, Equatable, Sendable, CustomStringConvertible {
         case .bulkTooLong(let length, let limit): "RESP bulk string of \(length) bytes, more than \(limit)"
         case .arrayTooLong(let count, let limit): "RESP array of \(count) elements, more than \(limit)"
         case .nestedTooDeeply(let limit): "RESP arrays nested deeper than \(limit)"
+        case .replyTooLarge(let limit): "RESP reply larger than \(limit) bytes (its values counted with their bookkeeping)"
         case .missingTerminator: "RESP value not followed by CR LF"
         }
     }

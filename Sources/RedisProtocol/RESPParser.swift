@@ -4,7 +4,9 @@
 /// again from its start when more bytes come, and a reply of a million elements arriving in small
 /// reads costs linear time. Bounded: every header is checked against `limits` before its body is
 /// awaited, so a server that lies about a length cannot make the parser buffer more than one bulk
-/// string of `maxBulkLength` and a line.
+/// string of `maxBulkLength` and a line; and what one whole reply may cost — its bytes and the
+/// bookkeeping of each value in it — is bounded by `maxReplyCost`, so a reply of many elements
+/// cannot grow the parser's open arrays past it either.
 public struct RESPParser: Sendable {
     /// What the parser accepts. Redis itself allows bulk strings of 512 MB; the cluster mode sends
     /// chat frames, so its connections set a bound near the chat's frame limit.
@@ -17,6 +19,14 @@ public struct RESPParser: Sendable {
         public var maxArrayCount = 1 << 20
         /// How deeply arrays may nest.
         public var maxDepth = 16
+        /// The most one reply may cost, counted as it is read: its bytes on the wire and
+        /// `valueCost` for each value in it (nested ones included). No bound by default.
+        public var maxReplyCost = Int.max
+
+        /// What a parsed value costs in memory besides its bytes: its slot in its array (with the
+        /// array's spare capacity) and its own allocation, rounded up. A reply's cost bounds the
+        /// memory its parsed form takes.
+        public static let valueCost = 128
 
         /// The defaults above.
         public init() {}
@@ -30,6 +40,8 @@ public struct RESPParser: Sendable {
     private var start = 0
     /// Arrays whose header has been read and whose elements are still arriving, outermost first.
     private var open: [OpenArray] = []
+    /// What the reply being read has cost so far (`Limits.maxReplyCost`).
+    private var replyCost = 0
 
     private struct OpenArray: Sendable {
         var remaining: Int
@@ -92,10 +104,19 @@ public struct RESPParser: Sendable {
     /// Reads one scalar or array header at `start`, consuming it; nil (consuming nothing) while it
     /// is incomplete.
     private mutating func nextItem() throws(RESPError) -> Item? {
+        if open.isEmpty { replyCost = 0 }
         guard start < buffer.count, let lineEnd = try endOfLine() else { return nil }
         let type = buffer[start]
         let line = buffer[(start + 1)..<lineEnd]
         let afterLine = lineEnd + 2
+        // Checked before a bulk string's body is awaited, and counted once the item is consumed
+        // (an incomplete one is looked at again when more bytes come).
+        var cost = afterLine - start + Limits.valueCost
+        if type == UInt8(ascii: "$"), let length = try? Self.integer(line), length > 0, length <= limits.maxBulkLength {
+            cost += Int(length) + 2
+        }
+        guard cost <= limits.maxReplyCost - replyCost else { throw .replyTooLarge(limit: limits.maxReplyCost) }
+        defer { if start >= afterLine { replyCost += cost } }
         switch type {
         case UInt8(ascii: "+"):
             start = afterLine

@@ -152,6 +152,52 @@ struct RoomLogTests {
         #expect(seen.map(\.payload) == [payload("one"), payload("missed 2"), payload("missed 3"), payload("missed 4"), payload("five")])
     }
 
+    @Test func aGapLongerThanOneReadIsFilledPageByPage() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let node = try await Node("a", port: redis.port)
+        #expect(try await node.follow("r") == 0)
+        _ = try await node.append([payload("one")], to: "r")
+        // More missed events than one read takes (ClusterReplies.eventsPerRead): the node reads
+        // them in pages, each within what its connections accept, and delivers all in order.
+        let missed = 2 * ClusterReplies.eventsPerRead + 10
+        for seq in 2...(missed + 1) {
+            _ = try await node.command([Array("INCR".utf8), Array("chat:{r}:seq".utf8)]).get()
+            _ = try await node.command([
+                Array("XADD".utf8), Array("chat:{r}:log".utf8), Array("\(seq)-1".utf8),
+                Array("t".utf8), Array("1767225600000".utf8), Array("p".utf8), payload("missed \(seq)"),
+            ]).get()
+        }
+        _ = try await node.append([payload("last")], to: "r")
+        let seen = await node.waitForEvents(missed + 2, in: "r")
+        #expect(seen.map(\.seq) == Array(1...UInt64(missed + 2)), "every event once, in order")
+    }
+
+    @Test func listsLongerThanOneReadAreReadWholeInPages() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        // One room with more members than one read takes, and more rooms than one read takes.
+        let members = ClusterReplies.namesPerRead + 200
+        let rooms = ClusterReplies.roomsPerRead + 20
+        for index in 0..<members {
+            _ = try await a.append(payload("join"), change: .join(nick: "m\(index)", node: "a"), to: "big").get()
+        }
+        for index in 0..<rooms {
+            _ = try await a.append(payload("join"), change: .join(nick: "solo", node: "a"), to: "room\(index)").get()
+        }
+        let read = try await a.directory { $0.members(of: "big", completion: $1) }
+        #expect(read == (0..<members).map { "m\($0)" }, "every member once, in joining order")
+        let listed = try await a.directory { $0.rooms(completion: $1) }
+        #expect(listed.map(\.name) == (["big"] + (0..<rooms).map { "room\($0)" }).sorted(), "every room once, by name")
+        let memberships = try await a.directory { directory, done in
+            directory.memberships(of: "a") { done($0.map { $0.map { "\($0.room) \($0.nick)" } }) }
+        }
+        #expect(memberships.count == members + rooms && Set(memberships).count == members + rooms, "every membership of the node once")
+        let snapshot = try await a.directory { $0.snapshot(of: "big", newEpoch: 1, completion: $1) }
+        #expect(snapshot.members.count == members)
+    }
+
     @Test func aRepeatedOrOldPublicationIsNotDeliveredAgain() async throws {
         let redis = try await RedisServerProcess()
         defer { redis.stop() }

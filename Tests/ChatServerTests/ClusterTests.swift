@@ -564,6 +564,42 @@ struct ClusterTests {
         #expect(await plainServer.waitFor(timeout: .seconds(60)) { output, _ in output.contains("listening on") }, "\(plainServer.output)")
     }
 
+    @Test func aRedisValueBeyondTheNodesLimitsFailsTheConnectionClearlyAndTheNodeReconnects() async throws {
+        let cluster = try await Cluster(nodes: 1)
+        defer { cluster.stop() }
+        let node = cluster.nodes[0]
+        // A log entry no node of this cluster could have written (its frames are at most 16 KiB),
+        // planted by hand: 100 kB, where the node accepts a frame and what the script adds.
+        let oversized = String(repeating: "x", count: 100_000)
+        #expect(try await cluster.redisCLI("XADD", "chat:{poisoned}:log", "1-1", "t", "0", "p", oversized) == ["1-1"])
+        #expect(try await cluster.redisCLI("SET", "chat:{poisoned}:seq", "1") == ["OK"])
+        let ann = try await TestClient.connect(port: node.port, nick: "ann", version: 2)
+        defer { ann.close() }
+        try await ann.clusterJoin("calm")
+
+        // Joining reads the room's history: the reply is refused, not parsed.
+        let bob = try await TestClient.connect(port: node.port, nick: "bob", version: 2)
+        defer { bob.close() }
+        try await bob.send(.join(room: "poisoned"))
+        let refusal = try await bob.waitFor("the refusal of the room's state") { frame -> String? in
+            if case .error(.unavailable, false, _, let reason) = frame { return reason }
+            return nil
+        }
+        #expect(refusal.contains("unavailable"), "\(refusal)")
+        let logged = await node.child.waitFor(timeout: .seconds(30)) { output, _ in
+            output.contains("cluster link down") && output.contains("RESP bulk string of 100000 bytes, more than")
+        }
+        #expect(logged, "the node says why its link went down:\n\(node.child.output)")
+        let back = await node.child.waitFor(timeout: .seconds(60)) { output, _ in
+            output.components(separatedBy: "cluster link up").count >= 3
+        }
+        #expect(back, "the node reconnected:\n\(node.child.output)")
+        #expect(node.child.exitStatus == nil, "the node is still running")
+
+        // And it keeps serving: a line in another room, heard by its members.
+        try await untilEchoed(ann, "still here", in: "calm")
+    }
+
     @Test func whileRedisIsUnreachableAHelloIsRefusedWithUnavailable() async throws {
         let redis = try await RedisServerProcess()
         let port = redis.port
@@ -998,5 +1034,19 @@ private func refusalCode(_ connect: () async throws -> ChatConnection) async -> 
     } catch {
         Issue.record("expected a refusal, got \(error)")
         return nil
+    }
+}
+
+/// Says `text` in `room` until it is echoed (a node whose link is coming back refuses it with
+/// `unavailable` meanwhile).
+private func untilEchoed(_ client: TestClient, _ text: String, in room: String) async throws {
+    while true {
+        try await client.send(.say(room: room, text: text))
+        let echoed = try await client.waitFor("the echo of \(text) or a refusal") { frame -> Bool? in
+            if case .message(room, _, _, client.nick, text) = frame { return true }
+            if case .error(.unavailable, false, .say, _) = frame { return false }
+            return nil
+        }
+        if echoed { return }
     }
 }

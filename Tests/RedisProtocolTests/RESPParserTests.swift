@@ -100,6 +100,30 @@ struct RESPParserTests {
         #expect(try parseAll(bytes("+" + String(repeating: "a", count: 16) + "\r\n"), limits: limits) == [.simpleString(String(repeating: "a", count: 16))])
     }
 
+    @Test func aReplyCostingMoreThanTheLimitIsRefusedWhicheverWayItArrives() throws {
+        // Each `:1` costs its 4 bytes and a value's bookkeeping; the header `*10` its 5 and its own.
+        let element = 4 + RESPParser.Limits.valueCost
+        let header = 5 + RESPParser.Limits.valueCost
+        var limits = RESPParser.Limits()
+        limits.maxReplyCost = header + 10 * element
+        let ten = "*10\r\n" + String(repeating: ":1\r\n", count: 10)
+        let eleven = "*11\r\n" + String(repeating: ":1\r\n", count: 11)
+        for chunkSize in [1, 2, 5, 8, Int.max] {
+            // Within the limit, several replies in a row: each reply is counted on its own.
+            let replies = try parseAll(bytes(ten + ten + ten), chunkSize: chunkSize, limits: limits)
+            #expect(replies.count == 3, "chunks of \(chunkSize)")
+            #expect(throws: RESPError.replyTooLarge(limit: limits.maxReplyCost), "chunks of \(chunkSize)") {
+                try parseAll(bytes(eleven), chunkSize: chunkSize, limits: limits)
+            }
+        }
+        // A bulk string is refused from its header when its body would pass the limit, before
+        // the body is waited for; the bulk limit itself still speaks first.
+        limits.maxReplyCost = 1_000
+        limits.maxBulkLength = 2_000
+        #expect(throws: RESPError.replyTooLarge(limit: 1_000)) { try parseAll(bytes("*2\r\n$10\r\n0123456789\r\n$900\r\n"), limits: limits) }
+        #expect(throws: RESPError.bulkTooLong(length: 2_001, limit: 2_000)) { try parseAll(bytes("$2001\r\n"), limits: limits) }
+    }
+
     @Test func malformedInputGetsItsOwnError() {
         let cases: [(String, RESPError)] = [
             ("!3\r\n", .unknownType(UInt8(ascii: "!"))),
