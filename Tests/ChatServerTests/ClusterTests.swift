@@ -40,6 +40,18 @@ private final class Cluster: Sendable {
     /// The logs of every node, for failure messages.
     var logs: String { nodes.map { "--- node on port \($0.port):\n\($0.child.output)" }.joined(separator: "\n") }
 
+    /// Connects a client (protocol 2) for each of `nicks` — the first to node 0, the next to
+    /// node 1, and so on round the nodes — then joins each to `room`, in order, unless it is
+    /// nil. The caller closes them.
+    func clients(_ nicks: String..., joining room: String? = "r") async throws -> [TestClient] {
+        var clients: [TestClient] = []
+        for (index, nick) in nicks.enumerated() {
+            clients.append(try await TestClient.connect(port: nodes[index % nodes.count].port, nick: nick, version: 2))
+        }
+        if let room { for client in clients { try await client.clusterJoin(room) } }
+        return clients
+    }
+
     /// The id the node at `index` has in the cluster, from its "cluster node starting" line.
     func nodeID(_ index: Int) -> String {
         let output = nodes[index].child.output
@@ -193,12 +205,9 @@ struct ClusterTests {
     @Test func whoListRoomsTopicsAndHistoryAreTheClustersOnEveryNode() async throws {
         let cluster = try await Cluster(nodes: 2)
         defer { cluster.stop() }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-        }
+        let clients = try await cluster.clients("ann", "bob", joining: nil)
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         try await ann.clusterJoin("r")
         try await ann.send(.setTopic(room: "r", text: "plans"))
         for line in 1...5 { try await ann.send(.say(room: "r", text: "line \(line)")) }
@@ -241,12 +250,9 @@ struct ClusterTests {
     @Test func aDirectMessageReachesANickOnAnotherNode() async throws {
         let cluster = try await Cluster(nodes: 2)
         defer { cluster.stop() }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-        }
+        let clients = try await cluster.clients("ann", "bob", joining: nil)
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         try await ann.send(.tell(recipient: "BOB", text: "psst"))
         let received = try await bob.waitFor("the direct message") { if case .direct("ann", _, _, let text) = $0 { text } else { nil } }
         #expect(received == "psst")
@@ -279,15 +285,9 @@ struct ClusterTests {
     @Test func aKilledNodesNicksAreFreedAndTheOthersSeeItsMembersQuit() async throws {
         let cluster = try await Cluster(nodes: 3, nodeArguments: ["--cluster-node-timeout", "2"])
         defer { cluster.stop() }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        let cat = try await TestClient.connect(port: cluster.nodes[2].port, nick: "cat", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-            cat.close()
-        }
-        for client in [ann, bob, cat] { try await client.clusterJoin("r") }
+        let clients = try await cluster.clients("ann", "bob", "cat")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         cluster.nodes[2].child.killNow()
         // Stated bound: the node timeout (2 s here) and a reap interval, once the others' links have
         // been up for the node timeout plus 5 s; the wait is for the event, with room to spare.
@@ -373,14 +373,9 @@ struct ClusterTests {
         let cluster = try await Cluster(
             nodes: 2, nodeArguments: ["--cluster-node-timeout", "60"], redisArguments: durable, redisDirectory: directory)
         defer { cluster.stop() }
-        let sender = try await TestClient.connect(port: cluster.nodes[0].port, nick: "sender", version: 2)
-        let listener = try await TestClient.connect(port: cluster.nodes[1].port, nick: "listener", version: 2)
-        defer {
-            sender.close()
-            listener.close()
-        }
-        try await sender.clusterJoin("r")
-        try await listener.clusterJoin("r")
+        let clients = try await cluster.clients("sender", "listener")
+        defer { for client in clients { client.close() } }
+        let (sender, listener) = (clients[0], clients[1])
 
         var heardBySender: [Heard] = []
         var accepted: [String] = []
@@ -450,12 +445,9 @@ struct ClusterTests {
         let cluster = try await Cluster(
             nodes: 2, nodeArguments: ["--cluster-node-timeout", "60"], redisArguments: durable, redisDirectory: directory)
         defer { cluster.stop() }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-        }
+        let clients = try await cluster.clients("ann", "bob", joining: nil)
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         var restarted: [RedisServerProcess] = []
         defer { for redis in restarted { redis.stop() } }
         /// Kills Redis, then runs `meanwhile` while it is down, then starts it again on its port.
@@ -615,14 +607,9 @@ struct ClusterTests {
         // A node timeout no test waits for: the quit must come from the node itself, not a reaper.
         let cluster = try await Cluster(nodes: 2, nodeArguments: ["--cluster-node-timeout", "600"])
         defer { cluster.stop() }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-        }
-        try await ann.clusterJoin("r")
-        try await bob.clusterJoin("r")
+        let clients = try await cluster.clients("ann", "bob")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         cluster.nodes[1].stop()
         let reason = try await ann.waitFor("bob's quit") { if case .quit("r", _, _, "bob", let reason) = $0 { reason } else { nil } }
         #expect(reason == "their server shut down")
@@ -692,14 +679,9 @@ struct ClusterTests {
             cluster.redis.child.signal(SIGCONT)
             cluster.stop()
         }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-        }
-        try await ann.clusterJoin("r")
-        try await bob.clusterJoin("r")
+        let clients = try await cluster.clients("ann", "bob")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         // The connection stays up; no reply comes. The line must be refused, not left hanging.
         cluster.redis.child.signal(SIGSTOP)
         try await ann.send(.say(room: "r", text: "during"))
@@ -745,9 +727,9 @@ struct ClusterTests {
             cluster.redis.child.signal(SIGCONT)
             cluster.stop()
         }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        defer { ann.close() }
-        try await ann.clusterJoin("r")
+        let clients = try await cluster.clients("ann")
+        defer { for client in clients { client.close() } }
+        let ann = clients[0]
         // Redis stops answering for longer than the node timeout: the node's key expires, and
         // once Redis runs again another node's client could claim "ann" before her node beats.
         // Wall time must pass for that, so this waits: 3 s against a 2 s timeout.
@@ -899,14 +881,9 @@ struct ClusterTests {
             cluster.nodes[1].child.signal(SIGCONT)
             cluster.stop()
         }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-        }
-        try await ann.clusterJoin("r")
-        try await bob.clusterJoin("r")
+        let clients = try await cluster.clients("ann", "bob")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         // Bob's node stalls (as in a long pause or a partition): the cluster takes it for dead.
         cluster.nodes[1].child.signal(SIGSTOP)
         _ = try await ann.collect(1, "bob's quit", limit: .seconds(90)) { frame -> Bool? in
@@ -931,14 +908,9 @@ struct ClusterTests {
     @Test func aNickChangeIsClaimedInTheClusterAndAnnouncedOnEveryNode() async throws {
         let cluster = try await Cluster(nodes: 2)
         defer { cluster.stop() }
-        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
-        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
-        defer {
-            ann.close()
-            bob.close()
-        }
-        try await ann.clusterJoin("r")
-        try await bob.clusterJoin("r")
+        let clients = try await cluster.clients("ann", "bob")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
         try await ann.send(.changeNick(nick: "anna"))
         _ = try await ann.waitFor("nickAccepted") { if case .nickAccepted("anna") = $0 { true } else { nil } }
         _ = try await bob.waitFor("the nick change") { if case .nickChanged("r", _, _, "ann", "anna") = $0 { true } else { nil } }
