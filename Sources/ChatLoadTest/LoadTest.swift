@@ -255,7 +255,8 @@ private final class LoadRun: @unchecked Sendable {
     private func result(allClosed: Bool) -> LoadTestResult {
         var sentBySender = Array(repeating: UInt64(0), count: configuration.senders)
         var refused: UInt64 = 0
-        var latency = LoadWorker.makeHistogram()
+        var sameServerLatency = LoadWorker.makeHistogram()
+        var otherServerLatency = LoadWorker.makeHistogram()
         var lastDelivery = sendStart
         var sayBytes = 0
         var messageBytes = 0
@@ -266,7 +267,8 @@ private final class LoadRun: @unchecked Sendable {
                     sentBySender[totals.ordinal] = totals.sent
                     refused += totals.refused
                 }
-                latency.add(worker.latency)
+                sameServerLatency.add(worker.sameServerLatency)
+                otherServerLatency.add(worker.otherServerLatency)
                 lastDelivery = max(lastDelivery, worker.lastDeliveryNanos)
                 sayBytes += worker.sayBytes
                 messageBytes += worker.messageBytes
@@ -301,7 +303,11 @@ private final class LoadRun: @unchecked Sendable {
 
         let failed = counters.failed.load(ordering: .relaxed)
         let disconnected = counters.disconnected.load(ordering: .relaxed)
+        var latency = sameServerLatency
+        latency.add(otherServerLatency)
         let summary = LatencySummary(latency)
+        let split = configuration.servers.count > 1
+            ? ServerLatencySplit(sameServer: LatencySummary(sameServerLatency), otherServer: LatencySummary(otherServerLatency)) : nil
         return LoadTestResult(
             clients: configuration.clients, rooms: configuration.rooms, senders: configuration.senders,
             pacing: configuration.pacing.description, messageSize: sampleText.utf8.count,
@@ -312,7 +318,7 @@ private final class LoadRun: @unchecked Sendable {
             sendSeconds: sendSeconds, deliverySeconds: deliverySeconds,
             messagesPerSecond: Double(sent) / sendSeconds,
             deliveriesPerSecond: Double(tally.delivered) / deliverySeconds,
-            latency: summary, wire: wire, server: server,
+            latency: summary, latencyByServer: split, wire: wire, server: server,
             loadGenerator: GeneratorUsage(cpuSeconds: generatorCPU, cpuPercent: 100 * generatorCPU / measuredSeconds),
             histogram: latency)
     }
