@@ -649,7 +649,7 @@ public struct ChatCore: Sendable {
         guard configuration.historySize > 0,
             let (epoch, addedEntries, addedBytes) = withRoom(name, { room in
                 let (countBefore, bytesBefore) = (room.history.count, room.history.bytes)
-                room.record(entry)
+                _ = room.record(entry)  // what it forgot shows in the difference below
                 return (room.epoch, room.history.count - countBefore, room.history.bytes - bytesBefore)
             })
         else { return }
