@@ -133,12 +133,10 @@ private final class LoadRun: @unchecked Sendable {
         queue.async { [self] in
             serverBeforeConnect = ProcessSample.read(pids: configuration.serverPIDs)
             phaseStart = MonotonicClock.now()
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.schedule(deadline: .now(), repeating: .milliseconds(10), leeway: .milliseconds(2))
             // The timer holds the run until `finish` cancels it.
-            timer.setEventHandler { [self] in tick() }
-            self.timer = timer
-            timer.activate()
+            timer = queue.startRepeatingTimer(every: .milliseconds(10), firstAfter: .nanoseconds(0), leeway: .milliseconds(2)) {
+                [self] in tick()
+            }
         }
     }
 

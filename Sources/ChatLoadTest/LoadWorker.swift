@@ -318,11 +318,9 @@ final class LoadWorker: @unchecked Sendable {
                 // Stagger the senders so the aggregate rate is even, not bursts of `senders`.
                 sender.scheduleStart = startNanos + interval * UInt64(sender.senderOrdinal!) / UInt64(configuration.senders)
             }
-            let timer = DispatchSource.makeTimerSource(queue: io.queue)
-            timer.schedule(deadline: .now(), repeating: Self.tick, leeway: .microseconds(50))
-            timer.setEventHandler { [unowned self] in sendDue() }
-            self.timer = timer
-            timer.activate()
+            timer = io.queue.startRepeatingTimer(every: Self.tick, firstAfter: .nanoseconds(0), leeway: .microseconds(50)) {
+                [unowned self] in sendDue()
+            }
         }
     }
 
