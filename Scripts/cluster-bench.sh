@@ -11,8 +11,9 @@ Usage: Scripts/cluster-bench.sh [options]
 For each case (a plain server, then clusters of 1, 2 and 3 nodes) starts a fresh redis-server
 (no persistence) and the nodes on free loopback ports, runs chat-loadtest with one --server per
 node (client i on node i mod n, so every room has members on every node and most deliveries
-cross nodes), stops everything by PID, and prints one Markdown table: deliveries/s, latency, the
-nodes' CPU (summed) and Redis's CPU per room event. Exits non-zero if any run lost, duplicated
+cross nodes), stops everything by PID, and prints one Markdown table: deliveries/s, latency
+(with several nodes also split: deliveries whose sender was on the receiver's node, and those
+that crossed nodes), the nodes' CPU (summed) and Redis's CPU per room event. Exits non-zero if any run lost, duplicated
 or reordered a message.
 
 Options:
@@ -143,9 +144,11 @@ for round in $(seq "$rounds"); do
 import json, sys
 r = json.loads(sys.argv[1])
 d = r['deliveries']
-print('| %s | %s | %.1f k | %.2f M | %.2f ms | %.2f ms | %d/%d/%d | %.0f%% | %.0f%% | %s |' % (
+split = r.get('latencyByServer')
+nodes = '%.2f / %.2f ms' % (split['sameServer']['p50'] / 1e3, split['otherServer']['p50'] / 1e3) if split else '—'
+print('| %s | %s | %.1f k | %.2f M | %.2f ms | %s | %.2f ms | %d/%d/%d | %.0f%% | %.0f%% | %s |' % (
     sys.argv[2], r['clients'], r['messagesPerSecond'] / 1e3, r['deliveriesPerSecond'] / 1e6,
-    r['latency']['p50'] / 1e3, r['latency']['p99'] / 1e3, d['lost'], d['duplicated'], d['reordered'],
+    r['latency']['p50'] / 1e3, nodes, r['latency']['p99'] / 1e3, d['lost'], d['duplicated'], d['reordered'],
     r['server']['cpuPercent'], r['loadGenerator']['cpuPercent'], sys.argv[3]))
 " "$output" "$name" "$redis_cpu" 2>/dev/null || echo "| $name | chat-loadtest exited with status $status: $(printf '%s' "$output" | tr '\n' ' ') |")")
     done
@@ -155,8 +158,8 @@ done
 echo
 echo "Cluster benchmark, $(date -u +%Y-%m-%d), release build, $(nproc) cores, ${duration} s per case"
 echo
-echo "| case | clients | msg/s | deliveries/s | p50 | p99 | lost/dup/reord | nodes' CPU | loadtest CPU | Redis CPU per message |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| case | clients | msg/s | deliveries/s | p50 | p50 same node / other node | p99 | lost/dup/reord | nodes' CPU | loadtest CPU | Redis CPU per message |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"
 if [[ $failures -gt 0 ]]; then
     echo

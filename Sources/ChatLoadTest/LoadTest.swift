@@ -133,12 +133,10 @@ private final class LoadRun: @unchecked Sendable {
         queue.async { [self] in
             serverBeforeConnect = ProcessSample.read(pids: configuration.serverPIDs)
             phaseStart = MonotonicClock.now()
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.schedule(deadline: .now(), repeating: .milliseconds(10), leeway: .milliseconds(2))
             // The timer holds the run until `finish` cancels it.
-            timer.setEventHandler { [self] in tick() }
-            self.timer = timer
-            timer.activate()
+            timer = queue.startRepeatingTimer(every: .milliseconds(10), firstAfter: .nanoseconds(0), leeway: .milliseconds(2)) {
+                [self] in tick()
+            }
         }
     }
 
@@ -255,7 +253,8 @@ private final class LoadRun: @unchecked Sendable {
     private func result(allClosed: Bool) -> LoadTestResult {
         var sentBySender = Array(repeating: UInt64(0), count: configuration.senders)
         var refused: UInt64 = 0
-        var latency = LoadWorker.makeHistogram()
+        var sameServerLatency = LoadWorker.makeHistogram()
+        var otherServerLatency = LoadWorker.makeHistogram()
         var lastDelivery = sendStart
         var sayBytes = 0
         var messageBytes = 0
@@ -266,7 +265,8 @@ private final class LoadRun: @unchecked Sendable {
                     sentBySender[totals.ordinal] = totals.sent
                     refused += totals.refused
                 }
-                latency.add(worker.latency)
+                sameServerLatency.add(worker.sameServerLatency)
+                otherServerLatency.add(worker.otherServerLatency)
                 lastDelivery = max(lastDelivery, worker.lastDeliveryNanos)
                 sayBytes += worker.sayBytes
                 messageBytes += worker.messageBytes
@@ -301,7 +301,11 @@ private final class LoadRun: @unchecked Sendable {
 
         let failed = counters.failed.load(ordering: .relaxed)
         let disconnected = counters.disconnected.load(ordering: .relaxed)
+        var latency = sameServerLatency
+        latency.add(otherServerLatency)
         let summary = LatencySummary(latency)
+        let split = configuration.servers.count > 1
+            ? ServerLatencySplit(sameServer: LatencySummary(sameServerLatency), otherServer: LatencySummary(otherServerLatency)) : nil
         return LoadTestResult(
             clients: configuration.clients, rooms: configuration.rooms, senders: configuration.senders,
             pacing: configuration.pacing.description, messageSize: sampleText.utf8.count,
@@ -312,7 +316,7 @@ private final class LoadRun: @unchecked Sendable {
             sendSeconds: sendSeconds, deliverySeconds: deliverySeconds,
             messagesPerSecond: Double(sent) / sendSeconds,
             deliveriesPerSecond: Double(tally.delivered) / deliverySeconds,
-            latency: summary, wire: wire, server: server,
+            latency: summary, latencyByServer: split, wire: wire, server: server,
             loadGenerator: GeneratorUsage(cpuSeconds: generatorCPU, cpuPercent: 100 * generatorCPU / measuredSeconds),
             histogram: latency)
     }

@@ -49,6 +49,10 @@ public struct LoadTestResult: Sendable, Encodable {
     public var deliveriesPerSecond: Double
     /// Latency from (scheduled) send to receipt, over every delivery.
     public var latency: LatencySummary
+    /// With more than one server, the same split by where the sender was: `sameServer` over the
+    /// deliveries whose sender used the receiver's server, `otherServer` over the rest (in
+    /// cluster mode, the deliveries that crossed nodes). Nil with one server.
+    public var latencyByServer: ServerLatencySplit?
     /// Bytes on the wire, ours and SOAP's.
     public var wire: WireUsage
     /// The server's CPU and memory, when its PID was given.
@@ -68,7 +72,7 @@ public struct LoadTestResult: Sendable, Encodable {
         case clients, rooms, senders, pacing, messageSize, joined, failedClients, disconnectedClients, allClosed
         case tls, connectSeconds, connectsPerSecond
         case firstProblem, sent, refused, deliveries, sendSeconds, deliverySeconds, messagesPerSecond
-        case deliveriesPerSecond, latency, wire, server, loadGenerator, passed
+        case deliveriesPerSecond, latency, latencyByServer, wire, server, loadGenerator, passed
     }
 
     /// Encodes every field but the histogram, plus `passed`.
@@ -95,11 +99,21 @@ public struct LoadTestResult: Sendable, Encodable {
         try container.encode(messagesPerSecond, forKey: .messagesPerSecond)
         try container.encode(deliveriesPerSecond, forKey: .deliveriesPerSecond)
         try container.encode(latency, forKey: .latency)
+        try container.encodeIfPresent(latencyByServer, forKey: .latencyByServer)
         try container.encode(wire, forKey: .wire)
         try container.encodeIfPresent(server, forKey: .server)
         try container.encode(loadGenerator, forKey: .loadGenerator)
         try container.encode(passed, forKey: .passed)
     }
+}
+
+/// Latency of the deliveries whose sender used the receiver's server, and of those whose sender
+/// used another.
+public struct ServerLatencySplit: Sendable, Encodable {
+    /// Sender and receiver on one server.
+    public var sameServer: LatencySummary
+    /// Sender and receiver on different servers: in cluster mode, a delivery across nodes.
+    public var otherServer: LatencySummary
 }
 
 /// Latency percentiles in microseconds.
@@ -241,6 +255,10 @@ extension LoadTestResult {
         add()
         add("Latency (send to receipt)")
         add("  p50 \(Self.duration(latency.p50))  p90 \(Self.duration(latency.p90))  p99 \(Self.duration(latency.p99))  p99.9 \(Self.duration(latency.p999))  max \(Self.duration(latency.max))")
+        if let split = latencyByServer {
+            add("  sender on the receiver's server  p50 \(Self.duration(split.sameServer.p50))  p99 \(Self.duration(split.sameServer.p99))  (\(split.sameServer.count) deliveries)")
+            add("  sender on another server         p50 \(Self.duration(split.otherServer.p50))  p99 \(Self.duration(split.otherServer.p99))  (\(split.otherServer.count) deliveries)")
+        }
         lines.append(contentsOf: textHistogram())
         add()
         add("Wire (per delivered message, TCP/IP headers not counted)")

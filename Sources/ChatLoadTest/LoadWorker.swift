@@ -112,8 +112,18 @@ final class LoadWorker: @unchecked Sendable {
     private var timer: DispatchSourceTimer?
     private var encoded: [UInt8] = []
 
-    /// Latency of every new delivery, in nanoseconds.
-    var latency = LoadWorker.makeHistogram()
+    /// Latency of every new delivery whose sender and receiver use the same server, in
+    /// nanoseconds (every delivery, with one server).
+    var sameServerLatency = LoadWorker.makeHistogram()
+    /// Latency of every new delivery whose sender uses another server than its receiver: in
+    /// cluster mode, a delivery that crossed nodes.
+    var otherServerLatency = LoadWorker.makeHistogram()
+    /// Latency of every new delivery.
+    var latency: Histogram<UInt64> {
+        var all = sameServerLatency
+        all.add(otherServerLatency)
+        return all
+    }
     /// When the last new delivery arrived (monotonic ns).
     var lastDeliveryNanos: UInt64 = 0
     /// Bytes of `say` frames written and of load-test `message` frames received.
@@ -212,7 +222,14 @@ final class LoadWorker: @unchecked Sendable {
                     switch client.ledger.record(sender: payload.sender, seq: payload.seq) {
                     case .inOrder, .reordered:
                         fresh += 1
-                        latency.record(min(now &- min(now, payload.sendNanos), latency.highestTrackableValue))
+                        let nanos = min(now &- min(now, payload.sendNanos), sameServerLatency.highestTrackableValue)
+                        // Client i uses server i mod n, and sender k is client k.
+                        let servers = configuration.servers.count
+                        if payload.sender % servers == client.index % servers {
+                            sameServerLatency.record(nanos)
+                        } else {
+                            otherServerLatency.record(nanos)
+                        }
                         if payload.sender == client.senderOrdinal { client.inFlight -= 1 }
                     case .duplicate, .foreign:
                         break
@@ -301,11 +318,9 @@ final class LoadWorker: @unchecked Sendable {
                 // Stagger the senders so the aggregate rate is even, not bursts of `senders`.
                 sender.scheduleStart = startNanos + interval * UInt64(sender.senderOrdinal!) / UInt64(configuration.senders)
             }
-            let timer = DispatchSource.makeTimerSource(queue: io.queue)
-            timer.schedule(deadline: .now(), repeating: Self.tick, leeway: .microseconds(50))
-            timer.setEventHandler { [unowned self] in sendDue() }
-            self.timer = timer
-            timer.activate()
+            timer = io.queue.startRepeatingTimer(every: Self.tick, firstAfter: .nanoseconds(0), leeway: .microseconds(50)) {
+                [unowned self] in sendDue()
+            }
         }
     }
 

@@ -651,14 +651,20 @@ public struct ChatCore: Sendable {
     /// Keeps `entry` in `name`'s history, then forgets the globally oldest entries while all
     /// rooms' history costs more than the budget allows.
     private mutating func recordHistory(_ entry: HistoryEntry, in name: String) {
-        guard configuration.historySize > 0, let epoch = rooms[name]?.epoch else { return }
-        let (countBefore, bytesBefore) = (rooms[name]!.history.count, rooms[name]!.history.bytes)
-        withRoom(name) { room in room.record(entry) }
-        historyEntries += rooms[name]!.history.count - countBefore
-        historyBytes += rooms[name]!.history.bytes - bytesBefore
+        // Every room access here goes through `withRoom`: `rooms[name]?.epoch` would copy the
+        // room, retaining and releasing its members and history, on the per-message path.
+        guard configuration.historySize > 0,
+            let (epoch, addedEntries, addedBytes) = withRoom(name, { room in
+                let (countBefore, bytesBefore) = (room.history.count, room.history.bytes)
+                _ = room.record(entry)  // what it forgot shows in the difference below
+                return (room.epoch, room.history.count - countBefore, room.history.bytes - bytesBefore)
+            })
+        else { return }
+        historyEntries += addedEntries
+        historyBytes += addedBytes
         historyOrder.append(HistoryRecord(room: name, epoch: epoch, seq: entry.seq))
         while historyBytes > budget.history, let record = historyOrder.popFirst() {
-            guard rooms[record.room]?.epoch == record.epoch else { continue }
+            guard withRoom(record.room, { $0.epoch }) == record.epoch else { continue }
             let forgotten = withRoom(record.room) { room in room.forgetOldest(ifSeq: record.seq) }!
             if forgotten > 0 {
                 historyBytes -= forgotten
@@ -690,13 +696,16 @@ public struct ChatCore: Sendable {
 
     /// Stages `name`'s new state, and `event` if it is one that is stored, in the store.
     private mutating func persist(_ name: String, event: HistoryEntry?, at now: ServerTime) {
-        // Read in place: a copy of the room would retain and release its members and history
-        // on the per-message path.
-        guard let store, let index = rooms.index(forKey: name) else { return }
-        let topic = rooms.values[index].topic.map { RoomTopic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
-        let record = RoomRecord(
-            name: name, epoch: rooms.values[index].epoch, lastSeq: rooms.values[index].lastSeq, topic: topic,
-            lastActive: now.wallMillis)
+        // Read in place (`withRoom` lends the room): `rooms.values[index].epoch` copies the whole
+        // room, retaining and releasing its members and history, once per field read.
+        guard let store else { return }
+        let record = withRoom(name) { room in
+            RoomRecord(
+                name: name, epoch: room.epoch, lastSeq: room.lastSeq,
+                topic: room.topic.map { RoomTopic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) },
+                lastActive: now.wallMillis)
+        }
+        guard let record else { return }
         store.stage(record, event: event)
     }
 

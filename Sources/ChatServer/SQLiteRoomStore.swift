@@ -63,24 +63,20 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         writer = try RoomDatabase(path: directory.databasePath, durability: durability, create: true)
         reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
         if retention != .keepAll {
-            let timer = DispatchSource.makeTimerSource(queue: writerQueue)
-            let interval = max(1, Int(retentionInterval.milliseconds))
-            timer.schedule(deadline: .now(), repeating: .milliseconds(interval))
-            timer.setEventHandler { [weak self] in self?.applyRetention() }
-            retentionTimer = timer
-            timer.activate()
+            let interval = DispatchTimeInterval.milliseconds(max(1, Int(retentionInterval.milliseconds)))
+            retentionTimer = writerQueue.startRepeatingTimer(every: interval, firstAfter: .nanoseconds(0)) { [weak self] in
+                self?.applyRetention()
+            }
         }
         if durability == .normal {
             // SQLite syncs the log only at a checkpoint, all 4 MiB at once, inside the commit that
             // triggers it: a stall of ~10 ms for every message behind it. Syncing every 100 ms
             // off the writer leaves the checkpoint little to sync, and bounds what a power loss
             // can take to the last 100 ms (docs/SERVER.md, "Durability").
-            let timer = DispatchSource.makeTimerSource(queue: syncQueue)
-            let interval = Int(Self.logSyncInterval.milliseconds)
-            timer.schedule(deadline: .now() + .milliseconds(interval), repeating: .milliseconds(interval), leeway: .milliseconds(10))
-            timer.setEventHandler { [weak self] in self?.syncLog() }
-            logSyncTimer = timer
-            timer.activate()
+            let interval = DispatchTimeInterval.milliseconds(Int(Self.logSyncInterval.milliseconds))
+            logSyncTimer = syncQueue.startRepeatingTimer(every: interval, leeway: .milliseconds(10)) { [weak self] in
+                self?.syncLog()
+            }
         }
     }
 

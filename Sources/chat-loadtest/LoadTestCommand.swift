@@ -29,6 +29,8 @@ struct LoadTestCommand: AsyncParsableCommand {
             (i mod n)-th, so every room has members on every node) and each process with \
             --server-pid:
               chat-loadtest --server 127.0.0.1:7001 --server 127.0.0.1:7002 --server-pid 4242 --server-pid 4243
+            With several servers the latency is also reported split: deliveries whose sender used \
+            the receiver's node, and deliveries that crossed nodes.
             Scripts/loadtest.sh builds both, runs a standard matrix and prints a table.
             """)
 

@@ -26,6 +26,7 @@ import TestSupport
         #expect(result.deliveries == DeliveryTally(expected: 40_000, delivered: 40_000), "got \(result.deliveries)")
         #expect(result.passed, "expected a clean run: \(result.textReport())")
         #expect(result.server != nil, "expected the server's CPU and memory read from /proc")
+        #expect(result.latencyByServer == nil, "one server: no split")
     }
 
     @Test func commandLineWritesJSONAndHgrmAndExitsZeroOnACleanRun() async throws {
@@ -69,6 +70,32 @@ import TestSupport
             let connects = server.child.lines.count { $0.contains("client connected") }
             #expect(connects == 5, "each server gets half of the clients; \(server.port) logged \(connects)")
         }
+    }
+
+    @Test func splitsLatencyByWhetherTheSenderUsedTheReceiversServer() async throws {
+        // A real two-node cluster, one room: client i on node i mod 2, so of the 2 senders'
+        // messages, each reaches 5 receivers on its own node and 5 on the other.
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let nodes = [
+            try await ChatServerProcess(arguments: ["--cluster", "redis://127.0.0.1:\(redis.port)", "--no-rate-limits"]),
+            try await ChatServerProcess(arguments: ["--cluster", "redis://127.0.0.1:\(redis.port)", "--no-rate-limits"]),
+        ]
+        defer { for node in nodes { node.stop() } }
+        var configuration = LoadTestConfiguration()
+        configuration.servers = nodes.map { ServerAddress(host: "127.0.0.1", port: $0.port) }
+        configuration.clients = 10
+        configuration.rooms = 1
+        configuration.senders = 2
+        configuration.messages = 400
+        configuration.duration = 60
+        let result = await (try LoadTest(configuration: configuration)).run()
+
+        #expect(result.passed, "expected a clean run: \(result.textReport())")
+        let split = try #require(result.latencyByServer, "expected the split with two servers")
+        #expect(split.sameServer.count == 2_000 && split.otherServer.count == 2_000, "got \(split)")
+        #expect(result.latency.count == 4_000)
+        #expect(result.textReport().contains("sender on another server"))
     }
 
     @Test func commandLineRefusesAMalformedServerAddress() async throws {

@@ -477,3 +477,54 @@ extension DurabilityTests {
         await server.shutdown()
     }
 }
+
+extension DurabilityTests {
+    @Test func aSlotWhoseDeliveriesWaitForACommitIsNotGivenToANewcomer() async throws {
+        let data = try TemporaryDirectory(prefix: "chat-durability")
+        defer { data.remove() }
+        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
+        defer { store.close() }
+        let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
+        server.start()
+        let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
+        _ = try await bob.joinRoom("r")
+        let alice = try BlockingSocket(port: server.port)
+        defer { alice.close() }
+        #expect(await alice.send([.hello(version: 2, nick: "alice", password: nil), .join(room: "r")]) > 0)
+        _ = try await bob.waitFor("alice's join") { frame -> Bool? in
+            if case .joined("r", _, _, "alice") = frame { return true }
+            return nil
+        }
+        store.shut()
+
+        // bob's line to bob and alice waits for its commit; then alice's connection is reset.
+        // The server closes it at once (no goodbye to wait for), and alice's slot — the lowest
+        // free one — would be the next newcomer's if it were free before that commit.
+        try await bob.send(.say(room: "r", text: "for alice and bob"))
+        try await withTimeout(waitingFor: "the line staged") { await store.waitForStaged(1) }
+        var reset = linger(l_onoff: 1, l_linger: 0)
+        setsockopt(alice.descriptor, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
+        alice.close()
+        #expect(await eventually { server.connectionCount == 1 }, "the server saw alice's connection reset")
+        let carol = try await RawClient(port: server.port)
+        defer { carol.close() }
+        try await carol.write(.hello(version: 2, nick: "carol", password: nil))
+        #expect(await eventually { server.connectionCount == 2 }, "the server took carol's connection")
+        store.open()
+
+        let line = try await bob.waitFor("bob's line") { frame -> String? in
+            if case .message("r", _, _, "bob", let text) = frame { return text }
+            return nil
+        }
+        #expect(line == "for alice and bob")
+        var beforeWelcome: [Frame] = []
+        while true {
+            let frame = try #require(try await carol.next(waitingFor: "carol's welcome"), "carol's connection ended first")
+            if case .welcome = frame { break }
+            beforeWelcome.append(frame)
+        }
+        #expect(beforeWelcome.isEmpty, "carol got what was meant for the client before her: \(beforeWelcome)")
+        bob.close()
+        await server.shutdown()
+    }
+}
