@@ -281,7 +281,9 @@ final class ClusterNode: @unchecked Sendable {
                 }
                 let joined = ChatCore.clusterPayload(of: .joined(room: room, seq: 0, time: 0, nick: nick))
                 log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID)) { [self] result in
-                    if case .success(let appended) = result { settle(charge, in: room, appended.memberCount, audience: appended.memberCount) }
+                    if case .success(let appended) = result {
+                        settle(charge, in: room, appended.memberCount, audience: appended.memberCount)
+                    }
                     answer { $0.clusterJoinAppended(id, room: room, failure: result.failure.map(self.failure), into: &$1) }
                 }
             }

@@ -120,7 +120,9 @@ struct RESPParserTests {
         // the body is waited for; the bulk limit itself still speaks first.
         limits.maxReplyCost = 1_000
         limits.maxBulkLength = 2_000
-        #expect(throws: RESPError.replyTooLarge(limit: 1_000)) { try parseAll(bytes("*2\r\n$10\r\n0123456789\r\n$900\r\n"), limits: limits) }
+        #expect(throws: RESPError.replyTooLarge(limit: 1_000)) {
+            try parseAll(bytes("*2\r\n$10\r\n0123456789\r\n$900\r\n"), limits: limits)
+        }
         #expect(throws: RESPError.bulkTooLong(length: 2_001, limit: 2_000)) { try parseAll(bytes("$2001\r\n"), limits: limits) }
     }
 
