@@ -862,7 +862,9 @@ struct ClusterTests {
         #expect(errors.isEmpty, "paced, never refused: \(errors)")
         // What the rate allowed while the flood lasted: the burst, the rate, and one frame into
         // debt. A bound no node may exceed, however slow the machine (slow only lowers the count).
-        let perLine = (8_000 + 16 + 24) * 3
+        // A line costs at least its frame (the shortest, line 1's) and what a delivery adds (24
+        // bytes, ChatCore.deliveryOverhead), for each of the room's three members.
+        let perLine = (FrameEncoder.encode(.say(room: "r", text: "1 \(text)")).count + 24) * 3
         let allowed = (burst + Int(Double(rate) * (elapsed / .seconds(1)))) / perLine + 1
         #expect(whole <= allowed, "\(whole) lines accepted in \(elapsed), at most \(allowed) allowed by the fan-out rate")
     }
