@@ -1,6 +1,7 @@
 import Dispatch
 import RedisClient
 import RedisProtocol
+import SocketCore
 
 /// A node's link to the cluster's Redis, kept up for as long as the node runs: two connections
 /// (commands, subscriptions) with a `RoomLog` and a `NickRegistry` on them, a heartbeat, and
@@ -103,15 +104,10 @@ public final class ClusterLink: @unchecked Sendable {
 
     /// Starts connecting. Call once, on `queue`.
     public func start() {
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 10, 10))
-        timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [weak self] in
+        lapseWatch = queue.startRepeatingTimer(every: .milliseconds(max(ttlMilliseconds / 10, 10))) { [weak self] in
             guard let self, let last = lastAcknowledgedBeat, last.duration(to: .now) > ttl else { return }
             reportLapse()
         }
-        timer.activate()
-        lapseWatch = timer
         connect()
     }
 
@@ -268,15 +264,10 @@ public final class ClusterLink: @unchecked Sendable {
         log.listen(to: directChannel) { [self] body in onDirect?(body) }
         let lapsed = hasBeenUp && (!registry.wasRegisteredAtOpen || isStale(lastAcknowledgedBeat, at: .now))
         hasBeenUp = true
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        let interval = DispatchTimeInterval.milliseconds(max(ttlMilliseconds / 5, 10))
-        timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [weak self, weak registry] in
+        heartbeat = queue.startRepeatingTimer(every: .milliseconds(max(ttlMilliseconds / 5, 10))) { [weak self, weak registry] in
             guard let self, let registry else { return }
             beat(registry)
         }
-        timer.activate()
-        heartbeat = timer
         change(to: .up)
         if lapsed { reportLapse() }
         // The registry's first heartbeat, sent after this instant, registered the node afresh.

@@ -822,11 +822,7 @@ public final class ChatServer: @unchecked Sendable {
             configuration.drainTimeout, configuration.slowConsumerTimeout,
         ].min()!
         let interval = min(max(shortest.milliseconds / 4, 10), 500)
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + .milliseconds(Int(interval)), repeating: .milliseconds(Int(interval)))
-        timer.setEventHandler { [weak self] in self?.tick() }
-        self.timer = timer
-        timer.activate()
+        timer = queue.startRepeatingTimer(every: .milliseconds(Int(interval))) { [weak self] in self?.tick() }
         let throttleTimer = DispatchSource.makeTimerSource(queue: queue)
         throttleTimer.setEventHandler { [weak self] in self?.serveThrottled() }
         self.throttleTimer = throttleTimer

@@ -4,6 +4,7 @@ import Dispatch
 import Glibc
 import Logging
 import RedisProtocol
+import SocketCore
 
 /// Where a node finds its cluster: `--cluster redis://HOST:PORT` (docs/CLUSTER.md).
 public struct ClusterConfiguration: Sendable, Equatable {
@@ -162,17 +163,13 @@ final class ClusterNode: @unchecked Sendable {
             "cluster node starting",
             metadata: ["cluster.node": "\(configuration.nodeID)", "cluster.redis": "\(configuration.host):\(configuration.port)"])
         link.start()
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + .seconds(1), repeating: .seconds(1))
-        timer.setEventHandler { [weak self] in
+        reaper = queue.startRepeatingTimer(every: .seconds(1)) { [weak self] in
             guard let self else { return }
             reap()
             // Appends answer nothing when they succeed: the backlog's waiters are looked at here
             // too, not only when an event or answer arrives.
             if !waiters.isEmpty { answer { _, _ in } }
         }
-        timer.activate()
-        reaper = timer
     }
 
     /// Waits until what was sent to Redis has been carried out (at most `timeout`), then closes

@@ -609,7 +609,7 @@ struct ClusterTests {
         defer { cluster.stop() }
         let clients = try await cluster.clients("ann", "bob")
         defer { for client in clients { client.close() } }
-        let (ann, bob) = (clients[0], clients[1])
+        let ann = clients[0]
         cluster.nodes[1].stop()
         let reason = try await ann.waitFor("bob's quit") { if case .quit("r", _, _, "bob", let reason) = $0 { reason } else { nil } }
         #expect(reason == "their server shut down")
