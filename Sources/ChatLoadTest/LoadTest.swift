@@ -237,7 +237,12 @@ private final class LoadRun: @unchecked Sendable {
         let interval = lastProgressNanos == 0 ? 0 : seconds(since: lastProgressNanos, now)
         var latency = LoadWorker.makeHistogram()
         if phase != .connecting {
-            for worker in workers { latency.add(worker.io.queue.sync { worker.latency }) }
+            for worker in workers {
+                // Copied on the worker's queue, merged off it.
+                let (same, other) = worker.io.queue.sync { (worker.sameServerLatency, worker.otherServerLatency) }
+                latency.add(same)
+                latency.add(other)
+            }
         }
         progress(LoadProgress(
             phase: "\(phase)", joined: counters.joined.load(ordering: .relaxed), clients: clients.count,

@@ -118,12 +118,6 @@ final class LoadWorker: @unchecked Sendable {
     /// Latency of every new delivery whose sender uses another server than its receiver: in
     /// cluster mode, a delivery that crossed nodes.
     var otherServerLatency = LoadWorker.makeHistogram()
-    /// Latency of every new delivery.
-    var latency: Histogram<UInt64> {
-        var all = sameServerLatency
-        all.add(otherServerLatency)
-        return all
-    }
     /// When the last new delivery arrived (monotonic ns).
     var lastDeliveryNanos: UInt64 = 0
     /// Bytes of `say` frames written and of load-test `message` frames received.

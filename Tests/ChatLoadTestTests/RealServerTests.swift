@@ -82,6 +82,10 @@ import TestSupport
             try await ChatServerProcess(arguments: ["--cluster", "redis://127.0.0.1:\(redis.port)", "--no-rate-limits"]),
         ]
         defer { for node in nodes { node.stop() } }
+        for node in nodes {
+            let up = await node.child.waitFor(timeout: .seconds(60)) { output, _ in output.contains("cluster link up") }
+            try #require(up, "node on port \(node.port) did not connect to Redis:\n\(node.child.output)")
+        }
         var configuration = LoadTestConfiguration()
         configuration.servers = nodes.map { ServerAddress(host: "127.0.0.1", port: $0.port) }
         configuration.clients = 10
