@@ -101,6 +101,9 @@ final class LoadWorker: @unchecked Sendable {
     let io: IOQueue
     let configuration: LoadTestConfiguration
     let counters: LoadCounters
+    /// `configuration.servers.count`, read once: every delivery needs it to tell a delivery that
+    /// crossed servers from one that did not.
+    private let serverCount: Int
 
     var clients: [LoadClient] = []
     private var senders: [LoadClient] = []
@@ -130,6 +133,7 @@ final class LoadWorker: @unchecked Sendable {
         self.io = io
         self.configuration = configuration
         self.counters = counters
+        serverCount = configuration.servers.count
     }
 
     /// A histogram for latencies from 1 ns to an hour at three significant digits.
@@ -218,8 +222,7 @@ final class LoadWorker: @unchecked Sendable {
                         fresh += 1
                         let nanos = min(now &- min(now, payload.sendNanos), sameServerLatency.highestTrackableValue)
                         // Client i uses server i mod n, and sender k is client k.
-                        let servers = configuration.servers.count
-                        if payload.sender % servers == client.index % servers {
+                        if payload.sender % serverCount == client.index % serverCount {
                             sameServerLatency.record(nanos)
                         } else {
                             otherServerLatency.record(nanos)
