@@ -141,6 +141,29 @@ private struct FakeCluster {
     }
 }
 
+/// The time of every request in the tests that drive one clustered core by hand.
+private let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+
+/// A clustered core whose cluster is reachable, with rate limits off and then `adjust`.
+private func clusteredCore(_ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) -> ChatCore {
+    var configuration = ChatServerConfiguration()
+    configuration.turnOffRateLimits()
+    adjust(&configuration)
+    var core = ChatCore(configuration: configuration, clustered: true)
+    core.clusterAvailability(true)
+    return core
+}
+
+/// Connects `nick` in `slot` of `core` from `address` and welcomes it: its `hello` asks the
+/// cluster for the nick, and the claim is granted.
+private func welcome(_ nick: String, in slot: ClientID, of core: inout ChatCore, from address: String = "127.0.0.1") {
+    var actions: [ChatAction] = []
+    #expect(core.clientConnected(slot, address: address, at: now) == nil)
+    core.received(.hello(version: 2, nick: nick, password: nil), size: 10, from: slot, at: now, into: &actions)
+    #expect(core.takeClusterRequests().last == .claimNick(slot, nick: nick))
+    core.clusterNickClaimed(slot, nick: nick, .success(true), at: now, into: &actions)
+}
+
 @Suite("ChatCore in cluster mode, against an in-memory cluster")
 struct ChatCoreClusterTests {
     @Test func aMessageReachesMembersOnEveryNodeWithTheClustersSeq() {
@@ -196,27 +219,17 @@ struct ChatCoreClusterTests {
     }
 
     @Test func anAnswerForAClientThatLeftDoesNotReachANewcomerInItsSlot() {
-        var configuration = ChatServerConfiguration()
-        configuration.turnOffRateLimits()
-        var core = ChatCore(configuration: configuration, clustered: true)
-        core.clusterAvailability(true)
-        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        var core = clusteredCore()
         let slot = ClientID(0)
         var actions: [ChatAction] = []
-        func welcome(_ nick: String) {
-            #expect(core.clientConnected(slot, address: "127.0.0.1", at: now) == nil)
-            core.received(.hello(version: 2, nick: nick, password: nil), size: 10, from: slot, at: now, into: &actions)
-            #expect(core.takeClusterRequests().last == .claimNick(slot, nick: nick))
-            core.clusterNickClaimed(slot, nick: nick, .success(true), at: now, into: &actions)
-        }
-        welcome("ann")
+        welcome("ann", in: slot, of: &core)
         core.received(.who(room: "r"), size: 10, from: slot, at: now, into: &actions)
         guard case .members(_, let asker)? = core.takeClusterRequests().first else {
             Issue.record("expected a members read")
             return
         }
         core.disconnect(slot, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
-        welcome("bob")
+        welcome("bob", in: slot, of: &core)
         actions.removeAll()
         core.clusterMembersRead(room: "r", asker, .success(["ann"]), into: &actions)
         #expect(actions.isEmpty, "bob never asked: \(actions)")
@@ -239,17 +252,10 @@ struct ChatCoreClusterTests {
     }
 
     @Test func eventsThatComeWhileAJoinersSnapshotIsReadWaitForIt() {
-        var configuration = ChatServerConfiguration()
-        configuration.turnOffRateLimits()
-        var core = ChatCore(configuration: configuration, clustered: true)
-        core.clusterAvailability(true)
-        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        var core = clusteredCore()
         let ann = ClientID(0)
         var actions: [ChatAction] = []
-        #expect(core.clientConnected(ann, address: "127.0.0.1", at: now) == nil)
-        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: ann, at: now, into: &actions)
-        _ = core.takeClusterRequests()
-        core.clusterNickClaimed(ann, nick: "ann", .success(true), at: now, into: &actions)
+        welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
         #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann", charge: nil)])
         #expect(core.isAwaitingCluster(ann), "its next requests wait for the join")
@@ -292,17 +298,10 @@ struct ChatCoreClusterTests {
         #expect(cluster.frames(of: ann, on: 0).last.map { if case .error(.notInRoom, false, .say, _) = $0 { true } else { false } } == true)
     }
     @Test func aClientThatLeavesBeforeItsSnapshotGetsItThenItsLeft() {
-        var configuration = ChatServerConfiguration()
-        configuration.turnOffRateLimits()
-        var core = ChatCore(configuration: configuration, clustered: true)
-        core.clusterAvailability(true)
-        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        var core = clusteredCore()
         let ann = ClientID(0)
         var actions: [ChatAction] = []
-        #expect(core.clientConnected(ann, address: "127.0.0.1", at: now) == nil)
-        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: ann, at: now, into: &actions)
-        _ = core.takeClusterRequests()
-        core.clusterNickClaimed(ann, nick: "ann", .success(true), at: now, into: &actions)
+        welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
         _ = core.takeClusterRequests()
         core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
@@ -330,19 +329,13 @@ struct ChatCoreClusterTests {
     }
 
     @Test func aLinesFanOutIsChargedToItsAddressByTheClustersMemberCount() {
-        var configuration = ChatServerConfiguration()
-        configuration.turnOffRateLimits()
-        configuration.addressFanoutRate = 1_000
-        configuration.addressFanoutBurst = 100_000
-        var core = ChatCore(configuration: configuration, clustered: true)
-        core.clusterAvailability(true)
-        let now = ServerTime(wallMillis: 1, uptimeMillis: 1)
+        var core = clusteredCore {
+            $0.addressFanoutRate = 1_000
+            $0.addressFanoutBurst = 100_000
+        }
         let ann = ClientID(0)
         var actions: [ChatAction] = []
-        #expect(core.clientConnected(ann, address: "10.0.0.1", at: now) == nil)
-        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: ann, at: now, into: &actions)
-        _ = core.takeClusterRequests()
-        core.clusterNickClaimed(ann, nick: "ann", .success(true), at: now, into: &actions)
+        welcome("ann", in: ann, of: &core, from: "10.0.0.1")
 
         // Joining a room this node knows nothing of: charged for the joiner's own joined, then
         // for the 49 others the append found (50 members after it).
