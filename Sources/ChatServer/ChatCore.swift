@@ -41,13 +41,13 @@ public struct ChatCore: Sendable {
     /// Connection state, indexed by `ClientID.slot`; nil for free slots.
     var clients: [ClientState?] = []
     var nicks: [String: ClientID] = [:]
-    private var rooms: [String: ChatRoom] = [:]
+    var rooms: [String: ChatRoom] = [:]
     /// Connections and shared rate limits by address: for addresses with connections open, and
     /// for those without until their buckets are full again (`tick` forgets them then), so that
     /// reconnecting does not refill them.
-    private var addresses: [String: AddressState] = [:]
+    var addresses: [String: AddressState] = [:]
     private var nextPingToken: UInt64 = 1
-    private let budget: MemoryBudget
+    let budget: MemoryBudget
 
     /// Every history entry kept, oldest first across rooms, so the budget can forget the
     /// globally oldest. Records of entries already gone (their room emptied, or its own bounds
@@ -56,7 +56,7 @@ public struct ChatCore: Sendable {
     /// What all rooms' history costs, by `RoomHistory.cost(of:)`.
     public private(set) var historyBytes = 0
     /// How many history entries all rooms keep.
-    private var historyEntries = 0
+    private(set) var historyEntries = 0
 
     /// Wrong passwords by address, for the delay and the lockout.
     private var passwordFailures: [String: PasswordFailures] = [:]
@@ -920,7 +920,7 @@ private struct HistoryRecord: Sendable {
 }
 
 /// What all connections from one address share.
-private struct AddressState: Sendable {
+struct AddressState: Sendable {
     var connections = 0
     var bucket: TokenBucket
     var byteBucket: TokenBucket

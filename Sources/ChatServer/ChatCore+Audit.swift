@@ -1,0 +1,59 @@
+import ChatProtocol
+
+extension ChatCore {
+    /// What is wrong with the core's own bookkeeping, one line per broken invariant; empty when
+    /// every count agrees with what is held. For tests and the stateful fuzzer: it walks every
+    /// client and room, so it is far too slow for the server's loop.
+    ///
+    /// Checked: the history's byte and entry totals equal the sum over the rooms, and stay within
+    /// the budget; the connection counts agree per address and in all; every nick names a
+    /// welcomed client that holds it; a room's members and the clients' room lists agree
+    /// (for a server on its own; a cluster node's rooms are the cluster's).
+    public func accountingProblems() -> [String] {
+        var problems: [String] = []
+        let roomBytes = rooms.values.reduce(0) { $0 + $1.history.bytes }
+        let roomEntries = rooms.values.reduce(0) { $0 + $1.history.count }
+        if roomBytes != historyBytes { problems.append("history bytes: counted \(historyBytes), held \(roomBytes)") }
+        if roomEntries != historyEntries { problems.append("history entries: counted \(historyEntries), held \(roomEntries)") }
+        if historyBytes > budget.history { problems.append("history bytes \(historyBytes) over the budget's \(budget.history)") }
+        for (name, room) in rooms where room.history.bytes > budget.historyPerRoom {
+            problems.append("#\(name) keeps \(room.history.bytes) history bytes, over the room bound \(budget.historyPerRoom)")
+        }
+
+        let live = clients.indices.filter { clients[$0] != nil }
+        if live.count != clientCount { problems.append("client count: counted \(clientCount), held \(live.count)") }
+        var perAddress: [String: Int] = [:]
+        for slot in live { perAddress[clients[slot]!.address, default: 0] += 1 }
+        for (address, state) in addresses where state.connections != (perAddress[address] ?? 0) {
+            problems.append("\(address): counted \(state.connections) connections, held \(perAddress[address] ?? 0)")
+        }
+        for (address, count) in perAddress where addresses[address] == nil {
+            problems.append("\(address): \(count) connections but no address state")
+        }
+
+        for (key, id) in nicks {
+            guard id.slot < clients.count, let nick = clients[id.slot]?.nick else {
+                problems.append("nick \(key) names slot \(id.slot), which has no welcomed client")
+                continue
+            }
+            if ChatName.nickKey(nick) != key { problems.append("nick \(key) names slot \(id.slot), which holds \(nick)") }
+        }
+        guard cluster == nil else { return problems }
+        let welcomed = live.filter { clients[$0]!.nick != nil }
+        if welcomed.count != nicks.count {
+            problems.append("\(welcomed.count) welcomed clients but \(nicks.count) nicks held")
+        }
+        for slot in live {
+            for name in clients[slot]!.rooms where rooms[name]?.members.contains(ClientID(slot)) != true {
+                problems.append("slot \(slot) lists #\(name) but is not among its members")
+            }
+        }
+        for (name, room) in rooms {
+            for member in room.members where member.slot >= clients.count || clients[member.slot]?.rooms.contains(name) != true {
+                problems.append("#\(name) lists slot \(member.slot) as a member, which is not in it")
+            }
+            if Set(room.members).count != room.members.count { problems.append("#\(name) lists a member twice") }
+        }
+        return problems
+    }
+}
