@@ -391,6 +391,11 @@ public final class RoomLog: @unchecked Sendable {
 
     /// Up to `limit` events of `room` after `seq`, oldest first (catch-up).
     public func events(of room: String, after seq: UInt64, limit: Int, completion: @escaping (Result<[LoggedEvent], ClusterError>) -> Void) {
+        // A client names `seq`: none can follow the largest one (and `seq + 1` would trap).
+        guard seq < UInt64.max else {
+            completion(.success([]))
+            return
+        }
         range(of: room, from: "\(seq + 1)-1", to: "+", count: limit, reverse: false, completion: completion)
     }
 

@@ -30,12 +30,26 @@ public struct FrameDecoder: Sendable {
         splitter = FrameSplitter(maxFrameSize: maxFrameSize)
     }
 
+    /// The protocol version agreed with the peer (the latest until a handshake says otherwise):
+    /// a frame of a type that a later version defines decodes as `.unknown`, skipped by its
+    /// length, exactly as a receiver of this version would treat it — never by the later
+    /// layout, so a version 1 session cannot reach version 2's requests.
+    public var version: UInt16 = WireProtocol.version
+
     /// Bytes appended but not yet returned as frames.
     public var bufferedByteCount: Int { storage.count - readIndex }
 
     /// Adds received bytes. Empty chunks are fine.
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         compact()
+        let needed = storage.count + bytes.count
+        if needed > storage.capacity {
+            // Doubling only up to one whole frame, then just what is needed: a partial frame
+            // that trickles in must not leave twice its size allocated (a server counts what a
+            // connection's decoder may hold against its memory budget).
+            let frame = splitter.maxFrameSize + WireProtocol.maxVarintLength
+            storage.reserveCapacity(max(needed, min(2 * storage.capacity, frame)))
+        }
         storage.append(contentsOf: bytes)
     }
 
@@ -53,13 +67,14 @@ public struct FrameDecoder: Sendable {
         if let failure { throw failure }
         let start = readIndex
         let splitter = splitter
+        let version = version
         var type = FrameType.none
         do throws(FrameError) {
             let decoded = try storage.withUnsafeBufferPointer {
                 (bytes) throws(FrameError) -> (frame: Frame, end: Int)? in
                 guard let split = try splitter.frame(in: UnsafeRawBufferPointer(bytes), at: start) else { return nil }
                 type = split.type
-                let frame = try FrameDecoder.decodeBody(UnsafeBufferPointer(rebasing: bytes[split.body]))
+                let frame = try FrameDecoder.decodeBody(UnsafeBufferPointer(rebasing: bytes[split.body]), version: version)
                 return (frame, split.end)
             }
             guard let decoded else { return nil }
@@ -85,10 +100,15 @@ public struct FrameDecoder: Sendable {
         }
     }
 
-    /// Decodes one frame body: the type byte and its fields, nothing more, nothing less.
-    static func decodeBody(_ body: UnsafeBufferPointer<UInt8>) throws(FrameError) -> Frame {
+    /// Decodes one frame body: the type byte and its fields, nothing more, nothing less; types
+    /// defined after `version` are unknown.
+    static func decodeBody(_ body: UnsafeBufferPointer<UInt8>, version: UInt16 = WireProtocol.version) throws(FrameError) -> Frame {
         let type = FrameType(rawValue: body[0])
         var reader = FrameReader(UnsafeBufferPointer(rebasing: body[1...]))
+        if let introduced = type.introducedIn, introduced > version {
+            // Every later type is skippable (docs/PROTOCOL.md, "Version 2").
+            return .unknown(type: type, payload: reader.rest())
+        }
         let frame: Frame
         switch type {
         case .hello:

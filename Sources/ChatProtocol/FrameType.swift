@@ -102,6 +102,16 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
         .error, .goodbye,
     ]
 
+    /// The protocol version that defined this type (1 or 2), or nil if this version does not
+    /// define it. A peer that agreed on an earlier version treats the type as unknown: skipped
+    /// when skippable, as docs/PROTOCOL.md's forward-compatibility rule says.
+    public var introducedIn: UInt16? {
+        guard name != nil else { return nil }
+        return FrameType.version2.contains(rawValue) ? 2 : 1
+    }
+
+    private static let version2: Set<UInt8> = [0x0C, 0x0D, 0x2D, 0x2E, 0x2F, 0x30, 0x31, 0x32]
+
     /// The type's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
     public var name: String? {
         FrameType.names[rawValue]

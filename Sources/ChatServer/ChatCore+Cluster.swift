@@ -661,6 +661,8 @@ extension ChatCore {
         room: String, _ asker: ClusterAsker, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker) else { return }
+        let firstAction = actions.count
+        defer { chargeReplies(to: id, for: actions[firstAction...]) }
         switch result {
         case .success(let nicks): sendMembers(nicks, of: room, to: id, into: &actions)
         case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
@@ -672,6 +674,8 @@ extension ChatCore {
         _ asker: ClusterAsker, _ result: Result<[RoomInfo], ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker), let client = clients[id.slot] else { return }
+        let firstAction = actions.count
+        defer { chargeReplies(to: id, for: actions[firstAction...]) }
         switch result {
         case .success(let rooms):
             let paged = client.version >= 2
@@ -690,6 +694,8 @@ extension ChatCore {
         _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker) else { return }
+        let firstAction = actions.count
+        defer { chargeReplies(to: id, for: actions[firstAction...]) }
         switch result {
         case .success(let page) where request == .requestHistory:
             let messages = page.entries.filter { $0.kind != .topic }
@@ -712,6 +718,8 @@ extension ChatCore {
         into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else { return }
+        let firstAction = actions.count
+        defer { chargeReplies(to: id, for: actions[firstAction...]) }
         switch result {
         case .success(true):
             actions.append(.send(message, to: id))

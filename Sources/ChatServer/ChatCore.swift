@@ -127,6 +127,13 @@ public struct ChatCore: Sendable {
     public mutating func received(
         _ frame: Frame, size: Int, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]
     ) {
+        var frame = frame
+        if case .setAway(let text) = frame, text.utf8.count > MemoryBudget.awayTextBytes {
+            // Kept for as long as the client stays, so bounded like the rest of a connection's
+            // state (MemoryBudget.perConnection); cut, as IRC servers cut at AWAYLEN, and the
+            // `away` echo shows what was kept.
+            frame = .setAway(text: Self.prefix(of: text, bytes: MemoryBudget.awayTextBytes))
+        }
         guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]!.pendingRefusal == nil else { return }
         // Every frame read costs its address, whatever becomes of it.
         let address = clients[id.slot]!.address
@@ -142,7 +149,10 @@ public struct ChatCore: Sendable {
         // messages), except goodbye: ending the session must always work.
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
         let firstAction = actions.count
-        defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
+        defer {
+            chargeFanout(of: address, size: size, for: actions[firstAction...])
+            chargeReplies(of: address, for: actions[firstAction...])
+        }
         if cluster != nil, clusterReceived(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
         switch frame {
         case .changeNick(let newNick):
@@ -261,6 +271,12 @@ public struct ChatCore: Sendable {
     }
 
     // MARK: Queries
+
+    /// The protocol version `id` speaks: the one agreed in `welcome`, 1 before it. The server
+    /// decodes the client's frames by it, so a version 1 session skips version 2's types.
+    public func protocolVersion(of id: ClientID) -> UInt16 {
+        id.slot < clients.count ? clients[id.slot]?.version ?? 1 : 1
+    }
 
     /// The nick `id` holds, or nil before its handshake or after it left.
     public func nick(of id: ClientID) -> String? {
@@ -424,6 +440,47 @@ public struct ChatCore: Sendable {
         var recipients = 0
         for case .broadcast(_, let to) in actions { recipients += to.count }
         chargeFanout(of: address, bytesPerDelivery: size + Self.deliveryOverhead, deliveries: recipients)
+    }
+
+    /// Spends from `address`'s fan-out bucket what the bulky replies among `actions` cost to
+    /// send: history pages and replays, room and member lists, away texts. A request of a few
+    /// bytes can ask for a megabyte; without this, paging history from many connections would
+    /// read hundreds of megabytes a second out of the server (docs/SECURITY.md).
+    mutating func chargeReplies(of address: String, for actions: ArraySlice<ChatAction>) {
+        guard configuration.addressFanoutRate > 0 else { return }
+        var bytes = 0
+        for action in actions {
+            switch action {
+            case .send(let frame, _): bytes += Self.replyCost(of: frame)
+            case .sendShared(let shared, _): bytes += shared.frames.reduce(0) { $0 + Self.replyCost(of: $1) }
+            case .broadcast, .disconnect: break
+            }
+        }
+        chargeFanout(of: address, bytesPerDelivery: bytes, deliveries: 1)
+    }
+
+    /// `chargeReplies(of:for:)` for replies to `id` that come after its request was served (a
+    /// cluster node's answers from Redis).
+    mutating func chargeReplies(to id: ClientID, for actions: ArraySlice<ChatAction>) {
+        guard let address = id.slot < clients.count ? clients[id.slot]?.address : nil else { return }
+        chargeReplies(of: address, for: actions)
+    }
+
+    /// About what `frame` costs to send when it is a reply whose size the request does not
+    /// bound; 0 for the small ones, which the request rate bounds.
+    static func replyCost(of frame: Frame) -> Int {
+        switch frame {
+        case .history(_, let entries), .historyPage(_, _, _, let entries):
+            entries.reduce(64) { $0 + cost($1) }
+        case .roomList(let rooms), .roomListPage(_, let rooms):
+            rooms.reduce(64) { $0 + $1.name.utf8.count + $1.topic.utf8.count + 16 }
+        case .members(_, let nicks), .membersPage(_, _, let nicks):
+            nicks.reduce(64) { $0 + $1.utf8.count + 1 }
+        case .away(let nick, let text):
+            64 + nick.utf8.count + text.utf8.count
+        default:
+            0
+        }
     }
 
     /// Spends from `address`'s fan-out bucket what `deliveries` of `bytesPerDelivery` each cost.
@@ -814,7 +871,8 @@ public struct ChatCore: Sendable {
     ) -> Bool {
         switch direction {
         case .before: return complete
-        case .after: return memory.firstSeq.map { seq + 1 < $0 } ?? true
+        // `seq` comes from the client: `seq + 1` would trap at 2^64 − 1.
+        case .after: return memory.firstSeq.map { seq < $0 && $0 - seq > 1 } ?? true
         }
     }
 
@@ -904,6 +962,18 @@ public struct ChatCore: Sendable {
         Self.splitIntoFrames(entries, cost: Self.cost) { part, _ in
             actions.append(.send(.history(room: room, entries: part), to: id))
         }
+    }
+
+    /// The longest prefix of `text` of at most `bytes` UTF-8 bytes that ends on a character.
+    static func prefix(of text: String, bytes: Int) -> String {
+        var end = text.startIndex
+        var used = 0
+        for character in text {
+            used += character.utf8.count
+            guard used <= bytes else { break }
+            end = text.index(after: end)
+        }
+        return String(text[..<end])
     }
 
     /// Bytes available for the list in a list-carrying frame: the protocol's limit less room for

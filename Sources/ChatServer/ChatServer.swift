@@ -59,7 +59,9 @@ public final class ChatServer: @unchecked Sendable {
     /// What new connections on `listener` speak TLS with; replaced by `reloadTLS()`. Sessions
     /// already made keep the context they were made from.
     private var tlsContext: TLSContext?
-    private let readBuffer = ReadBuffer()
+    /// `MemoryBudget.readBytes` per read, so that what a waiting connection's decoder holds stays
+    /// within its share of the budget (`MemoryBudget.perConnection`).
+    private let readBuffer: ReadBuffer
     private var state = State.idle
     private var core: ChatCore
     /// Where rooms are kept beyond memory; nil when they are not.
@@ -97,10 +99,11 @@ public final class ChatServer: @unchecked Sendable {
     private var throttleTimerDeadline: UInt64?
 
     /// Actions held for the next commit, in order: those produced while a commit is in flight.
-    private var heldActions: [ChatAction] = []
-    /// What `heldActions` costs, by `heldCost(of:)`.
+    private var heldActions: [HeldAction] = []
+    /// What `heldActions` costs, by `HeldAction.cost`.
     private var heldActionsCost = 0
-    /// What the held actions and those of the commit in flight cost.
+    /// What the held actions and those of the commit in flight cost: their encoded frames (also
+    /// counted by `chunkMeter`, as queued frames are) and their recipient lists.
     private var heldCost = 0
     /// Whether a commit is in flight; there is at most one, and what arrives meanwhile goes into
     /// the next (group commit: the busier the server, the more each commit holds).
@@ -115,8 +118,9 @@ public final class ChatServer: @unchecked Sendable {
     private var slotsAwaitingCommit = Deque<(slot: Int, after: Int)>()
     /// Clients whose requests wait for the storage writer to catch up.
     private var writerWaiters: [ClientConnection] = []
-    /// During shutdown: the commit after which clients are told goodbye, and the reason.
-    private var goodbyeAfterCommit: (commit: Int, reason: String)?
+    /// During shutdown: the commit after which clients are told goodbye, the reason, and the
+    /// uptime after which they are told anyway (a stuck writer must not hold up the shutdown).
+    private var goodbyeAfterCommit: (commit: Int, reason: String, deadline: UInt64)?
 
     private var refusalLog = LogThrottle()
     /// Connections refused at the door, waiting for their clients to close.
@@ -148,6 +152,7 @@ public final class ChatServer: @unchecked Sendable {
         self.logger = logger
         self.store = store
         budget = configuration.memoryBudget
+        readBuffer = ReadBuffer(capacity: MemoryBudget.readBytes)
         core = ChatCore(configuration: configuration, store: store, clustered: cluster != nil)
         let queue = self.queue
         clusterNode = cluster.map { ClusterNode(configuration: $0, chat: configuration, queue: queue, logger: logger) }
@@ -238,7 +243,7 @@ public final class ChatServer: @unchecked Sendable {
                 return
             }
             if !commitInFlight, store.hasStagedChanges || !heldActions.isEmpty { submitCommit() }
-            goodbyeAfterCommit = (lastCommit, reason)
+            goodbyeAfterCommit = (lastCommit, reason, Self.now().uptimeMillis + configuration.drainTimeout.milliseconds)
         }
     }
 
@@ -359,8 +364,10 @@ public final class ChatServer: @unchecked Sendable {
         guard connection.throttledUntil == nil else { return }
         let now = Self.now()
         do {
-            while connection.isActive {
-                if store != nil, writerBacklogged {
+            while connection.isActive, connection.departure == nil {
+                // A handshake holds nothing (`hold`), so a newcomer is welcomed however far
+                // behind the writer is.
+                if store != nil, writerBacklogged, connection.welcomed {
                     waitForWriter(connection)
                     return
                 }
@@ -368,7 +375,7 @@ public final class ChatServer: @unchecked Sendable {
                     clusterNode.hold(connection)
                     return
                 }
-                if connection.channel.outboundCost > budget.replyHighWater {
+                if connection.channel.outboundCost + connection.heldReplyBytes > budget.replyHighWater {
                     pauseRequests(of: connection)
                     return
                 }
@@ -379,12 +386,14 @@ public final class ChatServer: @unchecked Sendable {
                     return
                 }
                 let before = connection.decoder.bufferedByteCount
+                // A version 1 session skips version 2's types, as a version 1 server would.
+                connection.decoder.version = core.protocolVersion(of: connection.id)
                 guard let frame = try connection.decoder.next() else { break }
                 let size = before - connection.decoder.bufferedByteCount
                 core.received(frame, size: size, from: connection.id, at: now, into: &actions)
                 perform()
             }
-            if connection.isActive, connection.channel.inputEnded {
+            if connection.isActive, connection.departure == nil, connection.channel.inputEnded {
                 // Every request the client sent before ending its input has been served (a partial
                 // frame at the end is dropped): its session ends as if it had said goodbye, and
                 // what is queued for it still goes out before the connection closes.
@@ -403,7 +412,7 @@ public final class ChatServer: @unchecked Sendable {
 
     /// Whether the storage writer is so far behind that no more requests are served.
     private var writerBacklogged: Bool {
-        heldCost + heldActionsCost > budget.output / 8
+        heldCost + heldActionsCost > budget.held
     }
 
     private func waitForWriter(_ connection: ClientConnection) {
@@ -473,7 +482,7 @@ public final class ChatServer: @unchecked Sendable {
     /// Serves `connection`'s requests again once its queue is under `replyLowWater`.
     private func resumeRequestsIfDrained(_ connection: ClientConnection) {
         guard connection.requestsPaused, connection.isActive,
-            connection.channel.outboundCost < budget.replyLowWater
+            connection.channel.outboundCost + connection.heldReplyBytes < budget.replyLowWater
         else { return }
         connection.requestsPaused = false
         serveRequests(of: connection)
@@ -488,7 +497,7 @@ public final class ChatServer: @unchecked Sendable {
     /// The client ended its input; it may still read. Its session ends once the requests it sent
     /// before are served (later, if they wait for its queue to drain).
     private func endOfInput(on connection: ClientConnection) {
-        guard connection.isActive, !connection.requestsPaused, connection.throttledUntil == nil,
+        guard connection.isActive, connection.departure == nil, !connection.requestsPaused, connection.throttledUntil == nil,
             !connection.waitingForWriter, !connection.waitingForCluster
         else { return }
         serveRequests(of: connection)
@@ -530,8 +539,7 @@ public final class ChatServer: @unchecked Sendable {
         }
         guard !actions.isEmpty else { return }
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
-            for action in actions { heldActionsCost += Self.heldCost(of: action) }
-            heldActions.append(contentsOf: actions)
+            hold(actions)
             actions.removeAll(keepingCapacity: true)
             // An idle writer takes the first change at once: waiting for the end of the turn
             // would make it wait behind the turn's fan-out too. Under load commits are
@@ -541,6 +549,57 @@ public final class ChatServer: @unchecked Sendable {
         }
         execute(actions)
         actions.removeAll(keepingCapacity: true)
+    }
+
+    /// Holds `list` for the next commit, its frames encoded now so that what they hold is
+    /// charged as what it is: the chunks count against the output queues' meter, replies also
+    /// against their client's reply high-water mark, and all of it against `budget.held`.
+    ///
+    /// A disconnection does not wait for the commit. A slow consumer is cut off at once (what is
+    /// held for it is dropped, as what is queued is); any other leaving client is read no more
+    /// and gets what is held for it and its farewell when the commit lands, or its farewell at
+    /// its linger deadline if the commit has not landed by then.
+    private func hold(_ list: [ChatAction]) {
+        for action in list {
+            if case .send(.limits, _) = action {
+                // The handshake's second frame goes with the welcome before it (below).
+                execute([action])
+                continue
+            }
+            if let id = action.soleRecipient, let connection = connections[id.slot], !connection.welcomed {
+                // Nothing is held for a client before its welcome (it is in no room): its
+                // handshake is answered at once, however long the writer takes.
+                execute([action])
+                continue
+            }
+            let held: HeldAction
+            switch action {
+            case .send(let frame, let id):
+                guard let connection = connections[id.slot], connection.isActive else { continue }
+                let chunk = encode(frame)
+                held = .send(chunk, to: connection, event: StoredEventKey(frame), welcomes: Self.welcomedNick(frame))
+                connection.heldReplyBytes += held.cost
+            case .sendShared(let shared, let id):
+                guard let connection = connections[id.slot], connection.isActive else { continue }
+                encodeIfNeeded(shared)
+                held = .sendShared(shared, to: connection)
+                connection.heldReplyBytes += held.cost
+            case .broadcast(let frame, let recipients):
+                held = .broadcast(encode(frame), to: recipients, event: StoredEventKey(frame))
+            case .disconnect(let id, let disconnection, let nick):
+                guard let connection = connections[id.slot], connection.isActive else { continue }
+                if disconnection.code == .slowConsumer {
+                    execute([action])
+                    continue
+                }
+                let deadline = Self.now().uptimeMillis + configuration.lingerTimeout.milliseconds
+                connection.departure = Departure(disconnection: disconnection, nick: nick, deadline: deadline)
+                connection.updateReading()
+                held = .disconnect(id, disconnection, nick: nick)
+            }
+            heldActions.append(held)
+            heldActionsCost += held.cost
+        }
     }
 
     /// After a commit: commits at the end of this turn what is staged and held — once the
@@ -573,7 +632,7 @@ public final class ChatServer: @unchecked Sendable {
 
     /// A commit is done: carries out its actions (without the events that could not be stored),
     /// submits what was held meanwhile, and serves the clients that waited for the writer.
-    private func committed(_ held: [ChatAction], cost: Int, _ result: Result<Void, CommitFailure>) {
+    private func committed(_ held: [HeldAction], cost: Int, _ result: Result<Void, CommitFailure>) {
         commitInFlight = false
         completedCommits += 1
         heldCost -= cost
@@ -584,7 +643,7 @@ public final class ChatServer: @unchecked Sendable {
             if let store, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) {
                 scheduleCommit()
             }
-            if let (commit, reason) = goodbyeAfterCommit, completedCommits >= commit {
+            if let (commit, reason, _) = goodbyeAfterCommit, completedCommits >= commit {
                 goodbyeAfterCommit = nil
                 sayGoodbye(reason)
             }
@@ -595,62 +654,44 @@ public final class ChatServer: @unchecked Sendable {
                 core.storageRecovered()
                 logger.notice("storage works again; room events are accepted", metadata: ["storage.error": "\(failure)"])
             }
-            execute(held)
+            execute(held, leavingOut: [])
         case .failure(let failure):
             logger.error(
                 "commit failed: room events not delivered, and refused until a commit succeeds",
                 metadata: ["storage.error": "\(failure.error)", "storage.events": "\(failure.events.count)"])
-            var failed = Set<String>()
-            for event in failure.events { failed.insert(Self.eventKey(event.room, event.entry.seq)) }
-            execute(held.filter { !Self.delivers(oneOf: failed, $0) })
+            let failed = Set(failure.events.map { StoredEventKey(room: $0.room, seq: $0.entry.seq) })
+            execute(held, leavingOut: failed)
             core.storageFailed(failure, into: &actions)
             perform()
         }
         resumeWriterWaiters()
     }
 
-    /// Whether `action` delivers a stored event whose key is in `keys`.
-    private static func delivers(oneOf keys: Set<String>, _ action: ChatAction) -> Bool {
-        let frame: Frame
-        switch action {
-        case .send(let sent, _): frame = sent
-        case .broadcast(let sent, _): frame = sent
-        case .sendShared, .disconnect: return false
-        }
-        switch frame {
-        case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .topic(let room, let seq, _, _, _):
-            return keys.contains(eventKey(room, seq))
-        default:
-            return false
-        }
-    }
-
-    private static func eventKey(_ room: String, _ seq: UInt64) -> String { "\(seq) \(room)" }
-
-    /// About what holding `action` until a commit costs in memory.
-    private static func heldCost(of action: ChatAction) -> Int {
-        switch action {
-        case .send(let frame, _): 64 + approximateSize(of: frame)
-        case .broadcast(let frame, let recipients): 64 + approximateSize(of: frame) + 8 * recipients.count
-        case .sendShared: 64
-        case .disconnect(_, let disconnection, _): 128 + disconnection.reason.utf8.count
-        }
-    }
-
-    private static func approximateSize(of frame: Frame) -> Int {
-        switch frame {
-        case .message(let room, _, _, let sender, let text), .action(let room, _, _, let sender, let text):
-            32 + room.utf8.count + sender.utf8.count + text.utf8.count
-        case .topic(let room, _, _, let setBy, let text):
-            32 + room.utf8.count + setBy.utf8.count + text.utf8.count
-        case .direct(let sender, let recipient, _, let text):
-            32 + sender.utf8.count + recipient.utf8.count + text.utf8.count
-        case .historyPage(_, _, _, let entries), .history(_, let entries):
-            entries.reduce(64) { $0 + 32 + $1.sender.utf8.count + $1.text.utf8.count }
-        case .error(_, _, _, let reason):
-            32 + reason.utf8.count
-        default:
-            64
+    /// Carries out held actions, in order, except deliveries of the stored events in `failed`.
+    private func execute(_ list: [HeldAction], leavingOut failed: Set<StoredEventKey>) {
+        for action in list {
+            switch action {
+            case .send(let chunk, let connection, let event, let welcomes):
+                connection.heldReplyBytes -= action.cost
+                guard connection.isActive, event.map({ !failed.contains($0) }) ?? true else { continue }
+                if let welcomes { logWelcome(connection, nick: welcomes) }
+                connection.channel.enqueue(chunk)
+                markDirty(connection)
+            case .sendShared(let shared, let connection):
+                connection.heldReplyBytes -= action.cost
+                guard connection.isActive else { continue }
+                for chunk in shared.encoded ?? [] { connection.channel.enqueue(chunk) }
+                markDirty(connection)
+            case .broadcast(let chunk, let recipients, let event):
+                if let event, failed.contains(event) { continue }
+                for id in recipients {
+                    guard let connection = connections[id.slot], connection.isActive else { continue }
+                    connection.channel.enqueue(chunk)
+                    markDirty(connection)
+                }
+            case .disconnect(let id, let disconnection, let nick):
+                execute([.disconnect(id, disconnection, nick: nick)])
+            }
         }
     }
 
@@ -660,14 +701,13 @@ public final class ChatServer: @unchecked Sendable {
             switch action {
             case .send(let frame, let id):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
-                if case .welcome(_, let nick, _, _) = frame { logWelcome(connection, nick: nick) }
+                if let nick = Self.welcomedNick(frame) { logWelcome(connection, nick: nick) }
                 connection.channel.enqueue(encode(frame))
                 markDirty(connection)
             case .sendShared(let shared, let id):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
-                let chunks = shared.encoded ?? shared.frames.map { encode($0, meter: nil) }
-                shared.encoded = chunks
-                for chunk in chunks { connection.channel.enqueue(chunk) }
+                encodeIfNeeded(shared)
+                for chunk in shared.encoded ?? [] { connection.channel.enqueue(chunk) }
                 markDirty(connection)
             case .broadcast(let frame, let recipients):
                 let chunk = encode(frame)
@@ -678,6 +718,7 @@ public final class ChatServer: @unchecked Sendable {
                 }
             case .disconnect(let id, let disconnection, let nick):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
+                connection.departure = nil
                 let now = Self.now()
                 if connection.channel.isHandshaking {
                     // Nothing can be said to a client without TLS keys: close at once, and say
@@ -700,6 +741,18 @@ public final class ChatServer: @unchecked Sendable {
                 markDirty(connection)
             }
         }
+    }
+
+    /// The nick a `welcome` frame welcomes, for the log line that says who connected.
+    private static func welcomedNick(_ frame: Frame) -> String? {
+        if case .welcome(_, let nick, _, _) = frame { return nick }
+        return nil
+    }
+
+    /// Encodes a history replay once, for every joiner that shares it. It belongs to the
+    /// history's share of the budget, so no meter counts it.
+    private func encodeIfNeeded(_ shared: SharedFrames) {
+        if shared.encoded == nil { shared.encoded = shared.frames.map { encode($0, meter: nil) } }
     }
 
     /// Encodes `frame` once into a chunk that any number of queues can share, counted against
@@ -762,8 +815,10 @@ public final class ChatServer: @unchecked Sendable {
 
     /// While all queues together pin more than the output budget, disconnects the client with
     /// the most queued: it is the furthest behind, and a client that reads never stays there.
+    /// Frames held for a commit count too, within their own share (`budget.held`), which the
+    /// writer gate keeps them in.
     private func relieveOutputPressure(now: ServerTime) {
-        while outputInUse > budget.output {
+        while outputInUse > budget.output + budget.held {
             var furthest: ClientConnection?
             for case let connection? in connections where connection.isActive {
                 if connection.channel.outboundCost > (furthest?.channel.outboundCost ?? 0) { furthest = connection }
@@ -841,10 +896,25 @@ public final class ChatServer: @unchecked Sendable {
             // one speaks, so room events are accepted again once there is room.
             if let store, store.hasStagedChanges, !commitInFlight { submitCommit() }
         }
+        if let (_, reason, deadline) = goodbyeAfterCommit, now.uptimeMillis >= deadline {
+            goodbyeAfterCommit = nil
+            logger.warning(
+                "the storage writer did not finish within the drain timeout: shutting down without waiting for it",
+                metadata: ["storage.held": "\(heldCost + heldActionsCost)"])
+            sayGoodbye(reason)
+        }
         let slowAfter = configuration.slowConsumerTimeout.milliseconds
         for case let connection? in connections {
             switch connection.phase {
             case .active:
+                if let departure = connection.departure {
+                    // Its farewell waits for a commit that has not landed: it leaves without
+                    // what is held for it.
+                    if now.uptimeMillis >= departure.deadline {
+                        execute([.disconnect(connection.id, departure.disconnection, nick: departure.nick)])
+                    }
+                    continue
+                }
                 connection.releaseIdleBuffers()
                 if connection.channel.outboundCost <= budget.lagThreshold { connection.lagSince = nil }
                 if let since = connection.lagSince, now.uptimeMillis &- since >= slowAfter {
@@ -943,6 +1013,64 @@ public enum ChatServerError: Error, CustomStringConvertible {
     public var description: String {
         switch self {
         case .invalidConfiguration(let problem): "invalid configuration: \(problem)"
+        }
+    }
+}
+
+/// A `ChatAction` held for a commit, its frames already encoded.
+///
+/// `@unchecked Sendable`: it names connections, which live on the server's queue; it crosses to
+/// the storage writer only inside the commit's completion, which runs back on that queue.
+private enum HeldAction: @unchecked Sendable {
+    /// A frame for one client; `event` names it if it delivers a stored event, `welcomes` the
+    /// nick if it is a `welcome`.
+    case send(ByteChunk, to: ClientConnection, event: StoredEventKey?, welcomes: String?)
+    /// A history replay (encoded) for one client.
+    case sendShared(SharedFrames, to: ClientConnection)
+    /// A frame for every client in `to`; `event` names it if it delivers a stored event.
+    case broadcast(ByteChunk, to: [ClientID], event: StoredEventKey?)
+    /// The end of a client's session.
+    case disconnect(ClientID, Disconnection, nick: String?)
+
+    /// What holding it costs: the encoded bytes (as `ByteChunk.cost` counts them), the recipient
+    /// list, or a disconnection's reason.
+    var cost: Int {
+        switch self {
+        case .send(let chunk, _, _, _): ByteChunk.cost(ofBytes: chunk.count)
+        case .sendShared(let shared, _): (shared.encoded ?? []).reduce(0) { $0 + ByteChunk.cost(ofBytes: $1.count) }
+        case .broadcast(let chunk, let recipients, _): ByteChunk.cost(ofBytes: chunk.count) + 8 * recipients.count
+        case .disconnect(_, let disconnection, _): 128 + disconnection.reason.utf8.count
+        }
+    }
+}
+
+/// A stored event by room and `seq`: what a failed commit names so that its deliveries are left out.
+private struct StoredEventKey: Hashable {
+    var room: String
+    var seq: UInt64
+
+    init(room: String, seq: UInt64) {
+        self.room = room
+        self.seq = seq
+    }
+
+    /// The event `frame` delivers, if it is one that is stored (a message, an action, a topic).
+    init?(_ frame: Frame) {
+        switch frame {
+        case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .topic(let room, let seq, _, _, _):
+            self.init(room: room, seq: seq)
+        default:
+            return nil
+        }
+    }
+}
+
+extension ChatAction {
+    /// The one client a reply or a disconnection is for; nil for what goes to room members.
+    fileprivate var soleRecipient: ClientID? {
+        switch self {
+        case .send(_, let id), .disconnect(let id, _, _): id
+        case .broadcast, .sendShared: nil
         }
     }
 }

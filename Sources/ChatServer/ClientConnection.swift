@@ -41,6 +41,13 @@ final class ClientConnection {
     /// Whether the client's requests wait (its connection is not read) for the cluster's answer
     /// to an earlier one: a nick claim or a join, whose outcome later requests depend on.
     var waitingForCluster = false
+    /// Bytes of replies to this client held for a commit (durable mode): they count with its
+    /// queue against the reply high-water mark, or a client that never reads could have the
+    /// server prepare replies without bound while commits are in flight.
+    var heldReplyBytes = 0
+    /// Set when the chat has let the client go but its farewell is held for a commit: it is read
+    /// no more, and is closed at the deadline whether or not the commit has landed.
+    var departure: Departure?
     /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
     /// it is below.
     var lagSince: UInt64?
@@ -80,7 +87,7 @@ final class ClientConnection {
     /// drain, for its address's rate, for the storage writer, or for the cluster.
     func updateReading() {
         guard isActive else { return }
-        if requestsPaused || throttledUntil != nil || waitingForWriter || waitingForCluster {
+        if requestsPaused || throttledUntil != nil || waitingForWriter || waitingForCluster || departure != nil {
             channel.pauseReading()
         } else {
             channel.resumeReading()
@@ -96,4 +103,14 @@ final class ClientConnection {
             decoderHasGrown = false
         }
     }
+}
+
+/// A client the chat has let go, waiting for the commit that its farewell is held behind.
+struct Departure {
+    /// Why it was let go.
+    var disconnection: Disconnection
+    /// Its nick, for the log line.
+    var nick: String?
+    /// When (uptime milliseconds) it is closed even if the commit has not landed.
+    var deadline: UInt64
 }

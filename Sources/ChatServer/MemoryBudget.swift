@@ -1,3 +1,5 @@
+import ChatProtocol
+
 /// How the server divides `--max-memory` among what can grow, so that its resident memory stays
 /// under the total whatever clients do.
 ///
@@ -7,10 +9,11 @@
 /// | --- | --- |
 /// | the process itself: code, runtime, Dispatch, allocator arenas | `baseline` |
 /// | a cluster node's Redis link: commands waiting for replies, replies being parsed | `clusterLink` |
-/// | connections: state, and the partial frame a decoder may hold | `perConnection` × `maxClients` |
+/// | connections: state, away text, and what a decoder may hold (a partial frame and one read) | `perConnection` × `maxClients` |
 /// | room history (entries) | `history` in all |
 /// | history replays encoded once and shared (at most two per room) | up to 2 × `history` |
 /// | everything queued for clients (chunks counted once, however many queues share them) | `output` in all |
+/// | frames encoded and held until the commit that makes them durable (durable mode) | `held`, plus one request's replies |
 /// | allocator slack and fragmentation | what is left (about an eighth) |
 ///
 /// Past `output`, the clients that lag furthest behind are disconnected as slow consumers until
@@ -22,8 +25,9 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     public let baseline: Int
     /// What a cluster node's Redis link may hold (0 when not a node).
     public let clusterLink: Int
-    /// The most one connection costs without its output queue: its state (about 2 KiB, measured)
-    /// and a decoder holding a partial frame of the largest allowed size.
+    /// The most one connection costs without its output queue: its state (about 2 KiB, measured),
+    /// its away text, and a decoder holding a partial frame of the largest allowed size plus one
+    /// read's worth of frames not yet served (`readBytes`).
     public let perConnection: Int
     /// The most room history (texts and names) kept in all rooms together.
     public let history: Int
@@ -31,6 +35,9 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     public let historyPerRoom: Int
     /// The most that may be queued for all clients together.
     public let output: Int
+    /// The most that frames held for a commit may cost before the server stops reading requests
+    /// until the commit lands (a request being served when it is reached may add its replies).
+    public let held: Int
     /// The most that may be queued for one client; a client past it is disconnected at once.
     public let outputPerClient: Int
     /// Above this much queued for it, a client's requests wait (its connection is not read) until
@@ -50,6 +57,15 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     /// 1.9–2.7 KiB measured, rounded up.
     public static let connectionStateBytes = 3 << 10
 
+    /// The longest away text kept for a client, in UTF-8 bytes; a longer one is cut to it.
+    public static let awayTextBytes = 512
+
+    /// What the server reads from one connection at a time. Reads stop while a client's requests
+    /// wait, so a waiting connection's decoder holds at most a partial frame and one read: small
+    /// reads keep that share small (a read still carries a hundred chat frames), where reads of
+    /// 64 KiB made every connection's share four frames' worth.
+    public static let readBytes = 4 << 10
+
     /// The smallest total that leaves the growing parts room to work.
     public static let minimumRemainder = 16 << 20
 
@@ -60,12 +76,17 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
         self.total = total
         baseline = Self.baselineBytes
         self.clusterLink = clusterLink
-        perConnection = Self.connectionStateBytes + maxFrameSize + extraPerConnection
+        perConnection =
+            Self.connectionStateBytes + Self.awayTextBytes + maxFrameSize + WireProtocol.maxVarintLength + Self.readBytes
+            + extraPerConnection
         remainder = total - baseline - clusterLink - perConnection * maxClients
         let usable = max(0, remainder)
         history = usable / 8
         historyPerRoom = max(64 << 10, history / 16)
-        output = usable / 2
+        // Output and held frames share half, held taking an eighth of it: held frames wait for a
+        // commit only, a few milliseconds when the disk keeps up.
+        held = usable / 16
+        output = usable / 2 - held
         outputPerClient = max(8 << 20, output / 8)
         replyHighWater = 256 << 10
         replyLowWater = 64 << 10
