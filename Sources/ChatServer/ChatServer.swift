@@ -30,10 +30,11 @@ import SocketTLS
 /// with them are committed (on the store's writer queue), and carried out, in order, only after
 /// the commit. One commit is in flight at a time; whatever the chat produces meanwhile is held
 /// and goes into the next one, as one transaction (group commit: the busier the server, the more
-/// each commit carries), so no delivery overtakes an earlier one. While what is held costs more
-/// than an eighth of the output budget, the server stops reading from clients. A failed commit's
-/// room events are not delivered; their senders get `storageFailed`, and room events are refused
-/// until a commit succeeds again.
+/// each commit carries), so no delivery overtakes an earlier one. Held frames are encoded when
+/// held and charged at their real size (`hold`); while they cost more than `budget.held`, the
+/// server stops reading from welcomed clients. Handshakes, evictions and shutdown never wait for
+/// a commit. A failed commit's room events are not delivered; their senders get `storageFailed`,
+/// and room events are refused until a commit succeeds again.
 ///
 /// Threading: `@unchecked Sendable` because every mutable property is confined to `queue`. Call
 /// `start()` and `shutdown` from any thread except that queue.
