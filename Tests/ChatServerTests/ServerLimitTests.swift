@@ -119,7 +119,7 @@ struct ServerLimitTests {
         let frames = try await flooder.readUntilClosed()
         let delivered = frames.filter { if case .message = $0 { true } else { false } }
         let refused = frames.filter { if case .error(.rateLimited, false, .say, _) = $0 { true } else { false } }
-        #expect(delivered.count == 2, "the join took one token of three")
+        #expect(delivered.count == 2, "the join took one token of three, the two lines are echoed: \(frames)")
         #expect(refused.count == 4)
         #expect(fatalError(in: frames)?.0 == .rateLimited, "got \(frames)")
     }

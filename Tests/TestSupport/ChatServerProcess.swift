@@ -47,12 +47,15 @@ public final class ChatServerProcess: Sendable {
     /// `--host` wins). The mode's storage is left out when `arguments` choose one themselves
     /// (`--data-dir`, `--no-persistence`, `--cluster`), so a test that names its data directory
     /// keeps it; otherwise a durable server gets a fresh temporary directory, never the user's.
+    /// A cluster node is ready once its link to Redis is up, which it logs as a notice: a quieter
+    /// `--log-level` is lowered to `notice`.
     /// With `port` 0 the OS picks a free one. A fixed port is retried for a while if it is still
     /// taken, as it can be right after a previous server on it exited.
     public init(
         _ mode: ServerMode = .durable, port: Int = 0, arguments: [String] = [], environment: [String: String] = [:]
     ) async throws {
         let executable = try ChildProcess.builtExecutable(named: "chat-server")
+        var arguments = arguments
         let choosesStorage = arguments.contains { ["--data-dir", "--no-persistence", "--cluster", "--help"].contains($0) }
             || environment["CHAT_CLUSTER"] != nil
         var modeArguments: [String] = []
@@ -79,6 +82,13 @@ public final class ChatServerProcess: Sendable {
                 let started = try await RedisServerProcess()
                 redis = started
                 modeArguments += ["--cluster", "redis://127.0.0.1:\(started.port)"]
+                // The node says its link is up at notice level, which we wait for below: a test
+                // that asked for a quieter log gets notices too.
+                if let level = arguments.firstIndex(of: "--log-level").map({ $0 + 1 }), level < arguments.count,
+                    ["warning", "error", "critical"].contains(arguments[level])
+                {
+                    arguments[level] = "notice"
+                }
             }
         }
         self.mode = mode
