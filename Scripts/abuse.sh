@@ -145,7 +145,8 @@ stop_server() {
         wait "$drain_pid" 2>/dev/null || true
         drain_pid=""
     fi
-    exec 3<&- 2>/dev/null || true
+    # In braces: a bare `exec 3<&- 2>/dev/null` would send the script's own stderr to /dev/null for good.
+    { exec 3<&-; } 2>/dev/null || true
     if [[ -n "$redis_pid" ]]; then
         kill -TERM "$redis_pid" 2>/dev/null || true
         wait "$redis_pid" 2>/dev/null || true
@@ -245,8 +246,9 @@ row_problems() {
     [[ $got =~ ^[0-9]+$ && $sent =~ ^[0-9]+$ && $sent -gt 0 && $((got * 10)) -ge $((sent * 9)) ]] ||
         problems+=("control echoes $echoes")
     [[ $cut == no ]] || problems+=("control cut off: $cut")
-    local IFS=';'
-    echo "${problems[*]}"
+    local joined
+    joined="$(printf '%s; ' "${problems[@]}")"
+    echo "${joined%; }"
 }
 
 budget_line=""
