@@ -93,7 +93,7 @@ let package = Package(
             dependencies: ["ChatProtocol", "SocketCore", argumentParser, .product(name: "Histogram", package: "hdrhistogram-swift")]),
 
         // Helpers that several test targets share (descriptor counts, child processes).
-        .target(name: "TestSupport", dependencies: ["SocketCore", "ChatProtocol"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"], path: "Tests/TestSupport"),
         .testTarget(name: "SocketCoreTests", dependencies: ["SocketCore", "TestSupport"]),
         .testTarget(name: "SocketStreamsTests", dependencies: ["SocketStreams", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
         .testTarget(name: "SocketTLSTests", dependencies: ["SocketTLS", "COpenSSL", "SocketCore", "TestSupport"]),

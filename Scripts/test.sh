@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project, on a fresh machine too: installs what is missing, then runs
-# the fuzzer, the socket layer's tests under ThreadSanitizer, a short load test, and finally the
+# the fuzzer, the socket layer's tests under ThreadSanitizer, a short load test, every attack of
+# docs/SECURITY.md against a release server in its default (durable) mode, and finally the
 # whole test suite (unit, integration over loopback, end-to-end with the real executables and the
 # real client in tmux). CI runs exactly this (.ci/run).
 set -euo pipefail
@@ -14,9 +15,11 @@ Runs, in order:
   2. Scripts/fuzz.sh 60           libFuzzer on the chat codec, the TLS record path and the RESP parser (FUZZ_SECONDS to change)
   3. swift test --sanitize=thread the socket layer's tests (SocketCore, SocketStreams) under TSan (.build-tsan/)
   4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss
-  5. swift test                   every test target; its summary line closes the run
+  5. Scripts/abuse.sh --check     every attack against a release server in durable mode, 5 s each;
+                                  fails if one succeeds (ABUSE_MODES to change, e.g. durable,memory,cluster)
+  6. swift test                   every test target; its summary line closes the run
 
-  --fast   skip steps 2-4 (for a quick local check; CI never passes it)
+  --fast   skip steps 2-5 (for a quick local check; CI never passes it)
 USAGE
 }
 
@@ -47,6 +50,11 @@ if [[ $fast -eq 0 ]]; then
 
     step "quick load test"
     Scripts/loadtest.sh --quick
+
+    # Bounded: a wedged server is killed by abuse.sh itself after 20 s, but a hung build or run
+    # must not eat CI's 90 minutes either.
+    step "attacks against a release server (${ABUSE_MODES:-durable})"
+    timeout 1800 Scripts/abuse.sh --modes "${ABUSE_MODES:-durable}" --duration 5 --check
 fi
 
 step "all tests"

@@ -8,7 +8,9 @@ import TestSupport
 ///
 /// Each starts a server with a memory budget and asserts what a hostile client must not achieve:
 /// the server's peak resident memory stays under the budget, clients in the same room keep
-/// receiving every message in order, and no client that reads is disconnected.
+/// receiving every message in order, and no client that reads is disconnected. Each runs in every
+/// mode a user can choose (durable, the default; memory; a cluster node on a real Redis; TLS):
+/// what the defences hold back differs between them (held deliveries, Redis replies, records).
 @Suite("Attacks on the real server", .serialized)
 struct AttackTests {
     /// The budget the servers here run with: small enough that every attack would blow it
@@ -20,9 +22,9 @@ struct AttackTests {
     /// `host`, so that a control can come from another address than the attackers (::1 needs a
     /// server on `::`).
     private static func member(
-        _ nick: String, host: String = "127.0.0.1", port: Int, room: String
+        _ nick: String, host: String = "127.0.0.1", of server: ChatServerProcess, room: String
     ) async throws -> TestClient {
-        let client = try await TestClient.connect(host: host, port: port, nick: nick)
+        let client = try await TestClient.connect(to: server, host: host, nick: nick)
         try await client.join(room)
         return client
     }
@@ -61,11 +63,12 @@ struct AttackTests {
 
     // MARK: Request amplification
 
-    @Test func aClientThatPipelinesBigRequestsWithoutReadingCannotGrowTheServer() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--no-rate-limits"])
+    @Test(arguments: ServerMode.allCases)
+    func aClientThatPipelinesBigRequestsWithoutReadingCannotGrowTheServer(mode: ServerMode) async throws {
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--no-rate-limits"])
         defer { server.stop() }
-        let alice = try await Self.member("alice", port: server.port, room: "big")
-        let bob = try await Self.member("bob", port: server.port, room: "big")
+        let alice = try await Self.member("alice", of: server, room: "big")
+        let bob = try await Self.member("bob", of: server, room: "big")
         // A full history of the largest messages, and rooms with the longest topics.
         let big = String(repeating: "h", count: 16_000)
         for _ in 0..<100 { try await alice.send(.say(room: "big", text: big)) }
@@ -77,7 +80,7 @@ struct AttackTests {
         // Ten clients that never read ask again and again for the biggest replies there are.
         var attackers: [BlockingSocket] = []
         for number in 0..<10 {
-            let attacker = try BlockingSocket(port: server.port, receiveBuffer: 4096)
+            let attacker = try BlockingSocket(to: server, receiveBuffer: 4096)
             await attacker.send([.hello(version: 2, nick: "amp\(number)", password: nil), .join(room: "big")])
             attackers.append(attacker)
         }
@@ -97,15 +100,16 @@ struct AttackTests {
 
     // MARK: Tiny-frame pinning
 
-    @Test func pipelinedPingsFromClientsThatNeverReadStayWithinTheBudget() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--no-rate-limits"])
+    @Test(arguments: ServerMode.allCases)
+    func pipelinedPingsFromClientsThatNeverReadStayWithinTheBudget(mode: ServerMode) async throws {
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--no-rate-limits"])
         defer { server.stop() }
-        let alice = try await Self.member("alice", port: server.port, room: "r")
-        let bob = try await Self.member("bob", port: server.port, room: "r")
+        let alice = try await Self.member("alice", of: server, room: "r")
+        let bob = try await Self.member("bob", of: server, room: "r")
         let pings = (0..<330_000).map { Frame.ping(token: UInt64($0 % 100)) }
         var attackers: [BlockingSocket] = []
         for number in 0..<20 {
-            let attacker = try BlockingSocket(port: server.port, receiveBuffer: 4096)
+            let attacker = try BlockingSocket(to: server, receiveBuffer: 4096)
             await attacker.send([.hello(version: 1, nick: "pinger\(number)", password: nil)])
             attackers.append(attacker)
         }
@@ -120,15 +124,16 @@ struct AttackTests {
 
     // MARK: History
 
-    @Test func historyInManyRoomsStaysWithinItsShareAndKeepsTheNewest() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--no-rate-limits"])
+    @Test(arguments: ServerMode.allCases)
+    func historyInManyRoomsStaysWithinItsShareAndKeepsTheNewest(mode: ServerMode) async throws {
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--no-rate-limits"])
         defer { server.stop() }
         let text = String(repeating: "m", count: 16_000)
         // 20 clients fill 10 rooms each with 100 messages of 16 kB: 320 MB of history offered.
         await withThrowingTaskGroup(of: Void.self) { group in
             for number in 0..<20 {
                 group.addTask {
-                    let filler = try await TestClient.connect(port: server.port, nick: "filler\(number)")
+                    let filler = try await TestClient.connect(to: server, nick: "filler\(number)")
                     for room in 0..<10 {
                         let name = "f\(number)-\(room)"
                         try await filler.join(name)
@@ -142,11 +147,11 @@ struct AttackTests {
         }
         Self.expectWithinBudget(server, "history in many rooms")
         // Rooms without members are forgotten; one that is kept has its newest messages.
-        let carol = try await TestClient.connect(port: server.port, nick: "carol")
+        let carol = try await TestClient.connect(to: server, nick: "carol")
         try await carol.join("kept")
         try await carol.send([.say(room: "kept", text: "first"), .say(room: "kept", text: "newest")])
         _ = try await carol.collect(2, "own messages") { if case .message = $0 { true } else { nil } }
-        let dave = try await TestClient.connect(port: server.port, nick: "dave")
+        let dave = try await TestClient.connect(to: server, nick: "dave")
         try await dave.send(.join(room: "kept"))
         let replay = try await dave.waitFor("the history replay") { frame -> [String]? in
             if case .history("kept", let entries) = frame { return entries.map(\.text) }
@@ -157,13 +162,14 @@ struct AttackTests {
 
     // MARK: Innocent members
 
-    @Test func legalBurstsNeverDisconnectAReader() async throws {
+    @Test(arguments: ServerMode.allCases)
+    func legalBurstsNeverDisconnectAReader(mode: ServerMode) async throws {
         // Default rate limits; a quick slow-consumer timeout, so a wrong rule would show.
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--slow-consumer-timeout", "2"])
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--slow-consumer-timeout", "2"])
         defer { server.stop() }
-        let readers = try await (0..<5).asyncMap { try await Self.member("reader\($0)", port: server.port, room: "busy") }
-        let sender = try await Self.member("sender", port: server.port, room: "busy")
-        let second = try await Self.member("second", port: server.port, room: "busy")
+        let readers = try await (0..<5).asyncMap { try await Self.member("reader\($0)", of: server, room: "busy") }
+        let sender = try await Self.member("sender", of: server, room: "busy")
+        let second = try await Self.member("second", of: server, room: "busy")
         let text = String(repeating: "b", count: 16_000)
         // Two senders each send their whole legal burst at once: 60 frames of 16 kB, nearly the
         // 1 MiB byte burst, so 1.9 MB reach every member together (the old server cut members
@@ -179,10 +185,10 @@ struct AttackTests {
             }
         }
         // A joiner gets the full history replay, and a stream of direct messages reaches its reader.
-        let joiner = try await TestClient.connect(port: server.port, nick: "joiner")
+        let joiner = try await TestClient.connect(to: server, nick: "joiner")
         try await joiner.send(.join(room: "busy"))
         _ = try await joiner.waitFor("the replay") { if case .history("busy", let entries) = $0, !entries.isEmpty { true } else { nil } }
-        let teller = try await TestClient.connect(port: server.port, nick: "teller")
+        let teller = try await TestClient.connect(to: server, nick: "teller")
         try await teller.send(Array(repeating: Frame.tell(recipient: "reader0", text: text), count: 60))
         _ = try await readers[0].collect(60, "direct messages") { if case .direct("teller", "reader0", _, _) = $0 { true } else { nil } }
         Self.expectNoSlowConsumerDisconnects(
@@ -191,10 +197,11 @@ struct AttackTests {
 
     // MARK: Half-close
 
-    @Test func aClientThatHalfClosesStillGetsWhatItWasSent() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags)
+    @Test(arguments: ServerMode.allCases)
+    func aClientThatHalfClosesStillGetsWhatItWasSent(mode: ServerMode) async throws {
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags)
         defer { server.stop() }
-        let client = try BlockingSocket(port: server.port)
+        let client = try BlockingSocket(to: server)
         await client.send([.hello(version: 1, nick: "halfway", password: nil), .join(room: "r"), .say(room: "r", text: "bye now")])
         client.shutdownWrite()
         let (frames, ended) = await client.readFrames()
@@ -207,19 +214,20 @@ struct AttackTests {
 
     // MARK: Floods and guessing
 
-    @Test func aPingFloodIsRateLimitedAndTheFloodersDisconnected() async throws {
+    @Test(arguments: ServerMode.allCases)
+    func aPingFloodIsRateLimitedAndTheFloodersDisconnected(mode: ServerMode) async throws {
         // The limits per connection, alone: with the address's, 20 flooders would share 500
         // frames a second, each under its own rate, and be read slowly rather than cut off (the
         // address's pacing has a test of its own).
         let perConnectionOnly = ["--address-rate-limit", "0", "--address-byte-rate", "0"]
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + perConnectionOnly + ["--host", "::"])
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + perConnectionOnly + ["--host", "::"])
         defer { server.stop() }
         // From ::1, as a bystander would be.
-        let alice = try await Self.member("alice", host: "::1", port: server.port, room: "r")
+        let alice = try await Self.member("alice", host: "::1", of: server, room: "r")
         let flood = (0..<20_000).map { Frame.ping(token: UInt64($0)) }
         var flooders: [BlockingSocket] = []
         for number in 0..<20 {
-            let flooder = try BlockingSocket(port: server.port)
+            let flooder = try BlockingSocket(to: server)
             await flooder.send([.hello(version: 1, nick: "flood\(number)", password: nil)])
             flooders.append(flooder)
         }
@@ -241,14 +249,15 @@ struct AttackTests {
         _ = try await Self.chat(20, from: alice, in: "r", readers: [alice])
     }
 
-    @Test func connectionsFromOneAddressAreReadNoFasterThanItsRateAndLoseNothing() async throws {
+    @Test(arguments: ServerMode.allCases)
+    func connectionsFromOneAddressAreReadNoFasterThanItsRateAndLoseNothing(mode: ServerMode) async throws {
         // Per connection, 40 frames of 16 kB are within the byte burst; per address, 8 connections
         // together (5.1 MB) are not: past the address's 1 MiB burst they are read at 1 MiB/s.
         let addressLimits = ["--address-byte-rate", "1048576", "--address-byte-burst", "1048576"]
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + addressLimits + ["--host", "::"])
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + addressLimits + ["--host", "::"])
         defer { server.stop() }
-        let control = try await Self.member("control", host: "::1", port: server.port, room: "r")
-        let senders = try await (0..<8).asyncMap { try await Self.member("sender\($0)", port: server.port, room: "r") }
+        let control = try await Self.member("control", host: "::1", of: server, room: "r")
+        let senders = try await (0..<8).asyncMap { try await Self.member("sender\($0)", of: server, room: "r") }
         let started = ContinuousClock.now
         for (number, sender) in senders.enumerated() {
             try await sender.send((0..<40).map { Frame.say(room: "r", text: "\(number) \($0) " + String(repeating: "s", count: 16_000)) })
@@ -286,15 +295,16 @@ struct AttackTests {
         _ = try await Self.chat(20, from: control, in: "r", readers: [control] + senders)
     }
 
-    @Test func passwordGuessesAreDelayedThenTheAddressIsLockedOut() async throws {
+    @Test(arguments: ServerMode.allCases)
+    func passwordGuessesAreDelayedThenTheAddressIsLockedOut(mode: ServerMode) async throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("chat-password-\(getpid())")
         try "s3cret\n".write(to: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: file) }
         let server = try await ChatServerProcess(
-            arguments: Self.budgetFlags + ["--password-file", file.path, "--password-attempts", "3", "--password-lockout", "30"])
+            mode, arguments: Self.budgetFlags + ["--password-file", file.path, "--password-attempts", "3", "--password-lockout", "30"])
         defer { server.stop() }
         func attempt(_ password: String) async throws -> String? {
-            let client = try BlockingSocket(port: server.port)
+            let client = try BlockingSocket(to: server)
             await client.send([.hello(version: 1, nick: "guesser", password: password)])
             let (frames, _) = await client.readFrames()
             client.close()
@@ -306,14 +316,16 @@ struct AttackTests {
         #expect(locked?.hasPrefix("too many wrong passwords from 127.0.0.1") == true, "even the right password waits out the lockout: \(String(describing: locked))")
     }
 
-    @Test func aReconnectLoopOverTheAddressLimitWritesASummaryNotALineEach() async throws {
+    @Test(arguments: ServerMode.allCases)
+    func aReconnectLoopOverTheAddressLimitWritesASummaryNotALineEach(mode: ServerMode) async throws {
         let server = try await ChatServerProcess(
+            mode,
             // The count limit alone: the connection rate's refusals would be a second kind of line.
             arguments: ["--max-clients-per-address", "2", "--address-connection-rate", "0", "--log-level", "info"])
         defer { server.stop() }
-        let held = try await (0..<2).asyncMap { try await TestClient.connect(port: server.port, nick: "held\($0)") }
+        let held = try await (0..<2).asyncMap { try await TestClient.connect(to: server, nick: "held\($0)") }
         for _ in 0..<300 {
-            let client = try BlockingSocket(port: server.port)
+            let client = try BlockingSocket(to: server)
             _ = await client.readFrames(timeout: .seconds(5))
             client.close()
         }
@@ -327,21 +339,23 @@ struct AttackTests {
 
     // MARK: Addresses and errors
 
-    @Test func doubleColonTakesIPv4AndIPv6Clients() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags + ["--host", "::"])
+    @Test(arguments: ServerMode.allCases)
+    func doubleColonTakesIPv4AndIPv6Clients(mode: ServerMode) async throws {
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--host", "::"])
         defer { server.stop() }
         for host in ["127.0.0.1", "::1"] {
-            let client = try BlockingSocket(host: host, port: server.port)
+            let client = try BlockingSocket(to: server, host: host)
             await client.send([.hello(version: 1, nick: "v\(host.count)", password: nil), .goodbye(reason: "")])
             let (frames, _) = await client.readFrames()
             #expect(frames.first.map { if case .welcome = $0 { true } else { false } } == true, "\(host): \(frames)")
         }
     }
 
-    @Test func aMalformedHelloIsAnsweredWithItsFrameType() async throws {
-        let server = try await ChatServerProcess(arguments: Self.budgetFlags)
+    @Test(arguments: ServerMode.allCases)
+    func aMalformedHelloIsAnsweredWithItsFrameType(mode: ServerMode) async throws {
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags)
         defer { server.stop() }
-        let client = try BlockingSocket(port: server.port)
+        let client = try BlockingSocket(to: server)
         // hello with the nick "9lice": a nick may not start with a digit.
         await client.send([0x09, 0x01, 0x01, 0x05] + Array("9lice".utf8) + [0x00])
         let (frames, _) = await client.readFrames()

@@ -12,48 +12,14 @@ import TestSupport
 /// and SIGHUP reloading the certificate while connections carry on.
 @Suite("chat-server over TLS", .serialized)
 struct TLSServerTests {
-    /// A directory with dev-cert.sh's CA and server certificate; removed when released.
-    final class Certificates: @unchecked Sendable {
-        static let script = URL(fileURLWithPath: #filePath)
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Scripts/dev-cert.sh")
-        let directory: String
-
-        private init(directory: String) { self.directory = directory }
-
-        /// Runs dev-cert.sh into a fresh temporary directory.
-        static func make() async throws -> Certificates {
-            var template = Array("/tmp/chat-tls-XXXXXX".utf8CString)
-            let made = try #require(mkdtemp(&template))
-            let certificates = Certificates(directory: String(cString: made))
-            try await certificates.issue()
-            return certificates
-        }
-
-        /// Issues a new server certificate from the same CA, also naming `names`.
-        func issue(names: [String] = []) async throws {
-            let script = try ChildProcess(Self.script, ["--out", directory] + names.flatMap { ["--name", $0] })
-            let status = await script.waitForExit()
-            #expect(status == 0, "dev-cert.sh exited \(String(describing: status)): \(script.output)")
-        }
-
-        var serverArguments: [String] { ["--tls-cert", "\(directory)/server.pem", "--tls-key", "\(directory)/server-key.pem"] }
-        var caFile: String { "\(directory)/ca.pem" }
-
-        /// A client context trusting the dev CA.
-        func clientContext() throws -> TLSContext { try TLSContext(.client(trust: .certificateAuthorities(file: caFile))) }
-
-        deinit { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
     private func connect(
-        _ server: ChatServerProcess, nick: String, certificates: Certificates, host: String = "localhost"
+        _ server: ChatServerProcess, nick: String, certificates: DevCertificates, host: String = "localhost"
     ) async throws -> ChatConnection {
         try await ChatConnection.connect(host: host, port: server.port, nick: nick, tls: certificates.clientContext())
     }
 
     @Test func chatsOverTLSBesideAPlainTextPort() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let server = try await ChatServerProcess(arguments: certificates.serverArguments + ["--plain-port", "0"])
         defer { server.stop() }
         #expect(await server.child.waitForOutput("plain text also on port "), "\(server.child.output)")
@@ -91,7 +57,7 @@ struct TLSServerTests {
     }
 
     @Test func clientWithoutTheCAIsRefusedAsUntrustedAndTheServerLogsIt() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let server = try await ChatServerProcess(arguments: certificates.serverArguments)
         defer { server.stop() }
         do {
@@ -105,7 +71,7 @@ struct TLSServerTests {
     }
 
     @Test func plainTextClientOnTheTLSPortGetsNoChatAndIsLogged() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let server = try await ChatServerProcess(arguments: certificates.serverArguments)
         defer { server.stop() }
         let plain = try await SocketConnection.connect(host: "127.0.0.1", port: server.port)
@@ -121,7 +87,7 @@ struct TLSServerTests {
     }
 
     @Test func clientThatStallsMidHandshakeIsDroppedAtTheHandshakeTimeout() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let server = try await ChatServerProcess(arguments: certificates.serverArguments + ["--handshake-timeout", "1"])
         defer { server.stop() }
         let session = try certificates.clientContext().makeClientSession(serverName: "localhost", peerLabel: "server")
@@ -138,7 +104,7 @@ struct TLSServerTests {
     }
 
     @Test func sighupReloadsTheCertificateWhileConnectionsCarryOn() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let server = try await ChatServerProcess(arguments: certificates.serverArguments)
         defer { server.stop() }
         let alice = try await connect(server, nick: "alice", certificates: certificates)
@@ -175,7 +141,7 @@ struct TLSServerTests {
     }
 
     @Test func terminalClientChatsOverTLSAndSaysSoOrRefusesAnUntrustedServerOnce() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let server = try await ChatServerProcess(arguments: certificates.serverArguments)
         defer { server.stop() }
         let client = try ChildProcess.builtExecutable(named: "chat-client")
@@ -203,7 +169,7 @@ struct TLSServerTests {
     }
 
     @Test func loadTesterDeliversEveryMessageOverTLS() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let server = try await ChatServerProcess(arguments: certificates.serverArguments + ["--no-rate-limits"])
         defer { server.stop() }
         let loadTest = try ChildProcess(
@@ -217,7 +183,7 @@ struct TLSServerTests {
     }
 
     @Test func mismatchedFlagsAndABadKeyAreRefusedAtStart() async throws {
-        let certificates = try await Certificates.make()
+        let certificates = try await DevCertificates.make()
         let executable = try ChildProcess.builtExecutable(named: "chat-server")
         let onlyCert = try ChildProcess(executable, ["--port", "0", "--tls-cert", "\(certificates.directory)/server.pem"])
         #expect(await onlyCert.waitForExit() != 0)

@@ -5,6 +5,7 @@ import ChatServer
 import Logging
 import SocketCore
 import Testing
+import TestSupport
 
 /// How long any single wait in these tests may take before it fails. Generous: other suites run
 /// on the same two cores.
@@ -91,6 +92,16 @@ final class TestClient: @unchecked Sendable {
     ) async throws -> TestClient {
         let connection = try await ChatConnection.connect(
             host: host, port: port, nick: nick, password: password, version: version)
+        return TestClient(connection: connection)
+    }
+
+    /// Connects to the `chat-server` process `server` from `host` as its clients do (over TLS when
+    /// it speaks TLS) and completes the handshake as `nick`, asking for protocol `version`.
+    static func connect(
+        to server: ChatServerProcess, host: String = "127.0.0.1", nick: String, password: String? = nil, version: UInt16 = 1
+    ) async throws -> TestClient {
+        let connection = try await ChatConnection.connect(
+            host: host, port: server.port, nick: nick, password: password, version: version, tls: server.clientTLS)
         return TestClient(connection: connection)
     }
 
