@@ -126,6 +126,8 @@ public final class ChatServer: @unchecked Sendable {
     private var refusalLog = LogThrottle()
     /// Connections refused at the door, waiting for their clients to close.
     private var refused = RefusedSockets()
+    /// TLS connections being refused after their handshake (`refuseAfterHandshake`).
+    private var tlsRefusals = 0
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
 
@@ -290,19 +292,31 @@ public final class ChatServer: @unchecked Sendable {
         let slot = freeSlots.last ?? connections.count
         let now = Self.now()
         if let refusal = core.clientConnected(ClientID(slot), address: address, at: now) {
-            turnAway(socket, address: address, refusal: refusal, now: now)
+            if tls, tlsContext != nil {
+                refuseAfterHandshake(socket, address: address, refusal: refusal, now: now)
+            } else {
+                turnAway(socket, address: address, refusal: refusal, now: now)
+            }
             return
         }
-        if slot == connections.count {
-            connections.append(nil)
-        } else {
-            freeSlots.removeLast()
-        }
+        let connection = open(socket, address: address, tls: tls)
+        // Connections are logged when they are welcomed or refused: a line per attempt of a
+        // client in a reconnect loop would be a line too many.
+        logger.debug(
+            "client connected",
+            metadata: ["connection.id": "\(connection.serial)", "connection.remote": "\(connection.channel.label)"])
+    }
+
+    /// Makes `socket` a connection in the next free slot, reading and writing on the server's
+    /// queue; `tls` says whether it came from the TLS listener.
+    private func open(_ socket: Socket, address: String, tls: Bool) -> ClientConnection {
+        let slot = freeSlots.popLast() ?? connections.count
+        if slot == connections.count { connections.append(nil) }
         // Chat frames are small and latency matters more than packet count; gather writes already
         // batch whatever is queued.
         try? socket.setNoDelay()
         // The TLS handshake runs inside the chat handshake's window: ChatCore's clock started
-        // above, and a client that stalls mid-handshake never sends hello.
+        // before, and a client that stalls mid-handshake never sends hello.
         let session = tls ? tlsContext?.makeServerSession(peerLabel: socket.label) : nil
         let channel = SocketChannel(socket: socket, queue: queue, readBuffer: readBuffer, tls: session)
         channel.slotMeter = slotMeter
@@ -318,12 +332,30 @@ public final class ChatServer: @unchecked Sendable {
         channel.onDrained = { [weak self] in self?.drained(connection) }
         channel.onClosed = { [weak self] error in self?.closed(connection, error: error) }
         channel.start()
-        // Connections are logged when they are welcomed or refused: a line per attempt of a
-        // client in a reconnect loop would be a line too many.
-        logger.debug(
-            "client connected",
-            metadata: ["connection.id": "\(connection.serial)", "connection.remote": "\(channel.label)"])
+        return connection
     }
+
+    /// Refuses a connection on the TLS port: a refusal in plain text would reach a TLS client as
+    /// garbage ("not TLS"), so the connection completes its TLS handshake, gets its error frame
+    /// encrypted, and closes. A handshake costs a millisecond of CPU, so at most
+    /// `maxTLSRefusals` are in progress at once; past that, the connection is closed unanswered.
+    private func refuseAfterHandshake(_ socket: Socket, address: String, refusal: Disconnection, now: ServerTime) {
+        logRefusal(address: address, label: socket.label, reason: refusal.reason, now: now)
+        guard tlsRefusals < Self.maxTLSRefusals else {
+            socket.close()
+            return
+        }
+        tlsRefusals += 1
+        let connection = open(socket, address: address, tls: true)
+        connection.isRefusal = true
+        // It is not a client of the chat: no welcome, so its refusal is not logged again.
+        let deadline = now.uptimeMillis + configuration.handshakeTimeout.milliseconds + configuration.lingerTimeout.milliseconds
+        connection.beginClosing(farewell: refusal.errorFrame.map(encode), deadline: deadline)
+        markDirty(connection)
+    }
+
+    /// The most TLS connections being refused after their handshake at once.
+    static let maxTLSRefusals = 64
 
     /// Refuses a connection on the listener's turn, at the cost of a few system calls: its error
     /// frame goes into the socket's empty send buffer, then end of stream; what the client already
@@ -505,6 +537,7 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     private func closed(_ connection: ClientConnection, error: SocketError?) {
+        if connection.isRefusal { tlsRefusals -= 1 }
         if connection.isActive {
             let reason = error.map { error in
                 error.tlsError.map { "TLS: \($0.reason)" } ?? "connection lost: \(error.reason)"
