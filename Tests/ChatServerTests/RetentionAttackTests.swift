@@ -96,11 +96,9 @@ struct RetentionAttackTests {
         // Past the empty-room time every one-shot room is gone from the disk, with its topic.
         let path = data.path + "/" + RoomDatabase.fileName
         let reader = try SQLiteDatabase(path: path, mode: .readOnly)
-        let forgotten = try await eventually(timeout: .seconds(60)) {
-            (try? reader.integer("SELECT count(*) FROM rooms WHERE name LIKE 'oneshot-%'")) == 0
-        }
-        let left = (try? reader.integer("SELECT count(*) FROM rooms WHERE name LIKE 'oneshot-%'")) ?? -1
-        #expect(forgotten, "rooms empty for longer than --retain-empty-rooms are deleted (\(left ?? -1) left)")
+        let oneShotRooms = { (try? reader.integer("SELECT count(*) FROM rooms WHERE name LIKE 'oneshot-%'")) ?? -1 }
+        let forgotten = await eventually(timeout: .seconds(60)) { oneShotRooms() == 0 }
+        #expect(forgotten, "rooms empty for longer than --retain-empty-rooms are deleted (\(oneShotRooms()) left)")
         let largest = await sampler.stop()
         let bound = RoomDatabase.directoryBound(totalBytes: totalBytes)
         #expect(
