@@ -168,6 +168,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                 }
             }
             queue.async { [self] in runFinishedCommits() }
+            // A commit that takes everything past the total is trimmed back at once, after its
+            // completion is handed over: the disk then exceeds the bound by one commit at most,
+            // whatever clients manage to write between two timed passes.
+            if (try? writer.isOverTotal(retention)) == true { applyRetention() }
         }
     }
 

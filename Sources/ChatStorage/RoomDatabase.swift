@@ -37,13 +37,13 @@ public final class RoomDatabase: @unchecked Sendable {
     /// The database's file name in the data directory.
     public static let fileName = "rooms.sqlite3"
 
-    /// The most the data directory may hold, every file in it, when retention keeps everything
-    /// to `totalBytes` (`RetentionPolicy.maxTotalBytes`): SQLite's pages take up to 1.5 times the
-    /// counted bytes (half-empty pages, indexes, free pages not yet given back), and 12 MiB
-    /// more covers the write-ahead log (cut back to 4 MiB at each checkpoint, which comes every
-    /// 4 MiB) and what commits add between two retention passes at the default rate limits.
-    /// docs/SERVER.md ("Retention") gives the measurements.
-    public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (12 << 20) }
+    /// The most the data directory holds, every file in it, when retention keeps what is stored
+    /// to `totalBytes` (`RetentionPolicy.maxTotalBytes`), as docs/SERVER.md ("Retention") states
+    /// it: SQLite's pages take up to 1.5 times the counted bytes (part-filled pages, indexes,
+    /// pages not yet given back; 1.13–1.26 measured), and 8 MiB covers the write-ahead log (cut
+    /// back to 4 MiB at a checkpoint, which comes every 4 MiB of log) and its index. Add one
+    /// commit: a commit that passes the total is trimmed back right after it.
+    public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (8 << 20) }
 
     /// The connection.
     public let database: SQLiteDatabase
@@ -430,6 +430,13 @@ public final class RoomDatabase: @unchecked Sendable {
     /// added up from the rows (retention keeps a running count instead).
     public func totalBytes() throws(SQLiteError) -> Int {
         Int(try database.integer("SELECT coalesce(sum(row_bytes + event_bytes), 0) FROM rooms") ?? 0)
+    }
+
+    /// Whether everything stored counts for more than `policy`'s total bound: retention has
+    /// work to do now, not at its next pass.
+    public func isOverTotal(_ policy: RetentionPolicy) throws(SQLiteError) -> Bool {
+        guard policy.maxTotalBytes > 0 else { return false }
+        return try countedBytes() > policy.maxTotalBytes
     }
 
     /// The running count of `totalBytes`, added up once when unknown.

@@ -42,7 +42,7 @@ struct ChatServerCommand: ParsableCommand {
             killed server loses nothing it acknowledged; --fsync says what a power loss can lose. \
             The --retain flags bound what is kept on disk: --retain-total-bytes counts every room's \
             events and its row (name and topic), and the data directory stays within 1.5 times it \
-            plus 12 MiB (SQLite's pages and log); a room without members is deleted once idle for \
+            plus 8 MiB (SQLite's pages and log); a room without members is deleted once idle for \
             --retain-empty-rooms. --no-persistence keeps rooms in memory only (docs/SERVER.md, \
             "Durability" and "Retention").
 
@@ -192,7 +192,7 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Bytes kept on disk in all rooms together, events and rooms' rows (topics included); over it the oldest goes first: the oldest events, or an empty room idle for longer. The data directory stays within 1.5 times this plus 12 MiB (suffix K, M, G); 0 for no bound.",
+            "Bytes kept on disk in all rooms together, events and rooms' rows (topics included); over it the oldest goes first: the oldest events, or an empty room idle for longer. The data directory stays within 1.5 times this plus 8 MiB (suffix K, M, G); 0 for no bound.",
             valueName: "SIZE"))
     var retainTotalBytes = ByteSize(bytes: 1 << 30)
 

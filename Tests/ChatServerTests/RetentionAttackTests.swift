@@ -1,48 +1,54 @@
 import ChatProtocol
+import ChatServer
 import ChatStorage
+import Dispatch
 import Glibc
 import SocketCore
 import TestSupport
 import Testing
 
-/// The bytes the files directly in `path` hold (their apparent sizes), or 0 if it cannot be read.
-func directoryBytes(_ path: String) -> Int {
-    guard let directory = opendir(path) else { return 0 }
+/// The size of each file directly in `path` (apparent sizes), by name; empty if it cannot be read.
+func directoryFiles(_ path: String) -> [String: Int] {
+    guard let directory = opendir(path) else { return [:] }
     defer { closedir(directory) }
-    var total = 0
+    var sizes: [String: Int] = [:]
     while let entry = readdir(directory) {
         let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         var info = stat()
         if name != ".", name != "..", stat(path + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG {
-            total += Int(info.st_size)
+            sizes[name] = Int(info.st_size)
         }
     }
-    return total
+    return sizes
 }
 
-/// The largest `directoryBytes` seen, sampled every 20 ms from a task of its own until `stop()`.
+/// The largest total size of a directory's files seen, and the largest size of each, sampled
+/// every 20 ms from a task of its own until `stop()`.
 final class DirectorySizeSampler: Sendable {
-    /// The largest size seen, and whether to go on.
-    private let state: Locked<(largest: Int, running: Bool)>
+    /// The peaks so far, and whether to go on.
+    private let state: Locked<(largest: Int, files: [String: Int], running: Bool)>
     private let task: Task<Void, Never>
 
     init(_ path: String) {
-        let state = Locked((largest: 0, running: true))
+        let state = Locked((largest: 0, files: [String: Int](), running: true))
         self.state = state
         task = Task.detached {
             while state.withLock({ $0.running }) {
-                let size = directoryBytes(path)
-                state.withLock { $0.largest = max($0.largest, size) }
+                let sizes = directoryFiles(path)
+                state.withLock { peaks in
+                    peaks.largest = max(peaks.largest, sizes.values.reduce(0, +))
+                    peaks.files.merge(sizes, uniquingKeysWith: max)
+                }
                 try? await Task.sleep(for: .milliseconds(20))
             }
         }
     }
 
-    /// Stops sampling and returns the largest size seen.
-    func stop() async -> Int {
+    /// Stops sampling and returns the largest total seen, and each file's largest size.
+    func stop() async -> (total: Int, files: [String: Int]) {
         state.withLock { $0.running = false }
         await task.value
-        return state.withLock { $0.largest }
+        return state.withLock { ($0.largest, $0.files) }
     }
 }
 
@@ -99,7 +105,7 @@ struct RetentionAttackTests {
         let oneShotRooms = { (try? reader.integer("SELECT count(*) FROM rooms WHERE name LIKE 'oneshot-%'")) ?? -1 }
         let forgotten = await eventually(timeout: .seconds(60)) { oneShotRooms() == 0 }
         #expect(forgotten, "rooms empty for longer than --retain-empty-rooms are deleted (\(oneShotRooms()) left)")
-        let largest = await sampler.stop()
+        let (largest, files) = await sampler.stop()
         let bound = RoomDatabase.directoryBound(totalBytes: totalBytes)
         #expect(
             largest <= bound,
@@ -117,6 +123,36 @@ struct RetentionAttackTests {
         #expect(epochSeen == epoch, "the room is the same room: its epoch is kept")
         visitor.close()
         resident.close()
-        print("retention attack: \(rooms) rooms with \(topic.utf8.count)-byte topics; data directory peaked at \(largest) bytes (bound \(bound))")
+        let peaks = files.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        print("retention attack: \(rooms) rooms with \(topic.utf8.count)-byte topics; the data directory peaked at \(largest) bytes (bound \(bound)); each file's peak: \(peaks); now \(directoryFiles(data.path).values.reduce(0, +)) bytes")
+    }
+
+    /// What `RoomStore.occupancyChanged` promises: retention keeps a room with members however
+    /// long it is quiet, and deletes it once it is empty and has idled for the empty-room time.
+    @Test func theStoreKeepsAnOccupiedRoomAndDeletesItOnceEmptyAndIdle() async throws {
+        let data = try TemporaryDirectory(prefix: "chat-retention")
+        defer { data.remove() }
+        let policy = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: 0, maxEmptyRoomMillis: 300)
+        let store = try SQLiteRoomStore(directory: data.path, durability: .off, retention: policy, retentionInterval: .milliseconds(20))
+        defer { store.close() }
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let wall = UInt64(now.tv_sec) * 1_000 + UInt64(now.tv_nsec) / 1_000_000
+        store.occupancyChanged(of: "occupied", occupied: true)
+        for name in ["occupied", "empty"] {
+            let entry = HistoryEntry(kind: .message, seq: 1, time: wall, sender: "ann", text: "hello")
+            store.stage(RoomRecord(name: name, epoch: 5, lastSeq: 1, topic: nil, lastActive: wall), event: entry)
+        }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            store.commitStaged(on: DispatchQueue(label: "test")) { _ in done.resume() }
+        }
+        let emptyGone = await eventually(timeout: .seconds(30)) { (try? store.loadRoom(named: "empty", recent: 1)) == .some(nil) }
+        #expect(emptyGone, "the empty room is deleted once idle for 300 ms")
+        // Both idled as long: the occupied one was looked at in the same pass, and kept.
+        let kept = try store.loadRoom(named: "occupied", recent: 1)
+        #expect(kept?.recent.map(\.text) == ["hello"], "an occupied room keeps its history however quiet it is")
+        store.occupancyChanged(of: "occupied", occupied: false)
+        let occupiedGone = await eventually(timeout: .seconds(30)) { (try? store.loadRoom(named: "occupied", recent: 1)) == .some(nil) }
+        #expect(occupiedGone, "once empty, it goes too")
     }
 }
