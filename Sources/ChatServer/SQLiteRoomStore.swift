@@ -55,8 +55,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// waits little.
     static let retentionStep = 256
 
-    /// How often retention runs by default: between two runs the data directory can grow past
-    /// the bound by what clients write meanwhile (docs/SERVER.md, "Retention").
+    /// How often retention runs by default: how late the per-room, age and empty-room bounds
+    /// may take effect. The total does not wait for it: a commit that passes it is trimmed at
+    /// once (docs/SERVER.md, "Retention").
     public static let defaultRetentionInterval: Duration = .seconds(10)
 
     /// Opens (creating them if missing) the directory and its database. Throws a `StorageError`

@@ -31,8 +31,8 @@ public struct RoomRecord: Sendable, Equatable {
     public var lastSeq: UInt64
     /// The current topic; nil when there is none.
     public var topic: RoomTopic?
-    /// When the room last had an event, in milliseconds since the Unix epoch: what retention
-    /// measures an empty room's age by.
+    /// When the room last had an event, in milliseconds since the Unix epoch (or, stored, when
+    /// retention last found it occupied): what retention measures an empty room's idle time by.
     public var lastActive: UInt64
 
     /// Describes a room.

@@ -202,7 +202,7 @@ struct ChatServerCommand: ParsableCommand {
             valueName: "DURATION"))
     var retainEmptyRooms = TimeSpan(milliseconds: 30 * 86_400_000)
 
-    @Option(help: "Seconds between retention passes: the disk may exceed the --retain bounds by what clients write in one.")
+    @Option(help: "Seconds between retention passes, which apply the per-room, age and empty-room bounds; a commit past --retain-total-bytes is trimmed at once.")
     var retentionInterval: Double = 10
 
     @Option(
