@@ -578,6 +578,8 @@ public struct ChatCore: Sendable {
         let version = clients[id.slot]!.version
         let room = withRoom(name) { room in
             room.members.append(id)
+            // Retention spares an occupied room however quiet it is.
+            if room.members.count == 1 { store?.occupancyChanged(of: name, occupied: true) }
             let joined = Frame.joined(room: name, seq: room.nextSeq(), time: now.wallMillis, nick: nick)
             actions.append(.broadcast(joined, to: room.members))
             return room
@@ -769,6 +771,7 @@ public struct ChatCore: Sendable {
     /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
     /// looks again).
     private mutating func removeEmptyRoom(_ name: String) {
+        store?.occupancyChanged(of: name, occupied: false)
         if let store, store.hasUncommittedWrites(in: name) {
             roomsAwaitingCommit.insert(name)
         } else {

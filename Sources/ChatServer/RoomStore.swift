@@ -41,6 +41,17 @@ public protocol RoomStore: AnyObject, Sendable {
 
     /// Waits for every commit to finish and stops background work. Call once, last.
     func close()
+
+    /// Says that `room` has members now (`occupied`) or has none left. Retention never deletes
+    /// an occupied room, however long its members stay quiet; an empty one is deleted once it
+    /// has been idle for the store's empty-room time. Call when a room gains its first member
+    /// and when it loses its last.
+    func occupancyChanged(of room: String, occupied: Bool)
+}
+
+extension RoomStore {
+    /// Does nothing: a store without retention deletes no room.
+    public func occupancyChanged(of room: String, occupied: Bool) {}
 }
 
 /// A commit that failed: why, and the events it did not store (their senders are told).

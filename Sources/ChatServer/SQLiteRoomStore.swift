@@ -14,7 +14,8 @@ import SocketCore
 ///
 /// `@unchecked Sendable`: `staged`, `uncommitted`, `reader` and `runningFinished` are used on the
 /// server's queue only; `writer` and `retentionTimer` on `writerQueue` only; `logSyncTimer`,
-/// `logDescriptor` and `logSyncFailing` on `syncQueue` only; `finished` is behind its lock.
+/// `logDescriptor` and `logSyncFailing` on `syncQueue` only; `finished` and `occupied` are behind
+/// their locks.
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The directory, locked for this store's lifetime.
     public let directory: DataDirectory
@@ -36,6 +37,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let finished = Locked<[@Sendable () -> Void]>([])
     /// Whether `runFinishedCommits` is running (on the server's queue).
     private var runningFinished = false
+    /// The rooms that have members (`occupancyChanged`): written on the server's queue, read by
+    /// retention on the writer's.
+    private let occupied = Locked<Set<String>>([])
 
     private let syncQueue = DispatchQueue(label: "ChatServer.storage.sync")
     private var logSyncTimer: DispatchSourceTimer?
@@ -47,15 +51,21 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// a power loss can lose, and what keeps each checkpoint's own sync short.
     public static let logSyncInterval: Duration = .milliseconds(100)
 
-    /// Rows retention deletes per transaction: small, so a commit waiting behind it waits little.
+    /// Events and rooms retention deletes per transaction: few, so a commit waiting behind it
+    /// waits little.
     static let retentionStep = 256
+
+    /// How often retention runs by default: how late the per-room, age and empty-room bounds
+    /// may take effect. The total does not wait for it: a commit that passes it is trimmed at
+    /// once (docs/SERVER.md, "Retention").
+    public static let defaultRetentionInterval: Duration = .seconds(10)
 
     /// Opens (creating them if missing) the directory and its database. Throws a `StorageError`
     /// whose message names the path and the reason: an unwritable directory, a directory another
     /// server holds, a file that is not a database or has a newer schema.
     public init(
         directory path: String, durability: Durability, retention: RetentionPolicy,
-        retentionInterval: Duration = .seconds(10), logger: Logger = Logger(label: "chat-server.storage")
+        retentionInterval: Duration = defaultRetentionInterval, logger: Logger = Logger(label: "chat-server.storage")
     ) throws(StorageError) {
         directory = try DataDirectory(path: path)
         self.retention = retention
@@ -127,6 +137,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         if let event { staged.events.append(StoredEvent(room: record.name, entry: event)) }
     }
 
+    /// See `RoomStore.occupancyChanged(of:occupied:)`.
+    public func occupancyChanged(of room: String, occupied: Bool) {
+        self.occupied.withLock { rooms in
+            if occupied { rooms.insert(room) } else { rooms.remove(room) }
+        }
+    }
+
     /// See `RoomStore.hasUncommittedWrites(in:)`.
     public func hasUncommittedWrites(in room: String) -> Bool { uncommitted[room] != nil }
 
@@ -152,6 +169,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                 }
             }
             queue.async { [self] in runFinishedCommits() }
+            // A commit that takes everything past the total is trimmed back at once, after its
+            // completion is handed over: the disk then exceeds the bound by one commit at most,
+            // whatever clients manage to write between two timed passes.
+            if (try? writer.isOverTotal(retention)) == true { applyRetention() }
         }
     }
 
@@ -224,7 +245,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// on the writer queue so commits interleave.
     private func applyRetention() {
         do throws(SQLiteError) {
-            let deleted = try writer.applyRetention(retention, now: Self.wallMillis(), maxDeletions: Self.retentionStep)
+            let deleted = try writer.applyRetention(retention, now: Self.wallMillis(), maxDeletions: Self.retentionStep) { room in
+                occupied.withLock { $0.contains(room) }
+            }
             if deleted == Self.retentionStep {
                 writerQueue.async { [weak self] in self?.applyRetention() }
             }

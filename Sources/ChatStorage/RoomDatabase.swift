@@ -20,21 +20,30 @@ public struct StorageError: Error, CustomStringConvertible {
 
 /// The rooms database: the schema, and the few statements the server runs on it.
 ///
-/// Two tables: `rooms` (one row per room: epoch, last `seq`, topic, last activity, and its
-/// events' count and bytes for retention) and `event_chunks` (messages, actions and topic
-/// changes, a run of consecutive events of one room per row — `EventChunk` says why — keyed by
-/// room and first `seq`, indexed by the oldest event's time for retention). `PRAGMA user_version`
-/// is the schema version: version 1 (a row per event) is converted when the writer opens it, a
-/// file of a newer version is refused rather than misread.
+/// Two tables: `rooms` (one row per room: epoch, last `seq`, last activity, its events' count and
+/// bytes and its own counted bytes for retention, topic; indexed by last activity) and
+/// `event_chunks` (messages, actions and topic changes, a run of consecutive events of one room
+/// per row — `EventChunk` says why — keyed by room and first `seq`, indexed by the oldest event's
+/// time for retention). `PRAGMA user_version` is the schema version: versions 1 (a row per event)
+/// and 2 (rooms without their counted bytes) are converted when the writer opens them, a file of
+/// a newer version is refused rather than misread.
 ///
 /// One instance is one connection, used by one queue: the server writes through one on its
 /// writer queue and reads through another on its own queue. WAL mode lets the reader read while
-/// the writer commits.
+/// the writer commits. `counted` and `roomsToCheck` belong to the writer's queue too.
 public final class RoomDatabase: @unchecked Sendable {
     /// The schema this code reads and writes.
-    public static let schemaVersion: Int64 = 2
+    public static let schemaVersion: Int64 = 3
     /// The database's file name in the data directory.
     public static let fileName = "rooms.sqlite3"
+
+    /// The most the data directory holds, every file in it, when retention keeps what is stored
+    /// to `totalBytes` (`RetentionPolicy.maxTotalBytes`), as docs/SERVER.md ("Retention") states
+    /// it: SQLite's pages take up to 1.5 times the counted bytes (part-filled pages, indexes,
+    /// pages not yet given back; 1.13–1.26 measured), and 8 MiB covers the write-ahead log (cut
+    /// back to 4 MiB at a checkpoint, which comes every 4 MiB of log) and its index. Add one
+    /// commit: a commit that passes the total is trimmed back right after it.
+    public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (8 << 20) }
 
     /// The connection.
     public let database: SQLiteDatabase
@@ -49,6 +58,17 @@ public final class RoomDatabase: @unchecked Sendable {
     private let selectChunkAt: SQLiteStatement
     private let selectChunksAfter: SQLiteStatement
     private let shrinkRoomCounts: SQLiteStatement
+    private let selectRoomCounts: SQLiteStatement
+    private let touchRoom: SQLiteStatement
+    private let deleteRoomRow: SQLiteStatement
+    private let deleteRoomChunks: SQLiteStatement
+    /// Everything stored counts for this many bytes against `RetentionPolicy.maxTotalBytes`
+    /// (rows and events): kept up to date by commits and retention, so retention need not add up
+    /// every row each step; nil until first needed, and again after a transaction rolled back.
+    private var counted: Int?
+    /// Rooms that may be over the per-room bounds: those a commit changed since retention last
+    /// looked; nil (look at every room) until retention first runs, and after a rollback.
+    private var roomsToCheck: Set<String>?
 
     static let insertChunkSQL = """
         INSERT INTO event_chunks(room, first_seq, last_seq, oldest_time, event_count, event_bytes, events)
@@ -77,7 +97,7 @@ public final class RoomDatabase: @unchecked Sendable {
                 throw StorageError(version == 0 ? "\(path) has no rooms schema" : "\(path) has schema version \(version), not converted yet")
             }
             if version == 0 { try Self.createSchema(in: database) }
-            if version == 1 { try Self.convertFromVersion1(database) }
+            if version == 1 || version == 2 { try Self.convert(database, from: version) }
             let mode = try database.text("PRAGMA journal_mode=WAL")
             guard mode == "wal" else {
                 throw StorageError("\(path): SQLite would not use write-ahead logging (journal_mode is \(mode ?? "unknown"))")
@@ -95,11 +115,12 @@ public final class RoomDatabase: @unchecked Sendable {
             upsertRoom = try database.prepare(
                 """
                 INSERT INTO rooms(name, epoch, last_seq, topic_text, topic_set_by, topic_time, topic_seq, last_active, \
-                event_count, event_bytes) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                event_count, event_bytes, row_bytes) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                 ON CONFLICT(name) DO UPDATE SET epoch = excluded.epoch, last_seq = max(last_seq, excluded.last_seq),
                 topic_text = excluded.topic_text, topic_set_by = excluded.topic_set_by, topic_time = excluded.topic_time,
                 topic_seq = excluded.topic_seq, last_active = max(last_active, excluded.last_active),
-                event_count = event_count + excluded.event_count, event_bytes = event_bytes + excluded.event_bytes
+                event_count = event_count + excluded.event_count, event_bytes = event_bytes + excluded.event_bytes,
+                row_bytes = excluded.row_bytes
                 """)
             selectRoom = try database.prepare(
                 "SELECT epoch, last_seq, topic_text, topic_set_by, topic_time, topic_seq, last_active FROM rooms WHERE name = ?1")
@@ -115,6 +136,11 @@ public final class RoomDatabase: @unchecked Sendable {
                 "SELECT first_seq, events FROM event_chunks WHERE room = ?1 AND first_seq > ?2 ORDER BY first_seq ASC")
             shrinkRoomCounts = try database.prepare(
                 "UPDATE rooms SET event_count = event_count - ?2, event_bytes = event_bytes - ?3 WHERE name = ?1")
+            selectRoomCounts = try database.prepare(
+                "SELECT row_bytes, event_count, event_bytes, last_active FROM rooms WHERE name = ?1")
+            touchRoom = try database.prepare("UPDATE rooms SET last_active = max(last_active, ?2) WHERE name = ?1")
+            deleteRoomRow = try database.prepare("DELETE FROM rooms WHERE name = ?1")
+            deleteRoomChunks = try database.prepare("DELETE FROM event_chunks WHERE room = ?1")
         } catch let error as StorageError {
             throw error
         } catch let error as SQLiteError {
@@ -129,20 +155,31 @@ public final class RoomDatabase: @unchecked Sendable {
         // back to the file system (`incremental_vacuum`) instead of keeping the file at its peak.
         try database.execute("PRAGMA auto_vacuum=INCREMENTAL")
         try database.transaction { () throws(SQLiteError) in
-            try database.execute(
-                """
-                CREATE TABLE rooms(
-                    name TEXT PRIMARY KEY NOT NULL,
-                    epoch INTEGER NOT NULL,
-                    last_seq INTEGER NOT NULL,
-                    topic_text TEXT, topic_set_by TEXT, topic_time INTEGER, topic_seq INTEGER,
-                    last_active INTEGER NOT NULL,
-                    event_count INTEGER NOT NULL,
-                    event_bytes INTEGER NOT NULL
-                ) WITHOUT ROWID;
-                """)
+            try createRoomTable(named: "rooms", in: database)
             try createChunkTable(in: database)
+            try database.execute("PRAGMA user_version = \(schemaVersion)")
         }
+    }
+
+    /// Creates the rooms table (version 3) as `name`, with its index by last activity (which
+    /// stays with the table when it is renamed).
+    private static func createRoomTable(named name: String, in database: SQLiteDatabase) throws(SQLiteError) {
+        // The numbers come before the topic: a row longer than about 1 KB spills into overflow
+        // pages, and reading a column stored after a 16 KB topic would read them all.
+        try database.execute(
+            """
+            CREATE TABLE \(name)(
+                name TEXT PRIMARY KEY NOT NULL,
+                epoch INTEGER NOT NULL,
+                last_seq INTEGER NOT NULL,
+                last_active INTEGER NOT NULL,
+                event_count INTEGER NOT NULL,
+                event_bytes INTEGER NOT NULL,
+                row_bytes INTEGER NOT NULL,
+                topic_time INTEGER, topic_seq INTEGER, topic_set_by TEXT, topic_text TEXT
+            ) WITHOUT ROWID;
+            CREATE INDEX rooms_by_activity ON \(name)(last_active);
+            """)
     }
 
     private static func createChunkTable(in database: SQLiteDatabase) throws(SQLiteError) {
@@ -159,32 +196,51 @@ public final class RoomDatabase: @unchecked Sendable {
                 PRIMARY KEY(room, first_seq)
             ) WITHOUT ROWID;
             CREATE INDEX event_chunks_by_time ON event_chunks(oldest_time);
-            PRAGMA user_version = \(schemaVersion);
             """)
     }
 
-    /// Converts a version 1 file (a row per event in `events`) into chunks, in one transaction.
-    private static func convertFromVersion1(_ database: SQLiteDatabase) throws(SQLiteError) {
+    /// Converts a version 1 or 2 file in one transaction: version 1's `events` (a row per event)
+    /// into chunks, then the rooms into version 3's table, each row with its counted bytes.
+    private static func convert(_ database: SQLiteDatabase, from version: Int64) throws(SQLiteError) {
         try database.transaction { () throws(SQLiteError) in
-            try createChunkTable(in: database)
-            let insert = try database.prepare(insertChunkSQL)
-            let select = try database.prepare("SELECT room, seq, kind, time, sender, text FROM events ORDER BY room, seq")
-            var room = ""
-            var run: [HistoryEntry] = []
-            while try select.step() {
-                let name = select.text(0)
-                if name != room || run.count == EventChunk.maxEvents {
-                    if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
-                    room = name
-                    run = []
-                }
-                let kind = HistoryEntry.Kind(rawValue: UInt8(truncatingIfNeeded: select.int64(2))) ?? .message
-                run.append(HistoryEntry(kind: kind, seq: select.uint64(1), time: select.uint64(3), sender: select.text(4), text: select.text(5)))
-            }
-            if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
-            select.reset()
-            try database.execute("DROP TABLE events")
+            try createRoomTable(named: "rooms_v3", in: database)
+            try database.execute(
+                """
+                INSERT INTO rooms_v3(name, epoch, last_seq, last_active, event_count, event_bytes, row_bytes,
+                    topic_time, topic_seq, topic_set_by, topic_text)
+                SELECT name, epoch, last_seq, last_active, event_count, event_bytes,
+                    \(RoomRecord.rowOverhead) + 2 * length(CAST(name AS BLOB)) + coalesce(length(CAST(topic_text AS BLOB))
+                    + length(CAST(topic_set_by AS BLOB)), 0),
+                    topic_time, topic_seq, topic_set_by, topic_text
+                FROM rooms;
+                DROP TABLE rooms;
+                ALTER TABLE rooms_v3 RENAME TO rooms;
+                """)
+            if version == 1 { try chunkVersion1Events(database) }
+            try database.execute("PRAGMA user_version = \(schemaVersion)")
         }
+    }
+
+    /// Moves version 1's events (a row per event in `events`) into a new chunk table.
+    private static func chunkVersion1Events(_ database: SQLiteDatabase) throws(SQLiteError) {
+        try createChunkTable(in: database)
+        let insert = try database.prepare(insertChunkSQL)
+        let select = try database.prepare("SELECT room, seq, kind, time, sender, text FROM events ORDER BY room, seq")
+        var room = ""
+        var run: [HistoryEntry] = []
+        while try select.step() {
+            let name = select.text(0)
+            if name != room || run.count == EventChunk.maxEvents {
+                if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
+                room = name
+                run = []
+            }
+            let kind = HistoryEntry.Kind(rawValue: UInt8(truncatingIfNeeded: select.int64(2))) ?? .message
+            run.append(HistoryEntry(kind: kind, seq: select.uint64(1), time: select.uint64(3), sender: select.text(4), text: select.text(5)))
+        }
+        if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
+        select.reset()
+        try database.execute("DROP TABLE events")
     }
 
     /// Inserts `chunk` of `room` through `statement` (`insertChunkSQL`); returns its count and bytes.
@@ -207,7 +263,8 @@ public final class RoomDatabase: @unchecked Sendable {
     /// must come after what the room has stored (SQLITE_CONSTRAINT otherwise).
     public func commit(_ batch: RoomBatch) throws(SQLiteError) {
         guard !batch.isEmpty else { return }
-        try database.transaction { () throws(SQLiteError) in
+        let grown = try database.transaction { () throws(SQLiteError) -> Int in
+            var grown = 0
             var added: [String: (count: Int64, bytes: Int64)] = [:]
             var start = batch.events.startIndex
             // A batch holds runs of events per room; each run becomes a chunk or a few.
@@ -234,15 +291,31 @@ public final class RoomDatabase: @unchecked Sendable {
             }
             for room in batch.rooms {
                 let counts = added[room.name] ?? (0, 0)
+                let rowBytes = room.storedBytes
+                grown += rowBytes - (try storedCounts(of: room.name)?.rowBytes ?? 0) + Int(counts.bytes)
                 try upsertRoom.bind(
                     .text(room.name), .integer(Int64(bitPattern: room.epoch)), .integer(Int64(bitPattern: room.lastSeq)),
                     .text(room.topic?.text), .text(room.topic?.setBy),
                     room.topic.map { .integer(Int64(bitPattern: $0.time)) } ?? .text(nil),
                     room.topic.map { .integer(Int64(bitPattern: $0.seq)) } ?? .text(nil),
-                    .integer(Int64(bitPattern: room.lastActive)), .integer(counts.count), .integer(counts.bytes))
+                    .integer(Int64(bitPattern: room.lastActive)), .integer(counts.count), .integer(counts.bytes),
+                    .integer(Int64(rowBytes)))
                 try upsertRoom.run()
             }
+            return grown
         }
+        counted? += grown
+        roomsToCheck?.formUnion(batch.rooms.lazy.map(\.name))
+    }
+
+    /// A stored room's counted bytes and events, and when it was last active; nil if it has no row.
+    private func storedCounts(of room: String) throws(SQLiteError) -> StoredCounts? {
+        defer { selectRoomCounts.reset() }
+        try selectRoomCounts.bind(.text(room))
+        guard try selectRoomCounts.step() else { return nil }
+        return StoredCounts(
+            name: room, rowBytes: Int(selectRoomCounts.int64(0)), eventCount: Int(selectRoomCounts.int64(1)),
+            eventBytes: Int(selectRoomCounts.int64(2)), lastActive: selectRoomCounts.uint64(3))
     }
 
     private func lastStoredSeq(of room: String) throws(SQLiteError) -> UInt64 {
@@ -316,34 +389,62 @@ public final class RoomDatabase: @unchecked Sendable {
 
     // MARK: Retention
 
-    /// Deletes up to `maxDeletions` events that `policy` no longer keeps, in one transaction, and
-    /// gives the freed pages back to the file system. Returns how many events it deleted: call
-    /// again while that is `maxDeletions` (a commit may run in between).
-    public func applyRetention(_ policy: RetentionPolicy, now: UInt64, maxDeletions: Int) throws(SQLiteError) -> Int {
-        let deleted = try database.transaction { () throws(SQLiteError) -> Int in
-            var left = maxDeletions
-            if policy.maxAgeMillis > 0, left > 0 {
-                let cutoff = now > policy.maxAgeMillis ? now - policy.maxAgeMillis : 0
-                left -= try trimByAge(before: cutoff, limit: left)
+    /// Deletes up to `maxDeletions` events and rooms that `policy` no longer keeps, in one
+    /// transaction, and gives the freed pages back to the file system. Rooms for which
+    /// `isOccupied` is true (they have members) are never deleted, however long they have been
+    /// quiet. Returns how many events and rooms it deleted: call again while that is
+    /// `maxDeletions` (a commit may run in between).
+    public func applyRetention(
+        _ policy: RetentionPolicy, now: UInt64, maxDeletions: Int, isOccupied: (String) -> Bool = { _ in false }
+    ) throws(SQLiteError) -> Int {
+        let deleted: Int
+        do {
+            deleted = try database.transaction { () throws(SQLiteError) -> Int in
+                var left = maxDeletions
+                if policy.maxAgeMillis > 0, left > 0 {
+                    left -= try trimByAge(before: now > policy.maxAgeMillis ? now - policy.maxAgeMillis : 0, limit: left)
+                }
+                if policy.maxEventsPerRoom > 0 || policy.maxBytesPerRoom > 0, left > 0 {
+                    left -= try trimRooms(policy, limit: left)
+                }
+                if policy.maxEmptyRoomMillis > 0, left > 0 {
+                    let cutoff = now > policy.maxEmptyRoomMillis ? now - policy.maxEmptyRoomMillis : 0
+                    left -= try deleteEmptyRooms(idleBefore: cutoff, now: now, limit: left, isOccupied: isOccupied)
+                }
+                if policy.maxTotalBytes > 0, left > 0 {
+                    left -= try trimTotal(to: policy.maxTotalBytes, now: now, limit: left, isOccupied: isOccupied)
+                }
+                return maxDeletions - left
             }
-            if policy.maxEventsPerRoom > 0 || policy.maxBytesPerRoom > 0, left > 0 {
-                left -= try trimRooms(policy, limit: left)
-            }
-            if policy.maxTotalBytes > 0, left > 0 {
-                left -= try trimTotal(to: policy.maxTotalBytes, limit: left)
-            }
-            if left > 0 {
-                left -= try deleteIdleRooms(policy, now: now, limit: left)
-            }
-            return maxDeletions - left
+        } catch {
+            // Rolled back: what this transaction changed in the running counts did not happen.
+            counted = nil
+            roomsToCheck = nil
+            throw error
         }
         if deleted > 0 { try database.execute("PRAGMA incremental_vacuum") }
         return deleted
     }
 
-    /// What all rooms' events count for against `maxTotalBytes`, plus each room's row.
+    /// What everything stored counts for against `maxTotalBytes`: each room's row and events,
+    /// added up from the rows (retention keeps a running count instead).
     public func totalBytes() throws(SQLiteError) -> Int {
-        Int(try database.integer("SELECT coalesce(sum(event_bytes + 64 + length(name)), 0) FROM rooms") ?? 0)
+        Int(try database.integer("SELECT coalesce(sum(row_bytes + event_bytes), 0) FROM rooms") ?? 0)
+    }
+
+    /// Whether everything stored counts for more than `policy`'s total bound: retention has
+    /// work to do now, not at its next pass.
+    public func isOverTotal(_ policy: RetentionPolicy) throws(SQLiteError) -> Bool {
+        guard policy.maxTotalBytes > 0 else { return false }
+        return try countedBytes() > policy.maxTotalBytes
+    }
+
+    /// The running count of `totalBytes`, added up once when unknown.
+    private func countedBytes() throws(SQLiteError) -> Int {
+        if let counted { return counted }
+        let total = try totalBytes()
+        counted = total
+        return total
     }
 
     /// Deletes every event older than `cutoff`, oldest chunks first, at most `limit`.
@@ -362,82 +463,164 @@ public final class RoomDatabase: @unchecked Sendable {
         return limit - left
     }
 
-    /// Deletes the oldest events of rooms over the per-room bounds.
+    /// Deletes the oldest events of rooms over the per-room bounds (a room's row counts in its
+    /// bytes). Looks only at the rooms commits changed since it last looked; at every room once.
     private func trimRooms(_ policy: RetentionPolicy, limit: Int) throws(SQLiteError) -> Int {
-        let maxCount = policy.maxEventsPerRoom > 0 ? Int64(policy.maxEventsPerRoom) : Int64.max
-        let maxBytes = policy.maxBytesPerRoom > 0 ? Int64(policy.maxBytesPerRoom) : Int64.max
-        let over = try database.prepare(
-            "SELECT name, event_count, event_bytes FROM rooms WHERE event_count > ?1 OR event_bytes > ?2 LIMIT 16")
-        try over.bind(.integer(maxCount), .integer(maxBytes))
-        var rooms: [(name: String, count: Int64, bytes: Int64)] = []
-        while try over.step() { rooms.append((over.text(0), over.int64(1), over.int64(2))) }
+        let maxCount = policy.maxEventsPerRoom > 0 ? policy.maxEventsPerRoom : Int.max
+        let maxBytes = policy.maxBytesPerRoom > 0 ? policy.maxBytesPerRoom : Int.max
+        if roomsToCheck == nil {
+            let over = try database.prepare("SELECT name FROM rooms WHERE event_count > ?1 OR event_bytes + row_bytes > ?2")
+            try over.bind(.integer(Int64(maxCount)), .integer(Int64(maxBytes)))
+            var names: Set<String> = []
+            while try over.step() { names.insert(over.text(0)) }
+            roomsToCheck = names
+        }
         var left = limit
-        for room in rooms {
-            var count = room.count
-            var bytes = room.bytes
-            while left > 0, count > maxCount || bytes > maxBytes {
+        for name in roomsToCheck ?? [] {
+            guard left > 0 else { break }
+            if let room = try storedCounts(of: name) {
+                var count = room.eventCount
+                var bytes = room.eventBytes + room.rowBytes
+                while left > 0, count > maxCount || bytes > maxBytes {
+                    let rows = try chunkRows(
+                        "SELECT room, first_seq, events FROM event_chunks WHERE room = ?1 ORDER BY first_seq LIMIT 4", .text(name))
+                    guard !rows.isEmpty else { break }
+                    for row in rows where left > 0 {
+                        left -= try remove(from: row, limit: left) { entry in
+                            guard count > maxCount || bytes > maxBytes else { return false }
+                            count -= 1
+                            bytes -= StoredEvent.storedBytes(room: name, entry: entry)
+                            return true
+                        }
+                    }
+                }
+                // Cut short by the limit: looked at again next step.
+                if left == 0, count > maxCount || bytes > maxBytes { break }
+            }
+            roomsToCheck?.remove(name)
+        }
+        return limit - left
+    }
+
+    /// Deletes the rooms last active before `cutoff`, with their events, at most `limit` events
+    /// and rooms; an occupied one is marked active `now` instead, so it is not looked at again
+    /// for as long.
+    private func deleteEmptyRooms(
+        idleBefore cutoff: UInt64, now: UInt64, limit: Int, isOccupied: (String) -> Bool
+    ) throws(SQLiteError) -> Int {
+        let select = try database.prepare(
+            "SELECT name, row_bytes, event_count, event_bytes, last_active FROM rooms WHERE last_active < ?1 ORDER BY last_active LIMIT 16")
+        var left = limit
+        while left > 0 {
+            let rooms = try roomRows(select, .integer(Int64(bitPattern: cutoff)))
+            for room in rooms where left > 0 {
+                if isOccupied(room.name) {
+                    try touch(room.name, now: now)
+                } else {
+                    left -= try deleteRoom(room, limit: left)
+                }
+            }
+            if rooms.count < 16 { break }
+        }
+        return limit - left
+    }
+
+    /// While everything counts for more than `maxTotal`, deletes the oldest thing stored: the
+    /// globally oldest events, or, when its last activity is as old or older, the least recently
+    /// active room without members, with anything it holds. (A room's events are never newer than
+    /// its last activity, so such a room holds no event newer than any left elsewhere.)
+    private func trimTotal(
+        to maxTotal: Int, now: UInt64, limit: Int, isOccupied: (String) -> Bool
+    ) throws(SQLiteError) -> Int {
+        // Rooms active in this very millisecond are left for the next pass: an occupied room is
+        // marked active now, and must not be found again in this one.
+        let leastActive = try database.prepare(
+            "SELECT name, row_bytes, event_count, event_bytes, last_active FROM rooms WHERE last_active < ?1 ORDER BY last_active LIMIT 1")
+        var left = limit
+        while left > 0 {
+            var excess = try countedBytes() - maxTotal
+            guard excess > 0 else { break }
+            var room = try roomRows(leastActive, .integer(Int64(bitPattern: now))).first
+            if let occupied = room, isOccupied(occupied.name) {
+                try touch(occupied.name, now: now)
+                continue
+            }
+            let chunk = try chunkRows("SELECT room, first_seq, events FROM event_chunks ORDER BY oldest_time LIMIT 1").first
+            if let oldest = chunk, let candidate = room, oldest.chunk.oldestTime < candidate.lastActive { room = nil }
+            if let room {
+                left -= try deleteRoom(room, limit: left)
+            } else if let chunk {
+                left -= try remove(from: chunk, limit: left) { entry in
+                    guard excess > 0 else { return false }
+                    excess -= StoredEvent.storedBytes(room: chunk.room, entry: entry)
+                    return true
+                }
+            } else {
+                // Only occupied rooms' rows are left: they stay while they have members.
+                break
+            }
+        }
+        return limit - left
+    }
+
+    /// Deletes `room`'s events, oldest first, and then its row, at most `limit` of them (the row
+    /// counts as one); returns how many. A room cut short keeps its row for the next step.
+    private func deleteRoom(_ room: StoredCounts, limit: Int) throws(SQLiteError) -> Int {
+        var left = limit
+        if room.eventCount < left {
+            try deleteRoomChunks.bind(.text(room.name))
+            try deleteRoomChunks.run()
+            left -= room.eventCount
+            counted? -= room.eventBytes
+        } else {
+            while left > 0 {
                 let rows = try chunkRows(
                     "SELECT room, first_seq, events FROM event_chunks WHERE room = ?1 ORDER BY first_seq LIMIT 4", .text(room.name))
                 guard !rows.isEmpty else { break }
-                for row in rows where left > 0 {
-                    left -= try remove(from: row, limit: left) { entry in
-                        guard count > maxCount || bytes > maxBytes else { return false }
-                        count -= 1
-                        bytes -= Int64(StoredEvent.storedBytes(room: room.name, entry: entry))
-                        return true
-                    }
-                }
+                for row in rows where left > 0 { left -= try remove(from: row, limit: left) { _ in true } }
             }
+            guard left > 0 else { return limit }
+            // Whatever the loop deleted, `remove` took off the room's counts and the running count.
+            let remaining = try storedCounts(of: room.name)?.eventBytes ?? 0
+            try deleteRoomChunks.bind(.text(room.name))
+            try deleteRoomChunks.run()
+            counted? -= remaining
         }
-        return limit - left
+        try deleteRoomRow.bind(.text(room.name))
+        try deleteRoomRow.run()
+        counted? -= room.rowBytes
+        roomsToCheck?.remove(room.name)
+        return limit - left + 1
     }
 
-    /// Deletes the globally oldest events while everything counts for more than `maxTotal`.
-    private func trimTotal(to maxTotal: Int, limit: Int) throws(SQLiteError) -> Int {
-        var left = limit
-        var excess = try totalBytes() - maxTotal
-        while left > 0, excess > 0 {
-            let rows = try chunkRows("SELECT room, first_seq, events FROM event_chunks ORDER BY oldest_time LIMIT 4")
-            guard !rows.isEmpty else { break }
-            for row in rows where left > 0 {
-                left -= try remove(from: row, limit: left) { entry in
-                    guard excess > 0 else { return false }
-                    excess -= StoredEvent.storedBytes(room: row.room, entry: entry)
-                    return true
-                }
-            }
-        }
-        return limit - left
+    /// Marks `room` active at `now`.
+    private func touch(_ room: String, now: UInt64) throws(SQLiteError) {
+        try touchRoom.bind(.text(room), .integer(Int64(bitPattern: now)))
+        try touchRoom.run()
     }
 
-    /// Deletes rooms with no events left that idled past `maxAgeMillis`, and, while the total is
-    /// still over `maxTotalBytes`, the least recently active rooms with no events.
-    private func deleteIdleRooms(_ policy: RetentionPolicy, now: UInt64, limit: Int) throws(SQLiteError) -> Int {
-        var deleted = 0
-        if policy.maxAgeMillis > 0 {
-            let cutoff = now > policy.maxAgeMillis ? now - policy.maxAgeMillis : 0
-            let delete = try database.prepare(
-                """
-                DELETE FROM rooms WHERE name IN (SELECT name FROM rooms WHERE event_count = 0 AND last_active < ?1 LIMIT ?2)
-                """)
-            try delete.bind(.integer(Int64(bitPattern: cutoff)), .integer(Int64(limit)))
-            try delete.run()
-            deleted += database.changes
+    /// A room's row as retention sees it: what it counts for, and when it was last active.
+    private struct StoredCounts {
+        var name: String
+        var rowBytes: Int
+        var eventCount: Int
+        var eventBytes: Int
+        var lastActive: UInt64
+    }
+
+    /// The rooms `select` (name, row_bytes, event_count, event_bytes, last_active) returns for
+    /// `bindings`, read in full before any is changed; resets the statement.
+    private func roomRows(_ select: SQLiteStatement, _ bindings: SQLiteValue...) throws(SQLiteError) -> [StoredCounts] {
+        defer { select.reset() }
+        try select.bind(bindings)
+        var rooms: [StoredCounts] = []
+        while try select.step() {
+            rooms.append(
+                StoredCounts(
+                    name: select.text(0), rowBytes: Int(select.int64(1)), eventCount: Int(select.int64(2)),
+                    eventBytes: Int(select.int64(3)), lastActive: select.uint64(4)))
         }
-        if policy.maxTotalBytes > 0, deleted < limit {
-            let excess = try totalBytes() - policy.maxTotalBytes
-            if excess > 0 {
-                let delete = try database.prepare(
-                    """
-                    DELETE FROM rooms WHERE name IN
-                    (SELECT name FROM rooms WHERE event_count = 0 ORDER BY last_active LIMIT ?1)
-                    """)
-                try delete.bind(.integer(Int64(min(limit - deleted, excess / 64 + 1))))
-                try delete.run()
-                deleted += database.changes
-            }
-        }
-        return deleted
+        return rooms
     }
 
     /// A stored chunk, decoded, with where it is stored.
@@ -490,6 +673,7 @@ public final class RoomDatabase: @unchecked Sendable {
         }
         try shrinkRoomCounts.bind(.text(row.room), .integer(Int64(removed)), .integer(Int64(removedBytes)))
         try shrinkRoomCounts.run()
+        counted? -= removedBytes
         return removed
     }
 }

@@ -31,8 +31,8 @@ public struct RoomRecord: Sendable, Equatable {
     public var lastSeq: UInt64
     /// The current topic; nil when there is none.
     public var topic: RoomTopic?
-    /// When the room last had an event, in milliseconds since the Unix epoch: what retention
-    /// measures an empty room's age by.
+    /// When the room last had an event, in milliseconds since the Unix epoch (or, stored, when
+    /// retention last found it occupied): what retention measures an empty room's idle time by.
     public var lastActive: UInt64
 
     /// Describes a room.
@@ -43,6 +43,20 @@ public struct RoomRecord: Sendable, Equatable {
         self.topic = topic
         self.lastActive = lastActive
     }
+
+    /// What the room's row counts for against the retention bounds, besides its events: its
+    /// strings and its fixed part. See `storedBytes(name:topic:)`.
+    public var storedBytes: Int { Self.storedBytes(name: name, topic: topic) }
+
+    /// `storedBytes` of a room named `name` with `topic`: `rowOverhead`, the name twice (the
+    /// row's key and its entry in the activity index), and the topic's text and setter.
+    public static func storedBytes(name: String, topic: RoomTopic?) -> Int {
+        rowOverhead + 2 * name.utf8.count + (topic.map { $0.text.utf8.count + $0.setBy.utf8.count } ?? 0)
+    }
+
+    /// The fixed part of a room's row and of its index entry: numbers, record headers, cell
+    /// pointers (about 90 bytes in SQLite's format, rounded up).
+    public static let rowOverhead = 96
 }
 
 /// A room as stored: its record, where its stored history begins, and its most recent events.
@@ -105,25 +119,35 @@ public struct RoomBatch: Sendable, Equatable {
     public var isEmpty: Bool { rooms.isEmpty && events.isEmpty }
 }
 
-/// How much history the database keeps: each bound applies when it is above 0.
+/// How much the database keeps: each bound applies when it is above 0.
+///
+/// What counts is what a room stores: each event's `StoredEvent.storedBytes` and the room's row,
+/// `RoomRecord.storedBytes` (its name and its topic included), so no part of the file grows
+/// outside the bounds.
 public struct RetentionPolicy: Sendable, Equatable {
     /// The most events kept per room; the oldest go first.
     public var maxEventsPerRoom: Int
-    /// The most event bytes (by `StoredEvent.storedBytes`) kept per room.
+    /// The most bytes kept per room: its row and its events; the oldest events go first.
     public var maxBytesPerRoom: Int
-    /// How long, in milliseconds, an event is kept; an empty room with no events left is removed
-    /// (with its epoch, `seq` and topic) once it has been idle this long.
+    /// How long, in milliseconds, an event is kept.
     public var maxAgeMillis: UInt64
-    /// The most event bytes kept in all rooms together; the globally oldest events go first, then
-    /// rooms with no events, least recently active first.
+    /// The most bytes kept in all rooms together, rows and events. Over it the oldest goes first:
+    /// the globally oldest events, or a room without members whose last activity is older than
+    /// every event left (it is deleted with anything it holds).
     public var maxTotalBytes: Int
+    /// How long, in milliseconds, a room without members and without new events is kept: then it
+    /// is deleted with its events and topic, and a room of that name starts again with a new epoch.
+    public var maxEmptyRoomMillis: UInt64
 
     /// Describes a policy.
-    public init(maxEventsPerRoom: Int, maxBytesPerRoom: Int, maxAgeMillis: UInt64, maxTotalBytes: Int) {
+    public init(
+        maxEventsPerRoom: Int, maxBytesPerRoom: Int, maxAgeMillis: UInt64, maxTotalBytes: Int, maxEmptyRoomMillis: UInt64 = 0
+    ) {
         self.maxEventsPerRoom = maxEventsPerRoom
         self.maxBytesPerRoom = maxBytesPerRoom
         self.maxAgeMillis = maxAgeMillis
         self.maxTotalBytes = maxTotalBytes
+        self.maxEmptyRoomMillis = maxEmptyRoomMillis
     }
 
     /// Keeps everything.

@@ -40,8 +40,11 @@ struct ChatServerCommand: ParsableCommand {
             Rooms are durable: their epoch, seq, topic and history are kept in SQLite under \
             --data-dir, and a message is echoed (acknowledged) only once it is committed there, so a \
             killed server loses nothing it acknowledged; --fsync says what a power loss can lose. \
-            The --retain flags bound what is kept on disk. --no-persistence keeps rooms in memory \
-            only (docs/SERVER.md, "Durability").
+            The --retain flags bound what is kept on disk: --retain-total-bytes counts every room's \
+            events and its row (name and topic), and the data directory stays within 1.5 times it \
+            plus 8 MiB (SQLite's pages and log); a room without members is deleted once idle for \
+            --retain-empty-rooms. --no-persistence keeps rooms in memory only (docs/SERVER.md, \
+            "Durability" and "Retention").
 
             With --cluster redis://HOST:PORT (or $CHAT_CLUSTER) the server is one node of a cluster: \
             every node serves every room, and rooms, their history, nicks and presence live in that \
@@ -178,17 +181,29 @@ struct ChatServerCommand: ParsableCommand {
     @Option(help: "Events kept per room on disk, the oldest deleted first; 0 for no bound.")
     var retainEvents = 100_000
 
-    @Option(help: ArgumentHelp("Event bytes kept per room on disk (suffix K, M, G); 0 for no bound.", valueName: "SIZE"))
+    @Option(
+        help: ArgumentHelp(
+            "Bytes kept per room on disk, its events and its row (name, topic), the oldest events deleted first (suffix K, M, G); 0 for no bound.",
+            valueName: "SIZE"))
     var retainRoomBytes = ByteSize(bytes: 64 << 20)
 
-    @Option(help: "Days an event is kept on disk; an empty room with no events left is forgotten after as many idle days. 0 keeps them for ever.")
+    @Option(help: "Days an event is kept on disk; 0 keeps events for ever (within the other bounds).")
     var retainDays: Double = 0
 
     @Option(
         help: ArgumentHelp(
-            "Event bytes kept on disk in all rooms together, the globally oldest deleted first (suffix K, M, G); 0 for no bound.",
+            "Bytes kept on disk in all rooms together, events and rooms' rows (topics included); over it the oldest goes first: the oldest events, or an empty room idle for longer. The data directory stays within 1.5 times this plus 8 MiB (suffix K, M, G); 0 for no bound.",
             valueName: "SIZE"))
     var retainTotalBytes = ByteSize(bytes: 1 << 30)
+
+    @Option(
+        help: ArgumentHelp(
+            "How long a room without members and without events is kept on disk (suffix s, m, h, d); then it is deleted with its history and topic, and comes back with a new epoch. 0 keeps such rooms (within --retain-total-bytes).",
+            valueName: "DURATION"))
+    var retainEmptyRooms = TimeSpan(milliseconds: 30 * 86_400_000)
+
+    @Option(help: "Seconds between retention passes, which apply the per-room, age and empty-room bounds; a commit past --retain-total-bytes is trimmed at once.")
+    var retentionInterval: Double = 10
 
     @Option(
         help: ArgumentHelp(
@@ -211,6 +226,7 @@ struct ChatServerCommand: ParsableCommand {
         if let problem = try serverConfiguration().problem() { throw ValidationError(problem) }
         guard retainDays >= 0, retainDays.isFinite else { throw ValidationError("--retain-days must be 0 or more") }
         guard retainEvents >= 0 else { throw ValidationError("--retain-events must be 0 or more") }
+        _ = try seconds(retentionInterval, "--retention-interval")
         if noPersistence, dataDir != nil { throw ValidationError("--data-dir and --no-persistence contradict each other") }
         if let cluster = try clusterConfiguration() {
             if dataDir != nil { throw ValidationError("--data-dir does not apply to a cluster node: its rooms live in \(cluster.host):\(cluster.port)") }
@@ -251,15 +267,21 @@ struct ChatServerCommand: ParsableCommand {
         }
         let retention = RetentionPolicy(
             maxEventsPerRoom: retainEvents, maxBytesPerRoom: retainRoomBytes.bytes,
-            maxAgeMillis: UInt64(retainDays * 86_400_000), maxTotalBytes: retainTotalBytes.bytes)
+            maxAgeMillis: UInt64(retainDays * 86_400_000), maxTotalBytes: retainTotalBytes.bytes,
+            maxEmptyRoomMillis: retainEmptyRooms.milliseconds)
+        let interval = try seconds(retentionInterval, "--retention-interval")
         do {
-            let store = try SQLiteRoomStore(directory: path, durability: fsync, retention: retention, logger: logger)
+            let store = try SQLiteRoomStore(
+                directory: path, durability: fsync, retention: retention, retentionInterval: interval, logger: logger)
             logger.info(
                 "rooms stored",
                 metadata: [
                     "storage.path": "\(store.directory.databasePath)", "storage.fsync": "\(fsync.rawValue)",
                     "storage.retention":
-                        "\(retainEvents) events, \(retainRoomBytes.bytes) bytes per room, \(retainDays) days, \(retainTotalBytes.bytes) bytes in all",
+                        """
+                        \(retainEvents) events, \(retainRoomBytes.bytes) bytes per room, \(retainDays) days, \(retainTotalBytes.bytes) \
+                        bytes in all, empty rooms \(retainEmptyRooms.defaultValueDescription), every \(retentionInterval) s
+                        """,
                 ])
             return store
         } catch {
@@ -460,4 +482,30 @@ struct ByteSize: ExpressibleByArgument, Sendable {
     }
 
     var defaultValueDescription: String { bytes >= 1 << 30 && bytes % (1 << 30) == 0 ? "\(bytes >> 30)G" : "\(bytes >> 20)M" }
+}
+
+/// A length of time as people write it: `30d`, `12h`, `15m`, `90s`, `0.5s`; `0` for none.
+struct TimeSpan: ExpressibleByArgument, Sendable {
+    var milliseconds: UInt64
+
+    init(milliseconds: UInt64) { self.milliseconds = milliseconds }
+
+    init?(argument: String) {
+        if argument == "0" {
+            milliseconds = 0
+            return
+        }
+        let units: [Character: Double] = ["s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000]
+        guard let last = argument.last, let unit = units[last], let value = Double(argument.dropLast()), value >= 0,
+            value * unit < 1e18
+        else { return nil }
+        milliseconds = UInt64(value * unit)
+    }
+
+    var defaultValueDescription: String {
+        let units: [(String, UInt64)] = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)]
+        guard milliseconds > 0 else { return "0" }
+        let (suffix, size) = units.first { milliseconds % $0.1 == 0 } ?? ("s", 1_000)
+        return size == 1_000 && milliseconds % 1_000 != 0 ? "\(Double(milliseconds) / 1_000)s" : "\(milliseconds / size)\(suffix)"
+    }
 }

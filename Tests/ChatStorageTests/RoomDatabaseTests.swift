@@ -170,22 +170,24 @@ struct RoomDatabaseTests {
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
         let text = String(repeating: "y", count: 100)
-        // Each event counts 32 + 1 (room) + 5 (sender) + 100 = 138 bytes.
+        // Each event counts 32 + 1 (room) + 5 (sender) + 100 = 138 bytes, each room's row 96 + 2 × 1.
+        let row = RoomRecord.rowOverhead + 2
         try database.commit(batch("a", (1...20).map { message($0, text, time: $0) }))
         try database.commit(batch("b", (1...20).map { message($0, text, time: 100 + $0) }))
-        let perRoom = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 138 * 5, maxAgeMillis: 0, maxTotalBytes: 0)
+        #expect(try database.totalBytes() == 40 * 138 + 2 * row)
+        let perRoom = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 138 * 5 + row, maxAgeMillis: 0, maxTotalBytes: 0)
         _ = try database.applyRetention(perRoom, now: 1_000, maxDeletions: 1_000)
         #expect(try database.loadRoom(named: "a", recent: 100)?.recent.map(\.seq) == Array(16...20))
         #expect(try database.loadRoom(named: "b", recent: 100)?.recent.map(\.seq) == Array(16...20))
-        // Now the total: room rows count 64 + name each; keep about six events in all.
-        let total = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: 138 * 6 + 2 * 65)
+        // Now the total, the two rows included: keep six events in all.
+        let total = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: 138 * 6 + 2 * row)
         _ = try database.applyRetention(total, now: 1_000, maxDeletions: 1_000)
-        #expect(try database.totalBytes() <= 138 * 6 + 2 * 65)
+        #expect(try database.totalBytes() == 138 * 6 + 2 * row)
         #expect(try database.loadRoom(named: "a", recent: 100)?.recent.map(\.seq) == [20], "a's events are older: they go first")
         #expect(try database.loadRoom(named: "b", recent: 100)?.recent.map(\.seq) == Array(16...20))
     }
 
-    @Test func retentionByAgeThenForgetsIdleEmptyRooms() throws {
+    @Test func retentionByAgeKeepsTheRoomsItEmpties() throws {
         let directory = try TemporaryDirectory(prefix: "chat-storage")
         defer { directory.remove() }
         let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
@@ -193,8 +195,140 @@ struct RoomDatabaseTests {
         try database.commit(batch("new", [message(1, "c", time: 9_000)]))
         let policy = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 5_000, maxTotalBytes: 0)
         _ = try database.applyRetention(policy, now: 10_000, maxDeletions: 100)
-        #expect(try database.loadRoom(named: "old", recent: 10) == nil, "an idle room with no events left is forgotten")
+        let old = try #require(try database.loadRoom(named: "old", recent: 10), "without an empty-room time the room stays")
+        #expect(old.recent.isEmpty, "its events are past the age")
+        #expect(old.record.epoch == 7 && old.record.lastSeq == 2)
         #expect(try database.loadRoom(named: "new", recent: 10)?.recent.map(\.text) == ["c"])
+    }
+
+    @Test func roomsIdlePastTheEmptyRoomTimeAreDeletedWithTheirEventsUnlessOccupied() throws {
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
+        defer { directory.remove() }
+        let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
+        let topic = RoomTopic(text: String(repeating: "t", count: 16_000), setBy: "mallory", time: 1_000, seq: 2)
+        for name in ["oneshot", "quiet"] {
+            try database.commit(
+                RoomBatch(
+                    rooms: [RoomRecord(name: name, epoch: 7, lastSeq: 3, topic: topic, lastActive: 1_500)],
+                    events: [StoredEvent(room: name, entry: HistoryEntry(kind: .topic, seq: 2, time: 1_000, sender: "mallory", text: topic.text))]))
+        }
+        try database.commit(batch("recent", [message(1, "hello", time: 9_000)]))
+        let policy = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: 0, maxEmptyRoomMillis: 5_000)
+        // "quiet" has a member who says nothing: it is not empty, however long it stays quiet.
+        let deleted = try database.applyRetention(policy, now: 10_000, maxDeletions: 100) { $0 == "quiet" }
+        #expect(deleted == 2, "one room and its one event")
+        #expect(try database.loadRoom(named: "oneshot", recent: 10) == nil, "a room idle past the time is gone, topic and all")
+        #expect(try database.loadRoom(named: "quiet", recent: 10)?.record.topic == topic, "an occupied room stays")
+        #expect(try database.loadRoom(named: "recent", recent: 10)?.recent.map(\.text) == ["hello"], "a room active since stays")
+        let quietBytes = RoomRecord.storedBytes(name: "quiet", topic: topic) + StoredEvent.storedBytes(
+            room: "quiet", entry: HistoryEntry(kind: .topic, seq: 2, time: 1_000, sender: "mallory", text: topic.text))
+        let recentBytes = RoomRecord.storedBytes(name: "recent", topic: nil) + StoredEvent(room: "recent", entry: message(1, "hello")).storedBytes
+        #expect(try database.totalBytes() == quietBytes + recentBytes)
+        // The occupied room counts as active from now: once empty, it gets the full time again.
+        #expect(try database.applyRetention(policy, now: 14_000, maxDeletions: 100) == 0)
+        #expect(try database.applyRetention(policy, now: 15_001, maxDeletions: 100) == 4, "then both rooms have idled long enough")
+        #expect(try database.loadRoom(named: "quiet", recent: 10) == nil)
+        // A room of a deleted name starts again from seq 1.
+        try database.commit(batch("oneshot", epoch: 8, [message(1, "again", time: 16_000)]))
+        #expect(try database.loadRoom(named: "oneshot", recent: 10)?.record.epoch == 8)
+    }
+
+    @Test func deletingABigRoomTakesSeveralStepsWithinTheirLimit() throws {
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
+        defer { directory.remove() }
+        let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
+        try database.commit(batch("big", (1...300).map { message($0, "m\($0)", time: 1_000) }))
+        let policy = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: 0, maxEmptyRoomMillis: 1_000)
+        var steps: [Int] = []
+        while steps.count < 10 {
+            let step = try database.applyRetention(policy, now: 5_000, maxDeletions: 128)
+            steps.append(step)
+            if step < 128 { break }
+        }
+        #expect(steps == [128, 128, 45], "300 events and the row, 128 at a time")
+        #expect(try database.loadRoom(named: "big", recent: 10) == nil)
+        #expect(try database.totalBytes() == 0)
+    }
+
+    @Test func topicsAndRoomRowsCountAgainstTheTotalAndTheOldestGoesFirst() throws {
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
+        defer { directory.remove() }
+        let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
+        let topic = RoomTopic(text: String(repeating: "t", count: 1_000), setBy: "mallory", time: 0, seq: 1)
+        // Ten rooms with nothing but a topic in their row, one a millisecond, then a room that
+        // talks at times 5 to 14: rooms older than its first event go before it.
+        for index in 0..<10 {
+            try database.commit(
+                RoomBatch(rooms: [RoomRecord(name: "r\(index)", epoch: 1, lastSeq: 2, topic: topic, lastActive: UInt64(index))]))
+        }
+        try database.commit(batch("chat", (1...10).map { message($0, "hello", time: 4 + $0) }))
+        let roomBytes = RoomRecord.storedBytes(name: "r0", topic: topic)
+        let eventBytes = StoredEvent(room: "chat", entry: message(1, "hello")).storedBytes
+        let chatRow = RoomRecord.storedBytes(name: "chat", topic: nil)
+        #expect(try database.totalBytes() == 10 * roomBytes + chatRow + 10 * eventBytes, "topics count")
+        // Room for four topic rooms, the chat row and eight events: r0…r5 go (active at 0…5, no
+        // later than the oldest event, at 5), then the chat's events at 5 and 6, older than r6…r9.
+        let bound = 4 * roomBytes + chatRow + 8 * eventBytes
+        let policy = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: bound)
+        _ = try database.applyRetention(policy, now: 100, maxDeletions: 1_000)
+        #expect(try database.totalBytes() <= bound)
+        for index in 0..<5 { #expect(try database.loadRoom(named: "r\(index)", recent: 1) == nil, "r\(index) is older than every event") }
+        #expect(try database.loadRoom(named: "r5", recent: 1) == nil, "r5 (5) is as old as the oldest event: rooms go first")
+        #expect(try database.loadRoom(named: "chat", recent: 100)?.recent.map(\.seq) == Array(3...10))
+        for index in 6..<10 { #expect(try database.loadRoom(named: "r\(index)", recent: 1)?.record.topic == topic) }
+    }
+
+    @Test func theRunningCountFollowsATopicThatShrinks() throws {
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
+        defer { directory.remove() }
+        let database = try RoomDatabase(path: directory.path + "/rooms.sqlite3", durability: .off, create: true)
+        let policy = RetentionPolicy(maxEventsPerRoom: 0, maxBytesPerRoom: 0, maxAgeMillis: 0, maxTotalBytes: 1_000)
+        // Retention counts once, then follows commits: a count that missed the shrink would
+        // think the room over the bound and delete it.
+        #expect(try database.applyRetention(policy, now: 10, maxDeletions: 10) == 0)
+        let topic = RoomTopic(text: String(repeating: "t", count: 10_000), setBy: "ann", time: 1, seq: 1)
+        try database.commit(RoomBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 1, topic: topic, lastActive: 1)]))
+        try database.commit(RoomBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 2, topic: nil, lastActive: 2)]))
+        #expect(try database.applyRetention(policy, now: 10, maxDeletions: 10) == 0)
+        #expect(try database.loadRoom(named: "room", recent: 0) != nil)
+        try database.commit(RoomBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 3, topic: topic, lastActive: 3)]))
+        #expect(try database.applyRetention(policy, now: 10, maxDeletions: 10) == 1, "and one that missed the growth would keep it")
+        #expect(try database.totalBytes() == 0)
+    }
+
+    @Test func aVersion2FileIsConvertedWithEachRoomCounted() throws {
+        let directory = try TemporaryDirectory(prefix: "chat-storage")
+        defer { directory.remove() }
+        let path = directory.path + "/rooms.sqlite3"
+        do {
+            // The rooms table of version 2: the topic before the counts, no counted bytes.
+            let old = try SQLiteDatabase(path: path, mode: .readWriteCreate)
+            try old.execute(
+                """
+                PRAGMA auto_vacuum=INCREMENTAL;
+                CREATE TABLE rooms(name TEXT PRIMARY KEY NOT NULL, epoch INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+                    topic_text TEXT, topic_set_by TEXT, topic_time INTEGER, topic_seq INTEGER, last_active INTEGER NOT NULL,
+                    event_count INTEGER NOT NULL, event_bytes INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TABLE event_chunks(room TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+                    oldest_time INTEGER NOT NULL, event_count INTEGER NOT NULL, event_bytes INTEGER NOT NULL,
+                    events BLOB NOT NULL, PRIMARY KEY(room, first_seq)) WITHOUT ROWID;
+                CREATE INDEX event_chunks_by_time ON event_chunks(oldest_time);
+                INSERT INTO rooms VALUES('café', 9, 5, 'sujet', 'ann', 3, 2, 300, 0, 0);
+                INSERT INTO rooms VALUES('bare', 8, 4, NULL, NULL, NULL, NULL, 7, 0, 0);
+                PRAGMA user_version = 2;
+                """)
+        }
+        let database = try RoomDatabase(path: path, durability: .normal, create: true)
+        #expect(try database.database.integer("PRAGMA user_version") == RoomDatabase.schemaVersion)
+        let topic = RoomTopic(text: "sujet", setBy: "ann", time: 3, seq: 2)
+        let cafe = try #require(try database.loadRoom(named: "café", recent: 10))
+        #expect(cafe.record == RoomRecord(name: "café", epoch: 9, lastSeq: 5, topic: topic, lastActive: 300))
+        #expect(
+            try database.totalBytes() == RoomRecord.storedBytes(name: "café", topic: topic) + RoomRecord.storedBytes(name: "bare", topic: nil),
+            "each row counts its UTF-8 bytes, as a commit would")
+        try database.commit(batch("bare", [message(5, "after")], lastSeq: 5))
+        #expect(try database.loadRoom(named: "bare", recent: 1)?.recent.map(\.seq) == [5])
+        _ = try RoomDatabase(path: path, durability: .normal, create: false)
     }
 
     @Test func aSecondServerCannotTakeTheSameDirectory() throws {
