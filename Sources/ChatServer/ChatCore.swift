@@ -578,12 +578,12 @@ public struct ChatCore: Sendable {
         let version = clients[id.slot]!.version
         let room = withRoom(name) { room in
             room.members.append(id)
-            // Retention spares an occupied room however quiet it is.
-            if room.members.count == 1 { store?.occupancyChanged(of: name, occupied: true) }
             let joined = Frame.joined(room: name, seq: room.nextSeq(), time: now.wallMillis, nick: nick)
             actions.append(.broadcast(joined, to: room.members))
             return room
         }!
+        // Retention spares an occupied room however quiet it is.
+        if room.members.count == 1 { store?.occupancyChanged(of: name, occupied: true) }
         persist(name, event: nil, at: now)
         if version >= 2 {
             let firstSeq = store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq
