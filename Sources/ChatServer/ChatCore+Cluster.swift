@@ -149,6 +149,11 @@ struct ClusterState: Sendable {
         case nickChange(String)
         /// The append of its `joined`.
         case join(String)
+        /// A reply whose size its request does not bound (a history page, a room or member
+        /// list): it is charged to the client's address when it arrives, so the client's next
+        /// request waits for it, or a pipeline of requests would all be read before any was
+        /// charged.
+        case reply
     }
 
     /// Whether the cluster's Redis is reachable; requests that need it are refused while not.
@@ -287,12 +292,14 @@ extension ChatCore {
                 refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)
                 return true
             }
+            cluster!.awaiting[id] = .reply
             ask(.listRooms(asker(id)))
         case .who(let room):
             guard cluster!.available else {
                 refuse(.who, .unavailable, unavailableText("cannot list #\(room) now"), to: id, into: &actions)
                 return true
             }
+            cluster!.awaiting[id] = .reply
             ask(.members(room: room, asker(id)))
         case .requestHistory(let room, let count):
             clusterHistory(of: room, id: id, .before, seq: 0, limit: min(Int(count), configuration.historySize), request: .requestHistory, into: &actions)
@@ -406,6 +413,7 @@ extension ChatCore {
             refuse(request, .unavailable, unavailableText("cannot read the history of #\(room) now"), to: id, into: &actions)
             return
         }
+        cluster!.awaiting[id] = .reply
         ask(.history(room: room, asker(id), direction, seq: seq, limit: limit, request: request))
     }
 
@@ -517,7 +525,7 @@ extension ChatCore {
         case (.nickChange, .failure(let failure)):
             nicks[key] = nil
             refuse(.changeNick, .unavailable, "cannot change your nick now: \(failure.reason); try again", to: id, into: &actions)
-        case (.join, _):
+        case (.join, _), (.reply, _):
             break
         }
     }
@@ -619,6 +627,9 @@ extension ChatCore {
     ) {
         guard let held = cluster?.rooms[name]?.snapshotting[id], let version = clients[id.slot]?.version else { return }
         cluster!.rooms[name]!.snapshotting[id] = nil
+        // The replay costs its address what a joiner's replay costs on a server on its own.
+        let firstAction = actions.count
+        defer { chargeReplies(to: id, for: actions[firstAction...]) }
         switch result {
         case .success(let snapshot):
             sendSnapshot(snapshot, of: name, version: version, to: id, into: &actions)
@@ -663,6 +674,7 @@ extension ChatCore {
         guard let id = resolve(asker) else { return }
         let firstAction = actions.count
         defer { chargeReplies(to: id, for: actions[firstAction...]) }
+        if cluster!.awaiting[id] == .reply { cluster!.awaiting[id] = nil }
         switch result {
         case .success(let nicks): sendMembers(nicks, of: room, to: id, into: &actions)
         case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
@@ -676,6 +688,7 @@ extension ChatCore {
         guard let id = resolve(asker), let client = clients[id.slot] else { return }
         let firstAction = actions.count
         defer { chargeReplies(to: id, for: actions[firstAction...]) }
+        if cluster!.awaiting[id] == .reply { cluster!.awaiting[id] = nil }
         switch result {
         case .success(let rooms):
             let paged = client.version >= 2
@@ -696,6 +709,7 @@ extension ChatCore {
         guard let id = resolve(asker) else { return }
         let firstAction = actions.count
         defer { chargeReplies(to: id, for: actions[firstAction...]) }
+        if cluster!.awaiting[id] == .reply { cluster!.awaiting[id] = nil }
         switch result {
         case .success(let page) where request == .requestHistory:
             let messages = page.entries.filter { $0.kind != .topic }
