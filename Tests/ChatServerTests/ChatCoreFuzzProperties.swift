@@ -257,7 +257,8 @@ struct Scenario {
     static let addresses = ["192.0.2.1", "192.0.2.2", "2001:db8::1"]
     static let rooms = ["r", "a", "b", String(repeating: "z", count: ChatName.maxRoomLength)]
     static let nicks = ["alice", "bob", "ALICE", "carol", String(repeating: "n", count: ChatName.maxNickLength)]
-    /// Slots events name: more than `maxClients`, so some name no connection.
+    /// Slots a connection may take: more than `maxClients`, so that one over the limit still
+    /// reaches the core and is refused there.
     static let slots = 6
 
     init(configuration: ChatServerConfiguration, store: FuzzStore, clock: Int) {
@@ -280,21 +281,21 @@ struct Scenario {
             let outcome = connect(from: address)
             return { outcome }
         case 3...17, 30, 31:
-            let slot = Int(bytes.byte()) % Self.slots
+            let slot = client(bytes.byte())
             let frame = makeFrame(&bytes)
             guard connections[slot] != nil else { return { "no client \(slot) to send \(frame.type)" } }
             feed(FrameEncoder.encode(frame), to: slot)
             return { "client \(slot) sends \(Self.describe(frame))" }
         case 18, 19:
             // Pipelined copies of one frame: a history fills, and a rate runs out, in one event.
-            let slot = Int(bytes.byte()) % Self.slots
+            let slot = client(bytes.byte())
             let count = 2 + Int(bytes.byte() % 16)
             let frame = makeFrame(&bytes)
             guard connections[slot] != nil else { return { "no client \(slot) to send \(frame.type)" } }
             feed(Array([[UInt8]](repeating: FrameEncoder.encode(frame), count: count).joined()), to: slot)
             return { "client \(slot) sends \(count) × \(Self.describe(frame))" }
         case 20, 21:
-            let slot = Int(bytes.byte()) % Self.slots
+            let slot = client(bytes.byte())
             let raw = makeRawBytes(&bytes)
             guard connections[slot] != nil else { return { "no client \(slot) to send raw bytes" } }
             feed(raw, to: slot)
@@ -305,7 +306,7 @@ struct Scenario {
             tick(advancingBy: step)
             return { "tick after \(step) ms" }
         case 24:
-            let slot = Int(bytes.byte()) % Self.slots
+            let slot = client(bytes.byte())
             guard connections[slot] != nil else { return { "no client \(slot) to close" } }
             var actions: [ChatAction] = []
             core.disconnect(ClientID(slot), Disconnection(code: nil, reason: "connection closed by the client"), at: now, into: &actions)
@@ -324,6 +325,13 @@ struct Scenario {
             restart()
             return { "restart" }
         }
+    }
+
+    /// The slot of one of the open connections, picked by `byte`; -1 when there is none. Events
+    /// name open connections only, so that none is wasted on a slot nobody holds.
+    private func client(_ byte: UInt8) -> Int {
+        let open = connections.keys.sorted()
+        return open.isEmpty ? -1 : open[Int(byte) % open.count]
     }
 
     /// Opens a connection in the lowest free slot, as the server does (a refused one is closed
