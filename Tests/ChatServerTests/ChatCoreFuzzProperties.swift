@@ -51,8 +51,8 @@ enum ChatCoreFuzzProperties {
             store.close()
             return violation
         }
-        // The commits' hand-offs, queued meanwhile, hold the store: once they have run it is freed
-        // within this run, which libFuzzer's leak check would otherwise take for a leak.
+        // The commits' hand-offs, queued meanwhile, hold the store: once they have run, the store
+        // and its descriptors are freed before the next run begins.
         queue.sync {}
         return violation
     }
