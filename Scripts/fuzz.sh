@@ -12,7 +12,7 @@ Usage: Scripts/fuzz.sh [SECONDS]
 Fuzzes the ChatProtocol codec (Sources/ChatProtocol), SocketTLS's record path
 (Sources/SocketTLS), the RESP parser (Sources/RedisProtocol) and the chat logic
 (ChatCore, Sources/ChatServer) with libFuzzer for SECONDS (default 60) per target; all
-targets run at once, so the wall time is about SECONDS plus two or three minutes of building.
+targets run at once, so the wall time is about SECONDS plus a minute or two of building.
 
 Targets (Fuzz/*.swift, checking Tests/ChatProtocolTests/FuzzProperties.swift,
 Tests/SocketTLSTests/TLSFuzzProperties.swift, Tests/RedisProtocolTests/RESPFuzzProperties.swift
@@ -37,11 +37,15 @@ and Tests/ChatServerTests/ChatCoreFuzzProperties.swift):
 
 Builds with `swiftc -sanitize=fuzzer,address` into .build-fuzz/; chatcore links against
 ChatServer and its dependencies built by SwiftPM with the same sanitizers into
-.build-fuzz-core/ (a minute or two the first time, seconds after). Seeds come from
+.build-fuzz-core/ (about 30 s in a fresh clone, seconds after). Seeds come from
 Fuzz/corpus/<target>/ and Fuzz/regressions/<target>/; inputs the fuzzer finds
 interesting go to Fuzz/corpus-work/<target>/ (not committed). A crash is saved as
 Fuzz/crash-<target>-*; copy it into Fuzz/regressions/<target>/ with a descriptive
 name, and the test suite replays it from then on.
+
+Environment for chatcore: CHATCORE_FUZZ_STORE=memory or sqlite runs every input on that
+store; CHATCORE_FUZZ_TRACE=1 prints each event of an input, to read a crash:
+  CHATCORE_FUZZ_TRACE=1 .build-fuzz/fuzz-chatcore Fuzz/crash-chatcore-...
 
   --refresh-seeds  rewrite Fuzz/corpus/decode/spec-*.bin from the ```hex examples of
                    docs/PROTOCOL.md (a test checks that they agree).
