@@ -12,7 +12,7 @@ Usage: Scripts/test.sh [--fast]
 
 Runs, in order:
   1. Scripts/bootstrap.sh         install libssl-dev, pkg-config, tmux, openssl, redis-server when missing
-  2. Scripts/fuzz.sh 60           libFuzzer on the chat codec, the TLS record path and the RESP parser (FUZZ_SECONDS to change)
+  2. Scripts/fuzz.sh 60           libFuzzer on the chat codec, the TLS record path, the RESP parser and the chat logic (FUZZ_SECONDS to change)
   3. swift test --sanitize=thread the socket layer's tests (SocketCore, SocketStreams) under TSan (.build-tsan/)
   4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss
   5. Scripts/abuse.sh --check     every attack against a release server in durable mode, 5 s each;
@@ -42,7 +42,7 @@ step "build"
 swift build --build-tests
 
 if [[ $fast -eq 0 ]]; then
-    step "fuzz the codecs for ${FUZZ_SECONDS:-60} s"
+    step "fuzz the codecs and the chat logic for ${FUZZ_SECONDS:-60} s"
     Scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 
     step "the socket layer under ThreadSanitizer"

@@ -1,0 +1,659 @@
+// Compiled twice: into this test target, and by Scripts/fuzz.sh into the `chatcore` libFuzzer
+// target (Fuzz/ChatCoreTarget.swift), against a build of ChatServer made with -enable-testing.
+// So the fuzzer and the regression tests check exactly the same invariants.
+import ChatProtocol
+import ChatStorage
+import Dispatch
+import Glibc
+
+@testable import ChatServer
+
+/// Drives a `ChatCore` through a sequence of events read from fuzzer bytes — connections from
+/// several addresses, valid frames of every type, raw and broken bytes through a
+/// `FrameDecoder`, time steps, disconnects, commits of its store that succeed or fail, restarts
+/// — as `ChatServer` would, and checks the core's invariants after every event.
+///
+/// The input's first byte sets the scene: bit 0 the store (`MemoryRoomStore` or a
+/// `SQLiteRoomStore` in a new temporary directory), bits 1–2 one of four limit profiles
+/// (`configuration(profile:)`), bits 3–4 where the clocks start. Every following byte
+/// pair or run is one event (`Scenario.step`); input past its end reads as zeros. The
+/// environment variable `CHATCORE_FUZZ_STORE` (`memory` or `sqlite`) overrides bit 0, to
+/// measure or fuzz one store alone; `CHATCORE_FUZZ_TRACE` (set to anything) prints every event,
+/// to read what a crash input does.
+///
+/// Checked after every event (`Scenario.problems`) and for every action:
+/// - `accountingProblems()` is empty: history bytes and entries as counted equal what rooms
+///   hold and stay within the budget, connection, nick and membership bookkeeping agree;
+/// - no room keeps more entries than the history size;
+/// - the core's connections and nicks are the ones the actions told the server about;
+/// - every frame sent goes to a connected client and fits the protocol's frame limit;
+/// - a version 1 client is sent no version 2 frame;
+/// - a room event is broadcast only to members of its room, and the `seq`s a member is sent
+///   for one room only grow while the room keeps its epoch.
+enum ChatCoreFuzzProperties {
+    /// Runs the scenario `input` describes; returns the first broken invariant, or nil.
+    static func check(_ input: [UInt8]) -> String? {
+        // Commits complete on the store's writer thread and hand their completion to `queue`:
+        // running the whole scenario on it keeps those hand-offs out of the way until it ends
+        // (the scenario runs the completions itself, in its own order, by `runFinishedCommits`).
+        let violation: String? = queue.sync {
+            var bytes = FuzzBytes(input)
+            let setup = bytes.byte()
+            var useSQLite = setup & 1 == 1
+            if let forced = getenv("CHATCORE_FUZZ_STORE").map({ String(cString: $0) }) { useSQLite = forced == "sqlite" }
+            let store: FuzzStore
+            do {
+                store = useSQLite ? try .sqlite(FuzzStore.temporarySQLite()) : .memory(MemoryRoomStore())
+            } catch {
+                return "cannot open the SQLite store: \(error)"
+            }
+            let violation = run(&bytes, configuration: configuration(profile: Int(setup >> 1) & 3), store: store, clock: Int(setup >> 3) & 3)
+            store.close()
+            return violation
+        }
+        // The commits' hand-offs, queued meanwhile, hold the store: once they have run, the store
+        // and its descriptors are freed before the next run begins.
+        queue.sync {}
+        return violation
+    }
+
+    /// Runs the events of `bytes` on a new core; returns the first broken invariant, or nil.
+    private static func run(_ bytes: inout FuzzBytes, configuration: ChatServerConfiguration, store: FuzzStore, clock: Int) -> String? {
+        var scenario = Scenario(configuration: configuration, store: store, clock: clock)
+        if let problem = scenario.problems() { return "at the start: \(problem)" }
+        let trace = getenv("CHATCORE_FUZZ_TRACE") != nil
+        var steps = 0
+        while !bytes.isAtEnd, steps < maxSteps {
+            steps += 1
+            let event = scenario.step(&bytes)
+            if trace { _ = "step \(steps): \(event())\n".withCString { write(STDERR_FILENO, $0, strlen($0)) } }
+            if let problem = scenario.violation ?? scenario.problems() { return "step \(steps) (\(event())): \(problem)" }
+        }
+        scenario.finishCommits()
+        return scenario.violation ?? scenario.problems().map { "after the last commit: \($0)" }
+    }
+
+    /// Events in one input, at most: keeps every input's run short.
+    static let maxSteps = 400
+
+    /// Where scenarios run, one at a time, and where commits hand their completions to.
+    static let queue = DispatchQueue(label: "ChatCoreFuzzProperties")
+
+    /// Limits small enough that every bound is reached within a few events. `maxMemory` is far
+    /// below what `ChatServerConfiguration.problem()` accepts, on purpose: the history budget
+    /// (an eighth of what is left after the connections) is then kilobytes, not megabytes.
+    /// - 0: no rate limits, 4 history entries per room, 12 KiB of history in all;
+    /// - 1: the default rate limits and history size, 12 KiB of history in all;
+    /// - 2: a password (2 wrong ones lock an address out), no history;
+    /// - 3: tight rates per connection and per address, short timeouts, 1 MiB of history in
+    ///   all but 64 KiB per room.
+    static func configuration(profile: Int) -> ChatServerConfiguration {
+        var configuration = ChatServerConfiguration()
+        configuration.maxClients = 4
+        configuration.maxClientsPerAddress = 3
+        configuration.maxRoomsPerClient = 3
+        configuration.maxFrameSize = 4096
+        var historyRemainder = 96 << 10
+        switch profile {
+        case 0:
+            configuration.turnOffRateLimits()
+            configuration.historySize = 4
+        case 1:
+            configuration.maxFrameSize = WireProtocol.defaultServerMaxFrameSize
+        case 2:
+            configuration.turnOffRateLimits()
+            configuration.password = "secret"
+            configuration.passwordAttempts = 2
+            configuration.historySize = 0
+            configuration.maxFrameSize = 1024
+        default:
+            configuration.messageRate = 2
+            configuration.messageBurst = 4
+            configuration.byteRate = 4096
+            configuration.byteBurst = 4096
+            configuration.addressMessageRate = 4
+            configuration.addressMessageBurst = 8
+            configuration.addressByteRate = 8192
+            configuration.addressByteBurst = 8192
+            configuration.addressFanoutRate = 8192
+            configuration.addressFanoutBurst = 8192
+            configuration.addressConnectionRate = 1
+            configuration.addressConnectionBurst = 2
+            configuration.rateAbuseLimit = 3
+            configuration.historySize = 16
+            configuration.handshakeTimeout = .seconds(1)
+            configuration.idlePingInterval = .seconds(2)
+            configuration.idleTimeout = .seconds(5)
+            historyRemainder = 8 << 20
+        }
+        let perConnection = MemoryBudget.connectionStateBytes + configuration.maxFrameSize
+        configuration.maxMemory = MemoryBudget.baselineBytes + perConnection * configuration.maxClients + historyRemainder
+        return configuration
+    }
+}
+
+/// The fuzzer's bytes, read front to back; zeros past the end.
+struct FuzzBytes {
+    private let bytes: [UInt8]
+    private var index = 0
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    var isAtEnd: Bool { index >= bytes.count }
+
+    mutating func byte() -> UInt8 {
+        guard index < bytes.count else { return 0 }
+        defer { index += 1 }
+        return bytes[index]
+    }
+
+    /// Up to `count` of the next bytes.
+    mutating func take(_ count: Int) -> [UInt8] {
+        let end = min(bytes.count, index + count)
+        defer { index = max(index, end) }
+        return index < end ? Array(bytes[index..<end]) : []
+    }
+
+    /// An integer of `Value`'s width, mostly at the edges: 0, 1, 2, 2^(n−1), 2^n − 1, 2^n − 2,
+    /// or one or two bytes of the input.
+    mutating func integer<Value: FixedWidthInteger & UnsignedInteger>(_: Value.Type = Value.self) -> Value {
+        switch byte() % 8 {
+        case 0: 0
+        case 1: 1
+        case 2: 2
+        case 3: Value(1) << (Value.bitWidth - 1)
+        case 4: Value.max
+        case 5: Value.max - 1
+        case 6: Value(truncatingIfNeeded: byte())
+        default: Value(truncatingIfNeeded: UInt16(byte()) << 8 | UInt16(byte()))
+        }
+    }
+}
+
+/// The store a scenario runs on, as the server would hold it.
+enum FuzzStore {
+    case memory(MemoryRoomStore)
+    case sqlite(SQLiteRoomStore)
+
+    var roomStore: any RoomStore {
+        switch self {
+        case .memory(let store): store
+        case .sqlite(let store): store
+        }
+    }
+
+    /// A SQLite store without fsync or retention (whose timer would run at times the input does
+    /// not choose), in a new directory in memory (/dev/shm) where there is one, else under /tmp:
+    /// creating a database on disk costs more than the rest of a run.
+    static func temporarySQLite() throws(StorageError) -> SQLiteRoomStore {
+        let parent = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"
+        var template = Array("\(parent)/chatcore-fuzz-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { buffer in mkdtemp(buffer.baseAddress!).map { String(cString: $0) } }
+        guard let path = made else {
+            throw StorageError("cannot make a temporary directory: \(String(cString: strerror(errno)))")
+        }
+        return try SQLiteRoomStore(directory: path, durability: .off, retention: .keepAll)
+    }
+
+    /// Waits for the commits in flight, closes the store and, for SQLite, deletes its directory.
+    func close() {
+        roomStore.close()
+        guard case .sqlite(let store) = self else { return }
+        let path = store.directory.path
+        if let directory = opendir(path) {
+            while let entry = readdir(directory) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+                if name != ".", name != ".." { unlink(path + "/" + name) }
+            }
+            closedir(directory)
+        }
+        rmdir(path)
+    }
+}
+
+/// Completions of commits, in the order they ran. Used on `ChatCoreFuzzProperties.queue` only
+/// (completions run inside `runFinishedCommits`, which the scenario calls there).
+private final class CommitResults: @unchecked Sendable {
+    var results: [Result<Void, CommitFailure>] = []
+}
+
+/// Epochs 1, 2, 3 … for new rooms, across restarts of the core. Called by the core on the
+/// scenario's queue only.
+private final class FuzzEpochs: @unchecked Sendable {
+    private var last: UInt64 = 0
+
+    func next() -> UInt64 {
+        last += 1
+        return last
+    }
+}
+
+/// A chat core, its store and what the server around it knows of each connection.
+struct Scenario {
+    /// What the server knows of one open connection.
+    struct Connection {
+        var decoder: FrameDecoder
+        /// From `welcome` and `nickAccepted`.
+        var nick: String?
+        var version: UInt16 = 1
+        /// Per room: the epoch the room had when this client last joined it, the highest `seq`
+        /// broadcast to it there, and whether it is a member now.
+        var rooms: [String: (epoch: UInt64, seq: UInt64, member: Bool)] = [:]
+    }
+
+    let configuration: ChatServerConfiguration
+    let store: FuzzStore
+    var core: ChatCore
+    private let epochs = FuzzEpochs()
+    var now: ServerTime
+    /// Open connections by slot.
+    var connections: [Int: Connection] = [:]
+    private let results = CommitResults()
+    /// Commits submitted and not yet completed: at most one, as in the server.
+    private var commitInFlight = false
+    /// The first broken invariant seen while carrying out actions.
+    private(set) var violation: String?
+
+    static let addresses = ["192.0.2.1", "192.0.2.2", "2001:db8::1"]
+    static let rooms = ["r", "a", "b", String(repeating: "z", count: ChatName.maxRoomLength)]
+    static let nicks = ["alice", "bob", "ALICE", "carol", String(repeating: "n", count: ChatName.maxNickLength)]
+    /// Slots a connection may take: more than `maxClients`, so that one over the limit still
+    /// reaches the core and is refused there.
+    static let slots = 6
+
+    init(configuration: ChatServerConfiguration, store: FuzzStore, clock: Int) {
+        self.configuration = configuration
+        self.store = store
+        let start: [UInt64] = [1_000, 0, 1, 1 << 63]
+        now = ServerTime(wallMillis: clock == 0 ? 1_767_225_600_000 : start[clock], uptimeMillis: start[clock])
+        let epochs = epochs
+        core = ChatCore(configuration: configuration, store: store.roomStore, makeEpoch: { epochs.next() })
+    }
+
+    // MARK: Events
+
+    /// Reads one event from `bytes`, carries it out and returns what it was, for the report
+    /// (formatted only if it is needed: a frame may hold a frame-sized text).
+    mutating func step(_ bytes: inout FuzzBytes) -> () -> String {
+        switch bytes.byte() % 32 {
+        case 0...2:
+            let address = Self.addresses[Int(bytes.byte()) % Self.addresses.count]
+            let outcome = connect(from: address)
+            return { outcome }
+        case 3...17, 30, 31:
+            let slot = client(bytes.byte())
+            let frame = makeFrame(&bytes)
+            guard connections[slot] != nil else { return { "no client \(slot) to send \(frame.type)" } }
+            feed(FrameEncoder.encode(frame), to: slot)
+            return { "client \(slot) sends \(Self.describe(frame))" }
+        case 18, 19:
+            // Pipelined copies of one frame: a history fills, and a rate runs out, in one event.
+            let slot = client(bytes.byte())
+            let count = 2 + Int(bytes.byte() % 16)
+            let frame = makeFrame(&bytes)
+            guard connections[slot] != nil else { return { "no client \(slot) to send \(frame.type)" } }
+            feed(Array([[UInt8]](repeating: FrameEncoder.encode(frame), count: count).joined()), to: slot)
+            return { "client \(slot) sends \(count) × \(Self.describe(frame))" }
+        case 20, 21:
+            let slot = client(bytes.byte())
+            let raw = makeRawBytes(&bytes)
+            guard connections[slot] != nil else { return { "no client \(slot) to send raw bytes" } }
+            feed(raw, to: slot)
+            return { "client \(slot) sends bytes \(raw.prefix(48).map { String($0, radix: 16) }.joined(separator: " "))" }
+        case 22, 23:
+            let steps: [UInt64] = [0, 1, 999, 1_000, 2_000, 5_000, 30_000, 60_001, 90_000, 1 << 32, 1 << 40]
+            let step = steps[Int(bytes.byte()) % steps.count]
+            tick(advancingBy: step)
+            return { "tick after \(step) ms" }
+        case 24:
+            let slot = client(bytes.byte())
+            guard connections[slot] != nil else { return { "no client \(slot) to close" } }
+            var actions: [ChatAction] = []
+            core.disconnect(ClientID(slot), Disconnection(code: nil, reason: "connection closed by the client"), at: now, into: &actions)
+            carryOut(actions)
+            return { "client \(slot) closes its connection" }
+        case 25, 26:
+            let outcome = startCommit(failing: false)
+            return { outcome }
+        case 27:
+            let outcome = finishCommit()
+            return { outcome }
+        case 28:
+            let outcome = startCommit(failing: true)
+            return { outcome }
+        default:
+            restart()
+            return { "restart" }
+        }
+    }
+
+    /// The slot of one of the open connections, picked by `byte`; -1 when there is none. Events
+    /// name open connections only, so that none is wasted on a slot nobody holds.
+    private func client(_ byte: UInt8) -> Int {
+        let open = connections.keys.sorted()
+        return open.isEmpty ? -1 : open[Int(byte) % open.count]
+    }
+
+    /// Opens a connection in the lowest free slot, as the server does (a refused one is closed
+    /// without a slot being taken).
+    private mutating func connect(from address: String) -> String {
+        guard let slot = (0..<Self.slots).first(where: { connections[$0] == nil }) else { return "no free slot" }
+        if let refusal = core.clientConnected(ClientID(slot), address: address, at: now) {
+            return "connection from \(address) refused: \(refusal.reason)"
+        }
+        connections[slot] = Connection(decoder: FrameDecoder(maxFrameSize: configuration.maxFrameSize))
+        return "client \(slot) connects from \(address)"
+    }
+
+    /// Feeds `bytes` to the decoder of `slot` and serves what it decodes.
+    private mutating func feed(_ bytes: [UInt8], to slot: Int) {
+        connections[slot]?.decoder.append(contentsOf: bytes)
+        serve(slot)
+    }
+
+    /// Hands the frames waiting in `slot`'s decoder to the core, as `ChatServer.serveRequests`
+    /// does: one at a time, none while its address must wait, and a decoding error ends the
+    /// connection.
+    private mutating func serve(_ slot: Int) {
+        let id = ClientID(slot)
+        while let connection = connections[slot], connection.decoder.bufferedByteCount > 0 {
+            if core.addressWait(for: id, at: now) > 0 { return }
+            var decoder = connection.decoder
+            var actions: [ChatAction] = []
+            do {
+                let before = decoder.bufferedByteCount
+                guard let frame = try decoder.next() else { return }
+                connections[slot]!.decoder = decoder
+                core.received(frame, size: before - decoder.bufferedByteCount, from: id, at: now, into: &actions)
+            } catch {
+                let violation = Disconnection(code: error.errorCode, frameType: decoder.failedFrameType, reason: error.description)
+                core.disconnect(id, violation, at: now, into: &actions)
+            }
+            carryOut(actions)
+        }
+    }
+
+    private mutating func tick(advancingBy milliseconds: UInt64) {
+        now.uptimeMillis += milliseconds
+        now.wallMillis += milliseconds
+        var actions: [ChatAction] = []
+        core.tick(at: now, into: &actions)
+        carryOut(actions)
+        // Clients whose address had to wait are served again once time has passed.
+        for slot in connections.keys.sorted() { serve(slot) }
+    }
+
+    /// Submits what is staged, as `ChatServer.submitCommit` does; `failing` makes the database
+    /// refuse to grow meanwhile, so the commit fails if it needs a new page. The memory store
+    /// commits as it stages and never fails: there, commits are nothing to drive.
+    private mutating func startCommit(failing: Bool) -> String {
+        guard case .sqlite(let store) = store else { return "no commit: the memory store commits as it stages" }
+        guard !commitInFlight else { return "a commit is already in flight" }
+        commitInFlight = true
+        let results = results
+        if failing { try? store.capFileSize(bytes: 0) }
+        store.commitStaged(on: ChatCoreFuzzProperties.queue) { result in results.results.append(result) }
+        // Queued behind the commit on the writer, so only that commit runs with the cap.
+        if failing { try? store.capFileSize(bytes: 1 << 30) }
+        return failing ? "commit with the disk full" : "commit"
+    }
+
+    /// Waits for the commit in flight and carries out its completion, as `ChatServer.committed`
+    /// does.
+    private mutating func finishCommit() -> String {
+        guard commitInFlight, case .sqlite(let store) = store else { return "no commit in flight" }
+        let deadline = DispatchTime.now() + .seconds(30)
+        while results.results.isEmpty {
+            store.runFinishedCommits()
+            if results.results.isEmpty {
+                guard DispatchTime.now() < deadline else {
+                    violation = "a commit did not complete in 30 s"
+                    return "waiting for a commit"
+                }
+                usleep(20)
+            }
+        }
+        commitInFlight = false
+        switch results.results.removeFirst() {
+        case .success:
+            if core.storageFailure != nil { core.storageRecovered() }
+            return "commit completes"
+        case .failure(let failure):
+            var actions: [ChatAction] = []
+            core.storageFailed(failure, into: &actions)
+            carryOut(actions)
+            return "commit fails (\(failure.events.count) events)"
+        }
+    }
+
+    /// Completes the commit in flight, if any.
+    mutating func finishCommits() {
+        if commitInFlight { _ = finishCommit() }
+    }
+
+    /// The process ends and starts again on the same store: every connection is gone without a
+    /// word, and a new core reads rooms back from what was committed.
+    private mutating func restart() {
+        finishCommits()
+        if case .sqlite(let store) = store, store.hasStagedChanges {
+            // A server that stops commits what is staged before it exits.
+            _ = startCommit(failing: false)
+            finishCommits()
+        }
+        connections.removeAll()
+        let epochs = epochs
+        core = ChatCore(configuration: configuration, store: store.roomStore, makeEpoch: { epochs.next() })
+    }
+
+    // MARK: Actions
+
+    /// Carries out `actions` in order, as the server would, checking each.
+    private mutating func carryOut(_ actions: [ChatAction]) {
+        for action in actions {
+            switch action {
+            case .send(let frame, let id):
+                deliver(frame, to: id, broadcast: false)
+            case .broadcast(let frame, let recipients):
+                if Set(recipients).count != recipients.count { note("\(Self.describe(frame)) is broadcast to a client twice") }
+                for id in recipients { deliver(frame, to: id, broadcast: true) }
+            case .sendShared(let shared, let id):
+                for frame in shared.frames { deliver(frame, to: id, broadcast: false) }
+            case .disconnect(let id, _, let nick):
+                guard let connection = connections.removeValue(forKey: id.slot) else {
+                    note("client \(id.slot) is disconnected but has no connection")
+                    continue
+                }
+                if nick != connection.nick { note("client \(id.slot) is disconnected as \(nick ?? "nil"), not \(connection.nick ?? "nil")") }
+            }
+        }
+    }
+
+    /// Checks one frame the server would send to `id`, and learns from it what a client would.
+    private mutating func deliver(_ frame: Frame, to id: ClientID, broadcast: Bool) {
+        guard var connection = connections[id.slot] else {
+            note("\(Self.describe(frame)) is sent to client \(id.slot), which is not connected")
+            return
+        }
+        let size = FrameEncoder.encode(frame).count
+        if size > WireProtocol.maxFrameSize + WireProtocol.maxVarintLength {
+            note("\(Self.describe(frame)) to client \(id.slot) takes \(size) bytes, over the protocol's limit")
+        }
+        if connection.version < 2, Self.versionTwoFrames.contains(frame.type) {
+            note("version 1 client \(id.slot) is sent \(Self.describe(frame)), a version 2 frame")
+        }
+        switch frame {
+        case .welcome(let version, let nick, _, _):
+            connection.nick = nick
+            connection.version = version
+        case .nickAccepted(let nick):
+            connection.nick = nick
+        default:
+            break
+        }
+        if broadcast, let (room, seq) = Self.roomEvent(frame) {
+            let epoch = core.rooms[room]?.epoch
+            var state = connection.rooms[room]
+            let ownJoin = if case .joined(_, _, _, let nick) = frame { nick == connection.nick } else { false }
+            if ownJoin {
+                guard let epoch else {
+                    note("client \(id.slot) joins #\(room), which the core does not hold")
+                    return
+                }
+                if state == nil || state!.epoch != epoch { state = (epoch, 0, true) }
+                state!.member = true
+            }
+            if var known = state, known.member {
+                if seq <= known.seq {
+                    note("client \(id.slot) is sent \(Self.describe(frame)) after seq \(known.seq) of #\(room) (epoch \(known.epoch))")
+                }
+                known.seq = max(known.seq, seq)
+                if case .left(_, _, _, let nick) = frame, nick == connection.nick { known.member = false }
+                connection.rooms[room] = known
+            } else {
+                note("client \(id.slot) is sent \(Self.describe(frame)) but is not in #\(room)")
+            }
+        }
+        connections[id.slot] = connection
+    }
+
+    private mutating func note(_ problem: String) {
+        if violation == nil { violation = problem }
+    }
+
+    /// Frames a version 1 client does not know.
+    static let versionTwoFrames: Set<FrameType> = [.roomState, .historyPage, .roomListPage, .membersPage, .away, .limits]
+
+    /// The room and `seq` of a room event.
+    static func roomEvent(_ frame: Frame) -> (String, UInt64)? {
+        switch frame {
+        case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .joined(let room, let seq, _, _),
+            .left(let room, let seq, _, _), .quit(let room, let seq, _, _, _), .nickChanged(let room, let seq, _, _, _),
+            .topic(let room, let seq, _, _, _):
+            (room, seq)
+        default:
+            nil
+        }
+    }
+
+    // MARK: Invariants
+
+    /// The first invariant of the core's state that does not hold, or nil.
+    func problems() -> String? {
+        if let problem = core.accountingProblems().first { return problem }
+        for (name, room) in core.rooms where room.history.count > max(0, configuration.historySize) {
+            return "#\(name) keeps \(room.history.count) history entries, over the history size \(configuration.historySize)"
+        }
+        if core.clientCount != connections.count {
+            return "the core counts \(core.clientCount) connections, the server holds \(connections.count)"
+        }
+        for (slot, connection) in connections where core.nick(of: ClientID(slot)) != connection.nick {
+            return "client \(slot) is \(core.nick(of: ClientID(slot)) ?? "nil") in the core but was welcomed as \(connection.nick ?? "nil")"
+        }
+        return nil
+    }
+
+    // MARK: Inputs
+
+    /// A valid frame of any type, a client's or not, with its integers at their edges.
+    private func makeFrame(_ bytes: inout FuzzBytes) -> Frame {
+        let room = Self.rooms[Int(bytes.byte()) % Self.rooms.count]
+        let nick = Self.nicks[Int(bytes.byte()) % Self.nicks.count]
+        switch bytes.byte() % 24 {
+        case 0, 22:
+            let passwords: [String?] = [nil, "secret", "wrong"]
+            return .hello(version: bytes.integer(), nick: nick, password: passwords[Int(bytes.byte()) % passwords.count])
+        case 1: return .changeNick(nick: nick)
+        case 2, 19: return .join(room: room)
+        case 3: return .part(room: room)
+        case 4, 20, 23: return .say(room: room, text: makeText(&bytes))
+        case 5: return .emote(room: room, text: makeText(&bytes))
+        case 6: return .tell(recipient: nick, text: makeText(&bytes))
+        case 7: return .setTopic(room: room, text: makeText(&bytes))
+        case 8: return .listRooms
+        case 9: return .who(room: room)
+        case 10: return .requestHistory(room: room, count: bytes.integer())
+        case 11, 21:
+            let direction: HistoryDirection = bytes.byte() & 1 == 0 ? .before : .after
+            return .fetchHistory(room: room, direction: direction, seq: bytes.integer(), limit: bytes.integer())
+        case 12: return .setAway(text: makeText(&bytes))
+        case 13: return .ping(token: bytes.integer())
+        case 14: return .pong(token: bytes.integer())
+        case 15: return .goodbye(reason: makeText(&bytes))
+        case 16:
+            let type = FrameType(rawValue: bytes.byte())
+            return .error(code: ErrorCode(rawValue: bytes.integer()), fatal: bytes.byte() & 1 == 1, frameType: type, reason: makeText(&bytes))
+        case 17:
+            // A skippable type this version does not define.
+            return .unknown(type: FrameType(rawValue: 0x50 + bytes.byte() % 0x30), payload: bytes.take(Int(bytes.byte() % 16)))
+        default:
+            return makeServerFrame(&bytes, room: room, nick: nick)
+        }
+    }
+
+    /// A frame only a server may send.
+    private func makeServerFrame(_ bytes: inout FuzzBytes, room: String, nick: String) -> Frame {
+        let seq: UInt64 = bytes.integer()
+        let entry = HistoryEntry(kind: .message, seq: max(seq, 1), time: now.wallMillis, sender: nick, text: "old")
+        let frames: [Frame] = [
+            .welcome(version: 2, nick: nick, maxFrameSize: 4096, motd: ""),
+            .message(room: room, seq: seq, time: now.wallMillis, sender: nick, text: "spoofed"),
+            .action(room: room, seq: seq, time: now.wallMillis, sender: nick, text: "spoofed"),
+            .direct(sender: nick, recipient: nick, time: now.wallMillis, text: "spoofed"),
+            .joined(room: room, seq: seq, time: now.wallMillis, nick: nick),
+            .left(room: room, seq: seq, time: now.wallMillis, nick: nick),
+            .quit(room: room, seq: seq, time: now.wallMillis, nick: nick, reason: ""),
+            .nickChanged(room: room, seq: seq, time: now.wallMillis, old: nick, new: nick),
+            .nickAccepted(nick: nick),
+            .roomList(rooms: [RoomInfo(name: room, memberCount: 1, topic: "")]),
+            .members(room: room, nicks: [nick]),
+            .topic(room: room, seq: seq, time: now.wallMillis, setBy: nick, text: "spoofed"),
+            .history(room: room, entries: [entry]),
+            .roomState(room: room, epoch: seq, firstSeq: seq, lastSeq: seq),
+            .historyPage(room: room, epoch: seq, complete: true, entries: [entry]),
+            .roomListPage(complete: true, rooms: []),
+            .membersPage(room: room, complete: false, nicks: [nick]),
+            .away(nick: nick, text: "gone"),
+            .limits(requestRate: bytes.integer(), requestBurst: 0, byteRate: 0, byteBurst: 0),
+        ]
+        return frames[Int(bytes.byte()) % frames.count]
+    }
+
+    /// A text of a length at an edge: empty, short, multi-byte, long, just under the frame
+    /// limit, or over it (the decoder then refuses the frame).
+    private func makeText(_ bytes: inout FuzzBytes) -> String {
+        let limit = configuration.maxFrameSize
+        switch bytes.byte() % 8 {
+        case 0: return ""
+        case 1: return "hi"
+        case 2: return "héllo wörld ✓ 😀"
+        case 3: return String(repeating: "x", count: 100)
+        case 4: return String(repeating: "y", count: 1_000)
+        case 5: return String(repeating: "w", count: limit - 80)
+        case 6: return String(repeating: "v", count: limit)
+        default: return String(decoding: bytes.take(Int(bytes.byte() % 32)), as: UTF8.self)
+        }
+    }
+
+    /// Bytes that may not be a frame: raw input, a valid frame cut short (the rest may follow
+    /// later), or a valid frame with one byte changed.
+    private func makeRawBytes(_ bytes: inout FuzzBytes) -> [UInt8] {
+        switch bytes.byte() % 3 {
+        case 0:
+            return bytes.take(Int(bytes.byte() % 64))
+        case 1:
+            let encoded = FrameEncoder.encode(makeFrame(&bytes))
+            return Array(encoded.prefix(Int(bytes.byte()) % max(1, encoded.count)))
+        default:
+            var encoded = FrameEncoder.encode(makeFrame(&bytes))
+            let index = Int(bytes.byte()) % encoded.count
+            encoded[index] ^= max(1, bytes.byte())
+            return encoded
+        }
+    }
+
+    /// A frame for the report, with long texts shortened.
+    static func describe(_ frame: Frame) -> String {
+        let text = String(describing: frame)
+        return text.count <= 160 ? text : String(text.prefix(160)) + "…(\(text.count) characters)"
+    }
+}
