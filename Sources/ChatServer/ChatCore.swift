@@ -148,6 +148,9 @@ public struct ChatCore: Sendable {
         // Every frame counts against the limits (a flood of pings costs as much as one of
         // messages), except goodbye: ending the session must always work.
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
+        // A type of a later version than the session's is unknown to it: skipped, as
+        // docs/PROTOCOL.md says (the server's decoder already reads such frames as unknown).
+        if let introduced = frame.type.introducedIn, introduced > clients[id.slot]!.version { return }
         let firstAction = actions.count
         defer {
             chargeFanout(of: address, size: size, for: actions[firstAction...])
