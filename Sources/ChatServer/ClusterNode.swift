@@ -303,7 +303,12 @@ final class ClusterNode: @unchecked Sendable {
                 if case .success(let appended) = result {
                     // A leaver hears its own `left`, though no longer counted a member.
                     let leaver = if case .leave = change { 1 } else { 0 }
-                    return settle(charge, in: room, appended.memberCount, audience: appended.memberCount + leaver)
+                    settle(charge, in: room, appended.memberCount, audience: appended.memberCount + leaver)
+                    // Its sender is owed the echo from now on: its session does not end before.
+                    if let sender {
+                        answer { $0.clusterAppended(room: room, seq: appended.event.seq, sender: sender, into: &$1) }
+                    }
+                    return
                 }
                 guard case .failure(let error) = result else { return }
                 if let sender {
