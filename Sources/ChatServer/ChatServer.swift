@@ -891,8 +891,8 @@ public final class ChatServer: @unchecked Sendable {
 
     /// After `shutdown`: announces the quits of the clients it said goodbye to, lets what was
     /// sent to the cluster's Redis be carried out, for at most `timeout`, then closes the link
-    /// and calls `completion`. Without a
-    /// cluster it calls `completion` at once.
+    /// and calls `completion` once its sockets are closed. Without a cluster it calls
+    /// `completion` at once.
     public func leaveCluster(timeout: Duration = .seconds(2), completion: @escaping @Sendable () -> Void) {
         guard clusterNode != nil else { return completion() }
         queue.async { [self] in

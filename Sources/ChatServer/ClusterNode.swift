@@ -173,8 +173,8 @@ final class ClusterNode: @unchecked Sendable {
     }
 
     /// Waits until what was sent to Redis has been carried out (at most `timeout`), then closes
-    /// the link, and calls `completion` on the queue. The node's nicks not yet released go when
-    /// other nodes reap it.
+    /// the link, and calls `completion` on the queue once its sockets are closed. The node's nicks
+    /// not yet released go when other nodes reap it.
     func stop(timeout: Duration = .seconds(2), completion: @escaping () -> Void) {
         reaper?.cancel()
         reaper = nil
@@ -187,9 +187,10 @@ final class ClusterNode: @unchecked Sendable {
     private func finishStopping() {
         guard let completion = stopped else { return }
         stopped = nil
-        link.stop()
-        logger.info("cluster link closed", metadata: ["cluster.node": "\(configuration.nodeID)"])
-        completion()
+        link.stop { [self] in
+            logger.info("cluster link closed", metadata: ["cluster.node": "\(configuration.nodeID)"])
+            completion()
+        }
     }
 
     /// The most commands that may wait for Redis's reply before clients' requests wait too.
