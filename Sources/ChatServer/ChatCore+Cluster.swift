@@ -151,6 +151,13 @@ struct ClusterState: Sendable {
         case nickChange(String)
         /// The append of its `joined`.
         case join(String)
+        /// The answer to its read (the room list, a room's members, history). A read costs Redis
+        /// up to a page of 64 events — a megabyte of long lines — for a reply of a frame or so;
+        /// pipelined by the thousand from clients that never read, they filled the node's link to
+        /// Redis until its heartbeat went unanswered. One at a time per client, as a server on
+        /// its own answers one before it reads the next, and the reply high-water mark stops a
+        /// client that does not read its replies.
+        case read
     }
 
     /// What the cluster still owes a client in answer to the requests it sent: on a server on its
@@ -375,12 +382,14 @@ extension ChatCore {
                 refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)
                 return true
             }
+            cluster!.awaiting[id] = .read
             ask(.listRooms(asker(id)), owing: id)
         case .who(let room):
             guard cluster!.available else {
                 refuse(.who, .unavailable, unavailableText("cannot list #\(room) now"), to: id, into: &actions)
                 return true
             }
+            cluster!.awaiting[id] = .read
             ask(.members(room: room, asker(id)), owing: id)
         case .requestHistory(let room, let count):
             clusterHistory(of: room, id: id, .before, seq: 0, limit: min(Int(count), configuration.historySize), request: .requestHistory, into: &actions)
@@ -495,6 +504,7 @@ extension ChatCore {
             refuse(request, .unavailable, unavailableText("cannot read the history of #\(room) now"), to: id, into: &actions)
             return
         }
+        cluster!.awaiting[id] = .read
         ask(.history(room: room, asker(id), direction, seq: seq, limit: limit, request: request), owing: id)
     }
 
@@ -608,7 +618,7 @@ extension ChatCore {
         case (.nickChange, .failure(let failure)):
             nicks[key] = nil
             refuse(.changeNick, .unavailable, "cannot change your nick now: \(failure.reason); try again", to: id, into: &actions)
-        case (.join, _):
+        case (.join, _), (.read, _):
             break
         }
         departIfPaid(id, into: &actions)
@@ -778,6 +788,7 @@ extension ChatCore {
         room: String, _ asker: ClusterAsker, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker) else { return }
+        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
         let firstAction = actions.count
         defer {
             chargeReplies(to: id, for: actions[firstAction...])
@@ -794,6 +805,7 @@ extension ChatCore {
         _ asker: ClusterAsker, _ result: Result<[RoomInfo], ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker), let client = clients[id.slot] else { return }
+        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
         let firstAction = actions.count
         defer {
             chargeReplies(to: id, for: actions[firstAction...])
@@ -817,6 +829,7 @@ extension ChatCore {
         _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker) else { return }
+        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
         let firstAction = actions.count
         defer {
             chargeReplies(to: id, for: actions[firstAction...])

@@ -517,4 +517,24 @@ struct ChatCoreClusterTests {
         core.received(.goodbye(reason: "bye"), size: 8, from: ann, at: now, into: &actions)
         #expect(actions == [.disconnect(ann, Disconnection(code: nil, reason: "bye"), nick: "ann")])
     }
+
+    @Test func aClientsReadsAreAnsweredOneAtATime() {
+        var core = clusteredCore()
+        let ann = Self.member(of: &core)
+        var actions: [ChatAction] = []
+        for read in [Frame.who(room: "r"), .listRooms, .requestHistory(room: "r", count: 100), .fetchHistory(room: "r", direction: .before, seq: 0, limit: 100)] {
+            core.received(read, size: 10, from: ann, at: now, into: &actions)
+            let requests = core.takeClusterRequests()
+            #expect(requests.count == 1, "\(read) is asked of the cluster: \(requests)")
+            #expect(core.isAwaitingCluster(ann), "the next request waits for the answer to \(read)")
+            switch requests.first {
+            case .members(let room, let asker)?: core.clusterMembersRead(room: room, asker, .success(["ann"]), into: &actions)
+            case .listRooms(let asker)?: core.clusterRoomsRead(asker, .success([]), into: &actions)
+            case .history(let room, let asker, _, _, _, let request)?:
+                core.clusterHistoryRead(room: room, asker, request: request, .success((epoch: 7, entries: [], complete: true)), into: &actions)
+            default: Issue.record("expected a read, got \(requests)")
+            }
+            #expect(!core.isAwaitingCluster(ann), "answered: \(read)")
+        }
+    }
 }
