@@ -176,9 +176,11 @@ struct ClusterState: Sendable {
     /// more, still gets what it is sent, and is let go at `deadline` (uptime milliseconds) even if
     /// Redis has not answered, so an outage cannot keep its connection open.
     struct Departure: Sendable {
+        /// Why it was let go: what it is told, and its rooms, when it goes.
         var disconnection: Disconnection
         /// When it was let go: the time its disconnection is carried out at.
         var since: ServerTime
+        /// When it goes without what it is still owed.
         var deadline: UInt64
     }
 
@@ -193,8 +195,9 @@ struct ClusterState: Sendable {
     var sessions: [Int: UInt64] = [:]
     var nextSession: UInt64 = 1
     var outbox: [ClusterRequest] = []
-    /// Only clients owed something are listed.
+    /// What each client is owed; only clients owed something are listed.
     var owed: [ClientID: Owed] = [:]
+    /// The clients let go that wait for what they are owed.
     var departures: [ClientID: Departure] = [:]
 }
 
@@ -289,6 +292,7 @@ extension ChatCore {
         departIfPaid(id, into: &actions)
     }
 
+    /// Disconnects `id` if it was let go and is owed nothing more.
     private mutating func departIfPaid(_ id: ClientID, into actions: inout [ChatAction]) {
         guard let departure = cluster!.departures[id], !isOwed(id) else { return }
         disconnect(id, departure.disconnection, at: departure.since, into: &actions)
