@@ -111,13 +111,25 @@ public final class ClusterLink: @unchecked Sendable {
         connect()
     }
 
-    /// Closes the connections and stops reconnecting. The node's nicks stay claimed until its key
-    /// expires (or the owner released them first).
-    public func stop() {
+    /// Closes the connections and stops reconnecting; calls `closed` on `queue` once their
+    /// descriptors are closed (that takes a turn of the queue or two: a channel closes its socket
+    /// after its Dispatch sources' cancel handlers ran), so a process that counts its sockets then
+    /// finds none of the link's. The node's nicks stay claimed until its key expires (or the owner
+    /// released them first).
+    public func stop(closed: @escaping () -> Void = {}) {
         stopped = true
         lapseWatch?.cancel()
         lapseWatch = nil
+        var open = connections.filter { !$0.hasEnded }
+        for connection in open {
+            connection.onClosed = { [weak connection] _ in
+                open.removeAll { $0 === connection }
+                if open.isEmpty { closed() }
+            }
+        }
+        let nothingOpen = open.isEmpty
         tearDown()
+        if nothingOpen { closed() }
     }
 
     /// Follows `room` from now on (and, after a reconnect, from where it stopped); `ready` is

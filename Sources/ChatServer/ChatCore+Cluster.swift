@@ -135,6 +135,8 @@ struct ClusterState: Sendable {
         /// The room's members on all nodes, as the last append of this node's reported them (0:
         /// not known yet): what a line's deliveries are charged by.
         var memberCount = 0
+        /// The `seq` of the last event delivered here (0: none yet); events come in `seq` order.
+        var lastDelivered: UInt64 = 0
 
         /// No one here is in the room, on the way in, or waiting for what it is told of it (a
         /// client that left before its snapshot arrived still gets it, then its `left`).
@@ -149,11 +151,37 @@ struct ClusterState: Sendable {
         case nickChange(String)
         /// The append of its `joined`.
         case join(String)
-        /// A reply whose size its request does not bound (a history page, a room or member
-        /// list): it is charged to the client's address when it arrives, so the client's next
-        /// request waits for it, or a pipeline of requests would all be read before any was
-        /// charged.
-        case reply
+        /// The answer to its read (the room list, a room's members, history). A read costs Redis
+        /// up to a page of 64 events — a megabyte of long lines — for a reply of a frame or so;
+        /// pipelined by the thousand from clients that never read, they filled the node's link to
+        /// Redis until its heartbeat went unanswered. One at a time per client, as a server on
+        /// its own answers one before it reads the next, and the reply high-water mark stops a
+        /// client that does not read its replies.
+        case read
+    }
+
+    /// What the cluster still owes a client in answer to the requests it sent: on a server on its
+    /// own every reply is given before the client's next request is read, so its session ends
+    /// after them; here they come later, from Redis, and its session ends once they have come.
+    struct Owed: Sendable {
+        /// Requests whose answer has not come: appends not yet numbered (or refused), reads, a
+        /// join whose `joined` has not been delivered, a joiner's snapshot.
+        var answers = 0
+        /// Its own events that Redis numbered but this node has not delivered yet: by room, the
+        /// highest `seq`.
+        var echoes: [String: UInt64] = [:]
+    }
+
+    /// A client whose session ends once it is owed nothing (`ChatCore.endSession`): it is read no
+    /// more, still gets what it is sent, and is let go at `deadline` (uptime milliseconds) even if
+    /// Redis has not answered, so an outage cannot keep its connection open.
+    struct Departure: Sendable {
+        /// Why it was let go: what it is told, and its rooms, when it goes.
+        var disconnection: Disconnection
+        /// When it was let go: the time its disconnection is carried out at.
+        var since: ServerTime
+        /// When it goes without what it is still owed.
+        var deadline: UInt64
     }
 
     /// Whether the cluster's Redis is reachable; requests that need it are refused while not.
@@ -167,6 +195,10 @@ struct ClusterState: Sendable {
     var sessions: [Int: UInt64] = [:]
     var nextSession: UInt64 = 1
     var outbox: [ClusterRequest] = []
+    /// What each client is owed; only clients owed something are listed.
+    var owed: [ClientID: Owed] = [:]
+    /// The clients let go that wait for what they are owed.
+    var departures: [ClientID: Departure] = [:]
 }
 
 extension ChatCore {
@@ -179,9 +211,11 @@ extension ChatCore {
         return cluster!.outbox
     }
 
-    /// Whether `id`'s requests must wait for the cluster's answer to an earlier one.
+    /// Whether `id`'s requests must wait for the cluster's answer to an earlier one, or it is let
+    /// go and waits for the answers to those it sent (`endSession`): either way it is read no more
+    /// meanwhile.
     public func isAwaitingCluster(_ id: ClientID) -> Bool {
-        cluster?.awaiting[id] != nil
+        cluster?.awaiting[id] != nil || cluster?.departures[id] != nil
     }
 
     /// The cluster's Redis became reachable (`available`) or not (with why). While it is not,
@@ -207,12 +241,72 @@ extension ChatCore {
         return asker.id
     }
 
-    private mutating func ask(_ request: ClusterRequest) {
+    /// Asks the cluster for `request`; with `owing`, its answer is owed to that client, whose
+    /// session then does not end before it comes (`endSession`).
+    private mutating func ask(_ request: ClusterRequest, owing id: ClientID? = nil) {
         cluster!.outbox.append(request)
+        if let id { cluster!.owed[id, default: ClusterState.Owed()].answers += 1 }
     }
 
     private func unavailableText(_ what: String) -> String {
         "\(what): the cluster is unavailable (\(cluster!.unavailableReason)); try again"
+    }
+
+    // MARK: Ending a session after its answers
+
+    /// `endSession` in a cluster: lets `id` go once it is owed nothing, and returns true, when it
+    /// is owed something now; false when it can be disconnected at once.
+    mutating func clusterDefersEnd(of id: ClientID, _ disconnection: Disconnection, at now: ServerTime) -> Bool {
+        // Already on its way out: the first reason stands.
+        guard cluster!.departures[id] == nil else { return true }
+        guard isOwed(id) else { return false }
+        cluster!.departures[id] = ClusterState.Departure(
+            disconnection: disconnection, since: now, deadline: now.uptimeMillis + configuration.lingerTimeout.milliseconds)
+        return true
+    }
+
+    /// Lets go the clients whose wait for the cluster's answers passed its deadline: Redis did
+    /// not answer within the linger timeout, and an outage must not keep connections open.
+    mutating func clusterDeparturesDue(at now: ServerTime, into actions: inout [ChatAction]) {
+        for (id, departure) in cluster!.departures where now.uptimeMillis >= departure.deadline {
+            disconnect(id, departure.disconnection, at: now, into: &actions)
+        }
+    }
+
+    /// Whether the cluster owes `id` an answer to a request it sent, or the delivery of an event
+    /// of its own that Redis numbered.
+    private func isOwed(_ id: ClientID) -> Bool {
+        if cluster!.awaiting[id] != nil { return true }
+        guard let owed = cluster!.owed[id] else { return false }
+        // A room no longer followed delivers nothing more.
+        return owed.answers > 0 || owed.echoes.contains { room, seq in (cluster!.rooms[room]?.lastDelivered ?? .max) < seq }
+    }
+
+    /// One answer owed to `id` came (and was given to it); if it was let go and is owed nothing
+    /// more, it is disconnected now, after what was given.
+    private mutating func paid(_ id: ClientID, into actions: inout [ChatAction]) {
+        if var owed = cluster!.owed[id] {
+            owed.answers -= 1
+            cluster!.owed[id] = owed.answers <= 0 && owed.echoes.isEmpty ? nil : owed
+        }
+        departIfPaid(id, into: &actions)
+    }
+
+    /// Disconnects `id` if it was let go and is owed nothing more.
+    private mutating func departIfPaid(_ id: ClientID, into actions: inout [ChatAction]) {
+        guard let departure = cluster!.departures[id], !isOwed(id) else { return }
+        disconnect(id, departure.disconnection, at: departure.since, into: &actions)
+    }
+
+    /// Who sent a room event that a client appends with itself as the sender (a message, an
+    /// action, a topic, a `left`): whose echo it is.
+    private static func author(of frame: Frame) -> String? {
+        switch frame {
+        case .message(_, _, _, let sender, _), .action(_, _, _, let sender, _): sender
+        case .topic(_, _, _, let setBy, _): setBy
+        case .left(_, _, _, let nick): nick
+        default: nil
+        }
     }
 
     // MARK: Requests from clients
@@ -242,7 +336,7 @@ extension ChatCore {
             cluster!.rooms[room]?.leaving.insert(id)
             let charge = chargeFanout(of: id, size: size, in: room)
             let event = Frame.left(room: room, seq: 0, time: 0, nick: nick)
-            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: asker(id), charge: charge))
+            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: asker(id), charge: charge), owing: id)
         case .say(let room, let text), .emote(let room, let text):
             let isMessage = frame.type == .say
             guard clients[id.slot]!.rooms.contains(room) else {
@@ -258,7 +352,7 @@ extension ChatCore {
                 ? .message(room: room, seq: 0, time: 0, sender: nick, text: text)
                 : .action(room: room, seq: 0, time: 0, sender: nick, text: text)
             let charge = chargeFanout(of: id, size: size, in: room)
-            ask(.append(room: room, event: event, change: .none, sender: asker(id), charge: charge))
+            ask(.append(room: room, event: event, change: .none, sender: asker(id), charge: charge), owing: id)
         case .setTopic(let room, let text):
             guard clients[id.slot]!.rooms.contains(room) else {
                 refuse(.setTopic, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
@@ -270,7 +364,7 @@ extension ChatCore {
             }
             let charge = chargeFanout(of: id, size: size, in: room)
             let event = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
-            ask(.append(room: room, event: event, change: .topic, sender: asker(id), charge: charge))
+            ask(.append(room: room, event: event, change: .topic, sender: asker(id), charge: charge), owing: id)
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
@@ -280,7 +374,7 @@ extension ChatCore {
                 refuse(.tell, .unavailable, unavailableText("not delivered to \(recipient)"), to: id, into: &actions)
                 return true
             }
-            ask(.direct(.direct(sender: nick, recipient: recipient, time: now.wallMillis, text: text), sender: asker(id)))
+            ask(.direct(.direct(sender: nick, recipient: recipient, time: now.wallMillis, text: text), sender: asker(id)), owing: id)
         case .setAway(let text):
             clients[id.slot]!.away = text.isEmpty ? nil : text
             actions.append(.send(.away(nick: nick, text: text), to: id))
@@ -292,15 +386,15 @@ extension ChatCore {
                 refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)
                 return true
             }
-            cluster!.awaiting[id] = .reply
-            ask(.listRooms(asker(id)))
+            cluster!.awaiting[id] = .read
+            ask(.listRooms(asker(id)), owing: id)
         case .who(let room):
             guard cluster!.available else {
                 refuse(.who, .unavailable, unavailableText("cannot list #\(room) now"), to: id, into: &actions)
                 return true
             }
-            cluster!.awaiting[id] = .reply
-            ask(.members(room: room, asker(id)))
+            cluster!.awaiting[id] = .read
+            ask(.members(room: room, asker(id)), owing: id)
         case .requestHistory(let room, let count):
             clusterHistory(of: room, id: id, .before, seq: 0, limit: min(Int(count), configuration.historySize), request: .requestHistory, into: &actions)
         case let .fetchHistory(room, direction, seq, limit):
@@ -384,7 +478,8 @@ extension ChatCore {
         clients[id.slot]!.rooms.append(room)
         cluster!.rooms[room, default: ClusterState.Room()].joining.insert(id)
         cluster!.awaiting[id] = .join(room)
-        ask(.join(room: room, id, nick: nick, charge: charge))
+        // Owed until its `joined` is delivered (then its snapshot is, until it is read).
+        ask(.join(room: room, id, nick: nick, charge: charge), owing: id)
     }
 
     /// Charges `id`'s address, now, for its frame of `size` bytes delivered to every member of
@@ -413,8 +508,8 @@ extension ChatCore {
             refuse(request, .unavailable, unavailableText("cannot read the history of #\(room) now"), to: id, into: &actions)
             return
         }
-        cluster!.awaiting[id] = .reply
-        ask(.history(room: room, asker(id), direction, seq: seq, limit: limit, request: request))
+        cluster!.awaiting[id] = .read
+        ask(.history(room: room, asker(id), direction, seq: seq, limit: limit, request: request), owing: id)
     }
 
     /// `id` left this node (`client` is what was known of it): its rooms hear it quit, through
@@ -422,6 +517,8 @@ extension ChatCore {
     mutating func clusterDeparted(_ id: ClientID, client: ClientState, reason: String, at now: ServerTime) {
         let awaited = cluster!.awaiting.removeValue(forKey: id)
         cluster!.sessions[id.slot] = nil
+        cluster!.owed[id] = nil
+        cluster!.departures[id] = nil
         if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
             // Its claim may still succeed: `clusterNickClaimed` lets it go then.
             nicks[ChatName.nickKey(nick)] = nil
@@ -525,9 +622,10 @@ extension ChatCore {
         case (.nickChange, .failure(let failure)):
             nicks[key] = nil
             refuse(.changeNick, .unavailable, "cannot change your nick now: \(failure.reason); try again", to: id, into: &actions)
-        case (.join, _), (.reply, _):
+        case (.join, _), (.read, _):
             break
         }
+        departIfPaid(id, into: &actions)
     }
 
     /// The append of `id`'s `joined` in `room` is done: nil, or why it failed (it is not in the
@@ -540,6 +638,7 @@ extension ChatCore {
         cluster!.rooms[room]?.joining.remove(id)
         refuse(.join, .unavailable, "cannot join #\(room) now: \(failure.reason); try again", to: id, into: &actions)
         unfollowIfEmpty(room)
+        paid(id, into: &actions)
     }
 
     /// An event charged with `charge` was appended, and the room has `memberCount` members on all
@@ -573,6 +672,18 @@ extension ChatCore {
         default: request = .none
         }
         refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions)
+        paid(sender, into: &actions)
+    }
+
+    /// Redis numbered `seq` the event `sender` asked to append to `room`: it is owed that event's
+    /// delivery here (its echo), unless that came first.
+    public mutating func clusterAppended(room: String, seq: UInt64, sender asker: ClusterAsker, into actions: inout [ChatAction]) {
+        guard let sender = resolve(asker) else { return }
+        if let delivered = cluster!.rooms[room]?.lastDelivered, delivered < seq {
+            let owed = cluster!.owed[sender]?.echoes[room] ?? 0
+            cluster!.owed[sender, default: ClusterState.Owed()].echoes[room] = max(owed, seq)
+        }
+        paid(sender, into: &actions)
     }
 
     /// An event of a followed room, in the room's `seq` order, each once: delivered to this
@@ -582,6 +693,7 @@ extension ChatCore {
     ) {
         guard var room = cluster?.rooms[name], let decoded = try? Frame(decoding: payload) else { return }
         guard let frame = Self.stamped(decoded, seq: seq, time: time), Self.room(of: frame) == name else { return }
+        room.lastDelivered = seq
         var newMember: ClientID?
         if case .joined(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.joining.contains(id),
             self.nick(of: id) == nick, !room.members.contains(id)
@@ -606,6 +718,8 @@ extension ChatCore {
         if !recipients.isEmpty { actions.append(.broadcast(frame, to: recipients)) }
         if let newMember, let version = clients[newMember.slot]?.version {
             // What it is told of the room waits for a read; what happens meanwhile waits for it.
+            // The join it was owed an answer to is answered by its `joined`; the snapshot is owed
+            // in its place.
             room.snapshotting[newMember] = []
             ask(.snapshot(room: name, newMember, seq: seq, version: version))
         }
@@ -619,6 +733,14 @@ extension ChatCore {
         }
         cluster!.rooms[name] = room
         unfollowIfEmpty(name)
+        if !cluster!.owed.isEmpty, let author = Self.author(of: frame), let id = nicks[ChatName.nickKey(author)],
+            let echo = cluster!.owed[id]?.echoes[name], echo <= seq
+        {
+            // Its own event, delivered above (or held for it behind its snapshot, which it is owed).
+            cluster!.owed[id]!.echoes[name] = nil
+            if cluster!.owed[id]!.answers == 0, cluster!.owed[id]!.echoes.isEmpty { cluster!.owed[id] = nil }
+            departIfPaid(id, into: &actions)
+        }
     }
 
     /// The snapshot of `room` that `id` waited for since its `joined`, or why it could not be read.
@@ -639,6 +761,7 @@ extension ChatCore {
         for frame in held { actions.append(.send(frame, to: id)) }
         // A client that left before its snapshot came was the room's last one here.
         unfollowIfEmpty(name)
+        paid(id, into: &actions)
     }
 
     private func sendSnapshot(
@@ -672,9 +795,12 @@ extension ChatCore {
         room: String, _ asker: ClusterAsker, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker) else { return }
+        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
         let firstAction = actions.count
-        defer { chargeReplies(to: id, for: actions[firstAction...]) }
-        if cluster!.awaiting[id] == .reply { cluster!.awaiting[id] = nil }
+        defer {
+            chargeReplies(to: id, for: actions[firstAction...])
+            paid(id, into: &actions)
+        }
         switch result {
         case .success(let nicks): sendMembers(nicks, of: room, to: id, into: &actions)
         case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
@@ -686,9 +812,12 @@ extension ChatCore {
         _ asker: ClusterAsker, _ result: Result<[RoomInfo], ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker), let client = clients[id.slot] else { return }
+        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
         let firstAction = actions.count
-        defer { chargeReplies(to: id, for: actions[firstAction...]) }
-        if cluster!.awaiting[id] == .reply { cluster!.awaiting[id] = nil }
+        defer {
+            chargeReplies(to: id, for: actions[firstAction...])
+            paid(id, into: &actions)
+        }
         switch result {
         case .success(let rooms):
             let paged = client.version >= 2
@@ -707,9 +836,12 @@ extension ChatCore {
         _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
     ) {
         guard let id = resolve(asker) else { return }
+        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
         let firstAction = actions.count
-        defer { chargeReplies(to: id, for: actions[firstAction...]) }
-        if cluster!.awaiting[id] == .reply { cluster!.awaiting[id] = nil }
+        defer {
+            chargeReplies(to: id, for: actions[firstAction...])
+            paid(id, into: &actions)
+        }
         switch result {
         case .success(let page) where request == .requestHistory:
             let messages = page.entries.filter { $0.kind != .topic }
@@ -733,7 +865,10 @@ extension ChatCore {
     ) {
         guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else { return }
         let firstAction = actions.count
-        defer { chargeReplies(to: id, for: actions[firstAction...]) }
+        defer {
+            chargeReplies(to: id, for: actions[firstAction...])
+            paid(id, into: &actions)
+        }
         switch result {
         case .success(true):
             actions.append(.send(message, to: id))

@@ -11,7 +11,9 @@ import DequeModule
 /// client sends can change who a delivery claims to be from.
 ///
 /// Requests that fail are answered with a non-fatal `error`; protocol violations, refusals and
-/// timeouts remove the client at once (its rooms see `quit`) and end in `.disconnect`.
+/// timeouts remove the client at once (its rooms see `quit`) and end in `.disconnect` — in a
+/// cluster, a client that says goodbye, floods or breaks the protocol goes after the answers
+/// still to come to what it sent before (`endSession`), as it would on a server on its own.
 ///
 /// With a `RoomStore`, rooms outlive memory: every change of a room (its `seq`, topic, and each
 /// message, action and topic event) is staged in the store as it happens; an empty room leaves
@@ -134,7 +136,9 @@ public struct ChatCore: Sendable {
             // `away` echo shows what was kept.
             frame = .setAway(text: Self.prefix(of: text, bytes: MemoryBudget.awayTextBytes))
         }
-        guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]!.pendingRefusal == nil else { return }
+        guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]!.pendingRefusal == nil,
+            cluster?.departures[id] == nil
+        else { return }
         // Every frame read costs its address, whatever becomes of it.
         let address = clients[id.slot]!.address
         if configuration.addressMessageRate > 0 { addresses[address]!.bucket.spend(1) }
@@ -189,20 +193,35 @@ public struct ChatCore: Sendable {
             // A pong has done its job by arriving; unknown skippable frames are ignored by design.
             break
         case .goodbye(let reason):
-            disconnect(id, Disconnection(code: nil, reason: reason.isEmpty ? "goodbye" : reason), at: now, into: &actions)
+            endSession(id, Disconnection(code: nil, reason: reason.isEmpty ? "goodbye" : reason), at: now, into: &actions)
         case .error(let code, let fatal, _, let reason):
             if fatal {
-                disconnect(id, Disconnection(code: nil, reason: "client error \(code): \(reason)"), at: now, into: &actions)
+                endSession(id, Disconnection(code: nil, reason: "client error \(code): \(reason)"), at: now, into: &actions)
             }
         case .hello:
             let violation = Disconnection(code: .unexpectedFrame, frameType: .hello, reason: "the handshake is already done")
-            disconnect(id, violation, at: now, into: &actions)
+            endSession(id, violation, at: now, into: &actions)
         case .welcome, .message, .action, .direct, .joined, .left, .quit, .nickChanged, .nickAccepted, .roomList,
             .members, .topic, .history, .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits:
             let violation = Disconnection(
                 code: .unexpectedFrame, frameType: frame.type, reason: "a client may not send \(frame.type)")
-            disconnect(id, violation, at: now, into: &actions)
+            endSession(id, violation, at: now, into: &actions)
         }
+    }
+
+    /// Ends `id`'s session for `disconnection` after the replies to the requests it sent before,
+    /// as a client of a server on its own sees it, where each request is answered before the
+    /// next is read: on such a server that is now, as `disconnect` does. In a cluster the answers
+    /// come later, from Redis: the client is read no more (`isAwaitingCluster`), still gets what
+    /// it is sent, and is disconnected once the answers and its own events' echoes have been
+    /// given to it — or after `lingerTimeout` without them, so an unreachable Redis cannot keep
+    /// its connection open. Does nothing if `id` is already gone or on its way out.
+    public mutating func endSession(
+        _ id: ClientID, _ disconnection: Disconnection, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        guard id.slot < clients.count, clients[id.slot] != nil else { return }
+        if cluster != nil, clusterDefersEnd(of: id, disconnection, at: now) { return }
+        disconnect(id, disconnection, at: now, into: &actions)
     }
 
     /// Removes `id` from the chat for `disconnection`: its nick is freed, its rooms see `quit`, and
@@ -233,9 +252,12 @@ public struct ChatCore: Sendable {
         let handshakeTimeout = configuration.handshakeTimeout.milliseconds
         let idlePing = configuration.idlePingInterval.milliseconds
         let idleTimeout = configuration.idleTimeout.milliseconds
+        // Clients let go that wait for the cluster's answers are past pings and idle timeouts.
+        if cluster?.departures.isEmpty == false { clusterDeparturesDue(at: now, into: &actions) }
         for slot in clients.indices {
             guard let client = clients[slot] else { continue }
             let id = ClientID(slot)
+            if cluster?.departures[id] != nil { continue }
             if let (refusal, due) = client.pendingRefusal {
                 if now.uptimeMillis >= due { disconnect(id, refusal, at: now, into: &actions) }
                 continue
@@ -427,7 +449,7 @@ public struct ChatCore: Sendable {
         clients[id.slot]!.refusedInARow += 1
         if clients[id.slot]!.refusedInARow >= configuration.rateAbuseLimit {
             let reason = "kept sending faster than \(limit)"
-            disconnect(id, Disconnection(code: .rateLimited, frameType: frame.type, reason: reason), at: now, into: &actions)
+            endSession(id, Disconnection(code: .rateLimited, frameType: frame.type, reason: reason), at: now, into: &actions)
         } else {
             let reason = "slow down: at most \(limit); this \(frame.type) was dropped"
             actions.append(.send(.error(code: .rateLimited, fatal: false, frameType: frame.type, reason: reason), to: id))

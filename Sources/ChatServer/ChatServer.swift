@@ -429,8 +429,9 @@ public final class ChatServer: @unchecked Sendable {
             if connection.isActive, connection.departure == nil, connection.channel.inputEnded {
                 // Every request the client sent before ending its input has been served (a partial
                 // frame at the end is dropped): its session ends as if it had said goodbye, and
-                // what is queued for it still goes out before the connection closes.
-                core.disconnect(
+                // what is queued for it still goes out before the connection closes (in a
+                // cluster, after the answers still to come from Redis).
+                core.endSession(
                     connection.id, Disconnection(code: nil, reason: "connection closed by the client"), at: now,
                     into: &actions)
                 perform()
@@ -438,7 +439,7 @@ public final class ChatServer: @unchecked Sendable {
         } catch {
             let violation = Disconnection(
                 code: error.errorCode, frameType: connection.decoder.failedFrameType, reason: error.description)
-            core.disconnect(connection.id, violation, at: now, into: &actions)
+            core.endSession(connection.id, violation, at: now, into: &actions)
             perform()
         }
     }
@@ -890,8 +891,8 @@ public final class ChatServer: @unchecked Sendable {
 
     /// After `shutdown`: announces the quits of the clients it said goodbye to, lets what was
     /// sent to the cluster's Redis be carried out, for at most `timeout`, then closes the link
-    /// and calls `completion`. Without a
-    /// cluster it calls `completion` at once.
+    /// and calls `completion` once its sockets are closed. Without a cluster it calls
+    /// `completion` at once.
     public func leaveCluster(timeout: Duration = .seconds(2), completion: @escaping @Sendable () -> Void) {
         guard clusterNode != nil else { return completion() }
         queue.async { [self] in

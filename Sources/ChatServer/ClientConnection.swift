@@ -42,7 +42,9 @@ final class ClientConnection {
     /// writer lags: what it would say could not be acknowledged before the backlog commits.
     var waitingForWriter = false
     /// Whether the client's requests wait (its connection is not read) for the cluster's answer
-    /// to an earlier one: a nick claim or a join, whose outcome later requests depend on.
+    /// to an earlier one — a nick claim or a join, whose outcome later requests depend on, or a
+    /// read, one at a time — or it is let go and waits for the answers it is owed
+    /// (`ChatCore.endSession`).
     var waitingForCluster = false
     /// Bytes of replies to this client held for a commit (durable mode): they count with its
     /// queue against the reply high-water mark, or a client that never reads could have the

@@ -173,8 +173,8 @@ final class ClusterNode: @unchecked Sendable {
     }
 
     /// Waits until what was sent to Redis has been carried out (at most `timeout`), then closes
-    /// the link, and calls `completion` on the queue. The node's nicks not yet released go when
-    /// other nodes reap it.
+    /// the link, and calls `completion` on the queue once its sockets are closed. The node's nicks
+    /// not yet released go when other nodes reap it.
     func stop(timeout: Duration = .seconds(2), completion: @escaping () -> Void) {
         reaper?.cancel()
         reaper = nil
@@ -187,9 +187,10 @@ final class ClusterNode: @unchecked Sendable {
     private func finishStopping() {
         guard let completion = stopped else { return }
         stopped = nil
-        link.stop()
-        logger.info("cluster link closed", metadata: ["cluster.node": "\(configuration.nodeID)"])
-        completion()
+        link.stop { [self] in
+            logger.info("cluster link closed", metadata: ["cluster.node": "\(configuration.nodeID)"])
+            completion()
+        }
     }
 
     /// The most commands that may wait for Redis's reply before clients' requests wait too.
@@ -303,7 +304,12 @@ final class ClusterNode: @unchecked Sendable {
                 if case .success(let appended) = result {
                     // A leaver hears its own `left`, though no longer counted a member.
                     let leaver = if case .leave = change { 1 } else { 0 }
-                    return settle(charge, in: room, appended.memberCount, audience: appended.memberCount + leaver)
+                    settle(charge, in: room, appended.memberCount, audience: appended.memberCount + leaver)
+                    // Its sender is owed the echo from now on: its session does not end before.
+                    if let sender {
+                        answer { $0.clusterAppended(room: room, seq: appended.event.seq, sender: sender, into: &$1) }
+                    }
+                    return
                 }
                 guard case .failure(let error) = result else { return }
                 if let sender {

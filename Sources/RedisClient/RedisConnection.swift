@@ -31,6 +31,8 @@ public final class RedisConnection: @unchecked Sendable {
     private let channel: SocketChannel
     private var parser: RESPParser
     private var waiting = Deque<(Reply) -> Void>()
+    /// Whether the connection has ended (its descriptor is closed, `onClosed` has been called).
+    public var hasEnded: Bool { ended }
     /// Commands sent after the connection ended, told so on the next turn.
     private var refused: [(Reply) -> Void] = []
     private var subscribed = false

@@ -336,8 +336,8 @@ struct ChatServerCommand: ParsableCommand {
         stopped.wait()
         withExtendedLifetime(signalSources) {}
         store?.close()
-        // Every client socket and the listener must be closed by now: the end-to-end test checks that
-        // one socket (the listener) fewer is open than at start.
+        // Every client socket, the listener and a node's link to Redis must be closed by now: the
+        // end-to-end test checks that one socket (the listener) fewer is open than at start.
         logger.info("exiting", metadata: ["sockets.open": "\(DescriptorLimit.openSocketCount() ?? -1)"])
     }
 

@@ -109,6 +109,7 @@ private struct FakeCluster {
                 members[room]!.removeAll { $0 == nick }
             }
             append(event, to: room)
+            if let sender { nodes[node].clusterAppended(room: room, seq: seqs[room]!, sender: sender, into: &actions) }
         case .snapshot(let room, let id, let seq, _):
             let history = (logs[room] ?? []).filter { $0.seq <= seq }.compactMap {
                 ChatCore.historyEntry(payload: $0.payload, seq: $0.seq, time: 7)
@@ -360,5 +361,180 @@ struct ChatCoreClusterTests {
         }
         core.received(.say(room: "r", text: "x"), size: 100, from: ann, at: now, into: &actions)
         #expect(core.addressWait(for: ann, at: now) > 0, "the sixteenth puts the address in debt: its next frame waits")
+    }
+
+    // MARK: A session ends after the answers to what it sent
+
+    /// ann, welcomed on a core of its own, joins `r` (its `joined` is `seq` 5) and reads its
+    /// snapshot; what it was sent meanwhile is left out.
+    private static func member(of core: inout ChatCore) -> ClientID {
+        let ann = ClientID(0)
+        var actions: [ChatAction] = []
+        welcome("ann", in: ann, of: &core)
+        core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
+        core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
+        let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
+        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        _ = core.takeClusterRequests()
+        return ann
+    }
+
+    /// The asker of the one append among `requests`.
+    private static func appendAsker(_ requests: [ClusterRequest]) -> ClusterAsker? {
+        for case .append(_, _, _, let sender?, _) in requests { return sender }
+        return nil
+    }
+
+    @Test func aClientLetGoGetsTheEchoOfItsLastLineBeforeItsDisconnection() {
+        for replyFirst in [true, false] {
+            var core = clusteredCore()
+            let ann = Self.member(of: &core)
+            var actions: [ChatAction] = []
+            core.received(.say(room: "r", text: "bye now"), size: 20, from: ann, at: now, into: &actions)
+            guard let asker = Self.appendAsker(core.takeClusterRequests()) else {
+                Issue.record("expected the line's append")
+                return
+            }
+            // Its input ends (or it says goodbye) while the line is on its way through Redis.
+            core.endSession(ann, Disconnection(code: nil, reason: "connection closed by the client"), at: now, into: &actions)
+            #expect(actions.isEmpty, "nothing ends before the echo: \(actions)")
+            #expect(core.isAwaitingCluster(ann), "a client let go is read no more")
+            #expect(core.nick(of: ann) == "ann", "and is still in the chat, to get its echo")
+            core.received(.say(room: "r", text: "more"), size: 20, from: ann, at: now, into: &actions)
+            #expect(core.takeClusterRequests().isEmpty && actions.isEmpty, "what it sends after is not served")
+
+            let echo = Frame.message(room: "r", seq: 6, time: 10, sender: "ann", text: "bye now")
+            let deliver = { (core: inout ChatCore, actions: inout [ChatAction]) in
+                core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: echo), into: &actions)
+            }
+            // The append's reply and the publication come on two connections, in either order.
+            if replyFirst {
+                core.clusterAppended(room: "r", seq: 6, sender: asker, into: &actions)
+                #expect(actions.isEmpty, "numbered, not yet delivered: \(actions)")
+                deliver(&core, &actions)
+            } else {
+                deliver(&core, &actions)
+                #expect(actions == [.broadcast(echo, to: [ann])], "delivered, but Redis has not answered the append yet")
+                core.clusterAppended(room: "r", seq: 6, sender: asker, into: &actions)
+            }
+            let disconnection = Disconnection(code: nil, reason: "connection closed by the client")
+            #expect(actions == [.broadcast(echo, to: [ann]), .disconnect(ann, disconnection, nick: "ann")],
+                    "the echo, then the end (reply first: \(replyFirst))")
+            #expect(core.takeClusterRequests() == [
+                .append(room: "r", event: .quit(room: "r", seq: 0, time: 0, nick: "ann", reason: disconnection.reason),
+                        change: .leave(nick: "ann"), sender: nil, charge: nil),
+                .releaseNick("ann"), .unfollow(room: "r"),
+            ], "then its room hears it quit")
+        }
+    }
+
+    @Test func aHalfClosedJoinerGetsItsJoinSequenceAndEchoBeforeItsDisconnection() {
+        var core = clusteredCore()
+        let ann = ClientID(0)
+        var actions: [ChatAction] = []
+        welcome("ann", in: ann, of: &core)
+        core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        core.received(.say(room: "r", text: "bye now"), size: 20, from: ann, at: now, into: &actions)
+        guard let asker = Self.appendAsker(core.takeClusterRequests()) else {
+            Issue.record("expected the line's append")
+            return
+        }
+        core.endSession(ann, Disconnection(code: nil, reason: "connection closed by the client"), at: now, into: &actions)
+        core.clusterAppended(room: "r", seq: 6, sender: asker, into: &actions)
+        actions.removeAll()
+        let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
+        core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
+        let echo = Frame.message(room: "r", seq: 6, time: 10, sender: "ann", text: "bye now")
+        core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: echo), into: &actions)
+        #expect(actions == [.broadcast(joined, to: [ann])], "its echo waits for its snapshot, and so does its end: \(actions)")
+        let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
+        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        #expect(Array(actions.suffix(2)) == [
+            .send(echo, to: ann), .disconnect(ann, Disconnection(code: nil, reason: "connection closed by the client"), nick: "ann"),
+        ], "the snapshot, the echo, then the end: \(actions)")
+    }
+
+    @Test func aFloodersFatalErrorComesAfterTheEchoesOfTheLinesAcceptedBeforeIt() {
+        var core = clusteredCore {
+            $0.messageRate = 0.1
+            $0.messageBurst = 3
+            $0.rateAbuseLimit = 2
+        }
+        let ann = Self.member(of: &core)
+        var actions: [ChatAction] = []
+        var askers: [ClusterAsker] = []
+        for number in 0..<4 {
+            core.received(.say(room: "r", text: "spam \(number)"), size: 20, from: ann, at: now, into: &actions)
+            if let asker = Self.appendAsker(core.takeClusterRequests()) { askers.append(asker) }
+        }
+        #expect(askers.count == 2, "the join took one token of three")
+        #expect(!actions.contains { if case .disconnect = $0 { true } else { false } }, "not before the echoes: \(actions)")
+        actions.removeAll()
+        for (offset, asker) in askers.enumerated() {
+            let seq = UInt64(6 + offset)
+            core.clusterAppended(room: "r", seq: seq, sender: asker, into: &actions)
+            let echo = Frame.message(room: "r", seq: seq, time: 10, sender: "ann", text: "spam \(offset)")
+            core.clusterDeliver(room: "r", seq: seq, time: 10, payload: ChatCore.clusterPayload(of: echo), into: &actions)
+        }
+        guard actions.count == 3, case .disconnect(ann, let why, _) = actions[2] else {
+            Issue.record("expected both echoes, then the disconnection, got \(actions)")
+            return
+        }
+        #expect(why.code == .rateLimited)
+    }
+
+    @Test func aClientLetGoWaitsForRedisNoLongerThanTheLingerTimeout() {
+        var core = clusteredCore { $0.lingerTimeout = .seconds(2) }
+        let ann = Self.member(of: &core)
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "into the void"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.goodbye(reason: "bye"), size: 8, from: ann, at: now, into: &actions)
+        #expect(actions.isEmpty)
+        let later = ServerTime(wallMillis: now.wallMillis + 1_999, uptimeMillis: now.uptimeMillis + 1_999)
+        core.tick(at: later, into: &actions)
+        #expect(actions.isEmpty, "still within the linger timeout: \(actions)")
+        let deadline = ServerTime(wallMillis: now.wallMillis + 2_000, uptimeMillis: now.uptimeMillis + 2_000)
+        core.tick(at: deadline, into: &actions)
+        #expect(actions == [.disconnect(ann, Disconnection(code: nil, reason: "bye"), nick: "ann")], "let go without its echo")
+    }
+
+    @Test func aClientOwedNothingIsDisconnectedAtOnce() {
+        var core = clusteredCore()
+        let ann = Self.member(of: &core)
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "hi"), size: 20, from: ann, at: now, into: &actions)
+        guard let asker = Self.appendAsker(core.takeClusterRequests()) else {
+            Issue.record("expected the line's append")
+            return
+        }
+        let echo = Frame.message(room: "r", seq: 6, time: 10, sender: "ann", text: "hi")
+        core.clusterAppended(room: "r", seq: 6, sender: asker, into: &actions)
+        core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: echo), into: &actions)
+        actions.removeAll()
+        core.received(.goodbye(reason: "bye"), size: 8, from: ann, at: now, into: &actions)
+        #expect(actions == [.disconnect(ann, Disconnection(code: nil, reason: "bye"), nick: "ann")])
+    }
+
+    @Test func aClientsReadsAreAnsweredOneAtATime() {
+        var core = clusteredCore()
+        let ann = Self.member(of: &core)
+        var actions: [ChatAction] = []
+        for read in [Frame.who(room: "r"), .listRooms, .requestHistory(room: "r", count: 100), .fetchHistory(room: "r", direction: .before, seq: 0, limit: 100)] {
+            core.received(read, size: 10, from: ann, at: now, into: &actions)
+            let requests = core.takeClusterRequests()
+            #expect(requests.count == 1, "\(read) is asked of the cluster: \(requests)")
+            #expect(core.isAwaitingCluster(ann), "the next request waits for the answer to \(read)")
+            switch requests.first {
+            case .members(let room, let asker)?: core.clusterMembersRead(room: room, asker, .success(["ann"]), into: &actions)
+            case .listRooms(let asker)?: core.clusterRoomsRead(asker, .success([]), into: &actions)
+            case .history(let room, let asker, _, _, _, let request)?:
+                core.clusterHistoryRead(room: room, asker, request: request, .success((epoch: 7, entries: [], complete: true)), into: &actions)
+            default: Issue.record("expected a read, got \(requests)")
+            }
+            #expect(!core.isAwaitingCluster(ann), "answered: \(read)")
+        }
     }
 }

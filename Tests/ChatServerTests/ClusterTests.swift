@@ -512,6 +512,10 @@ struct ClusterTests {
         // last change wins, though Redis comes back with the first.
         try await bob.send(.setAway(text: "in a meeting"))
         _ = try await bob.waitFor("bob's away echo") { if case .away("bob", "in a meeting") = $0 { true } else { nil } }
+        // The echo is bob's node's, at once; ann's node reads the message from Redis, which bob's
+        // node tells a moment later.
+        let stored = try await eventually { try await cluster.redisCLI("GET", "chat:away:bob") == ["bob in a meeting"] }
+        #expect(stored, "bob's node stored his away message in Redis")
         #expect(try await awayToldToAnn(saying: "meeting?") == "in a meeting")
         try await outage(2) {
             try await bob.send(.setAway(text: "back in 5"))
