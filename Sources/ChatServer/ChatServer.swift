@@ -126,8 +126,9 @@ public final class ChatServer: @unchecked Sendable {
     private var refusalLog = LogThrottle()
     /// Connections refused at the door, waiting for their clients to close.
     private var refused = RefusedSockets()
-    /// TLS connections being refused after their handshake (`refuseAfterHandshake`).
-    private var tlsRefusals = 0
+    /// TLS connections being refused after their handshake (`refuseAfterHandshake`), oldest
+    /// first; closed ones are dropped as new ones come (at most `maxTLSRefusals` to look at).
+    private var tlsRefusals = Deque<ClientConnection>()
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
 
@@ -337,25 +338,32 @@ public final class ChatServer: @unchecked Sendable {
 
     /// Refuses a connection on the TLS port: a refusal in plain text would reach a TLS client as
     /// garbage ("not TLS"), so the connection completes its TLS handshake, gets its error frame
-    /// encrypted, and closes. A handshake costs a millisecond of CPU, so at most
-    /// `maxTLSRefusals` are in progress at once; past that, the connection is closed unanswered.
+    /// encrypted, and closes once the client has closed too (its input read and dropped
+    /// meanwhile, as `RefusedSockets` does for plain ones). A handshake costs a millisecond of
+    /// CPU, so at most `maxTLSRefusalHandshakes` are in progress at once — past that, the
+    /// connection is closed unanswered — and at most `maxTLSRefusals` wait for their client to
+    /// close: the oldest is closed early to make room.
     private func refuseAfterHandshake(_ socket: Socket, address: String, refusal: Disconnection, now: ServerTime) {
         logRefusal(address: address, label: socket.label, reason: refusal.reason, now: now)
-        guard tlsRefusals < Self.maxTLSRefusals else {
+        tlsRefusals.removeAll { if case .closed = $0.phase { true } else { false } }
+        guard tlsRefusals.lazy.filter({ $0.channel.isHandshaking }).count < Self.maxTLSRefusalHandshakes else {
             socket.close()
             return
         }
-        tlsRefusals += 1
+        if tlsRefusals.count >= Self.maxTLSRefusals { tlsRefusals.removeFirst().channel.close() }
         let connection = open(socket, address: address, tls: true)
-        connection.isRefusal = true
+        tlsRefusals.append(connection)
         // It is not a client of the chat: no welcome, so its refusal is not logged again.
         let deadline = now.uptimeMillis + configuration.handshakeTimeout.milliseconds + configuration.lingerTimeout.milliseconds
         connection.beginClosing(farewell: refusal.errorFrame.map(encode), deadline: deadline)
         markDirty(connection)
     }
 
-    /// The most TLS connections being refused after their handshake at once.
-    static let maxTLSRefusals = 64
+    /// The most TLS handshakes of refused connections in progress at once.
+    static let maxTLSRefusalHandshakes = 64
+    /// The most refused TLS connections open at once, handshaking or waiting for their client to
+    /// close; as many as `RefusedSockets` keeps of plain ones.
+    static let maxTLSRefusals = 256
 
     /// Refuses a connection on the listener's turn, at the cost of a few system calls: its error
     /// frame goes into the socket's empty send buffer, then end of stream; what the client already
@@ -538,7 +546,6 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     private func closed(_ connection: ClientConnection, error: SocketError?) {
-        if connection.isRefusal { tlsRefusals -= 1 }
         if connection.isActive {
             let reason = error.map { error in
                 error.tlsError.map { "TLS: \($0.reason)" } ?? "connection lost: \(error.reason)"
@@ -770,6 +777,15 @@ public final class ChatServer: @unchecked Sendable {
                     // It is not reading: what is queued would only hold memory until the close.
                     // Its rooms see it quit, and it can catch up from history when it returns.
                     connection.channel.discardUnsent()
+                    if connection.channel.outboundCost > budget.replyLowWater {
+                        // A large frame it has read part of stays queued (its farewell would have
+                        // to follow it): a megabyte history page held for the linger time by
+                        // each of a dozen hoarders is what pushed the output budget over and had
+                        // readers cut off. It gets no farewell: it would not have read it.
+                        connection.phase = .closing(deadline: now.uptimeMillis)
+                        connection.channel.close()
+                        continue
+                    }
                 }
                 let deadline = now.uptimeMillis + configuration.lingerTimeout.milliseconds
                 connection.beginClosing(farewell: disconnection.errorFrame.map(encode), deadline: deadline)
@@ -850,13 +866,16 @@ public final class ChatServer: @unchecked Sendable {
 
     /// While all queues together pin more than the output budget, disconnects the client with
     /// the most queued: it is the furthest behind, and a client that reads never stays there.
-    /// Frames held for a commit count too, within their own share (`budget.held`), which the
-    /// writer gate keeps them in.
+    /// Frames held for a commit are left out: they have their own share (`budget.held`, which
+    /// the writer gate keeps), and no eviction frees them before their commit lands — counting
+    /// them once cut off every reader, down to queues of 340 bytes.
     private func relieveOutputPressure(now: ServerTime) {
-        while outputInUse > budget.output + budget.held {
+        while outputInUse - heldCost - heldActionsCost > budget.output {
+            // A client with less than the reply low-water mark queued is not behind: cutting it
+            // off would free next to nothing, whatever else holds the memory.
             var furthest: ClientConnection?
             for case let connection? in connections where connection.isActive {
-                if connection.channel.outboundCost > (furthest?.channel.outboundCost ?? 0) { furthest = connection }
+                if connection.channel.outboundCost > (furthest?.channel.outboundCost ?? budget.replyLowWater) { furthest = connection }
             }
             guard let furthest else { return }
             evictSlowConsumer(

@@ -27,9 +27,6 @@ final class ClientConnection {
     let channel: SocketChannel
     var decoder: FrameDecoder
     var phase = Phase.active
-    /// Whether the connection was refused at the door and only waits to send its refusal (a TLS
-    /// one: after its handshake); the chat logic never knew it.
-    var isRefusal = false
     /// Whether the client completed the handshake (its disconnection is then always logged).
     var welcomed = false
     /// Whether the client's requests wait (its connection is not read, its decoded-but-unserved

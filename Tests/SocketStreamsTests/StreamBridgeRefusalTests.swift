@@ -162,8 +162,10 @@ struct StreamBridgeRefusalTests {
         let (opened, before, peak) = (numbers[0], numbers[1], numbers[2])
         #expect(opened == 300, "expected 300 stream pairs to open, \(opened) did")
         // The pool that resolves names and the pairs' queues are bounded: this adds about 20
-        // threads. Before they were, it added more than one per stream (382 threads for 300).
-        #expect(peak - before <= 40, "opening 300 stream pairs at once went from \(before) to \(peak) threads")
+        // threads on a quiet machine, and 52–66 seen while the whole suite loads both cores
+        // (Dispatch adds workers when its threads wait for a core). Before they were bounded, it
+        // added more than one per stream (382 threads for 300).
+        #expect(peak - before <= 100, "opening 300 stream pairs at once went from \(before) to \(peak) threads")
     }
 
     /// Opens `count` stream pairs to a local server at once, by name (so that every pair goes
