@@ -161,12 +161,45 @@ private final class BridgeChildProcess: @unchecked Sendable {
     }
 
     /// Waits up to `timeout` seconds for the process to exit; its status, or nil if it did not.
+    ///
+    /// Foundation learns of an exit from SIGCHLD; once in a full run (hundreds of children
+    /// spawned around it) it did not, and a client that had printed its last line was "still
+    /// running" 20 s later. So a child that the kernel shows as exited (a zombie) counts as
+    /// exited, with its status; one still running has its state and each thread's wait channel
+    /// put in the transcript, to tell a hang from a missed notice.
     func waitForExit(timeout: TimeInterval = 20) -> Int32? {
         let deadline = Date(timeIntervalSinceNow: timeout)
-        return condition.withLock {
-            while exitStatus == nil, condition.wait(until: deadline) {}
-            return exitStatus
+        while Date() < deadline {
+            let slice = min(deadline, Date(timeIntervalSinceNow: 0.5))
+            let status: Int32? = condition.withLock {
+                while exitStatus == nil, condition.wait(until: slice) {}
+                return exitStatus
+            }
+            if let status { return status }
+            if processState == "Z" {
+                // Peeked, not reaped (WNOWAIT): Foundation still reaps it when it notices.
+                var info = siginfo_t()
+                if waitid(P_PID, id_t(process.processIdentifier), &info, WEXITED | WNOHANG | WNOWAIT) == 0,
+                    info.si_code == CLD_EXITED
+                {
+                    return info._sifields._sigchld.si_status
+                }
+            }
         }
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process.processIdentifier)/task")) ?? []
+        let channels = threads.map { task in
+            (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/task/\(task)/wchan", encoding: .utf8)) ?? "?"
+        }
+        condition.withLock { output += "\n[still running: state \(processState ?? "gone"), thread wait channels \(channels)]\n" }
+        return nil
+    }
+
+    /// The child's state letter from /proc (R, S, Z, …), or nil once it is gone.
+    private var processState: String? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        return stat[stat.index(after: close)...].split(separator: " ").first.map(String.init)
     }
 
     /// Stops the process if it is still running.
