@@ -63,6 +63,10 @@ public final class ChatServer: @unchecked Sendable {
     /// `MemoryBudget.readBytes` per read, so that what a waiting connection's decoder holds stays
     /// within its share of the budget (`MemoryBudget.perConnection`).
     private let readBuffer: ReadBuffer
+    /// What refused connections' input is read into and dropped: 64 KiB, so a client that sent
+    /// much before its refusal is drained in a sweep or two, not held until its deadline (and
+    /// then reset) as the connections' 4 KiB reads would.
+    private let refusalScratch = ReadBuffer(capacity: 64 << 10)
     private var state = State.idle
     private var core: ChatCore
     /// Where rooms are kept beyond memory; nil when they are not.
@@ -378,7 +382,7 @@ public final class ChatServer: @unchecked Sendable {
             _ = bytes.withUnsafeBytes { try? socket.write($0) }
         }
         try? socket.shutdownWrite()
-        if RefusedSockets.stillOpen(socket, scratch: readBuffer.memory) {
+        if RefusedSockets.stillOpen(socket, scratch: refusalScratch.memory) {
             refused.add(socket, until: now.uptimeMillis + configuration.lingerTimeout.milliseconds)
         } else {
             socket.close()
@@ -985,7 +989,7 @@ public final class ChatServer: @unchecked Sendable {
                 break
             }
         }
-        refused.sweep(now: now.uptimeMillis, scratch: readBuffer.memory)
+        refused.sweep(now: now.uptimeMillis, scratch: refusalScratch.memory)
         for (key, count) in refusalLog.summaries(now: now.uptimeMillis) {
             logger.info("refusals summarised", metadata: ["refusal": "\(key)", "refusal.suppressed": "\(count)"])
         }
