@@ -784,7 +784,7 @@ extension ChatCore {
 
     private func sendMembers(_ nicks: [String], of room: String, to id: ClientID, into actions: inout [ChatAction]) {
         let paged = (clients[id.slot]?.version ?? 1) >= 2
-        Self.splitIntoFrames(nicks, cost: { $0.utf8.count + 1 }) { part, isLast in
+        Self.splitIntoFrames(nicks, cost: Self.cost(nick:)) { part, isLast in
             actions.append(
                 .send(paged ? .membersPage(room: room, complete: isLast, nicks: part) : .members(room: room, nicks: part), to: id))
         }
@@ -822,7 +822,7 @@ extension ChatCore {
         case .success(let rooms):
             let paged = client.version >= 2
             let sorted = rooms.sorted { $0.name < $1.name }
-            Self.splitIntoFrames(sorted, cost: { $0.name.utf8.count + $0.topic.utf8.count + 16 }) { part, isLast in
+            Self.splitIntoFrames(sorted, cost: Self.cost) { part, isLast in
                 actions.append(.send(paged ? .roomListPage(complete: isLast, rooms: part) : .roomList(rooms: part), to: id))
             }
         case .failure(let failure):

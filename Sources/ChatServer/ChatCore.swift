@@ -156,10 +156,7 @@ public struct ChatCore: Sendable {
         // docs/PROTOCOL.md says (the server's decoder already reads such frames as unknown).
         if let introduced = frame.type.introducedIn, introduced > clients[id.slot]!.version { return }
         let firstAction = actions.count
-        defer {
-            chargeFanout(of: address, size: size, for: actions[firstAction...])
-            chargeReplies(of: address, for: actions[firstAction...])
-        }
+        defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
         if cluster != nil, clusterReceived(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
         switch frame {
         case .changeNick(let newNick):
@@ -457,38 +454,31 @@ public struct ChatCore: Sendable {
         return false
     }
 
-    /// Spends from `address`'s fan-out bucket what the broadcasts among `actions`, caused by one
-    /// frame of `size` bytes, cost to send: the frame's size (plus what a delivery adds) once per
-    /// recipient. A line to a room of a thousand costs a thousand times its size.
+    /// Spends from `address`'s fan-out bucket what `actions`, caused by one frame of `size`
+    /// bytes, cost to send: each broadcast the frame's size (plus what a delivery adds) once per
+    /// recipient — a line to a room of a thousand costs a thousand times its size — and each
+    /// reply whose size the request does not bound, what it is (`replyCost`): a request of a few
+    /// bytes can ask for a megabyte, and without this, paging history from many connections read
+    /// hundreds of megabytes a second out of the server (docs/SECURITY.md).
     private mutating func chargeFanout(of address: String, size: Int, for actions: ArraySlice<ChatAction>) {
-        guard configuration.addressFanoutRate > 0 else { return }
-        var recipients = 0
-        for case .broadcast(_, let to) in actions { recipients += to.count }
-        chargeFanout(of: address, bytesPerDelivery: size + Self.deliveryOverhead, deliveries: recipients)
-    }
-
-    /// Spends from `address`'s fan-out bucket what the bulky replies among `actions` cost to
-    /// send: history pages and replays, room and member lists, away texts. A request of a few
-    /// bytes can ask for a megabyte; without this, paging history from many connections would
-    /// read hundreds of megabytes a second out of the server (docs/SECURITY.md).
-    mutating func chargeReplies(of address: String, for actions: ArraySlice<ChatAction>) {
         guard configuration.addressFanoutRate > 0 else { return }
         var bytes = 0
         for action in actions {
             switch action {
+            case .broadcast(_, let to): bytes += (size + Self.deliveryOverhead) * to.count
             case .send(let frame, _): bytes += Self.replyCost(of: frame)
             case .sendShared(let shared, _): bytes += shared.frames.reduce(0) { $0 + Self.replyCost(of: $1) }
-            case .broadcast, .disconnect: break
+            case .disconnect: break
             }
         }
         chargeFanout(of: address, bytesPerDelivery: bytes, deliveries: 1)
     }
 
-    /// `chargeReplies(of:for:)` for replies to `id` that come after its request was served (a
-    /// cluster node's answers from Redis).
+    /// Charges `id`'s address for replies to it that come after its request was served (a
+    /// cluster node's answers from Redis, which carry no broadcasts).
     mutating func chargeReplies(to id: ClientID, for actions: ArraySlice<ChatAction>) {
         guard let address = id.slot < clients.count ? clients[id.slot]?.address : nil else { return }
-        chargeReplies(of: address, for: actions)
+        chargeFanout(of: address, size: 0, for: actions)
     }
 
     /// About what `frame` costs to send when it is a reply whose size the request does not
@@ -498,9 +488,9 @@ public struct ChatCore: Sendable {
         case .history(_, let entries), .historyPage(_, _, _, let entries):
             entries.reduce(64) { $0 + cost($1) }
         case .roomList(let rooms), .roomListPage(_, let rooms):
-            rooms.reduce(64) { $0 + $1.name.utf8.count + $1.topic.utf8.count + 16 }
+            rooms.reduce(64) { $0 + cost($1) }
         case .members(_, let nicks), .membersPage(_, _, let nicks):
-            nicks.reduce(64) { $0 + $1.utf8.count + 1 }
+            nicks.reduce(64) { $0 + cost(nick: $1) }
         case .away(let nick, let text):
             64 + nick.utf8.count + text.utf8.count
         default:
@@ -942,7 +932,7 @@ public struct ChatCore: Sendable {
             let room = rooms[name]!
             return RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic?.text ?? "")
         }
-        Self.splitIntoFrames(list, cost: { $0.name.utf8.count + $0.topic.utf8.count + 16 }) { part, isLast in
+        Self.splitIntoFrames(list, cost: Self.cost) { part, isLast in
             actions.append(.send(paged ? .roomListPage(complete: isLast, rooms: part) : .roomList(rooms: part), to: id))
         }
     }
@@ -952,7 +942,7 @@ public struct ChatCore: Sendable {
     /// version 1 client.
     private func appendMembers(of room: String, to id: ClientID, into actions: inout [ChatAction]) {
         let paged = clients[id.slot]!.version >= 2
-        Self.splitIntoFrames(memberNicks(of: room), cost: { $0.utf8.count + 1 }) { part, isLast in
+        Self.splitIntoFrames(memberNicks(of: room), cost: Self.cost(nick:)) { part, isLast in
             actions.append(
                 .send(paged ? .membersPage(room: room, complete: isLast, nicks: part) : .members(room: room, nicks: part), to: id))
         }
@@ -983,6 +973,16 @@ public struct ChatCore: Sendable {
     /// strings plus at most 32 bytes of kind, deltas and lengths.
     static func cost(_ entry: HistoryEntry) -> Int {
         32 + entry.sender.utf8.count + entry.text.utf8.count
+    }
+
+    /// An upper bound of the bytes `room` takes in a `roomList` or `roomListPage` frame.
+    static func cost(_ room: RoomInfo) -> Int {
+        room.name.utf8.count + room.topic.utf8.count + 16
+    }
+
+    /// An upper bound of the bytes `nick` takes in a `members` or `membersPage` frame.
+    static func cost(nick: String) -> Int {
+        nick.utf8.count + 1
     }
 
     /// Splits `entries` into `history` frames that each fit the protocol's frame limit.
