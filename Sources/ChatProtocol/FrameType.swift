@@ -105,12 +105,15 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     /// The protocol version that defined this type (1 or 2), or nil if this version does not
     /// define it. A peer that agreed on an earlier version treats the type as unknown: skipped
     /// when skippable, as docs/PROTOCOL.md's forward-compatibility rule says.
+    ///
+    /// Ranges, not a table: every frame a server decodes asks.
     public var introducedIn: UInt16? {
-        guard name != nil else { return nil }
-        return FrameType.version2.contains(rawValue) ? 2 : 1
+        switch rawValue {
+        case 0x01...0x0B, 0x20...0x2C, 0x40...0x43: 1
+        case 0x0C...0x0D, 0x2D...0x32: 2
+        default: nil
+        }
     }
-
-    private static let version2: Set<UInt8> = [0x0C, 0x0D, 0x2D, 0x2E, 0x2F, 0x30, 0x31, 0x32]
 
     /// The type's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
     public var name: String? {

@@ -97,6 +97,21 @@ struct ProtocolDocumentTests {
         }
     }
 
+    @Test func theVersionThatIntroducedEachTypeIsTheDocumentsAndUnknownTypesHaveNone() {
+        for type in FrameType.allKnown {
+            // "### fetchHistory (0x0C, C→S, v2)", or "### ping (0x40, both) and pong (0x41, both)".
+            let heading = document.text.split(separator: "\n").lazy.filter { $0.hasPrefix("### ") }
+                .compactMap { line in line.range(of: "\(type.name!) (0x").map { line[$0.upperBound...] } }.first
+            let documented: UInt16 = heading?.prefix { $0 != ")" }.hasSuffix(", v2") == true ? 2 : 1
+            #expect(heading != nil, "no section for \(type)")
+            #expect(type.introducedIn == documented, "\(type) is version \(documented) in docs/PROTOCOL.md")
+        }
+        let known = Set(FrameType.allKnown.map(\.rawValue))
+        for byte in UInt8.min...UInt8.max where !known.contains(byte) {
+            #expect(FrameType(rawValue: byte).introducedIn == nil, "\(FrameType(rawValue: byte)) is no version's")
+        }
+    }
+
     @Test func fuzzSeedCorpusHoldsTheExamples() throws {
         let directory = ProtocolDocument.root.appendingPathComponent("Fuzz/corpus/decode")
         for example in document.examples {
