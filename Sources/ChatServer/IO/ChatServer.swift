@@ -27,10 +27,13 @@ import SocketTLS
 /// The server never drops a frame for a client it keeps.
 ///
 /// With a `RoomStore`, acknowledged means stored: actions are held while the room changes staged
-/// with them are committed (on the store's writer queue), and carried out, in order, only after
-/// the commit. One commit is in flight at a time; whatever the chat produces meanwhile is held
-/// and goes into the next one, as one transaction (group commit: the busier the server, the more
-/// each commit carries), so no delivery overtakes an earlier one. Held frames are encoded when
+/// with them are committed, and carried out, in order, only after the commit. A store that
+/// commits on the server's queue (SQLite's default) commits once per turn, at its end, just before
+/// the flush that sends what the commit released — Redis's order: write the log, then reply. A
+/// store that commits on a thread of its own has one commit in flight at a time; whatever the
+/// chat produces meanwhile is held and goes into the next one. Either way a commit is one
+/// transaction for everything since the last (group commit: the busier the server, the more each
+/// commit carries), and no delivery overtakes an earlier one. Held frames are encoded when
 /// held and charged at their real size (`hold`); while they cost more than `budget.held`, the
 /// server stops reading from welcomed clients. Handshakes, evictions and shutdown never wait for
 /// a commit. A failed commit's room events are not delivered; their senders get `storageFailed`,
@@ -250,8 +253,9 @@ public final class ChatServer: @unchecked Sendable {
                 sayGoodbye(reason)
                 return
             }
-            if !commitInFlight, store.hasStagedChanges || !heldActions.isEmpty { submitCommit() }
+            // Armed first: a store that commits on this queue completes inside `submitCommit`.
             goodbyeAfterCommit = (lastCommit, reason, Self.now().uptimeMillis + configuration.drainTimeout.milliseconds)
+            if !commitInFlight, store.hasStagedChanges || !heldActions.isEmpty { submitCommit() }
         }
     }
 
@@ -587,10 +591,17 @@ public final class ChatServer: @unchecked Sendable {
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             hold(actions)
             actions.removeAll(keepingCapacity: true)
-            // An idle writer takes the first change at once: waiting for the end of the turn
-            // would make it wait behind the turn's fan-out too. Under load commits are
-            // scheduled by their predecessors' completions, once per turn.
-            if !commitInFlight, !commitScheduled { submitCommit() }
+            if store.commitsOnCallersQueue {
+                // Committed at the end of the turn, just before the flush that sends what it
+                // releases (`flushDirty`): one write of the log per turn, as Redis writes its
+                // append-only file before it replies, and no hand-off to another thread.
+                scheduleFlush()
+            } else if !commitInFlight, !commitScheduled {
+                // An idle writer thread takes the first change at once: waiting for the end of
+                // the turn would make it wait behind the turn's fan-out too. Under load commits
+                // are scheduled by their predecessors' completions, once per turn.
+                submitCommit()
+            }
             return
         }
         execute(actions)
@@ -686,7 +697,9 @@ public final class ChatServer: @unchecked Sendable {
             while let first = slotsAwaitingCommit.first, first.after <= completedCommits {
                 freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
             }
-            if let store, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) {
+            if let store, !store.commitsOnCallersQueue,
+                !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil)
+            {
                 scheduleCommit()
             }
             if let (commit, reason, _) = goodbyeAfterCommit, completedCommits >= commit {
@@ -824,18 +837,25 @@ public final class ChatServer: @unchecked Sendable {
         guard !connection.isDirty else { return }
         connection.isDirty = true
         dirty.append(connection)
-        if !flushScheduled {
-            flushScheduled = true
-            queue.async { [weak self] in self?.flushDirty() }
-        }
+        scheduleFlush()
     }
 
-    /// Writes out every dirty channel, one gather write each; then disconnects the clients whose
-    /// queue is past the per-client bound, and, while all queues together are past the output
-    /// budget, the client furthest behind. Repeats while disconnections dirty more channels.
+    /// Runs `flushDirty` at the end of this turn: after the blocks already queued (the reads
+    /// that are ready), so that one pass sends what all of them produced.
+    private func scheduleFlush() {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        queue.async { [weak self] in self?.flushDirty() }
+    }
+
+    /// The end of a turn: commits what the turn staged and held, if the store commits on this
+    /// queue, then writes out every dirty channel, one gather write each; then disconnects the
+    /// clients whose queue is past the per-client bound, and, while all queues together are past
+    /// the output budget, the client furthest behind. Repeats while that commits or dirties more.
     private func flushDirty() {
         flushScheduled = true
         defer { flushScheduled = false }
+        commitAtEndOfTurn()
         while !dirty.isEmpty {
             swap(&dirty, &flushing)
             let now = Self.now()
@@ -865,6 +885,21 @@ public final class ChatServer: @unchecked Sendable {
                         + "\(budget.outputPerClient) one client may hold", now: now)
             }
             relieveOutputPressure(now: now)
+            // What the passes held (the quits of evicted clients) is committed before the loop
+            // ends, so nothing held waits for another turn.
+            commitAtEndOfTurn()
+        }
+    }
+
+    /// With a store that commits on this queue: commits what is staged and held, which releases
+    /// the held actions (`committed`). A commit is tried at most twice per call: the second
+    /// carries the replies that a failed first one produced (its senders' `storageFailed`), so
+    /// they are not left for the next turn, and a failing store cannot spin the loop.
+    private func commitAtEndOfTurn() {
+        guard let store, store.commitsOnCallersQueue else { return }
+        for _ in 0..<2 {
+            guard !commitInFlight, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) else { return }
+            submitCommit()
         }
     }
 

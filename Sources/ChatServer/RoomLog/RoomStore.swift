@@ -31,8 +31,13 @@ public protocol RoomStore: AnyObject, Sendable {
 
     /// Commits what is staged (possibly nothing) after every earlier commit, then calls
     /// `completion` on `queue`; completions come in the order of the calls. A failed commit
-    /// stages its room records again, so the next commit retries them.
+    /// stages its room records again, so the next commit retries them. A store that
+    /// `commitsOnCallersQueue` commits before it returns and calls `completion` inside the call.
     func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void)
+
+    /// Whether `commitStaged` commits on the caller's queue, `completion` included, rather than
+    /// on a thread of its own: the server then commits once at the end of each turn.
+    var commitsOnCallersQueue: Bool { get }
 
     /// Runs now the completions of commits that have finished, in order; each completion runs
     /// once, here or when `commitStaged`'s hand-off reaches the queue, whichever comes first. The
@@ -52,6 +57,9 @@ public protocol RoomStore: AnyObject, Sendable {
 extension RoomStore {
     /// Does nothing: a store without retention deletes no room.
     public func occupancyChanged(of room: String, occupied: Bool) {}
+
+    /// False: a store commits on a thread of its own unless it says otherwise.
+    public var commitsOnCallersQueue: Bool { false }
 }
 
 /// A commit that failed: why, and the events it did not store (their senders are told).
