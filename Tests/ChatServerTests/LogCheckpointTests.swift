@@ -139,4 +139,50 @@ struct LogCheckpointTests {
         #expect(runs.count >= 10, "the log crossed the threshold again and again: \(runs.count) runs")
         #expect(peak <= bound, "the log peaked at \(peak) bytes, more than its cap and a few commits (\(bound) bytes)")
     }
+
+    /// Not a check but a measurement, run with CHAT_STORAGE_BENCHMARK=1: how long a group commit
+    /// takes as the server's loop sees it (from `commitStaged` to its completion), for batches
+    /// of 1, 10 and 100 messages of 100 bytes in one room and 10 in each of 10 rooms, with the
+    /// commit on the loop (checkpoints in the background) and on the writer thread; p50, p99 and
+    /// the largest, and the log's size every 1,000 commits. Prints; asserts nothing about time.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["CHAT_STORAGE_BENCHMARK"] != nil))
+    func commitLatencyAsTheLoopSeesIt() throws {
+        let shapes: [(rooms: Int, events: Int)] = [(1, 1), (1, 10), (1, 100), (10, 10)]
+        for placement in [CommitPlacement.eventLoop, .writerThread] {
+            for shape in shapes {
+                let data = try TemporaryDirectory(prefix: "chat-checkpoint-bench")
+                defer { data.remove() }
+                let recorder = CheckpointRecorder()
+                let store = try SQLiteRoomStore(
+                    directory: data.path, durability: .normal, retention: .keepAll, commitPlacement: placement,
+                    checkpointPolicy: .standard, logger: recorder.logger)
+                let log = store.directory.databasePath + "-wal"
+                let loop = DispatchQueue(label: "test.loop")
+                let commits = 5_000
+                let (micros, sizes) = loop.sync {
+                    var next = [UInt64](repeating: 0, count: shape.rooms)
+                    var micros: [Double] = []
+                    var sizes: [Int] = []
+                    for number in 0..<commits {
+                        stageBatch(into: store, rooms: shape.rooms, events: shape.events, next: &next)
+                        let start = ContinuousClock.now
+                        commitAsTheServerDoes(store, on: loop) { _ in }
+                        micros.append(Double((ContinuousClock.now - start) / .nanoseconds(1)) / 1_000)
+                        if number % 1_000 == 999 { sizes.append(fileSize(log) >> 10) }
+                    }
+                    return (micros.sorted(), sizes)
+                }
+                store.close()
+                let p50 = micros[micros.count / 2]
+                let p99 = micros[micros.count * 99 / 100]
+                let total = micros.reduce(0, +) / 1_000_000
+                print(
+                    String(
+                        format: "commit bench %@ %d room(s) x %d events: p50 %.0f us, p99 %.0f us, max %.0f us, %.0f commits/s; "
+                            + "log KiB every 1000 commits %@; %d checkpoint runs",
+                        placement.rawValue, shape.rooms, shape.events, p50, p99, micros.last ?? 0, Double(commits) / total,
+                        sizes.map(String.init).joined(separator: ","), recorder.runs.count))
+            }
+        }
+    }
 }
