@@ -34,8 +34,11 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 /// With `.eventLoop`, the reader's connection commits too, on the server's queue, and SQLite's
 /// own checkpoints are off; the writer connection runs retention and `checkpointer`'s runs on
 /// `writerQueue`. SQLite allows one writer at a time: a commit that meets a retention step or a
-/// checkpoint's restart pass waits for it (polling every 100 µs; both are kept short). Commits
-/// report what they changed through `ledger`, for retention's counts on the other connection.
+/// checkpoint's restart pass waits for it, polling every 100 µs, for up to `loopLockWait`; past
+/// that, or with the log at the checkpointer's cap, the batch is handed to `writerQueue` as with
+/// `.writerThread` (its completion comes later, through `runFinishedCommits`), and so are the
+/// commits after it until it completes. Commits report what they changed through `ledger`, for
+/// retention's counts on the other connection.
 ///
 /// `@unchecked Sendable`: `staged`, `uncommitted`, `reader`, `runningFinished` and `handedOff` are used
 /// on the server's queue only; `writer` and `retentionTimer` on `writerQueue` only; `logSyncTimer`,
