@@ -40,9 +40,10 @@ public final class RoomDatabase: @unchecked Sendable {
     /// The most the data directory holds, every file in it, when retention keeps what is stored
     /// to `totalBytes` (`RetentionPolicy.maxTotalBytes`), as docs/SERVER.md ("Retention") states
     /// it: SQLite's pages take up to 1.5 times the counted bytes (part-filled pages, indexes,
-    /// pages not yet given back; 1.13–1.26 measured), and 8 MiB covers the write-ahead log (cut
-    /// back to 4 MiB at a checkpoint, which comes every 4 MiB of log) and its index. Add one
-    /// commit: a commit that passes the total is trimmed back right after it.
+    /// pages not yet given back; 1.13–1.26 measured), and 8 MiB covers the write-ahead log and
+    /// its index: SQLite's own checkpoint comes every 4 MiB of log, and `LogCheckpointer` holds
+    /// it to twice that threshold (its cap, about 7.9 MiB), either cut back to 4 MiB when the log
+    /// starts over. Add one commit: a commit that passes the total is trimmed back right after it.
     public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (8 << 20) }
 
     /// The connection.
@@ -260,9 +261,11 @@ public final class RoomDatabase: @unchecked Sendable {
     // MARK: Writing
 
     /// Writes `batch` in one transaction: all of it, or (throwing) none of it. Each room's events
-    /// must come after what the room has stored (SQLITE_CONSTRAINT otherwise).
-    public func commit(_ batch: RoomBatch) throws(SQLiteError) {
-        guard !batch.isEmpty else { return }
+    /// must come after what the room has stored (SQLITE_CONSTRAINT otherwise). Returns what it
+    /// changed, for retention that runs on another connection (`absorb`).
+    @discardableResult
+    public func commit(_ batch: RoomBatch) throws(SQLiteError) -> CommittedChanges {
+        guard !batch.isEmpty else { return CommittedChanges() }
         let grown = try database.transaction { () throws(SQLiteError) -> Int in
             var grown = 0
             var added: [String: (count: Int64, bytes: Int64)] = [:]
@@ -304,8 +307,24 @@ public final class RoomDatabase: @unchecked Sendable {
             }
             return grown
         }
+        let changes = CommittedChanges(grownBytes: grown, rooms: Set(batch.rooms.lazy.map(\.name)))
         counted? += grown
-        roomsToCheck?.formUnion(batch.rooms.lazy.map(\.name))
+        roomsToCheck?.formUnion(changes.rooms)
+        return changes
+    }
+
+    /// Takes in what commits on another connection to this file changed, for retention on
+    /// this one: its running count of `totalBytes` grows by theirs, and the rooms they changed
+    /// are looked at again. With `countingTotal`, an unknown count is added up from the rows
+    /// now; their snapshot must hold exactly the commits absorbed so far, so the caller keeps
+    /// the other connection from committing (and from reporting) until this returns.
+    public func absorb(_ changes: CommittedChanges, countingTotal: Bool) throws(SQLiteError) {
+        if counted != nil {
+            counted? += changes.grownBytes
+        } else if countingTotal {
+            counted = try totalBytes()
+        }
+        roomsToCheck?.formUnion(changes.rooms)
     }
 
     /// A stored room's counted bytes and events, and when it was last active; nil if it has no row.
@@ -675,6 +694,28 @@ public final class RoomDatabase: @unchecked Sendable {
         try shrinkRoomCounts.run()
         counted? -= removedBytes
         return removed
+    }
+}
+
+/// What commits changed, as retention on another connection needs to know it
+/// (`RoomDatabase.absorb`): the bytes they added against `RetentionPolicy.maxTotalBytes` and
+/// the rooms whose counts they changed.
+public struct CommittedChanges: Sendable, Equatable {
+    /// Bytes added to what everything stored counts for (less, if rows shrank).
+    public var grownBytes: Int
+    /// The rooms whose rows the commits wrote.
+    public var rooms: Set<String>
+
+    /// Changes of `grownBytes` to `rooms`; nothing by default.
+    public init(grownBytes: Int = 0, rooms: Set<String> = []) {
+        self.grownBytes = grownBytes
+        self.rooms = rooms
+    }
+
+    /// Adds `other`'s changes to these.
+    public mutating func add(_ other: CommittedChanges) {
+        grownBytes += other.grownBytes
+        rooms.formUnion(other.rooms)
     }
 }
 

@@ -1,4 +1,5 @@
 import CSQLite
+import Glibc
 
 /// A failed SQLite call: what was being done, SQLite's own message and its extended result code.
 public struct SQLiteError: Error, Equatable, CustomStringConvertible {
@@ -21,6 +22,9 @@ public struct SQLiteError: Error, Equatable, CustomStringConvertible {
 
     /// Whether the database or the disk it lives on is full.
     public var isFull: Bool { primaryCode == SQLITE_FULL }
+
+    /// Whether another connection held the lock for longer than the busy timeout.
+    public var isBusy: Bool { primaryCode == SQLITE_BUSY }
 
     /// One line: `commit failed: database or disk is full (SQLite error 13)`.
     public var description: String { "\(operation) failed: \(message) (SQLite error \(code))" }
@@ -68,10 +72,28 @@ public final class SQLiteDatabase: @unchecked Sendable {
         }
         self.handle = handle
         self.path = path
-        // Another connection writing (the writer while this one reads) makes SQLite wait this
-        // long before it reports SQLITE_BUSY; in WAL mode readers never wait for the writer.
-        sqlite3_busy_timeout(handle, 5_000)
+        // Another connection writing makes a writer wait (`busyTimeout`) before SQLite reports
+        // SQLITE_BUSY; in WAL mode readers never wait for the writer. sqlite3_busy_timeout sleeps
+        // 1, 2, 5, 10 … ms between tries, so a commit behind a lock held for 0.3 ms (a retention
+        // step, a checkpoint's restart) would sleep 1–3 ms; the first tries here poll every 100 µs.
+        sqlite3_busy_handler(
+            handle,
+            { context, tries in
+                guard tries < Unmanaged<BusyWait>.fromOpaque(context!).takeUnretainedValue().tries else { return 0 }
+                usleep(tries < BusyWait.polls ? 100 : 1_000)
+                return 1
+            }, Unmanaged.passUnretained(busyWait).toOpaque())
     }
+
+    /// How long a write waits for another connection's write lock before it fails with
+    /// SQLITE_BUSY: 5 s unless set. Polls every 100 µs for the first 5 ms, then every 1 ms.
+    public var busyTimeout: Duration {
+        get { busyWait.timeout }
+        set { busyWait.timeout = newValue }
+    }
+
+    /// The busy handler's limit, read by the handler through SQLite's context pointer.
+    private let busyWait = BusyWait()
 
     deinit {
         sqlite3_close(handle)
@@ -127,6 +149,62 @@ public final class SQLiteDatabase: @unchecked Sendable {
     /// Rows changed by the last INSERT, UPDATE or DELETE.
     public var changes: Int { Int(sqlite3_changes(handle)) }
 
+    // MARK: The write-ahead log
+
+    /// How far a checkpoint got: the frames in the log when it began, and how many of them are
+    /// in the database file now.
+    public struct CheckpointProgress: Sendable, Equatable {
+        /// Frames in the write-ahead log as the checkpoint saw it.
+        public var logFrames: Int
+        /// Frames of the log copied into the database file (`nBackfill`), this pass or earlier.
+        public var copiedFrames: Int
+        /// False when a `.restart` gave up waiting (SQLITE_BUSY): the log was not left ready
+        /// to start over.
+        public var completed: Bool
+    }
+
+    /// Which `sqlite3_wal_checkpoint_v2` mode to run.
+    public enum CheckpointMode: Sendable {
+        /// Copies what it can without waiting for anyone: commits go on meanwhile.
+        case passive
+        /// Waits (in the busy handler) for the write lock and holds it while it copies every
+        /// frame, then waits for readers to leave the log, so the next commit starts it over.
+        case restart
+    }
+
+    /// Runs a checkpoint of the main database on this connection.
+    public func checkpoint(_ mode: CheckpointMode) throws(SQLiteError) -> CheckpointProgress {
+        var logFrames: Int32 = 0
+        var copiedFrames: Int32 = 0
+        let result = sqlite3_wal_checkpoint_v2(
+            handle, "main", mode == .passive ? SQLITE_CHECKPOINT_PASSIVE : SQLITE_CHECKPOINT_RESTART, &logFrames, &copiedFrames)
+        // SQLITE_BUSY: another connection was checkpointing, or a restart gave up waiting; what
+        // was copied is reported all the same.
+        guard result == SQLITE_OK || result == SQLITE_BUSY else {
+            throw error(mode == .passive ? "passive checkpoint" : "restart checkpoint")
+        }
+        return CheckpointProgress(logFrames: Int(logFrames), copiedFrames: Int(copiedFrames), completed: result == SQLITE_OK)
+    }
+
+    /// Turns SQLite's own checkpoints off on this connection and calls `observer` after each
+    /// of its commits, on the committing thread, with the frames the log holds after it (once
+    /// the commit's write lock is released). The call must not use this connection. Set once.
+    public func observeCommits(_ observer: @escaping @Sendable (Int) -> Void) {
+        let box = CommitObserver(observer)
+        commitObserver = box
+        // sqlite3_wal_hook replaces the hook that runs automatic checkpoints: no
+        // wal_autocheckpoint=0 is needed, and none would survive this call.
+        sqlite3_wal_hook(
+            handle,
+            { context, _, _, frames in
+                Unmanaged<CommitObserver>.fromOpaque(context!).takeUnretainedValue().observer(Int(frames))
+                return SQLITE_OK
+            }, Unmanaged.passUnretained(box).toOpaque())
+    }
+
+    /// Kept alive here for the hook `observeCommits` installs, which holds it unretained.
+    private var commitObserver: CommitObserver?
+
     var lastMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
     /// The connection's last error, for `operation`.
@@ -139,6 +217,31 @@ public final class SQLiteDatabase: @unchecked Sendable {
         let words = sql.split(whereSeparator: { $0 == " " || $0 == "\n" }).prefix(4)
         return words.joined(separator: " ")
     }
+}
+
+/// How long `SQLiteDatabase`'s busy handler keeps trying, counted in its tries.
+private final class BusyWait {
+    /// Tries 100 µs apart before the tries 1 ms apart.
+    static let polls: Int32 = 50
+    /// The tries that add up to `timeout`.
+    private(set) var tries: Int32 = 0
+    var timeout: Duration = .seconds(5) {
+        didSet { tries = Self.tries(for: timeout) }
+    }
+
+    init() { tries = Self.tries(for: timeout) }
+
+    private static func tries(for timeout: Duration) -> Int32 {
+        let micros = timeout / .microseconds(1)
+        let polled = min(Double(polls), micros / 100)
+        return Int32(polled + max(0, (micros - polled * 100) / 1_000))
+    }
+}
+
+/// What `SQLiteDatabase.observeCommits` calls, boxed for SQLite's context pointer.
+private final class CommitObserver {
+    let observer: @Sendable (Int) -> Void
+    init(_ observer: @escaping @Sendable (Int) -> Void) { self.observer = observer }
 }
 
 /// A prepared statement: bind parameters (1-based), step through rows, read columns (0-based),

@@ -5,22 +5,54 @@ import Glibc
 import Logging
 import SocketCore
 
-/// The `RoomStore` the server runs on: SQLite in a data directory, written off the event loop.
+/// Where `SQLiteRoomStore` commits a batch.
+public enum CommitPlacement: String, Sendable, CaseIterable {
+    /// On the caller's queue, inside `commitStaged`, as Redis appends to its log at the end of
+    /// the event loop's turn: with `synchronous=NORMAL` a commit is a write(2) to the log (the
+    /// fsync is the background sync's), so the loop pays no thread hop and deliveries are not
+    /// held across one. Checkpoints run on the writer queue (`LogCheckpointer`), never in a commit.
+    case eventLoop
+    /// On the writer queue, the completion handed back to the caller's queue: the loop keeps
+    /// serving while the writer commits. The choice when a commit fsyncs (`Durability.always`).
+    case writerThread
+
+    /// `.writerThread` for `Durability.always`, whose fsync per commit would stall every client
+    /// if the loop made it; `.eventLoop` otherwise.
+    public static func recommended(for durability: Durability) -> CommitPlacement {
+        durability == .always ? .writerThread : .eventLoop
+    }
+}
+
+/// The `RoomStore` the server runs on: SQLite in a data directory.
 ///
-/// Two connections: a writer, used only on `writerQueue`, which commits each batch in one
-/// transaction and runs retention in small steps between commits; and a reader, used on the
-/// server's queue for a joiner's room and for history pages older than memory holds (indexed
+/// Its commits are placed as `placement` says. With `.writerThread`, two connections: a writer,
+/// used only on `writerQueue`, which commits each batch in one transaction and runs retention in
+/// small steps between commits, SQLite checkpointing inside its commits; and a reader, used on
+/// the server's queue for a joiner's room and for history pages older than memory holds (indexed
 /// reads of at most a page of rows). WAL mode lets the reader read while the writer commits.
 ///
-/// `@unchecked Sendable`: `staged`, `uncommitted`, `reader` and `runningFinished` are used on the
-/// server's queue only; `writer` and `retentionTimer` on `writerQueue` only; `logSyncTimer`,
-/// `logDescriptor` and `logSyncFailing` on `syncQueue` only; `finished` and `occupied` are behind
-/// their locks.
+/// With `.eventLoop`, the reader's connection commits too, on the server's queue, and SQLite's
+/// own checkpoints are off; the writer connection runs retention and `checkpointer`'s runs on
+/// `writerQueue`. SQLite allows one writer at a time: a commit that meets a retention step or a
+/// checkpoint's restart pass waits for it, polling every 100 µs, for up to `loopLockWait`; past
+/// that, or with the log at the checkpointer's cap, the batch is handed to `writerQueue` as with
+/// `.writerThread` (its completion comes later, through `runFinishedCommits`), and so are the
+/// commits after it until it completes. Commits report what they changed through `ledger`, for
+/// retention's counts on the other connection.
+///
+/// `@unchecked Sendable`: `staged`, `uncommitted`, `reader`, `runningFinished` and `handedOff` are used
+/// on the server's queue only; `writer` and `retentionTimer` on `writerQueue` only; `logSyncTimer`,
+/// `logDescriptor` and `logSyncFailing` on `syncQueue` only; `finished`, `occupied`, `ledger`
+/// and `fileCap` are behind their locks.
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The directory, locked for this store's lifetime.
     public let directory: DataDirectory
     /// How much history is kept on disk.
     public let retention: RetentionPolicy
+    /// Where commits run.
+    public let placement: CommitPlacement
+    /// With `.eventLoop`, the write-ahead log's checkpoints; nil with `.writerThread` (SQLite's own).
+    public let checkpointer: LogCheckpointer?
     private let logger: Logger
     private let writerQueue = DispatchQueue(label: "ChatServer.storage")
     private let writer: RoomDatabase
@@ -37,9 +69,18 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let finished = Locked<[@Sendable () -> Void]>([])
     /// Whether `runFinishedCommits` is running (on the server's queue).
     private var runningFinished = false
+    /// With `.eventLoop`: commits handed to the writer queue and not yet completed (on the
+    /// server's queue). While there are any, later commits follow them there.
+    private var handedOff = 0
     /// The rooms that have members (`occupancyChanged`): written on the server's queue, read by
     /// retention on the writer's.
     private let occupied = Locked<Set<String>>([])
+    /// With `.eventLoop`: what the loop's commits changed since retention last took it in. A
+    /// commit and its report happen under the lock, so retention, counting the total afresh
+    /// under it, counts each commit once (`RoomDatabase.absorb`).
+    private let ledger = Locked(Ledger())
+    /// With `.eventLoop`: a file cap (`capFileSize`) the loop's connection takes at its next commit.
+    private let fileCap = Locked<Int?>(nil)
 
     private let syncQueue = DispatchQueue(label: "ChatServer.storage.sync")
     private var logSyncTimer: DispatchSourceTimer?
@@ -60,18 +101,44 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// once (docs/SERVER.md, "Retention").
     public static let defaultRetentionInterval: Duration = .seconds(10)
 
+    /// The checkpoint policy when the caller names none: `LogCheckpointer.Policy.standard`, or a
+    /// run every `CHAT_SERVER_CHECKPOINT_PAGES` pages of log when that environment variable holds
+    /// a positive number. The variable is a test and tuning knob, not a user setting: the
+    /// process tests make checkpoints frequent with it, to kill a server inside one.
+    public static func checkpointPolicyFromEnvironment() -> LogCheckpointer.Policy {
+        guard let text = getenv("CHAT_SERVER_CHECKPOINT_PAGES").map({ String(cString: $0) }), let pages = Int(text), pages > 0
+        else { return .standard }
+        return LogCheckpointer.Policy(thresholdFrames: pages)
+    }
+
     /// Opens (creating them if missing) the directory and its database. Throws a `StorageError`
     /// whose message names the path and the reason: an unwritable directory, a directory another
     /// server holds, a file that is not a database or has a newer schema.
+    ///
+    /// `commitPlacement` says where commits run; `checkpointPolicy` (nil: from the environment,
+    /// `checkpointPolicyFromEnvironment`) when the log is checkpointed with `.eventLoop`.
     public init(
         directory path: String, durability: Durability, retention: RetentionPolicy,
-        retentionInterval: Duration = defaultRetentionInterval, logger: Logger = Logger(label: "chat-server.storage")
+        retentionInterval: Duration = defaultRetentionInterval, commitPlacement: CommitPlacement = .eventLoop,
+        checkpointPolicy: LogCheckpointer.Policy? = nil, logger: Logger = Logger(label: "chat-server.storage")
     ) throws(StorageError) {
         directory = try DataDirectory(path: path)
         self.retention = retention
         self.logger = logger
+        placement = commitPlacement
         writer = try RoomDatabase(path: directory.databasePath, durability: durability, create: true)
         reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
+        if commitPlacement == .eventLoop {
+            let checkpointer = LogCheckpointer(
+                connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
+            ) { [logger] event in Self.log(event, to: logger) }
+            // Retention's commits grow the log too.
+            checkpointer.watch(reader.database)
+            checkpointer.watch(writer.database)
+            self.checkpointer = checkpointer
+        } else {
+            checkpointer = nil
+        }
         if retention != .keepAll {
             let interval = DispatchTimeInterval.milliseconds(max(1, Int(retentionInterval.milliseconds)))
             retentionTimer = writerQueue.startRepeatingTimer(every: interval, firstAfter: .nanoseconds(0)) { [weak self] in
@@ -79,10 +146,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
         }
         if durability == .normal {
-            // SQLite syncs the log only at a checkpoint, all 4 MiB at once, inside the commit that
-            // triggers it: a stall of ~10 ms for every message behind it. Syncing every 100 ms
-            // off the writer leaves the checkpoint little to sync, and bounds what a power loss
-            // can take to the last 100 ms (docs/SERVER.md, "Durability").
+            // SQLite syncs the log only at a checkpoint, all 4 MiB at once: inside the commit that
+            // triggers it (`.writerThread`), a stall of ~10 ms for every message behind it.
+            // Syncing every 100 ms off the writer leaves the checkpoint little to sync, and
+            // bounds what a power loss can take to the last 100 ms (docs/SERVER.md, "Durability").
             let interval = DispatchTimeInterval.milliseconds(Int(Self.logSyncInterval.milliseconds))
             logSyncTimer = syncQueue.startRepeatingTimer(every: interval, leeway: .milliseconds(10)) { [weak self] in
                 self?.syncLog()
@@ -91,8 +158,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     }
 
     /// Caps the database file at about `bytes` (`PRAGMA max_page_count`): past it, commits fail
-    /// with SQLITE_FULL as on a full disk. For tests of that failure.
+    /// with SQLITE_FULL as on a full disk. For tests of that failure. With `.eventLoop` the
+    /// committing connection takes the cap at its next commit, on the server's queue.
     public func capFileSize(bytes: Int) throws(StorageError) {
+        if placement == .eventLoop {
+            fileCap.withLock { $0 = bytes }
+            return
+        }
         let result: Result<Void, SQLiteError> = writerQueue.sync {
             Result { () throws(SQLiteError) in
                 let pageSize = try writer.database.integer("PRAGMA page_size") ?? 4096
@@ -150,11 +222,23 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// See `RoomStore.hasStagedChanges`.
     public var hasStagedChanges: Bool { !staged.isEmpty }
 
-    /// See `RoomStore.commitStaged(on:completion:)`.
+    /// See `RoomStore.commitStaged(on:completion:)`. With `.eventLoop`, the batch is committed
+    /// and `completion` called before this returns, on the caller's queue (`queue` is not used).
     public func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void) {
         let batch = staged
         staged = RoomBatch()
         stagedIndex.removeAll(keepingCapacity: true)
+        if placement == .eventLoop {
+            // Behind a commit handed to the writer, this one goes there too: committed first,
+            // this batch's events would not come after that one's. With the log at its cap, the
+            // writer queue takes it after the checkpoint run under way: the log stops growing.
+            if handedOff == 0, checkpointer?.isOverCap != true, let result = commitOnLoop(batch) {
+                settle(batch, failed: result.isFailure)
+                completion(result)
+                return
+            }
+            handedOff += 1
+        }
         writerQueue.async { [self] in
             var result: Result<Void, CommitFailure> = .success(())
             do throws(SQLiteError) {
@@ -164,6 +248,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             finished.withLock {
                 $0.append { [self, result] in
+                    if placement == .eventLoop { handedOff -= 1 }
                     settle(batch, failed: result.isFailure)
                     completion(result)
                 }
@@ -172,7 +257,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             // A commit that takes everything past the total is trimmed back at once, after its
             // completion is handed over: the disk then exceeds the bound by one commit at most,
             // whatever clients manage to write between two timed passes.
-            if (try? writer.isOverTotal(retention)) == true { applyRetention() }
+            trimIfOverTotal()
         }
     }
 
@@ -186,9 +271,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         while let finish = finished.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) { finish() }
     }
 
-    /// Waits for the commits in flight, stops retention and unlocks the directory (the
-    /// connections close when the store is released). See `RoomStore.close()`.
+    /// Waits for the commits in flight, stops retention and checkpoints and unlocks the
+    /// directory (the connections close when the store is released). See `RoomStore.close()`.
     public func close() {
+        checkpointer?.stop()
         writerQueue.sync {
             retentionTimer?.cancel()
             retentionTimer = nil
@@ -203,6 +289,102 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     }
 
     // MARK: Internals
+
+    /// How long a commit on the loop waits for the write lock before it hands its batch to the
+    /// writer queue instead: our own holders (a retention step, a checkpoint's restart pass)
+    /// let go sooner; another process holding the lock (an administrator's `sqlite3` shell, a
+    /// backup) would otherwise stall every client for the 5 s SQLite waits.
+    static let loopLockWait: Duration = .milliseconds(2)
+
+    /// Commits `batch` through the reader's connection (`.eventLoop`, on the server's queue) and
+    /// reports what it changed to retention; nil, having written nothing, if another connection
+    /// held the write lock for longer than `loopLockWait`.
+    private func commitOnLoop(_ batch: RoomBatch) -> Result<Void, CommitFailure>? {
+        if let bytes = fileCap.withLock({ cap in defer { cap = nil }; return cap }) {
+            do throws(SQLiteError) {
+                let pageSize = try reader.database.integer("PRAGMA page_size") ?? 4096
+                try reader.database.execute("PRAGMA max_page_count = \(max(1, Int64(bytes) / pageSize))")
+            } catch {
+                logger.warning("cannot cap the database", metadata: ["storage.error": "\(error)"])
+            }
+        }
+        reader.database.busyTimeout = Self.loopLockWait
+        defer { reader.database.busyTimeout = .seconds(5) }
+        let committed: Result<CommittedChanges, SQLiteError>
+        if retention == .keepAll {
+            committed = Result { () throws(SQLiteError) in try reader.commit(batch) }
+        } else {
+            committed = ledger.withLock { ledger in
+                let result = Result { () throws(SQLiteError) in try reader.commit(batch) }
+                if case .success(let changes) = result { ledger.changes.add(changes) }
+                return result
+            }
+        }
+        switch committed {
+        case .success(let changes):
+            // Past the total, retention trims at once rather than at its next pass, after this
+            // commit is delivered: the disk exceeds the bound by a commit or so at most.
+            if retention.maxTotalBytes > 0, changes.grownBytes > 0,
+                ledger.withLock({ ledger in defer { ledger.totalCheckScheduled = true }; return !ledger.totalCheckScheduled })
+            {
+                writerQueue.async { [weak self] in self?.trimIfOverTotal() }
+            }
+            return .success(())
+        case .failure(let error) where error.isBusy:
+            return nil
+        case .failure(let error):
+            return .failure(CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events))
+        }
+    }
+
+    /// What the loop's commits changed since retention last took it in (`.eventLoop`).
+    private struct Ledger {
+        var changes = CommittedChanges()
+        /// Whether a `trimIfOverTotal` is queued.
+        var totalCheckScheduled = false
+    }
+
+    /// Takes in the loop's commits for retention's counts (on `writerQueue`, outside a
+    /// transaction: the loop may be waiting on the lock to commit).
+    private func absorbLoopCommits() throws(SQLiteError) {
+        guard placement == .eventLoop else { return }
+        let result: Result<Void, SQLiteError> = ledger.withLock { ledger in
+            defer { ledger.changes = CommittedChanges() }
+            return Result { () throws(SQLiteError) in
+                try writer.absorb(ledger.changes, countingTotal: retention.maxTotalBytes > 0)
+            }
+        }
+        try result.get()
+    }
+
+    /// Runs retention if commits took everything past the total (on `writerQueue`).
+    private func trimIfOverTotal() {
+        ledger.withLock { $0.totalCheckScheduled = false }
+        do throws(SQLiteError) {
+            try absorbLoopCommits()
+            if try writer.isOverTotal(retention) { applyRetention() }
+        } catch {
+            logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
+        }
+    }
+
+    /// Logs a checkpoint run at debug level: a test kills the server between the two lines.
+    private static func log(_ event: LogCheckpointer.Event, to logger: Logger) {
+        switch event {
+        case .started(let frames):
+            logger.debug("checkpoint started", metadata: ["storage.log.frames": "\(frames)"])
+        case .finished(let run):
+            if let error = run.error {
+                logger.warning("checkpoint failed", metadata: ["storage.error": "\(error)"])
+            }
+            logger.debug(
+                "checkpoint done",
+                metadata: [
+                    "storage.log.frames": "\(run.startFrames)", "storage.checkpoint.passes": "\(run.passivePasses)",
+                    "storage.checkpoint.restarted": "\(run.restarted)", "storage.log.uncopied": "\(run.leftFrames)",
+                ])
+        }
+    }
 
     /// After a commit (on the server's queue): its rooms are settled, unless it failed; then their
     /// records are staged again, newer staged records winning, so the next commit retries them.
@@ -245,6 +427,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// on the writer queue so commits interleave.
     private func applyRetention() {
         do throws(SQLiteError) {
+            try absorbLoopCommits()
             let deleted = try writer.applyRetention(retention, now: Self.wallMillis(), maxDeletions: Self.retentionStep) { room in
                 occupied.withLock { $0.contains(room) }
             }
