@@ -178,6 +178,12 @@ struct ChatServerCommand: ParsableCommand {
             valueName: "always|normal|off"))
     var fsync: Durability = .normal
 
+    @Option(
+        help: ArgumentHelp(
+            "Where commits run: eventLoop (at the end of each turn of the event loop, before the replies it releases, as Redis writes its log; the default) or writerThread (on a thread of their own, handed back to the loop; the default with --fsync always, whose fsync per commit would stall every client on the loop).",
+            valueName: "eventLoop|writerThread"))
+    var commitPlacement: CommitPlacement?
+
     @Option(help: "Events kept per room on disk, the oldest deleted first; 0 for no bound.")
     var retainEvents = 100_000
 
@@ -272,11 +278,13 @@ struct ChatServerCommand: ParsableCommand {
         let interval = try seconds(retentionInterval, "--retention-interval")
         do {
             let store = try SQLiteRoomStore(
-                directory: path, durability: fsync, retention: retention, retentionInterval: interval, logger: logger)
+                directory: path, durability: fsync, retention: retention, retentionInterval: interval,
+                commitPlacement: commitPlacement ?? .recommended(for: fsync), logger: logger)
             logger.info(
                 "rooms stored",
                 metadata: [
                     "storage.path": "\(store.directory.databasePath)", "storage.fsync": "\(fsync.rawValue)",
+                    "storage.commits": "\(store.placement.rawValue)",
                     "storage.retention":
                         """
                         \(retainEvents) events, \(retainRoomBytes.bytes) bytes per room, \(retainDays) days, \(retainTotalBytes.bytes) \
@@ -400,6 +408,8 @@ struct ChatServerCommand: ParsableCommand {
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 
 extension Durability: ExpressibleByArgument {}
+
+extension CommitPlacement: ExpressibleByArgument {}
 
 /// Shuts `server` down on SIGINT or SIGTERM and calls `stopped` when it has.
 ///

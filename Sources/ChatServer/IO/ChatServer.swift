@@ -697,10 +697,11 @@ public final class ChatServer: @unchecked Sendable {
             while let first = slotsAwaitingCommit.first, first.after <= completedCommits {
                 freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
             }
-            if let store, !store.commitsOnCallersQueue,
-                !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil)
-            {
-                scheduleCommit()
+            if let store, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) {
+                // A store that commits on this queue commits at the end of a turn, but this
+                // completion may have come late (a commit it handed to its writer): what was
+                // held meanwhile needs a turn's end to be committed at.
+                if store.commitsOnCallersQueue { scheduleFlush() } else { scheduleCommit() }
             }
             if let (commit, reason, _) = goodbyeAfterCommit, completedCommits >= commit {
                 goodbyeAfterCommit = nil
@@ -892,9 +893,11 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     /// With a store that commits on this queue: commits what is staged and held, which releases
-    /// the held actions (`committed`). A commit is tried at most twice per call: the second
-    /// carries the replies that a failed first one produced (its senders' `storageFailed`), so
-    /// they are not left for the next turn, and a failing store cannot spin the loop.
+    /// the held actions (`committed`) — unless a commit is still in flight (one the store handed
+    /// to its writer thread, whose completion schedules the next turn's end). A commit is tried
+    /// at most twice per call: the second carries the replies that a failed first one produced
+    /// (its senders' `storageFailed`), so they are not left for the next turn, and a failing
+    /// store cannot spin the loop.
     private func commitAtEndOfTurn() {
         guard let store, store.commitsOnCallersQueue else { return }
         for _ in 0..<2 {

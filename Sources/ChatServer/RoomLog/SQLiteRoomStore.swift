@@ -261,6 +261,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
+    /// See `RoomStore.commitsOnCallersQueue`: true with `.eventLoop`, whose commits complete
+    /// inside `commitStaged` unless they are handed to the writer queue (see above).
+    public var commitsOnCallersQueue: Bool { placement == .eventLoop }
+
     /// See `RoomStore.runFinishedCommits()`.
     public func runFinishedCommits() {
         // A completion may serve requests that call this again: the outer loop runs the rest,
