@@ -163,7 +163,7 @@ struct ChatCoreStorageTests {
     }
 
     @Test func withoutAStoreAnEmptyRoomStartsAgain() throws {
-        var chat = Harness()
+        var chat = try Harness(.memory)
         let alice = chat.connect("alice", version: 2)
         chat.send(.join(room: "r"), from: alice)
         chat.send(.say(room: "r", text: "gone"), from: alice)

@@ -3,10 +3,11 @@ import Testing
 
 @testable import ChatServer
 
-@Suite("Protocol version 2 in the chat logic")
+/// Version 2 of the protocol in the chat logic, on every `CoreBackend` unless a test says otherwise.
+@Suite("Protocol version 2 in the chat logic, in every mode")
 struct ChatCoreVersion2Tests {
-    @Test func agreesOnTheLowerVersionAndTellsAVersion2ClientItsLimits() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func agreesOnTheLowerVersionAndTellsAVersion2ClientItsLimits(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.messageRate = 2.5
             $0.messageBurst = 40
             $0.byteRate = 4_096
@@ -25,15 +26,15 @@ struct ChatCoreVersion2Tests {
             ], "a version 1 client gets no version 2 frames")
     }
 
-    @Test func saysNoRateLimitAsZero() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func saysNoRateLimitAsZero(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let (id, _) = chat.open()
         let actions = chat.send(.hello(version: 2, nick: "alice", password: nil), from: id)
         #expect(actions.last == .send(.limits(requestRate: 0, requestBurst: 0, byteRate: 0, byteBurst: 0), to: id))
     }
 
-    @Test func tellsAJoinerTheRoomsEpochAndStoredRangeThenReplaysOnePage() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func tellsAJoinerTheRoomsEpochAndStoredRangeThenReplaysOnePage(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice", version: 2)
         chat.send(.join(room: "general"), from: alice)
         chat.send(.say(room: "general", text: "one"), from: alice)
@@ -42,10 +43,13 @@ struct ChatCoreVersion2Tests {
         let bob = chat.connect("bob", version: 2)
         let received = frames(to: bob, in: chat.send(.join(room: "general"), from: bob))
         let time = chat.now.wallMillis
+        // The oldest stored event: the first message where only history is stored (memory,
+        // SQLite); alice's `joined` in Redis, whose log holds every event (docs/CLUSTER.md).
+        let firstSeq: UInt64 = backend == .cluster ? 1 : 2
         #expect(
             received == [
                 .joined(room: "general", seq: 5, time: time, nick: "bob"),
-                .roomState(room: "general", epoch: 1, firstSeq: 2, lastSeq: 5),
+                .roomState(room: "general", epoch: 1, firstSeq: firstSeq, lastSeq: 5),
                 .membersPage(room: "general", complete: true, nicks: ["alice", "bob"]),
                 .topic(room: "general", seq: 3, time: time, setBy: "alice", text: "sockets"),
                 .historyPage(
@@ -58,8 +62,8 @@ struct ChatCoreVersion2Tests {
             ])
     }
 
-    @Test func aVersion1JoinerGetsNoTopicChangesInItsHistory() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func aVersion1JoinerGetsNoTopicChangesInItsHistory(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice", version: 2)
         chat.send(.join(room: "general"), from: alice)
         chat.send(.setTopic(room: "general", text: "sockets"), from: alice)
@@ -78,17 +82,29 @@ struct ChatCoreVersion2Tests {
         #expect(asked == [.history(room: "general", entries: [HistoryEntry(kind: .message, seq: 3, time: time, sender: "alice", text: "one")])])
     }
 
-    @Test func aRoomCreatedAgainHasANewEpoch() {
-        var chat = Harness()
+    /// Memory forgets an empty room, so the next joiner creates it again with a new epoch; SQLite
+    /// and Redis keep its epoch and `seq` (docs/PROTOCOL.md, "Rooms"; docs/CLUSTER.md, "Not done").
+    @Test(arguments: CoreBackend.allCases) func aRoomCreatedAgainHasANewEpochOnlyInMemory(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice", version: 2)
-        chat.send(.join(room: "general"), from: alice)
-        chat.send(.part(room: "general"), from: alice)
+        chat.send(.join(room: "general"), from: alice)  // seq 1
+        chat.send(.part(room: "general"), from: alice)  // seq 2
+        // The server's timer ticks: a stored room whose changes are committed leaves memory.
+        _ = chat.tick(advancingBy: 1_000)
         let again = frames(to: alice, in: chat.send(.join(room: "general"), from: alice))
-        #expect(again.contains(.roomState(room: "general", epoch: 2, firstSeq: 0, lastSeq: 1)), "\(again)")
+        let expected: Frame =
+            switch backend {
+            case .memory: .roomState(room: "general", epoch: 2, firstSeq: 0, lastSeq: 1)
+            // Nothing stored is history: no message, action or topic.
+            case .sqlite: .roomState(room: "general", epoch: 1, firstSeq: 0, lastSeq: 3)
+            // Redis's log holds the join and the part.
+            case .cluster: .roomState(room: "general", epoch: 1, firstSeq: 1, lastSeq: 3)
+            }
+        #expect(again.contains(expected), "\(backend): \(again)")
     }
 
-    @Test func pagesBackwardAndForwardFromASeq() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func pagesBackwardAndForwardFromASeq(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice", version: 2)
         chat.send(.join(room: "general"), from: alice)
         for number in 1...10 { chat.send(.say(room: "general", text: "m\(number)"), from: alice) }
@@ -108,8 +124,8 @@ struct ChatCoreVersion2Tests {
         #expect(page(.after, 1, 100)! == (Array(2...11), true), "presence events leave gaps, not entries")
     }
 
-    @Test func capsAPageAtTheHistorySizeAndTheFrameLimit() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func capsAPageAtTheHistorySizeAndTheFrameLimit(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.historySize = 200
             $0.maxFrameSize = 16_384
         }
@@ -135,8 +151,8 @@ struct ChatCoreVersion2Tests {
         #expect(entries.count + restEntries.count == 100, "the two pages hold every message once")
     }
 
-    @Test func fetchingARoomOneIsNotInIsRefused() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func fetchingARoomOneIsNotInIsRefused(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice", version: 2)
         let answer = frames(to: alice, in: chat.send(.fetchHistory(room: "general", direction: .before, seq: 0, limit: 5), from: alice))
         guard case let .error(code, fatal, frameType, _) = answer.first else {
@@ -146,8 +162,8 @@ struct ChatCoreVersion2Tests {
         #expect(code == .notInRoom && !fatal && frameType == .fetchHistory)
     }
 
-    @Test func listsEveryRoomOverSeveralFrames() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func listsEveryRoomOverSeveralFrames(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let topic = String(repeating: "t", count: 16_000)
         var owners: [ClientID] = []
         for number in 0..<100 {
@@ -179,8 +195,8 @@ struct ChatCoreVersion2Tests {
         #expect(lists.count == pages.count && all == listed, "a version 1 client gets several roomList frames")
     }
 
-    @Test func membersArePagedForAVersion2ClientAndListedForAVersion1Client() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func membersArePagedForAVersion2ClientAndListedForAVersion1Client(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice", version: 2)
         let bob = chat.connect("bob")
         chat.send(.join(room: "general"), from: alice)
@@ -190,6 +206,7 @@ struct ChatCoreVersion2Tests {
         #expect(frames(to: bob, in: chat.send(.who(room: "empty"), from: bob)) == [.members(room: "empty", nicks: [])])
     }
 
+    /// The splitter itself, not a mode: every mode cuts its lists with it.
     @Test func splitsAListWhereTheNextItemWouldOverflowTheBudget() {
         var parts: [([Int], Bool)] = []
         ChatCore.splitIntoFrames(Array(1...7), budget: 10, cost: { $0 }) { parts.append(($0, $1)) }
@@ -203,8 +220,8 @@ struct ChatCoreVersion2Tests {
         #expect(parts.count == 1 && parts[0].0.isEmpty && parts[0].1, "an empty list is one empty, complete part")
     }
 
-    @Test func anAwayRecipientIsAnnouncedToAVersion2SenderAfterTheEcho() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func anAwayRecipientIsAnnouncedToAVersion2SenderAfterTheEcho(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice", version: 2)
         let bob = chat.connect("bob", version: 2)
         let carol = chat.connect("carol")
