@@ -162,6 +162,35 @@ struct ChatCoreStorageTests {
         #expect(store.stored("room499")?.events.count == 1)
     }
 
+    /// An emptied room comes back as it was wherever it is kept — SQLite and Redis: its epoch,
+    /// `seq` continuing, its topic and history — and starts again where it is not: memory
+    /// (docs/PROTOCOL.md, "Rooms"; docs/SERVER.md, "Restart continuity"; docs/CLUSTER.md).
+    @Test(arguments: CoreBackend.allCases) func anEmptiedRoomComesBackAsItWasWhereverItIsKept(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)  // seq 1
+        chat.send(.say(room: "general", text: "one"), from: alice)  // seq 2
+        chat.send(.setTopic(room: "general", text: "sockets"), from: alice)  // seq 3
+        chat.send(.part(room: "general"), from: alice)  // seq 4
+        let then = chat.now.wallMillis
+        // The server's timer ticks: a stored room whose changes are committed leaves memory.
+        _ = chat.tick(advancingBy: 1_000)
+        let bob = chat.connect("bob", version: 2)
+        let actions = chat.send(.join(room: "general"), from: bob)
+        let state = try #require(roomState(to: bob, in: actions))
+        guard backend.keepsEmptyRooms else {
+            #expect(state == (epoch: 2, firstSeq: 0, lastSeq: 1), "a new room: \(state)")
+            #expect(!frames(to: bob, in: actions).contains { $0.type == .topic }, "and no topic")
+            #expect(page(to: bob, in: actions)?.seqs == [], "nor history")
+            return
+        }
+        // Redis's oldest stored event is alice's joined; SQLite stores only history.
+        #expect(state == (epoch: 1, firstSeq: backend == .cluster ? 1 : 2, lastSeq: 5), "\(backend): the same room, seq continuing: \(state)")
+        #expect(frames(to: bob, in: actions).contains(.topic(room: "general", seq: 3, time: then, setBy: "alice", text: "sockets")))
+        let replay = try #require(page(to: bob, in: actions))
+        #expect(replay.seqs == [2, 3] && replay.complete, "\(backend): the kept history is replayed: \(replay)")
+    }
+
     @Test func withoutAStoreAnEmptyRoomStartsAgain() throws {
         var chat = try Harness(.memory)
         let alice = chat.connect("alice", version: 2)

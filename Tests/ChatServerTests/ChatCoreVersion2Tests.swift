@@ -124,6 +124,39 @@ struct ChatCoreVersion2Tests {
         #expect(page(.after, 1, 100)! == (Array(2...11), true), "presence events leave gaps, not entries")
     }
 
+    /// A page that holds the room's oldest (or newest) history entry is `complete`, whatever
+    /// presence events lie beyond it: they are no history (docs/PROTOCOL.md, "Paging history";
+    /// docs/CLUSTER.md: the stream is "paged to the frame limit as on a single server").
+    @Test(arguments: CoreBackend.allCases) func aPageThatHoldsTheLastEntryThatWayIsComplete(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.historySize = 3 }
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)  // seq 1
+        for number in 1...3 { chat.send(.say(room: "general", text: "m\(number)"), from: alice) }  // seq 2…4
+        let bob = chat.connect("bob", version: 2)
+        let join = frames(to: bob, in: chat.send(.join(room: "general"), from: bob))  // seq 5
+        func page(_ direction: HistoryDirection, _ seq: UInt64) -> (seqs: [UInt64], complete: Bool)? {
+            let answer = frames(to: alice, in: chat.send(.fetchHistory(room: "general", direction: direction, seq: seq, limit: 3), from: alice))
+            guard answer.count == 1, case let .historyPage(_, _, complete, entries) = answer[0] else { return nil }
+            return (entries.map(\.seq), complete)
+        }
+        knownIssue(Self.incompletePages, in: [.cluster], on: backend) {
+            #expect(page(.after, 0)! == ([2, 3, 4], true), "from the oldest entry to the newest; only bob's joined is newer")
+            #expect(join.last == .historyPage(room: "general", epoch: 1, complete: true, entries: [
+                HistoryEntry(kind: .message, seq: 2, time: chat.now.wallMillis, sender: "alice", text: "m1"),
+                HistoryEntry(kind: .message, seq: 3, time: chat.now.wallMillis, sender: "alice", text: "m2"),
+                HistoryEntry(kind: .message, seq: 4, time: chat.now.wallMillis, sender: "alice", text: "m3"),
+            ]), "the replay holds all the history: \(join)")
+            #expect(page(.before, 0)! == ([2, 3, 4], true), "the newest page reaches the oldest entry; only alice's joined is older")
+            #expect(page(.after, 1)! == ([2, 3, 4], true), "it reaches the newest entry; only bob's joined is newer")
+        }
+    }
+
+    /// What a cluster node says of a page that ends next to presence events.
+    static let incompletePages: Comment = """
+        a cluster node says a page is not complete when presence events (joins, leaves) lie beyond \
+        it in the stream, though no history does; a server on its own says it is complete
+        """
+
     @Test(arguments: CoreBackend.allCases) func capsAPageAtTheHistorySizeAndTheFrameLimit(_ backend: CoreBackend) throws {
         var chat = try Harness(backend) {
             $0.historySize = 200
