@@ -124,6 +124,34 @@ struct ChatCoreVersion2Tests {
         #expect(page(.after, 1, 100)! == (Array(2...11), true), "presence events leave gaps, not entries")
     }
 
+    /// How far back a client can scroll depends on what the mode keeps: memory holds the newest
+    /// `--history-size` entries and nothing older; SQLite holds the rest on disk (docs/SERVER.md,
+    /// "Restart continuity": pages older than memory are read from SQLite) and Redis in the room's
+    /// stream (docs/CLUSTER.md: "the room stream *is* the history"). Every mode caps a page at
+    /// `--history-size`.
+    @Test(arguments: CoreBackend.allCases) func scrollingBackPastTheHistorySizeReachesWhatTheModeKeeps(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.historySize = 3 }
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)  // seq 1
+        for number in 1...10 { chat.send(.say(room: "general", text: "m\(number)"), from: alice) }  // seq 2…11
+        func page(_ direction: HistoryDirection, _ seq: UInt64) -> (seqs: [UInt64], complete: Bool)? {
+            let answer = frames(to: alice, in: chat.send(.fetchHistory(room: "general", direction: direction, seq: seq, limit: 100), from: alice))
+            guard answer.count == 1, case let .historyPage(_, _, complete, entries) = answer[0] else { return nil }
+            return (entries.map(\.seq), complete)
+        }
+        let newest = try #require(page(.before, 0))
+        if backend == .memory {
+            #expect(newest == ([9, 10, 11], true), "the newest three are all memory holds")
+            #expect(page(.before, 9)! == ([], true), "nothing older is kept")
+            #expect(page(.after, 0)! == ([9, 10, 11], true))
+        } else {
+            #expect(newest == ([9, 10, 11], false), "\(backend): the newest three, and more before them")
+            #expect(page(.before, 9)! == ([6, 7, 8], false), "\(backend): older ones are kept")
+            #expect(page(.before, 3)! == ([2], true), "\(backend): back to the first")
+            #expect(page(.after, 0)! == ([2, 3, 4], false), "\(backend): catching up from the start")
+        }
+    }
+
     /// A page that holds the room's oldest (or newest) history entry is `complete`, whatever
     /// presence events lie beyond it: they are no history (docs/PROTOCOL.md, "Paging history";
     /// docs/CLUSTER.md: the stream is "paged to the frame limit as on a single server").
