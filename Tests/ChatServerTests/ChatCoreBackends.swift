@@ -41,23 +41,21 @@ enum CoreBackend: String, CaseIterable, Sendable, CustomStringConvertible {
 /// commit, docs/SERVER.md), or, in a cluster, after the cluster answered everything the core asked
 /// (as a node's clients get their answers once Redis has replied).
 struct Harness {
+    /// The chat under test.
     var core: ChatCore
+    /// The time of the next event; tests move it by hand or with `tick`.
     var now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
-    let backend: CoreBackend
     private var nextSlot = 0
     /// The SQLite store and its directory, for `.sqlite`; closed and removed when the harness goes.
     private let sqlite: SQLiteBackend?
     /// The cluster's Redis, for `.cluster`.
-    private(set) var redis: SingleNodeRedis?
+    private var redis: SingleNodeRedis?
 
     /// A chat on `backend` with `adjust`ed limits (no rate limits unless `adjust` sets them)
     /// whose rooms take the epochs 1, 2, 3 … in order of creation.
     init(_ backend: CoreBackend, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) throws {
-        var configuration = ChatServerConfiguration()
-        configuration.turnOffRateLimits()
-        adjust(&configuration)
+        let configuration = Self.configuration(adjust)
         let epochs = EpochCounter()
-        self.backend = backend
         switch backend {
         case .memory:
             sqlite = nil
@@ -76,16 +74,21 @@ struct Harness {
         }
     }
 
-    /// A chat without a cluster whose rooms are kept in `store` (one the test holds, such as a
-    /// `MemoryRoomStore`), committed as that store commits; rooms take the epochs 1, 2, 3 ….
+    /// A chat whose rooms are kept in `store`, one the test holds and inspects: a
+    /// `MemoryRoomStore`, which has nothing to commit (the harness commits only its own SQLite
+    /// store). Limits and epochs as above.
     init(store: any RoomStore, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
+        let epochs = EpochCounter()
+        sqlite = nil
+        core = ChatCore(configuration: Self.configuration(adjust), store: store, makeEpoch: { epochs.next() })
+    }
+
+    /// The default limits without rate limits, then `adjust`ed.
+    private static func configuration(_ adjust: (inout ChatServerConfiguration) -> Void) -> ChatServerConfiguration {
         var configuration = ChatServerConfiguration()
         configuration.turnOffRateLimits()
         adjust(&configuration)
-        let epochs = EpochCounter()
-        backend = .memory
-        sqlite = nil
-        core = ChatCore(configuration: configuration, store: store, makeEpoch: { epochs.next() })
+        return configuration
     }
 
     /// Opens a connection from `address`; returns its id and what the core did.
@@ -153,9 +156,10 @@ struct Harness {
 
 /// Hands out 1, 2, 3 …; the harness's rooms take their epochs from it.
 final class EpochCounter: @unchecked Sendable {
-    // Only the core (or the fake Redis) calls it, from the test's own thread.
+    // `@unchecked Sendable`: only the core (or the fake Redis) calls it, from the test's own thread.
     private var last: UInt64 = 0
 
+    /// The next epoch.
     func next() -> UInt64 {
         last += 1
         return last
@@ -168,14 +172,17 @@ final class EpochCounter: @unchecked Sendable {
 ///
 /// Owns the store and the directory: `deinit` closes the store (waiting for nothing: every commit
 /// was waited for) and removes the directory, once, when the harness that holds it goes.
-private final class SQLiteBackend: @unchecked Sendable {
-    // `@unchecked Sendable`: the store is used on the test's thread, and on `queue` only while
-    // that thread waits for a commit's completion (`commit`), never both at once.
+///
+/// The store is used on the test's thread, and on `queue` only while that thread waits for a
+/// commit's completion (`commit`), never both at once.
+private final class SQLiteBackend {
+    /// The store the core stages in.
     let store: SQLiteRoomStore
     private let directory: TemporaryDirectory
     /// The queue the store hands a finished commit to, as it does the server's queue.
     private let queue = DispatchQueue(label: "ChatCoreBackends.sqlite")
 
+    /// A new, empty store in a new directory under /tmp.
     init() throws {
         directory = try TemporaryDirectory(prefix: "chatcore-backend")
         do {
@@ -204,15 +211,21 @@ private final class SQLiteBackend: @unchecked Sendable {
             outcome.result = result
             done.signal()
         }
-        done.wait()
+        if done.wait(timeout: .now() + .seconds(30)) == .timedOut {
+            Issue.record("a SQLite commit did not complete within 30 s")
+            // The store is this thread's again only once its completion has run.
+            done.wait()
+        }
         switch outcome.result {
         case .success?:
             if core.storageFailure != nil { core.storageRecovered() }
         case .failure(let failure)?:
             let failed = Set(failure.events.map { "\($0.room) \($0.entry.seq)" })
             actions.removeAll { action in
-                guard case .broadcast(let frame, _) = action, let key = Self.storedEventKey(frame) else { return false }
-                return failed.contains(key)
+                switch action {
+                case .broadcast(let frame, _), .send(let frame, _): Self.storedEventKey(frame).map(failed.contains) ?? false
+                case .sendShared, .disconnect: false
+                }
             }
             core.storageFailed(failure, into: &actions)
         case nil:
@@ -278,6 +291,7 @@ struct SingleNodeRedis {
     /// read from the stream stops matters to its `complete`.
     private static let eventsPerRead = 64
 
+    /// An empty Redis that gives a room without an epoch the next of `makeEpoch`.
     init(makeEpoch: @escaping () -> UInt64) {
         self.makeEpoch = makeEpoch
     }
