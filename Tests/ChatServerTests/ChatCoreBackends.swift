@@ -61,9 +61,9 @@ struct Harness {
             sqlite = nil
             core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
         case .sqlite:
-            let resources = try SQLiteBackend()
-            sqlite = resources
-            core = ChatCore(configuration: configuration, store: resources.store, makeEpoch: { epochs.next() })
+            let sqlite = try SQLiteBackend()
+            self.sqlite = sqlite
+            core = ChatCore(configuration: configuration, store: sqlite.store, makeEpoch: { epochs.next() })
         case .cluster:
             sqlite = nil
             // Redis gives a room its epoch when the first joiner's snapshot is read; the node
@@ -81,6 +81,15 @@ struct Harness {
         let epochs = EpochCounter()
         sqlite = nil
         core = ChatCore(configuration: Self.configuration(adjust), store: store, makeEpoch: { epochs.next() })
+    }
+
+    /// A chat whose rooms are kept in `sqlite`, committed after every event as on `.sqlite`:
+    /// for a test that starts a second chat on the same store, as a server restarted on its
+    /// data directory. Limits and epochs as above (a restarted chat counts epochs from 1 again).
+    init(sqlite: SQLiteBackend, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
+        let epochs = EpochCounter()
+        self.sqlite = sqlite
+        core = ChatCore(configuration: Self.configuration(adjust), store: sqlite.store, makeEpoch: { epochs.next() })
     }
 
     /// The default limits without rate limits, then `adjust`ed.
@@ -171,11 +180,11 @@ final class EpochCounter: @unchecked Sendable {
 /// A real `SQLiteRoomStore` in a directory of its own, committed the way the server commits it.
 ///
 /// Owns the store and the directory: `deinit` closes the store (waiting for nothing: every commit
-/// was waited for) and removes the directory, once, when the harness that holds it goes.
+/// was waited for) and removes the directory, once, when the last harness that holds it goes.
 ///
 /// The store is used on the test's thread, and on `queue` only while that thread waits for a
 /// commit's completion (`commit`), never both at once.
-private final class SQLiteBackend {
+final class SQLiteBackend {
     /// The store the core stages in.
     let store: SQLiteRoomStore
     private let directory: TemporaryDirectory

@@ -33,6 +33,30 @@ private func joinedSeq(to id: ClientID, in actions: [ChatAction]) -> UInt64? {
     return nil
 }
 
+/// The stores the restart tests run on: the in-memory test double, and a real SQLite file
+/// committed after every event.
+enum RestartStore: String, CaseIterable, Sendable, CustomStringConvertible {
+    /// A `MemoryRoomStore`: staging is committing.
+    case memoryDouble
+    /// A `SQLiteRoomStore` in a temporary directory.
+    case sqlite
+
+    var description: String { rawValue }
+
+    /// A new store of this kind, and a way to start chats on it one after the other, as a
+    /// server and its restarts.
+    func make() throws -> (_ adjust: (inout ChatServerConfiguration) -> Void) -> Harness {
+        switch self {
+        case .memoryDouble:
+            let store = MemoryRoomStore()
+            return { adjust in Harness(store: store, adjust) }
+        case .sqlite:
+            let sqlite = try SQLiteBackend()
+            return { adjust in Harness(sqlite: sqlite, adjust) }
+        }
+    }
+}
+
 @Suite("The chat logic with a room store")
 struct ChatCoreStorageTests {
     @Test func anEmptyRoomLeavesMemoryButKeepsItsEpochSeqTopicAndHistory() throws {
@@ -57,15 +81,15 @@ struct ChatCoreStorageTests {
         #expect(page(to: bob, in: actions)?.seqs == [2, 3], "the stored history is replayed")
     }
 
-    @Test func aRestartedChatContinuesEveryRoomFromTheStore() throws {
-        let store = MemoryRoomStore()
-        var before = Harness(store: store)
+    @Test(arguments: RestartStore.allCases) func aRestartedChatContinuesEveryRoomFromTheStore(_ kind: RestartStore) throws {
+        let start = try kind.make()
+        var before = start { _ in }
         let alice = before.connect("alice", version: 2)
         before.send(.join(room: "general"), from: alice)
         for text in ["a", "b", "c"] { before.send(.say(room: "general", text: text), from: alice) }
         // The process dies here: members never leave, their quit is never stored.
 
-        var after = Harness(store: store)
+        var after = start { _ in }
         after.now.wallMillis += 60_000
         let bob = after.connect("bob", version: 2)
         let actions = after.send(.join(room: "general"), from: bob)
@@ -77,14 +101,14 @@ struct ChatCoreStorageTests {
         #expect(page(to: bob, in: catchUp)?.seqs == [3, 4], "a client that saw seq 2 gets exactly what it missed")
     }
 
-    @Test func pagesOlderThanMemoryHoldsAreReadFromTheStore() throws {
-        let store = MemoryRoomStore()
-        var before = Harness(store: store) { $0.historySize = 3 }
+    @Test(arguments: RestartStore.allCases) func pagesOlderThanMemoryHoldsAreReadFromTheStore(_ kind: RestartStore) throws {
+        let start = try kind.make()
+        var before = start { $0.historySize = 3 }
         let alice = before.connect("alice", version: 2)
         before.send(.join(room: "r"), from: alice)  // seq 1
         for index in 1...10 { before.send(.say(room: "r", text: "m\(index)"), from: alice) }  // seq 2…11
 
-        var after = Harness(store: store) { $0.historySize = 3 }
+        var after = start { $0.historySize = 3 }
         let bob = after.connect("bob", version: 2)
         let join = after.send(.join(room: "r"), from: bob)
         let replay = try #require(page(to: bob, in: join))
