@@ -33,6 +33,30 @@ private func joinedSeq(to id: ClientID, in actions: [ChatAction]) -> UInt64? {
     return nil
 }
 
+/// The stores the restart tests run on: the in-memory test double, and a real SQLite file
+/// committed after every event.
+enum RestartStore: String, CaseIterable, Sendable, CustomStringConvertible {
+    /// A `MemoryRoomStore`: staging is committing.
+    case memoryDouble
+    /// A `SQLiteRoomStore` in a temporary directory.
+    case sqlite
+
+    var description: String { rawValue }
+
+    /// A new store of this kind, and a way to start chats on it one after the other, as a
+    /// server and its restarts.
+    func make() throws -> (_ adjust: (inout ChatServerConfiguration) -> Void) -> Harness {
+        switch self {
+        case .memoryDouble:
+            let store = MemoryRoomStore()
+            return { adjust in Harness(store: store, adjust) }
+        case .sqlite:
+            let sqlite = try SQLiteBackend()
+            return { adjust in Harness(sqlite: sqlite, adjust) }
+        }
+    }
+}
+
 @Suite("The chat logic with a room store")
 struct ChatCoreStorageTests {
     @Test func anEmptyRoomLeavesMemoryButKeepsItsEpochSeqTopicAndHistory() throws {
@@ -57,15 +81,15 @@ struct ChatCoreStorageTests {
         #expect(page(to: bob, in: actions)?.seqs == [2, 3], "the stored history is replayed")
     }
 
-    @Test func aRestartedChatContinuesEveryRoomFromTheStore() throws {
-        let store = MemoryRoomStore()
-        var before = Harness(store: store)
+    @Test(arguments: RestartStore.allCases) func aRestartedChatContinuesEveryRoomFromTheStore(_ kind: RestartStore) throws {
+        let start = try kind.make()
+        var before = start { _ in }
         let alice = before.connect("alice", version: 2)
         before.send(.join(room: "general"), from: alice)
         for text in ["a", "b", "c"] { before.send(.say(room: "general", text: text), from: alice) }
         // The process dies here: members never leave, their quit is never stored.
 
-        var after = Harness(store: store)
+        var after = start { _ in }
         after.now.wallMillis += 60_000
         let bob = after.connect("bob", version: 2)
         let actions = after.send(.join(room: "general"), from: bob)
@@ -77,14 +101,14 @@ struct ChatCoreStorageTests {
         #expect(page(to: bob, in: catchUp)?.seqs == [3, 4], "a client that saw seq 2 gets exactly what it missed")
     }
 
-    @Test func pagesOlderThanMemoryHoldsAreReadFromTheStore() throws {
-        let store = MemoryRoomStore()
-        var before = Harness(store: store) { $0.historySize = 3 }
+    @Test(arguments: RestartStore.allCases) func pagesOlderThanMemoryHoldsAreReadFromTheStore(_ kind: RestartStore) throws {
+        let start = try kind.make()
+        var before = start { $0.historySize = 3 }
         let alice = before.connect("alice", version: 2)
         before.send(.join(room: "r"), from: alice)  // seq 1
         for index in 1...10 { before.send(.say(room: "r", text: "m\(index)"), from: alice) }  // seq 2…11
 
-        var after = Harness(store: store) { $0.historySize = 3 }
+        var after = start { $0.historySize = 3 }
         let bob = after.connect("bob", version: 2)
         let join = after.send(.join(room: "r"), from: bob)
         let replay = try #require(page(to: bob, in: join))
@@ -162,8 +186,37 @@ struct ChatCoreStorageTests {
         #expect(store.stored("room499")?.events.count == 1)
     }
 
+    /// An emptied room comes back as it was wherever it is kept — SQLite and Redis: its epoch,
+    /// `seq` continuing, its topic and history — and starts again where it is not: memory
+    /// (docs/PROTOCOL.md, "Rooms"; docs/SERVER.md, "Restart continuity"; docs/CLUSTER.md).
+    @Test(arguments: CoreBackend.allCases) func anEmptiedRoomComesBackAsItWasWhereverItIsKept(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
+        let alice = chat.connect("alice", version: 2)
+        chat.send(.join(room: "general"), from: alice)  // seq 1
+        chat.send(.say(room: "general", text: "one"), from: alice)  // seq 2
+        chat.send(.setTopic(room: "general", text: "sockets"), from: alice)  // seq 3
+        chat.send(.part(room: "general"), from: alice)  // seq 4
+        let then = chat.now.wallMillis
+        // The server's timer ticks: a stored room whose changes are committed leaves memory.
+        _ = chat.tick(advancingBy: 1_000)
+        let bob = chat.connect("bob", version: 2)
+        let actions = chat.send(.join(room: "general"), from: bob)
+        let state = try #require(roomState(to: bob, in: actions))
+        guard backend.keepsEmptyRooms else {
+            #expect(state == (epoch: 2, firstSeq: 0, lastSeq: 1), "a new room: \(state)")
+            #expect(!frames(to: bob, in: actions).contains { $0.type == .topic }, "and no topic")
+            #expect(page(to: bob, in: actions)?.seqs == [], "nor history")
+            return
+        }
+        // Redis's oldest stored event is alice's joined; SQLite stores only history.
+        #expect(state == (epoch: 1, firstSeq: backend == .cluster ? 1 : 2, lastSeq: 5), "\(backend): the same room, seq continuing: \(state)")
+        #expect(frames(to: bob, in: actions).contains(.topic(room: "general", seq: 3, time: then, setBy: "alice", text: "sockets")))
+        let replay = try #require(page(to: bob, in: actions))
+        #expect(replay.seqs == [2, 3] && replay.complete, "\(backend): the kept history is replayed: \(replay)")
+    }
+
     @Test func withoutAStoreAnEmptyRoomStartsAgain() throws {
-        var chat = Harness()
+        var chat = try Harness(.memory)
         let alice = chat.connect("alice", version: 2)
         chat.send(.join(room: "r"), from: alice)
         chat.send(.say(room: "r", text: "gone"), from: alice)

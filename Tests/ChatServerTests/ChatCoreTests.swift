@@ -3,67 +3,6 @@ import Testing
 
 @testable import ChatServer
 
-/// Drives a `ChatCore` with a hand-held clock: no sockets, no waiting.
-struct Harness {
-    var core: ChatCore
-    var now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
-    private var nextSlot = 0
-
-    /// A chat with `adjust`ed limits (no rate limits unless `adjust` sets them) whose rooms take
-    /// the epochs 1, 2, 3 … in order of creation.
-    /// With a `store`, rooms are kept in it.
-    init(store: (any RoomStore)? = nil, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
-        var configuration = ChatServerConfiguration()
-        configuration.turnOffRateLimits()
-        adjust(&configuration)
-        let epochs = EpochCounter()
-        core = ChatCore(configuration: configuration, store: store, makeEpoch: { epochs.next() })
-    }
-
-    /// Opens a connection from `address`; returns its id and what the core did.
-    mutating func open(from address: String = "127.0.0.1") -> (ClientID, [ChatAction]) {
-        let id = ClientID(nextSlot)
-        nextSlot += 1
-        // A refusal is shown as the disconnect the server carries out, so tests read it like any other.
-        let refusal = core.clientConnected(id, address: address, at: now)
-        return (id, refusal.map { [.disconnect(id, $0, nick: nil)] } ?? [])
-    }
-
-    /// Opens a connection from `address` and completes the handshake as `nick`, speaking `version`.
-    mutating func connect(_ nick: String, version: UInt16 = 1, from address: String = "127.0.0.1") -> ClientID {
-        let (id, _) = open(from: address)
-        let actions = send(.hello(version: version, nick: nick, password: nil), from: id)
-        precondition(actions.first.map { if case .send(.welcome, _) = $0 { true } else { false } } == true, "expected a welcome for \(nick)")
-        return id
-    }
-
-    @discardableResult
-    mutating func send(_ frame: Frame, from id: ClientID) -> [ChatAction] {
-        var actions: [ChatAction] = []
-        core.received(frame, size: FrameEncoder.encode(frame).count, from: id, at: now, into: &actions)
-        return actions
-    }
-
-    mutating func tick(advancingBy milliseconds: UInt64) -> [ChatAction] {
-        now.uptimeMillis += milliseconds
-        now.wallMillis += milliseconds
-        var actions: [ChatAction] = []
-        core.tick(at: now, into: &actions)
-        return actions
-    }
-}
-
-/// Hands out 1, 2, 3 …; the harness's rooms take their epochs from it.
-final class EpochCounter: @unchecked Sendable {
-    // Only the core calls it, from the test's own thread.
-    private var last: UInt64 = 0
-
-    func next() -> UInt64 {
-        last += 1
-        return last
-    }
-}
-
 /// The frames `actions` deliver to `id`, in order.
 func frames(to id: ClientID, in actions: [ChatAction]) -> [Frame] {
     actions.flatMap { action -> [Frame] in
@@ -81,18 +20,20 @@ private func disconnection(of id: ClientID, in actions: [ChatAction]) -> Disconn
     return nil
 }
 
-@Suite("Chat logic without sockets")
+/// The chat's behaviour, the same in every mode unless a test says otherwise: each runs on
+/// every `CoreBackend` (memory, SQLite, a cluster), through `Harness`.
+@Suite("Chat logic without sockets, in every mode")
 struct ChatCoreTests {
-    @Test func welcomesHelloWithTheNickAndLimits() {
-        var chat = Harness { $0.motd = "hi" }
+    @Test(arguments: CoreBackend.allCases) func welcomesHelloWithTheNickAndLimits(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.motd = "hi" }
         let (id, _) = chat.open()
         let actions = chat.send(.hello(version: 1, nick: "Alice", password: nil), from: id)
         #expect(actions == [.send(.welcome(version: 1, nick: "Alice", maxFrameSize: 16_384, motd: "hi"), to: id)])
         #expect(chat.core.nick(of: id) == "Alice")
     }
 
-    @Test func refusesANickTakenInAnyLetterCase() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func refusesANickTakenInAnyLetterCase(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         _ = chat.connect("Alice")
         let (id, _) = chat.open()
         let actions = chat.send(.hello(version: 1, nick: "aLICE", password: nil), from: id)
@@ -100,8 +41,8 @@ struct ChatCoreTests {
         #expect(chat.core.clientCount == 1, "the refused connection is no longer counted")
     }
 
-    @Test func refusesAMissingOrWrongPasswordAndAcceptsTheRightOne() {
-        var chat = Harness { $0.password = "s3cret" }
+    @Test(arguments: CoreBackend.allCases) func refusesAMissingOrWrongPasswordAndAcceptsTheRightOne(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.password = "s3cret" }
         let (missing, _) = chat.open()
         #expect(disconnection(of: missing, in: chat.send(.hello(version: 1, nick: "alice", password: nil), from: missing))?.code == .badPassword)
         let (wrong, _) = chat.open()
@@ -112,22 +53,22 @@ struct ChatCoreTests {
         #expect(disconnection(of: id, in: actions) == nil)
     }
 
-    @Test func refusesVersionZero() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func refusesVersionZero(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let (id, _) = chat.open()
         #expect(disconnection(of: id, in: chat.send(.hello(version: 0, nick: "a", password: nil), from: id))?.code == .unsupportedVersion)
     }
 
-    @Test func requiresHelloBeforeAnythingElse() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func requiresHelloBeforeAnythingElse(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let (id, _) = chat.open()
         let refusal = disconnection(of: id, in: chat.send(.join(room: "general"), from: id))
         #expect(refusal?.code == .handshakeRequired)
         #expect(refusal?.frameType == .join)
     }
 
-    @Test func refusesConnectionsBeyondTheTotalAndPerAddressLimits() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func refusesConnectionsBeyondTheTotalAndPerAddressLimits(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.maxClients = 3
             $0.maxClientsPerAddress = 2
         }
@@ -140,8 +81,8 @@ struct ChatCoreTests {
         #expect(disconnection(of: fourth, in: full)?.code == .serverFull)
     }
 
-    @Test func joinSendsJoinedToAllThenMembersTopicAndHistoryToTheJoiner() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func joinSendsJoinedToAllThenMembersTopicAndHistoryToTheJoiner(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
         let bob = chat.connect("bob")
         let t = chat.now.wallMillis
@@ -164,8 +105,8 @@ struct ChatCoreTests {
         ])
     }
 
-    @Test func stampsMessagesWithTheRegisteredNickTimeAndNextSeq() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func stampsMessagesWithTheRegisteredNickTimeAndNextSeq(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
         let bob = chat.connect("bob")
         chat.send(.join(room: "r"), from: alice)
@@ -176,8 +117,8 @@ struct ChatCoreTests {
         #expect(actions == [.broadcast(message, to: [alice, bob])], "one broadcast, so the frame is encoded once")
     }
 
-    @Test func keepsOnlyTheMostRecentHistoryAndCapsRequests() {
-        var chat = Harness { $0.historySize = 3 }
+    @Test(arguments: CoreBackend.allCases) func keepsOnlyTheMostRecentHistoryAndCapsRequests(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.historySize = 3 }
         let alice = chat.connect("alice")
         chat.send(.join(room: "r"), from: alice)
         for index in 1...5 { chat.send(.say(room: "r", text: "m\(index)"), from: alice) }
@@ -192,8 +133,32 @@ struct ChatCoreTests {
         #expect(two == [.history(room: "r", entries: Array(entries.suffix(2)))])
     }
 
-    @Test func splitsLongHistoryIntoFramesThatFitTheLimit() {
-        var chat = Harness {
+    /// `--history-size` bounds a room's history, topic changes included: a version 1 client,
+    /// which is sent no topic changes as history, gets the messages among the newest
+    /// `--history-size` events of history — the same ones in every mode.
+    @Test(arguments: CoreBackend.allCases) func aTopicChangeCountsAgainstTheHistorySize(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.historySize = 3 }
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)  // seq 1
+        chat.send(.say(room: "r", text: "m1"), from: alice)  // seq 2
+        chat.send(.setTopic(room: "r", text: "t"), from: alice)  // seq 3
+        chat.send(.say(room: "r", text: "m2"), from: alice)  // seq 4
+        chat.send(.say(room: "r", text: "m3"), from: alice)  // seq 5
+        let newest = [4, 5].map { HistoryEntry(kind: .message, seq: $0, time: chat.now.wallMillis, sender: "alice", text: "m\($0 - 2)") }
+        let asked = frames(to: alice, in: chat.send(.requestHistory(room: "r", count: 3), from: alice))
+        let bob = chat.connect("bob")
+        let replay = frames(to: bob, in: chat.send(.join(room: "r"), from: bob)).filter { $0.type == .history }
+        knownIssue(
+            "a cluster node counts only messages against --history-size for a version 1 client (requestHistory, a joiner's history), where a server on its own counts topic changes too: the cluster sends m1 as well",
+            in: [.cluster], on: backend
+        ) {
+            #expect(asked == [.history(room: "r", entries: newest)], "\(backend): \(asked)")
+            #expect(replay == [.history(room: "r", entries: newest)], "\(backend): \(replay)")
+        }
+    }
+
+    @Test(arguments: CoreBackend.allCases) func splitsLongHistoryIntoFramesThatFitTheLimit(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.historySize = 100
             $0.maxFrameSize = ChatServerConfiguration.maxFrameSizeCeiling
             // Few connections, so that 1 MiB frames leave the memory budget room for history.
@@ -204,17 +169,52 @@ struct ChatCoreTests {
         let text = String(repeating: "x", count: 100_000)
         for _ in 0..<30 { chat.send(.say(room: "r", text: text), from: alice) }
         let batches = frames(to: alice, in: chat.send(.requestHistory(room: "r", count: 30), from: alice))
-        #expect(batches.count > 1)
         var seqs: [UInt64] = []
         for batch in batches {
             #expect(FrameEncoder.encode(batch).count <= WireProtocol.maxFrameSize)
             if case .history(_, let entries) = batch { seqs += entries.map(\.seq) }
         }
-        #expect(seqs == Array(2...31))
+        knownIssue(Self.oneFrameOfHistory, in: [.cluster], on: backend) {
+            #expect(batches.count > 1)
+            #expect(seqs == Array(2...31))
+        }
     }
 
-    @Test func announcesPartQuitAndNickChangesToRoomMembers() {
-        var chat = Harness()
+    /// A version 1 joiner is sent the room's messages, at most `--history-size`, in as many
+    /// `history` frames as they take (docs/PROTOCOL.md, "History").
+    @Test(arguments: CoreBackend.allCases) func aVersion1JoinerGetsTheWholeHistoryOverSeveralFrames(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
+            $0.historySize = 100
+            $0.maxFrameSize = ChatServerConfiguration.maxFrameSizeCeiling
+            // Few connections, so that 1 MiB frames leave the memory budget room for history.
+            $0.maxClients = 10
+        }
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)
+        let text = String(repeating: "x", count: 100_000)
+        for _ in 0..<30 { chat.send(.say(room: "r", text: text), from: alice) }
+        let bob = chat.connect("bob")
+        var seqs: [UInt64] = []
+        var batches = 0
+        for case .history(_, let entries) in frames(to: bob, in: chat.send(.join(room: "r"), from: bob)) {
+            seqs += entries.map(\.seq)
+            batches += 1
+        }
+        knownIssue(Self.oneFrameOfHistory, in: [.cluster], on: backend) {
+            #expect(batches > 1)
+            #expect(seqs == Array(2...31), "every message, once, in order")
+        }
+    }
+
+    /// What a cluster node does with a history longer than a frame.
+    static let oneFrameOfHistory: Comment = """
+        a cluster node answers requestHistory, and replays a version 1 joiner's history, with one \
+        frame's worth of messages (one page of the stream, ChatCore.historyPageBudget) where a server \
+        on its own sends up to count / --history-size messages over several history frames
+        """
+
+    @Test(arguments: CoreBackend.allCases) func announcesPartQuitAndNickChangesToRoomMembers(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
         let bob = chat.connect("bob")
         chat.send(.join(room: "r"), from: alice)
@@ -230,11 +230,11 @@ struct ChatCoreTests {
         actions = chat.send(.goodbye(reason: "off to lunch"), from: bob)
         #expect(frames(to: alice, in: actions) == [.quit(room: "r", seq: 6, time: t, nick: "Bobby", reason: "off to lunch")])
         #expect(disconnection(of: bob, in: actions) == Disconnection(code: nil, reason: "off to lunch"))
-        #expect(chat.core.memberNicks(of: "r") == ["alice"])
+        #expect(chat.memberNicks(of: "r") == ["alice"])
     }
 
-    @Test func refusesANickChangeToATakenNickButAllowsACaseChange() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func refusesANickChangeToATakenNickButAllowsACaseChange(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
         _ = chat.connect("bob")
         let taken = frames(to: alice, in: chat.send(.changeNick(nick: "BOB"), from: alice))
@@ -245,8 +245,8 @@ struct ChatCoreTests {
         #expect(frames(to: alice, in: chat.send(.changeNick(nick: "Alice"), from: alice)) == [.nickAccepted(nick: "Alice")])
     }
 
-    @Test func deliversDirectMessagesToTheRecipientAndEchoesToTheSender() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func deliversDirectMessagesToTheRecipientAndEchoesToTheSender(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
         let bob = chat.connect("Bob")
         let actions = chat.send(.tell(recipient: "bob", text: "psst"), from: alice)
@@ -258,8 +258,8 @@ struct ChatCoreTests {
         }
     }
 
-    @Test func listsRoomsWithMemberCountsAndAnswersWho() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func listsRoomsWithMemberCountsAndAnswersWho(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
         let bob = chat.connect("bob")
         chat.send(.join(room: "b"), from: alice)
@@ -273,18 +273,26 @@ struct ChatCoreTests {
         #expect(frames(to: bob, in: chat.send(.who(room: "none"), from: bob)) == [.members(room: "none", nicks: [])])
     }
 
-    @Test func forgetsARoomWhenItsLastMemberLeaves() {
-        var chat = Harness()
+    /// An empty room is no longer listed in any mode; memory forgets it, so it starts again at
+    /// `seq` 1, while SQLite and Redis keep it, so its `seq` continues (docs/PROTOCOL.md, "Rooms").
+    @Test(arguments: CoreBackend.allCases) func anEmptiedRoomIsUnlistedAndStartsAgainOnlyInMemory(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
-        chat.send(.join(room: "r"), from: alice)
-        chat.send(.say(room: "r", text: "x"), from: alice)
-        chat.send(.part(room: "r"), from: alice)
-        #expect(chat.core.roomNames.isEmpty)
-        #expect(frames(to: alice, in: chat.send(.join(room: "r"), from: alice)).first == .joined(room: "r", seq: 1, time: chat.now.wallMillis, nick: "alice"))
+        chat.send(.join(room: "r"), from: alice)  // seq 1
+        chat.send(.say(room: "r", text: "x"), from: alice)  // seq 2
+        chat.send(.part(room: "r"), from: alice)  // seq 3
+        #expect(chat.roomNames.isEmpty)
+        // The server's timer ticks: a stored room whose changes are committed leaves memory, so
+        // the next joiner reads it back from the store.
+        _ = chat.tick(advancingBy: 1_000)
+        let seq: UInt64 = backend.keepsEmptyRooms ? 4 : 1
+        #expect(
+            frames(to: alice, in: chat.send(.join(room: "r"), from: alice)).first == .joined(room: "r", seq: seq, time: chat.now.wallMillis, nick: "alice"),
+            "\(backend): the join takes seq \(seq)")
     }
 
-    @Test func refusesRequestsForRoomsTheClientIsNotInAndJoinsBeyondTheLimit() {
-        var chat = Harness { $0.maxRoomsPerClient = 2 }
+    @Test(arguments: CoreBackend.allCases) func refusesRequestsForRoomsTheClientIsNotInAndJoinsBeyondTheLimit(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.maxRoomsPerClient = 2 }
         let alice = chat.connect("alice")
         func errorCode(_ actions: [ChatAction]) -> ErrorCode? {
             if case .error(let code, false, _, _)? = frames(to: alice, in: actions).first { return code }
@@ -300,8 +308,8 @@ struct ChatCoreTests {
         #expect(errorCode(chat.send(.join(room: "t"), from: alice)) == .tooManyRooms)
     }
 
-    @Test func answersPingAndRejectsServerFramesAndASecondHello() {
-        var chat = Harness()
+    @Test(arguments: CoreBackend.allCases) func answersPingAndRejectsServerFramesAndASecondHello(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
         let alice = chat.connect("alice")
         #expect(chat.send(.ping(token: 9), from: alice) == [.send(.pong(token: 9), to: alice)])
         #expect(chat.send(.unknown(type: FrameType(rawValue: 0x70), payload: [1]), from: alice).isEmpty)
@@ -311,8 +319,8 @@ struct ChatCoreTests {
         #expect(disconnection(of: carol, in: chat.send(.nickAccepted(nick: "x"), from: carol))?.code == .unexpectedFrame)
     }
 
-    @Test func rateLimitRefusesBeyondTheBurstThenDisconnectsSustainedAbuse() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func rateLimitRefusesBeyondTheBurstThenDisconnectsSustainedAbuse(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.messageRate = 10
             $0.messageBurst = 3
             $0.rateAbuseLimit = 4
@@ -333,8 +341,8 @@ struct ChatCoreTests {
         #expect(chat.core.nick(of: alice) == nil)
     }
 
-    @Test func connectionsFromOneAddressShareItsBucketsAndOtherAddressesDoNot() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func connectionsFromOneAddressShareItsBucketsAndOtherAddressesDoNot(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.addressMessageRate = 10
             $0.addressMessageBurst = 4
             $0.addressByteRate = 1_000
@@ -358,21 +366,19 @@ struct ChatCoreTests {
         chat.send(.join(room: "r"), from: first)
         #expect(wait(second) > 0, "out of request tokens again")
         // Reconnecting does not refill the buckets; an address is forgotten only once they are full.
-        var actions: [ChatAction] = []
-        for id in [first, second] { chat.core.disconnect(id, Disconnection(code: nil, reason: "bye"), at: chat.now, into: &actions) }
+        for id in [first, second] { chat.disconnect(id, reason: "bye") }
         let later = chat.connect("later", from: "10.0.0.1")
         #expect(wait(later) > 0, "the debt outlives the connections")
     }
 
-    @Test func anAddressThatConnectsTooFastIsRefusedUntilItsBucketRefills() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func anAddressThatConnectsTooFastIsRefusedUntilItsBucketRefills(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.addressConnectionRate = 2
             $0.addressConnectionBurst = 3
         }
         func refusal(from address: String) -> Disconnection? {
             let (id, actions) = chat.open(from: address)
-            var closing: [ChatAction] = []
-            defer { chat.core.disconnect(id, Disconnection(code: nil, reason: "bye"), at: chat.now, into: &closing) }
+            defer { chat.disconnect(id, reason: "bye") }
             return disconnection(of: id, in: actions)
         }
         // Open and closed at once, as a reconnect loop does: the count never grows, the rate does.
@@ -389,8 +395,8 @@ struct ChatCoreTests {
         #expect((0..<3).map { _ in refusal(from: "10.0.0.1") == nil } == [true, true, true])
     }
 
-    @Test func anAddressPaysForItsFanOutToEveryRecipient() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func anAddressPaysForItsFanOutToEveryRecipient(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.addressFanoutRate = 10_000
             $0.addressFanoutBurst = 20_000
         }
@@ -410,8 +416,8 @@ struct ChatCoreTests {
         #expect(chat.core.addressWait(for: listeners[0], at: chat.now) == 0, "the listeners' address paid only for its joins")
     }
 
-    @Test func anAddressInByteDebtWaitsItOut() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func anAddressInByteDebtWaitsItOut(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.addressByteRate = 1_000
             $0.addressByteBurst = 20_000
         }
@@ -426,8 +432,8 @@ struct ChatCoreTests {
         #expect((12_000...13_000).contains(wait), "waits out its debt: \(wait) ms")
     }
 
-    @Test func rateLimitRefillsOverTime() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func rateLimitRefillsOverTime(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.messageRate = 10
             $0.messageBurst = 1
         }
@@ -441,15 +447,15 @@ struct ChatCoreTests {
         #expect(frames(to: alice, in: chat.send(.say(room: "r", text: "y"), from: alice)).count == 1)
     }
 
-    @Test func dropsConnectionsThatDoNotCompleteTheHandshakeInTime() {
-        var chat = Harness { $0.handshakeTimeout = .seconds(5) }
+    @Test(arguments: CoreBackend.allCases) func dropsConnectionsThatDoNotCompleteTheHandshakeInTime(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.handshakeTimeout = .seconds(5) }
         let (id, _) = chat.open()
         #expect(chat.tick(advancingBy: 4_999).isEmpty)
         #expect(disconnection(of: id, in: chat.tick(advancingBy: 1))?.code == .handshakeTimeout)
     }
 
-    @Test func pingsASilentClientThenDisconnectsItWhenItStaysSilent() {
-        var chat = Harness {
+    @Test(arguments: CoreBackend.allCases) func pingsASilentClientThenDisconnectsItWhenItStaysSilent(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) {
             $0.idlePingInterval = .seconds(30)
             $0.idleTimeout = .seconds(90)
         }
@@ -464,22 +470,59 @@ struct ChatCoreTests {
         let actions = chat.tick(advancingBy: 59_000)
         #expect(disconnection(of: alice, in: actions)?.code == .idleTimeout)
         #expect(disconnection(of: bob, in: actions) == nil)
-        guard case .quit("r", _, _, "alice", _)? = frames(to: bob, in: actions).first else {
+        // Bob's pong was 59 s ago, so the tick pings him too. Memory and SQLite announce alice's
+        // quit as the tick lets her go, before that ping; a cluster once Redis publishes it, after
+        // what the tick sent (a ping is no room event: no room's order is broken).
+        let toBob = frames(to: bob, in: actions)
+        #expect(toBob.map(\.type) == (backend == .cluster ? [.ping, .quit] : [.quit, .ping]), "\(backend): \(toBob)")
+        guard case .quit("r", _, _, "alice", _)? = backend == .cluster ? toBob.last : toBob.first else {
             Issue.record("expected bob to see alice quit, got \(actions)")
             return
         }
     }
 
-    @Test func freesTheNickAndAddressSlotWhenAClientLeaves() {
-        var chat = Harness { $0.maxClientsPerAddress = 1 }
+    @Test(arguments: CoreBackend.allCases) func freesTheNickAndAddressSlotWhenAClientLeaves(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.maxClientsPerAddress = 1 }
         let alice = chat.connect("alice")
-        var actions: [ChatAction] = []
-        chat.core.disconnect(alice, Disconnection(code: nil, reason: "gone"), at: chat.now, into: &actions)
-        #expect(disconnection(of: alice, in: actions)?.reason == "gone")
+        #expect(disconnection(of: alice, in: chat.disconnect(alice, reason: "gone"))?.reason == "gone")
         _ = chat.connect("alice")
         #expect(chat.core.clientCount == 1)
     }
 
+    /// A topic set to "" clears it: the room has none, so a joiner is sent no `topic`
+    /// (docs/PROTOCOL.md: "`topic` (if the room has one)") and the room list shows none.
+    @Test(arguments: CoreBackend.allCases) func aClearedTopicIsNotSentToAJoiner(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
+        let alice = chat.connect("alice")
+        chat.send(.join(room: "r"), from: alice)
+        chat.send(.setTopic(room: "r", text: "news"), from: alice)
+        chat.send(.setTopic(room: "r", text: ""), from: alice)
+        let bob = chat.connect("bob")
+        let received = frames(to: bob, in: chat.send(.join(room: "r"), from: bob))
+        knownIssue("a cluster node sends a joiner the cleared topic as a topic frame with empty text", in: [.cluster], on: backend) {
+            #expect(!received.contains { if case .topic = $0 { true } else { false } }, "no topic: \(received)")
+        }
+        #expect(frames(to: bob, in: chat.send(.listRooms, from: bob)) == [.roomList(rooms: [RoomInfo(name: "r", memberCount: 2, topic: "")])])
+    }
+
+    /// `ChatCore.roomNames` and `memberNicks(of:)` say which rooms exist and who is in them, as
+    /// their doc comments promise, whatever keeps the rooms.
+    @Test(arguments: CoreBackend.allCases) func theCoreAnswersWhichRoomsExistAndWhoIsInThem(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
+        let alice = chat.connect("alice")
+        let bob = chat.connect("bob")
+        chat.send(.join(room: "b"), from: alice)
+        chat.send(.join(room: "a"), from: bob)
+        chat.send(.join(room: "a"), from: alice)
+        #expect(chat.roomNames == ["a", "b"], "the mode's own record: \(chat.roomNames)")
+        #expect(chat.memberNicks(of: "a") == ["bob", "alice"])
+        knownIssue("a clustered core answers roomNames and memberNicks(of:) from the rooms of a server on its own, which it never fills: always empty", in: [.cluster], on: backend) {
+            #expect(chat.core.roomNames == ["a", "b"])
+            #expect(chat.core.memberNicks(of: "a") == ["bob", "alice"])
+        }
+    }
+
+    /// The ring itself, not a mode: a room's history in memory (a cluster node keeps none).
     @Test func historyRingKeepsTheNewestEntriesInOrder() {
         var history = RoomHistory(capacity: 3, byteCapacity: 1 << 20)
         for seq in 1...7 as ClosedRange<UInt64> {
