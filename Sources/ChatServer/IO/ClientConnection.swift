@@ -96,7 +96,8 @@ final class ClientConnection {
         }
     }
 
-    /// Replaces an idle, empty decoder so that an idle connection holds no receive buffer.
+    /// Replaces an idle, empty decoder and gives back an empty outbound queue's storage, so that
+    /// an idle connection holds neither a receive buffer nor send-queue capacity.
     func releaseIdleBuffers() {
         if readSinceTick {
             readSinceTick = false
@@ -104,6 +105,7 @@ final class ClientConnection {
             decoder = FrameDecoder(maxFrameSize: decoder.maxFrameSize)
             decoderHasGrown = false
         }
+        channel.releaseIdleMemory()
     }
 }
 
