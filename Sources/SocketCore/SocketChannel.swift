@@ -24,8 +24,8 @@ public final class ReadBuffer: @unchecked Sendable {
 /// A connected socket driven by the epoll set of its serial queue (`SocketPoller`).
 ///
 /// Ownership: the channel owns its `Socket`. It closes the descriptor exactly once, after taking it
-/// out of the epoll set, then calls `onClosed` once, on a later turn of the queue (never from
-/// inside `close()`).
+/// out of the epoll set, then calls `onClosed` once; for a started channel on a later turn of the
+/// queue, never from inside `close()`.
 ///
 /// Threading: every method and property must be used on `queue`, and every callback runs there.
 /// (Set the callbacks before `start()`.) This is what lets the server keep all chat state on one

@@ -121,7 +121,7 @@ final class SocketPoller: @unchecked Sendable {
     private func turn() {
         for _ in 0..<Self.maxWaitsPerTurn {
             // Torn down by a channel that left during this turn: the rest is for no one.
-            guard source != nil, !source!.isCancelled else { return }
+            guard let source, !source.isCancelled else { return }
             let count: Int32
             do {
                 count = try retryingInterrupts("epoll_wait") { socketcore_epoll_wait(descriptor, events, Self.eventsPerWait, 0) }
