@@ -1,3 +1,4 @@
+import CSocketShims
 import Dispatch
 import DequeModule
 import Glibc
@@ -20,20 +21,24 @@ public final class ReadBuffer: @unchecked Sendable {
     deinit { memory.deallocate() }
 }
 
-/// A connected socket driven by Dispatch read and write sources on one serial queue.
+/// A connected socket driven by the epoll set of its serial queue (`SocketPoller`).
 ///
-/// Ownership: the channel owns its `Socket`. It closes the descriptor exactly once, after the cancel
-/// handlers of both its sources have run, then calls `onClosed` once.
+/// Ownership: the channel owns its `Socket`. It closes the descriptor exactly once, after taking it
+/// out of the epoll set, then calls `onClosed` once; for a started channel on a later turn of the
+/// queue, never from inside `close()`.
 ///
 /// Threading: every method and property must be used on `queue`, and every callback runs there.
 /// (Set the callbacks before `start()`.) This is what lets the server keep all chat state on one
 /// queue without locks.
 ///
 /// Writes are queued as `ByteChunk`s and leave in gather writes (`sendmsg` with up to 64 buffers):
-/// `enqueue` many, then `flush` once. When the kernel's send buffer is full the channel waits on a
-/// write source (created on first need, so idle connections carry none) and sends the rest as soon
-/// as the socket is writable again. `outboundBytes` tells the owner how much is waiting and
+/// `enqueue` many, then `flush` once. When the kernel's send buffer is full the channel waits for the
+/// epoll set to report the socket writable and sends the rest then. `outboundBytes` tells the owner how much is waiting and
 /// `outboundCost` what it pins in memory, so the owner can bound it.
+///
+/// An idle channel is small on purpose (a server keeps tens of thousands): no Dispatch source of its
+/// own, no buffer (reads go to the shared `ReadBuffer`), and `releaseIdleMemory()` gives back the
+/// outbound queue's storage once it is empty.
 ///
 /// Half-close: when the peer ends its input, the channel calls `onEndOfInput` and goes on
 /// writing; once the owner has shut down the sending side (`shutdownWrite`) and everything queued
@@ -66,20 +71,19 @@ public final class SocketChannel: @unchecked Sendable {
     /// version and peer certificate on `queue`; the channel alone feeds it bytes.
     public let tls: TLSSession?
 
-    private enum State { case idle, open, closing, closed }
+    private enum State: UInt8 { case idle, open, closing, closed }
 
     private let socket: Socket
     private let readBuffer: ReadBuffer
+    /// The epoll set the descriptor is in from `start()` until `close()`.
+    private var poller: SocketPoller?
+    // The flags sit together so that they pack into one word of the object.
     @exclusivity(unchecked) private var state = State.idle
-    private var closeReason: SocketError?
-    private var liveSources = 0
-
-    private var readSource: SuspendableSource?
     private var readPaused = false
     private var readEnded = false
-
-    private var writeSource: SuspendableSource?
     private var waitingForWritable = false
+    private var writeShutdownRequested = false
+    private var writeShutDown = false
     // A ring buffer: a sent chunk leaves the queue (and is released) at once, and the storage is
     // reused, so a queue that never fully drains does not grow. The write path runs once per
     // queued chunk (millions of times a second in the server), and every access here happens on
@@ -88,8 +92,6 @@ public final class SocketChannel: @unchecked Sendable {
     @exclusivity(unchecked) private var outbound = Deque<ByteChunk>()
     /// Bytes of the first queued chunk already sent.
     @exclusivity(unchecked) private var headOffset = 0
-    private var writeShutdownRequested = false
-    private var writeShutDown = false
 
     /// Bytes queued but not yet accepted by the kernel: with TLS, plaintext not yet encrypted plus
     /// ciphertext not yet sent.
@@ -158,21 +160,35 @@ public final class SocketChannel: @unchecked Sendable {
         return true
     }
 
-    /// Starts reading. Call once, on `queue`.
+    /// Starts reading. Call once, on `queue`. If the descriptor cannot join the queue's epoll set
+    /// (out of memory, or past `/proc/sys/fs/epoll/max_user_watches`), the channel closes with
+    /// that error.
     public func start() {
         assertOnQueue()
         precondition(state == .idle, "start() called twice")
         state = .open
-        let source = DispatchSource.makeReadSource(fileDescriptor: socket.descriptor, queue: queue)
-        source.setEventHandler { [self] in readAvailable() }
-        source.setCancelHandler { [self] in
-            readSource = nil
-            sourceCancelled()
+        do {
+            let poller = try SocketPoller.of(queue)
+            try poller.add(self, descriptor: socket.descriptor)
+            self.poller = poller
+        } catch {
+            close(error)
+            return
         }
-        liveSources += 1
-        readSource = SuspendableSource(activating: source)
         // A client's ClientHello is already waiting in the session.
         if tls != nil { flush() }
+    }
+
+    /// Takes the events the epoll set reported for the descriptor (`SocketPoller` calls it, on
+    /// `queue`). Each change is reported once (edge-triggered): input, a hang-up or an error sends
+    /// the channel reading until `EAGAIN` or end of stream, unless paused; room to write, a
+    /// hang-up or an error resumes a write that waits.
+    func handleReadiness(_ events: UInt32) {
+        let input = UInt32(SOCKETCORE_EPOLLIN | SOCKETCORE_EPOLLRDHUP | SOCKETCORE_EPOLLHUP | SOCKETCORE_EPOLLERR)
+        let output = UInt32(SOCKETCORE_EPOLLOUT | SOCKETCORE_EPOLLHUP | SOCKETCORE_EPOLLERR)
+        // Input first: bytes the peer sent before it reset are delivered before the reset is.
+        if events & input != 0 { readAvailable() }
+        if events & output != 0 { writable() }
     }
 
     // MARK: Reading
@@ -181,8 +197,8 @@ public final class SocketChannel: @unchecked Sendable {
     public func pauseReading() {
         assertOnQueue()
         guard !readPaused, !readEnded else { return }
+        // Readiness reported meanwhile is ignored; `resumeReading` reads whatever it announced.
         readPaused = true
-        readSource?.suspend()
     }
 
     /// Delivers bytes again after `pauseReading()`.
@@ -190,18 +206,17 @@ public final class SocketChannel: @unchecked Sendable {
         assertOnQueue()
         guard readPaused, !readEnded else { return }
         readPaused = false
-        readSource?.resume()
-        // What arrived while paused may include a hang-up, after which the source stays silent.
+        // What arrived while paused was reported once, and will not be again.
         queue.async { [self] in readAvailable() }
     }
 
     /// Reads until the socket says `EAGAIN` or end of stream, at most 8 reads per turn so one busy
     /// peer cannot starve the others on the queue.
     ///
-    /// It never stops early on the hope of another event: once a socket has hung up (both
-    /// directions finished, or reset), libdispatch's epoll backend reports it one last time and then
-    /// drops the descriptor, so bytes or an end of stream left unread then would wait forever. For
-    /// the same reason a turn that runs out of budget continues through the queue, not the source.
+    /// It never stops early on the hope of another event: the epoll set reports each change of
+    /// readiness once (edge-triggered), so bytes or an end of stream left unread would wait until
+    /// the peer sends more, which a peer that has finished never does. For the same reason a turn
+    /// that runs out of budget continues through the queue, not the epoll set.
     private func readAvailable() {
         if let tls { return readAvailable(through: tls) }
         for _ in 0..<8 {
@@ -307,9 +322,7 @@ public final class SocketChannel: @unchecked Sendable {
     }
 
     private func endOfInput() {
-        // The descriptor stays readable forever at end of stream; stop watching it.
         readEnded = true
-        readSource?.cancel()
         if let onEndOfInput {
             onEndOfInput()
             // Already finished sending (the owner shut it down before the peer's end arrived).
@@ -363,6 +376,15 @@ public final class SocketChannel: @unchecked Sendable {
         queuedBytes -= dropped
         reportSlots()
         return dropped
+    }
+
+    /// Gives back the outbound queue's storage when nothing is queued: a queue keeps the capacity
+    /// its busiest moment needed (the burst of a join, a history replay), which an idle connection
+    /// would otherwise carry for as long as it stays. Not done on every drain, where the next
+    /// burst would allocate it again at once; an owner calls it for channels gone quiet.
+    public func releaseIdleMemory() {
+        assertOnQueue()
+        if outbound.isEmpty { outbound = Deque() }
     }
 
     /// Queues `chunk` and sends what the kernel takes now.
@@ -513,34 +535,24 @@ public final class SocketChannel: @unchecked Sendable {
         }
     }
 
+    /// The send that just failed with `EAGAIN` marked the socket short of room, so the kernel
+    /// reports it writable once room appears: no registration to change.
     private func waitForWritable() {
         waitingForWritable = true
-        if let writeSource {
-            writeSource.resume()
-            return
-        }
-        let source = DispatchSource.makeWriteSource(fileDescriptor: socket.descriptor, queue: queue)
-        source.setEventHandler { [self] in writable() }
-        source.setCancelHandler { [self] in
-            writeSource = nil
-            sourceCancelled()
-        }
-        liveSources += 1
-        writeSource = SuspendableSource(activating: source)
     }
 
     private func writable() {
         guard state == .open, waitingForWritable else { return }
         waitingForWritable = false
-        writeSource?.suspend()
         flush()
         if state == .open, !waitingForWritable { onDrained?() }
     }
 
     // MARK: Closing
 
-    /// Closes the channel: drops anything still queued, cancels the sources, closes the descriptor
-    /// after their cancel handlers ran, then calls `onClosed`. Calling it again does nothing.
+    /// Closes the channel: drops anything still queued, takes the descriptor out of the epoll set,
+    /// and on a later turn of the queue closes the descriptor and calls `onClosed`. Calling it
+    /// again does nothing.
     public func close() {
         close(nil)
     }
@@ -552,31 +564,25 @@ public final class SocketChannel: @unchecked Sendable {
             return
         case .idle:
             state = .closing
-            closeReason = reason
-            finishClosing()
+            finishClosing(reason)
         case .open:
             state = .closing
-            closeReason = reason
             unreportedSlotBytes -= outbound.count * Self.slotBytes
             reportSlots()
-            outbound.removeAll()
+            outbound = Deque()
             queuedBytes = 0
             queuedCost = 0
-            // SuspendableSource resumes a suspended source before cancelling it (or it would never
-            // cancel), and ignores a second cancel (the read source's, at end of input).
-            readSource?.cancel()
-            writeSource?.cancel()
-            finishClosing()
+            if let poller {
+                poller.remove(self, descriptor: socket.descriptor)
+                self.poller = nil
+            }
+            // Later, as the cancel handlers of Dispatch sources used to run: an owner that closes
+            // a channel in the middle of its own bookkeeping is not called back in the middle of it.
+            queue.async { [self] in finishClosing(reason) }
         }
     }
 
-    private func sourceCancelled() {
-        liveSources -= 1
-        finishClosing()
-    }
-
-    private func finishClosing() {
-        guard state == .closing, liveSources == 0 else { return }
+    private func finishClosing(_ reason: SocketError?) {
         state = .closed
         socket.close()
         let onClosed = onClosed
@@ -585,7 +591,7 @@ public final class SocketChannel: @unchecked Sendable {
         self.onEndOfInput = nil
         self.onDrained = nil
         self.onClosed = nil
-        onClosed?(closeReason)
+        onClosed?(reason)
     }
 
     private func assertOnQueue() {

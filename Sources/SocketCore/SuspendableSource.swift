@@ -10,8 +10,8 @@ import Dispatch
 /// `cancel` resumes first and acts once.
 ///
 /// A class, so that there is only ever one record of the suspend count. It has no lock of its own:
-/// the owner confines it where the rest of its state lives (`SocketChannel` on its queue, the
-/// bridge's stream pair under its condition lock).
+/// the owner confines it where the rest of its state lives (the bridge's stream pair under its
+/// condition lock). `SocketChannel` needs none: its queue's `SocketPoller` watches its descriptor.
 package final class SuspendableSource {
     private let source: any DispatchSourceProtocol
     /// Whether `suspend()` is in force.

@@ -137,6 +137,28 @@ struct ChannelQueueTests {
         }
         #expect(closed == true, "finished both ways, the channel closed its descriptor")
     }
+
+    @Test func bytesAndTheEndThatArriveWhilePausedAreReadOnResume() async throws {
+        // The queue's epoll set reports each change of readiness once, and a paused channel lets
+        // that report go by: resuming must read what it announced, the peer's end included.
+        let pair = try await Pair.make()
+        defer { pair.client.close() }
+        let received = Locked<[UInt8]>([])
+        let ended = Locked(false)
+        pair.queue.sync {
+            pair.channel.onBytes = { bytes in received.withLock { $0 += bytes } }
+            pair.channel.onEndOfInput = { ended.withLock { $0 = true } }
+            pair.channel.pauseReading()
+        }
+        _ = try pair.client.write(vectors: [Array("sent while paused".utf8)])
+        pair.client.close()
+        pair.queue.sync {}
+        #expect(received.withLock { $0 }.isEmpty, "a paused channel delivers nothing")
+        pair.queue.sync { pair.channel.resumeReading() }
+        try await waitUntil("the end of input after resuming") { ended.withLock { $0 } }
+        #expect(received.withLock { $0 } == Array("sent while paused".utf8), "expected the bytes sent while paused, then the end")
+        pair.queue.sync { pair.channel.close() }
+    }
 }
 
 extension Socket {

@@ -1062,6 +1062,10 @@ private struct PasswordFailures: Sendable {
 }
 
 /// What the chat knows about one connection.
+///
+/// Kept small: the chat keeps one per slot in an array that grows by doubling, so each byte here
+/// can cost two per connection. What few clients ever have (an away message, a refusal held
+/// back) shares one optional box, and the small counters and flags sit together at the end.
 struct ClientState: Sendable {
     let address: String
     /// nil until the handshake completes.
@@ -1070,16 +1074,48 @@ struct ClientState: Sendable {
     var rooms: [String] = []
     let connectedAt: UInt64
     var lastHeard: UInt64
-    var pinged = false
-    /// The protocol version agreed in `welcome`; 1 until then.
-    var version: UInt16 = 1
-    /// The away message set with `setAway`; nil when present.
-    var away: String?
     var bucket: TokenBucket
     var byteBucket: TokenBucket
-    var refusedInARow = 0
+    /// The away message and the held-back refusal; nil while neither is set, as for most clients.
+    private var seldomSet: SeldomSet?
+    private var storedRefusedInARow: UInt32 = 0
+    /// The protocol version agreed in `welcome`; 1 until then.
+    var version: UInt16 = 1
+    var pinged = false
+
+    /// Immutable, so copies of a `ClientState` that share one stay independent values.
+    private final class SeldomSet: Sendable {
+        let away: String?
+        let pendingRefusal: (Disconnection, UInt64)?
+
+        init(away: String?, pendingRefusal: (Disconnection, UInt64)?) {
+            self.away = away
+            self.pendingRefusal = pendingRefusal
+        }
+    }
+
+    /// The away message set with `setAway`; nil when present.
+    var away: String? {
+        get { seldomSet?.away }
+        set { setSeldom(away: newValue, pendingRefusal: pendingRefusal) }
+    }
+
     /// A refusal held back until the uptime given (a wrong password).
-    var pendingRefusal: (Disconnection, UInt64)?
+    var pendingRefusal: (Disconnection, UInt64)? {
+        get { seldomSet?.pendingRefusal }
+        set { setSeldom(away: away, pendingRefusal: newValue) }
+    }
+
+    /// Frames refused in a row for exceeding a rate.
+    var refusedInARow: Int {
+        get { Int(storedRefusedInARow) }
+        // Compared with a limit of a few hundred at most, after which the client is let go.
+        set { storedRefusedInARow = UInt32(clamping: newValue) }
+    }
+
+    private mutating func setSeldom(away: String?, pendingRefusal: (Disconnection, UInt64)?) {
+        seldomSet = away == nil && pendingRefusal == nil ? nil : SeldomSet(away: away, pendingRefusal: pendingRefusal)
+    }
 
     init(address: String, burst: Int, byteBurst: Int, now: UInt64) {
         self.address = address

@@ -26,15 +26,15 @@ final class ClientConnection {
     let address: String
     let channel: SocketChannel
     var decoder: FrameDecoder
+    // Ten thousand idle connections keep ten thousand of these: the flags follow `phase` to fill
+    // the padding after its tag, the two optional times are stored without an Optional's extra
+    // byte (and its padding), and the rare departure is boxed.
     var phase = Phase.active
     /// Whether the client completed the handshake (its disconnection is then always logged).
     var welcomed = false
     /// Whether the client's requests wait (its connection is not read, its decoded-but-unserved
     /// frames stay in the decoder) because too much is queued for it.
     var requestsPaused = false
-    /// Until when (uptime milliseconds) the client's requests wait, its connection not read,
-    /// because its address has used its shared rate; nil when they do not.
-    var throttledUntil: UInt64?
     /// Whether the client's requests wait (its connection is not read) because the storage
     /// writer lags: what it would say could not be acknowledged before the backlog commits.
     var waitingForWriter = false
@@ -43,22 +43,42 @@ final class ClientConnection {
     /// read, one at a time — or it is let go and waits for the answers it is owed
     /// (`ChatCore.endSession`).
     var waitingForCluster = false
-    /// Bytes of replies to this client held for a commit (durable mode): they count with its
-    /// queue against the reply high-water mark, or a client that never reads could have the
-    /// server prepare replies without bound while commits are in flight.
-    var heldReplyBytes = 0
-    /// Set when the chat has let the client go but its farewell is held for a commit: it is read
-    /// no more, and is closed at the deadline whether or not the commit has landed.
-    var departure: Departure?
-    /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
-    /// it is below.
-    var lagSince: UInt64?
     /// Whether the connection is in the server's list of channels to flush.
     var isDirty = false
     /// Whether bytes arrived since the last tick; an idle decoder is replaced to give back its buffer.
     var readSinceTick = false
     /// Whether the decoder may hold a grown buffer.
     var decoderHasGrown = false
+    /// Bytes of replies to this client held for a commit (durable mode): they count with its
+    /// queue against the reply high-water mark, or a client that never reads could have the
+    /// server prepare replies without bound while commits are in flight.
+    var heldReplyBytes = 0
+    /// `throttledUntil`, or `UInt64.max` for nil (an uptime in milliseconds never gets there).
+    private var storedThrottledUntil = UInt64.max
+    /// `lagSince`, or `UInt64.max` for nil.
+    private var storedLagSince = UInt64.max
+    private var departureBox: DepartureBox?
+
+    /// Until when (uptime milliseconds) the client's requests wait, its connection not read,
+    /// because its address has used its shared rate; nil when they do not.
+    var throttledUntil: UInt64? {
+        get { storedThrottledUntil == .max ? nil : storedThrottledUntil }
+        set { storedThrottledUntil = newValue ?? .max }
+    }
+
+    /// Since when (uptime milliseconds) its queue has stayed above the lag threshold; nil while
+    /// it is below.
+    var lagSince: UInt64? {
+        get { storedLagSince == .max ? nil : storedLagSince }
+        set { storedLagSince = newValue ?? .max }
+    }
+
+    /// Set when the chat has let the client go but its farewell is held for a commit: it is read
+    /// no more, and is closed at the deadline whether or not the commit has landed.
+    var departure: Departure? {
+        get { departureBox?.departure }
+        set { departureBox = newValue.map(DepartureBox.init) }
+    }
 
     init(id: ClientID, serial: UInt64, address: String, channel: SocketChannel, maxFrameSize: Int) {
         self.id = id
@@ -96,7 +116,8 @@ final class ClientConnection {
         }
     }
 
-    /// Replaces an idle, empty decoder so that an idle connection holds no receive buffer.
+    /// Replaces an idle, empty decoder and gives back an empty outbound queue's storage, so that
+    /// an idle connection holds neither a receive buffer nor send-queue capacity.
     func releaseIdleBuffers() {
         if readSinceTick {
             readSinceTick = false
@@ -104,7 +125,15 @@ final class ClientConnection {
             decoder = FrameDecoder(maxFrameSize: decoder.maxFrameSize)
             decoderHasGrown = false
         }
+        channel.releaseIdleMemory()
     }
+}
+
+/// Holds a `Departure` outside the connection, which has one only while it leaves.
+private final class DepartureBox {
+    let departure: Departure
+
+    init(_ departure: Departure) { self.departure = departure }
 }
 
 /// A client the chat has let go, waiting for the commit that its farewell is held behind.
