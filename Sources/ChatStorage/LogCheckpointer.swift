@@ -41,6 +41,10 @@ public final class LogCheckpointer: @unchecked Sendable {
         /// past it, a committer should wait for the run, as `SQLiteRoomStore` does by handing
         /// its commits to the run's queue. What bounds the log however fast commits come.
         public var capFrames: Int
+        /// How long a run waits after its first passive pass, with the database file partly
+        /// written from the log: 0 but in tests, which widen that window to kill a server inside
+        /// a run for certain rather than by luck (`CheckpointKillTests`).
+        public var pauseAfterFirstPass: Duration = .zero
 
         /// A run every `thresholdFrames` frames, ending with a restart once at most an eighth of
         /// that (at least 8 frames) is left, or after `maxPassivePasses` passive passes; commits
@@ -138,6 +142,10 @@ public final class LogCheckpointer: @unchecked Sendable {
         do throws(SQLiteError) {
             var progress = try connection.checkpoint(.passive)
             run.passivePasses = 1
+            if policy.pauseAfterFirstPass > .zero {
+                let (seconds, attoseconds) = policy.pauseAfterFirstPass.components
+                usleep(useconds_t(clamping: seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
+            }
             while true {
                 // The last commit's count, not the pass's: the frames committed during the pass
                 // are what is left. Negative once the log started over after a complete pass.

@@ -18,15 +18,20 @@ struct CheckpointKillTests {
     /// Checkpoints copy the log into the database file off the event loop, and a restart pass
     /// lets the next commit write the log over from its start: a kill in the middle of either
     /// must lose nothing a client was shown. Checkpoints are made frequent (every 16 pages,
-    /// `CHAT_SERVER_CHECKPOINT_PAGES`) and logged at debug level; under load, the test kills
+    /// `CHAT_SERVER_CHECKPOINT_PAGES`), each pausing after its first pass
+    /// (`CHAT_SERVER_CHECKPOINT_PAUSE_MS`), and logged at debug level; under load, the test kills
     /// the server (SIGKILL) when the last line says a run started, keeps the round only if
     /// the dead server's last line still says so, and restarts it on the same directory. It
     /// fails unless at least one kill landed inside a run.
     @Test func everyEchoedMessageSurvivesAKillInsideACheckpoint() async throws {
         let data = try TemporaryDirectory(prefix: "chat-checkpoint-kill")
         defer { data.remove() }
-        let arguments = ["--data-dir", data.path, "--no-rate-limits", "--log-level", "debug"]
-        let environment = ["CHAT_SERVER_CHECKPOINT_PAGES": "16"]
+        // No bound on events kept: retention deleting the oldest of a room's 100,000 would look
+        // like messages lost to the kills.
+        let arguments = ["--data-dir", data.path, "--no-rate-limits", "--log-level", "debug", "--retain-events", "0"]
+        // Each run also waits 300 ms after its first pass, the database file partly written
+        // from the log: the kill lands there for certain, not by luck of timing on a busy machine.
+        let environment = ["CHAT_SERVER_CHECKPOINT_PAGES": "16", "CHAT_SERVER_CHECKPOINT_PAUSE_MS": "300"]
         var seen = Set<SeenMessage>()
         var killsInside = 0
         var rounds = 0

@@ -108,7 +108,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     public static func checkpointPolicyFromEnvironment() -> LogCheckpointer.Policy {
         guard let text = getenv("CHAT_SERVER_CHECKPOINT_PAGES").map({ String(cString: $0) }), let pages = Int(text), pages > 0
         else { return .standard }
-        return LogCheckpointer.Policy(thresholdFrames: pages)
+        var policy = LogCheckpointer.Policy(thresholdFrames: pages)
+        // The same kind of knob: each run waits this long after its first pass, so that a test
+        // kills the server inside a run for certain.
+        if let text = getenv("CHAT_SERVER_CHECKPOINT_PAUSE_MS").map({ String(cString: $0) }), let pause = Int(text), pause > 0 {
+            policy.pauseAfterFirstPass = .milliseconds(pause)
+        }
+        return policy
     }
 
     /// Opens (creating them if missing) the directory and its database. Throws a `StorageError`
