@@ -674,4 +674,29 @@ struct ChatCoreClusterTests {
         #expect(released.count == told + 1, "the echo, then every direct message")
         #expect(!core.isAwaitingCluster(ann) && core.heldReplyBytes(for: ann) == 0, "read again once they went")
     }
+
+    @Test func aNicksNextHolderDoesNotWaitForTheLinesOfOneThatLeft() {
+        var core = clusteredCore()
+        let (first, second) = (ClientID(0), ClientID(1))
+        welcome("ann", in: first, of: &core)
+        Self.join(first, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "lost"), size: 20, from: first, at: now, into: &actions)
+        let asker = Self.appendAsker(core.takeClusterRequests())!
+        core.disconnect(first, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        // Its line fails after it left; a new ann joins and speaks.
+        core.clusterAppendFailed(
+            .message(room: "r", seq: 0, time: 0, sender: "ann", text: "lost"), in: "r", sender: asker,
+            failure: ClusterFailure(reason: "Redis is down"), into: &actions)
+        welcome("ann", in: second, of: &core)
+        Self.join(second, "ann", to: "r", seq: 2, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        actions.removeAll()
+        core.received(.say(room: "r", text: "found"), size: 20, from: second, at: now, into: &actions)
+        core.received(.ping(token: 1), size: 8, from: second, at: now, into: &actions)
+        let found = Frame.message(room: "r", seq: 3, time: 9, sender: "ann", text: "found")
+        #expect(Self.deliver(found, seq: 3, to: &core) == [.broadcast(found, to: [second]), .send(.pong(token: 1), to: second)],
+            "the pong follows the new ann's own line, not one that will never come")
+    }
 }

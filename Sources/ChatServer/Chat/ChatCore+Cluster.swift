@@ -698,8 +698,7 @@ extension ChatCore {
         cluster!.sessions[id.slot] = nil
         cluster!.owed[id] = nil
         cluster!.departures[id] = nil
-        // What was held for it goes with it (it was told nothing of it); its pending echoes stay
-        // listed until they come back, and resolve nothing then.
+        // What was held for it goes with it (it was told nothing of it).
         cluster!.gates[id] = nil
         if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
             // Its claim may still succeed: `clusterNickClaimed` lets it go then.
@@ -715,6 +714,12 @@ extension ChatCore {
             room.snapshotting[id] = nil
             room.leaving.remove(id)
             room.joinOrdinals[id] = nil
+            // Its events still come, and wait for nothing: a next holder of its nick must not
+            // wait behind them.
+            for (author, echoes) in room.pendingEchoes where echoes.contains(where: { $0.sender.id == id }) {
+                let kept = echoes.filter { $0.sender.id != id }
+                room.pendingEchoes[author] = kept.isEmpty ? nil : Deque(kept)
+            }
             if let index = room.members.firstIndex(of: id) { room.members.remove(at: index) }
             cluster!.rooms[name] = room
             if room.isEmpty { emptied.append(name) }
@@ -849,6 +854,9 @@ extension ChatCore {
     public mutating func clusterAppendFailed(
         _ event: Frame, in room: String, sender asker: ClusterAsker, failure: ClusterFailure, into actions: inout [ChatAction]
     ) {
+        // Off the list even if its sender left: a stale first entry would hold up the next
+        // holder of the nick.
+        let echo = takeFailedEcho(event, in: room, sender: asker)
         guard let sender = resolve(asker) else { return }
         let request: FrameType
         switch event {
@@ -864,7 +872,6 @@ extension ChatCore {
         default: request = .none
         }
         // Its error goes where the request was sent, and what waited for it then.
-        let echo = takeFailedEcho(event, in: room, sender: asker)
         let firstAction = actions.count
         refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions)
         clusterOrder(&actions, from: firstAction, for: sender, after: echo.map { $0.ordinal - 1 })
