@@ -146,6 +146,15 @@ struct ClusterState: Sendable {
         /// and the snapshot after it, or its refusal, go there.
         var joinOrdinals: [ClientID: UInt64] = [:]
 
+        /// The first pending echo sent as `author`, taken off the list if `event` is it; one
+        /// lookup of the author, on every delivery of an event of this node.
+        mutating func takeEcho(_ event: Frame, author: String) -> PendingEcho? {
+            guard let index = pendingEchoes.index(forKey: author), pendingEchoes.values[index].first?.event == event else { return nil }
+            let echo = pendingEchoes.values[index].removeFirst()
+            if pendingEchoes.values[index].isEmpty { pendingEchoes.remove(at: index) }
+            return echo
+        }
+
         /// No one here is in the room, on the way in, or waiting for what it is told of it (a
         /// client that left before its snapshot arrived still gets it, then its `left`).
         var isEmpty: Bool { members.isEmpty && joining.isEmpty && snapshotting.isEmpty }
@@ -213,6 +222,13 @@ struct ClusterState: Sendable {
         /// that order).
         var directs: Deque<UInt64> = []
 
+        /// The next ordinal, unresolved until `resolve`.
+        mutating func issue() -> UInt64 {
+            issued += 1
+            unresolved.append(issued)
+            return issued
+        }
+
         /// Whether a frame placed after ordinal `after` may go now: every ordinal up to it is
         /// resolved, and nothing placed up to it waits (frames placed later may: it goes first).
         func isClear(upTo after: UInt64) -> Bool {
@@ -275,7 +291,8 @@ struct ClusterState: Sendable {
     var owed: [ClientID: Owed] = [:]
     /// The clients let go that wait for what they are owed.
     var departures: [ClientID: Departure] = [:]
-    /// The order of the frames of each client that waits for Redis; only such clients are listed.
+    /// The order of each client's frames, from its first request that Redis answers later until
+    /// it leaves: its ordinals never start again, so an answer cannot resolve a later request's.
     var gates: [ClientID: OrderGate] = [:]
 }
 
@@ -401,10 +418,7 @@ extension ChatCore {
 
     /// A request of `id` that Redis answers later: its place in `id`'s order.
     private mutating func issueOrdinal(for id: ClientID) -> UInt64 {
-        cluster!.gates[id, default: ClusterState.OrderGate()].issued += 1
-        let ordinal = cluster!.gates[id]!.issued
-        cluster!.gates[id]!.unresolved.append(ordinal)
-        return ordinal
+        cluster!.gates[id, default: ClusterState.OrderGate()].issue()
     }
 
     /// `id` asked to append `event` to `room`: until it comes back (or fails), what `id` is sent
@@ -420,10 +434,8 @@ extension ChatCore {
     /// The pending echo that a delivered `event` of `room` is, taken off the list: the first
     /// one sent as its author, if the event is that one.
     private mutating func takeEcho(_ event: Frame, in room: String) -> ClusterState.PendingEcho? {
-        guard let author = Self.author(of: event), cluster!.rooms[room]?.pendingEchoes[author]?.first?.event == event else { return nil }
-        let echo = cluster!.rooms[room]!.pendingEchoes[author]!.removeFirst()
-        if cluster!.rooms[room]!.pendingEchoes[author]!.isEmpty { cluster!.rooms[room]!.pendingEchoes[author] = nil }
-        return echo
+        guard let author = Self.author(of: event) else { return nil }
+        return cluster!.rooms[room]?.takeEcho(event, author: author)
     }
 
     /// The pending echo of `sender`'s append of `event` to `room`, which failed, taken off the
@@ -443,9 +455,10 @@ extension ChatCore {
     /// place waits, or is held there. A disconnection is not held: its client is gone, and with
     /// it what was held for it, which it was never told of.
     mutating func clusterOrder(_ actions: inout [ChatAction], from first: Int, for id: ClientID, after: UInt64? = nil) {
-        guard first < actions.count, let gate = cluster!.gates[id], !gate.unresolved.isEmpty else { return }
-        let place = after ?? gate.issued
-        guard !gate.isClear(upTo: place) else { return }
+        guard first < actions.count, let issued = cluster!.gates[id]?.issued else { return }
+        let place = after ?? issued
+        // Asked in place: a copy of the gate kept alive here would copy its queues below.
+        guard cluster!.gates[id]?.isClear(upTo: place) == false else { return }
         let produced = actions[first...]
         actions.removeSubrange(first...)
         for action in produced {
