@@ -479,8 +479,12 @@ struct ChatCoreClusterTests {
             let echo = Frame.message(room: "r", seq: seq, time: 10, sender: "ann", text: "spam \(offset)")
             core.clusterDeliver(room: "r", seq: seq, time: 10, payload: ChatCore.clusterPayload(of: echo), into: &actions)
         }
-        guard actions.count == 3, case .disconnect(ann, let why, _) = actions[2] else {
-            Issue.record("expected both echoes, then the disconnection, got \(actions)")
+        // The refusal of the third line is a reply like any other: after the echoes of the lines
+        // before it.
+        guard actions.count == 4, case .send(.error(.rateLimited, false, .say, _), ann) = actions[2],
+            case .disconnect(ann, let why, _) = actions[3]
+        else {
+            Issue.record("expected both echoes, the third line's refusal, then the disconnection, got \(actions)")
             return
         }
         #expect(why.code == .rateLimited)
@@ -536,5 +540,163 @@ struct ChatCoreClusterTests {
             }
             #expect(!core.isAwaitingCluster(ann), "answered: \(read)")
         }
+    }
+
+    // MARK: Order (docs/SERVER.md): a reply follows the events the requests before it caused
+
+    /// Joins `id` (called `nick`) to `room` by hand: its `joined` is `seq`, and it is told the
+    /// room has `members`.
+    private static func join(_ id: ClientID, _ nick: String, to room: String, seq: UInt64, members: [String], of core: inout ChatCore) {
+        var actions: [ChatAction] = []
+        core.received(.join(room: room), size: 10, from: id, at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        core.clusterJoinAppended(id, room: room, failure: nil, into: &actions)
+        let joined = Frame.joined(room: room, seq: seq, time: 9, nick: nick)
+        core.clusterDeliver(room: room, seq: seq, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
+        _ = core.takeClusterRequests()
+        let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: seq, topic: nil, members: members, history: [], complete: true)
+        core.clusterSnapshotRead(room: room, id, .success(snapshot), into: &actions)
+    }
+
+    /// Delivers `event` of its room with `seq`, as Redis publishes it; returns what the core did.
+    private static func deliver(_ event: Frame, seq: UInt64, to core: inout ChatCore) -> [ChatAction] {
+        var actions: [ChatAction] = []
+        let room = ChatCore.room(of: event)!
+        core.clusterDeliver(room: room, seq: seq, time: 9, payload: ChatCore.clusterPayload(of: event), into: &actions)
+        return actions
+    }
+
+    @Test func repliesWaitForTheEchoesOfEarlierAppendsWhicheverRoomResolvesFirstAndAFailureTakesItsPlace() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        Self.join(bob, "bob", to: "r", seq: 2, members: ["ann", "bob"], of: &core)
+        Self.join(ann, "ann", to: "s", seq: 1, members: ["ann"], of: &core)
+        Self.join(bob, "bob", to: "s", seq: 2, members: ["ann", "bob"], of: &core)
+        _ = core.takeClusterRequests()
+
+        var actions: [ChatAction] = []
+        let requests: [Frame] = [
+            .say(room: "r", text: "one"), .say(room: "s", text: "two"), .ping(token: 1), .say(room: "r", text: "three"), .ping(token: 2),
+            .tell(recipient: "bob", text: "psst"), .say(room: "nowhere", text: "refused"),
+        ]
+        for request in requests { core.received(request, size: 20, from: ann, at: now, into: &actions) }
+        #expect(actions.isEmpty, "nothing goes before the echo of ann's first line: \(actions)")
+        #expect(core.heldReplyBytes(for: ann) > 0, "what waits is counted")
+        var askers: [String: ClusterAsker] = [:]
+        for case .append(_, .message(_, _, _, _, let text), _, let sender?, _) in core.takeClusterRequests() { askers[text] = sender }
+        #expect(askers.count == 3, "three lines are appended: \(askers.keys)")
+
+        // Room s numbers its line first: bob hears it now, ann's copy waits behind "one".
+        let two = Frame.message(room: "s", seq: 3, time: 9, sender: "ann", text: "two")
+        #expect(Self.deliver(two, seq: 3, to: &core) == [.broadcast(two, to: [bob])], "only bob's copy goes before ann's first echo")
+        // "three" fails before "one" comes back: its error waits in its place, after pong 1.
+        core.clusterAppendFailed(
+            .message(room: "r", seq: 0, time: 0, sender: "ann", text: "three"), in: "r", sender: askers["three"]!,
+            failure: ClusterFailure(reason: "Redis is down"), into: &actions)
+        #expect(actions.isEmpty, "the failure waits for the echo of \"one\" too: \(actions)")
+
+        let one = Frame.message(room: "r", seq: 3, time: 9, sender: "ann", text: "one")
+        let released = Self.deliver(one, seq: 3, to: &core)
+        let direct = Frame.direct(sender: "ann", recipient: "bob", time: now.wallMillis, text: "psst")
+        #expect(released.count == 7, "\(released)")
+        #expect(
+            Array(released.prefix(3)) == [.broadcast(one, to: [ann, bob]), .send(two, to: ann), .send(.pong(token: 1), to: ann)],
+            "one, then ann's copy of two, then pong 1")
+        guard released.count == 7, case .send(.error(.unavailable, false, .say, let reason), ann) = released[3] else {
+            Issue.record("expected the failed line's error after pong 1: \(released)")
+            return
+        }
+        #expect(reason.contains("not done"))
+        #expect(released[4] == .send(.pong(token: 2), to: ann), "pong 2 after the error of the line sent before it")
+        #expect(released[5] == .broadcast(direct, to: [bob, ann]), "bob's direct after ann's events before it")
+        guard case .send(.error(.notInRoom, false, .say, _), ann) = released[6] else {
+            Issue.record("the refusal last: \(released)")
+            return
+        }
+        #expect(core.heldReplyBytes(for: ann) == 0, "nothing is held once the echoes came")
+        #expect(Self.deliver(.message(room: "r", seq: 4, time: 9, sender: "bob", text: "later"), seq: 4, to: &core).count == 1)
+    }
+
+    @Test func aFailedJoinAndATellThroughAnotherNodeTakeTheirPlaceInOrder() {
+        var core = clusteredCore()
+        let ann = ClientID(0)
+        welcome("ann", in: ann, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "one"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.tell(recipient: "carol", text: "hi"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.ping(token: 1), size: 8, from: ann, at: now, into: &actions)
+        core.received(.join(room: "t"), size: 10, from: ann, at: now, into: &actions)
+        var directAsker: ClusterAsker?
+        for case .direct(_, let sender) in core.takeClusterRequests() { directAsker = sender }
+        #expect(actions.isEmpty, "\(actions)")
+        // carol's node heard it before "one" came back: ann's copy waits for "one".
+        let direct = Frame.direct(sender: "ann", recipient: "carol", time: now.wallMillis, text: "hi")
+        core.clusterDirectSent(direct, sender: directAsker!, .success(true), into: &actions)
+        core.clusterJoinAppended(ann, room: "t", failure: ClusterFailure(reason: "Redis is down"), into: &actions)
+        #expect(actions.isEmpty, "\(actions)")
+        let one = Frame.message(room: "r", seq: 2, time: 9, sender: "ann", text: "one")
+        let released = Self.deliver(one, seq: 2, to: &core)
+        #expect(
+            Array(released.prefix(3)) == [.broadcast(one, to: [ann]), .send(direct, to: ann), .send(.pong(token: 1), to: ann)],
+            "one, then the copy of the tell, then the pong: \(released)")
+        guard released.count == 4, case .send(.error(.unavailable, false, .join, _), ann) = released[3] else {
+            Issue.record("the join's refusal last: \(released)")
+            return
+        }
+    }
+
+    @Test func framesHeldForAClientStopItsRequestsPastTheReplyHighWaterMark() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "one"), size: 20, from: ann, at: now, into: &actions)
+        let text = String(repeating: "x", count: 4_000)
+        var told = 0
+        while !core.isAwaitingCluster(ann), told < 1_000 {
+            core.received(.tell(recipient: "bob", text: text), size: 4_020, from: ann, at: now, into: &actions)
+            told += 1
+        }
+        let highWater = core.budget.replyHighWater
+        #expect(core.isAwaitingCluster(ann), "a client whose held frames pass the high-water mark is read no more")
+        #expect(core.heldReplyBytes(for: ann) > highWater && core.heldReplyBytes(for: ann) < highWater + 8_000,
+            "it stops within a frame of the mark: \(core.heldReplyBytes(for: ann)) after \(told) tells")
+        #expect(actions.isEmpty)
+        let released = Self.deliver(.message(room: "r", seq: 2, time: 9, sender: "ann", text: "one"), seq: 2, to: &core)
+        #expect(released.count == told + 1, "the echo, then every direct message")
+        #expect(!core.isAwaitingCluster(ann) && core.heldReplyBytes(for: ann) == 0, "read again once they went")
+    }
+
+    @Test func aNicksNextHolderDoesNotWaitForTheLinesOfOneThatLeft() {
+        var core = clusteredCore()
+        let (first, second) = (ClientID(0), ClientID(1))
+        welcome("ann", in: first, of: &core)
+        Self.join(first, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "lost"), size: 20, from: first, at: now, into: &actions)
+        let asker = Self.appendAsker(core.takeClusterRequests())!
+        core.disconnect(first, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        // Its line fails after it left; a new ann joins and speaks.
+        core.clusterAppendFailed(
+            .message(room: "r", seq: 0, time: 0, sender: "ann", text: "lost"), in: "r", sender: asker,
+            failure: ClusterFailure(reason: "Redis is down"), into: &actions)
+        welcome("ann", in: second, of: &core)
+        Self.join(second, "ann", to: "r", seq: 2, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        actions.removeAll()
+        core.received(.say(room: "r", text: "found"), size: 20, from: second, at: now, into: &actions)
+        core.received(.ping(token: 1), size: 8, from: second, at: now, into: &actions)
+        let found = Frame.message(room: "r", seq: 3, time: 9, sender: "ann", text: "found")
+        #expect(Self.deliver(found, seq: 3, to: &core) == [.broadcast(found, to: [second]), .send(.pong(token: 1), to: second)],
+            "the pong follows the new ann's own line, not one that will never come")
     }
 }

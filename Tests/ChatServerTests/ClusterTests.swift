@@ -282,6 +282,84 @@ struct ClusterTests {
         #expect(refusal == .noSuchNick)
     }
 
+    @Test func aDirectMessageToAnotherNodeFollowsTheSendersEarlierEventsOnBothNodes() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let clients = try await cluster.clients("ann", "bob")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
+        /// A frame of this test in a word and its text; nil for the others.
+        @Sendable func label(_ frame: Frame) -> String? {
+            switch frame {
+            case .message("r", _, _, "ann", let text): "message \(text)"
+            case .direct("ann", _, _, let text): "direct \(text)"
+            case .pong(let token): "pong \(token)"
+            default: nil
+            }
+        }
+        // Rounds, because the echoes and the direct message's answer come back to ann's node on
+        // two connections to Redis, in either order.
+        for round in 1...10 {
+            try await ann.send([
+                .say(room: "r", text: "\(round)a"), .tell(recipient: "bob", text: "\(round)b"), .ping(token: UInt64(round)),
+                .say(room: "r", text: "\(round)c"), .ping(token: UInt64(100 + round)),
+            ])
+            let seenByAnn = try await ann.collect(5, "ann's frames of round \(round)", label)
+            let seenByBob = try await bob.collect(3, "bob's frames of round \(round)", label)
+            #expect(
+                seenByAnn == ["message \(round)a", "direct \(round)b", "pong \(round)", "message \(round)c", "pong \(100 + round)"],
+                "ann's frames in the order her requests produced them")
+            #expect(
+                seenByBob == ["message \(round)a", "direct \(round)b", "message \(round)c"],
+                "bob, on the other node, gets ann's direct message after her line before it and before her line after it")
+        }
+    }
+
+    @Test func framesHeldBehindAStalledAppendStopTheirClientRatherThanGrowTheNode() async throws {
+        // A node timeout longer than the test: the link does not fail, Redis just stops answering.
+        let cluster = try await Cluster(nodes: 1, nodeArguments: ["--cluster-node-timeout", "600"])
+        defer {
+            cluster.redis.child.signal(SIGCONT)
+            cluster.stop()
+        }
+        let node = cluster.nodes[0]
+        let bob = try await TestClient.connect(port: node.port, nick: "bob", version: 2)
+        defer { bob.close() }
+        let flooder = try BlockingSocket(port: node.port)
+        defer { flooder.close() }
+        await flooder.send([.hello(version: 2, nick: "flood", password: nil), .join(room: "r")])
+        var joined = false
+        for _ in 0..<20 where !joined {
+            let (frames, ended) = await flooder.readFrames(timeout: .seconds(2))
+            joined = frames.contains { if case .historyPage("r", _, _, _) = $0 { true } else { false } }
+            if ended { break }
+        }
+        #expect(joined, "the flooder joined")
+        let before = node.child.residentBytes ?? 0
+        cluster.redis.child.signal(SIGSTOP)
+        // One line that Redis does not answer; behind its echo wait 64 MiB of direct messages to a
+        // client of the same node, each with a ping, which the flooder never reads the answers to.
+        let text = String(repeating: "x", count: 8_000)
+        var bytes: [UInt8] = []
+        FrameEncoder.encode(.say(room: "r", text: "stalled"), into: &bytes)
+        for token in 0..<8_192 {
+            FrameEncoder.encode(.tell(recipient: "bob", text: text), into: &bytes)
+            FrameEncoder.encode(.ping(token: UInt64(token)), into: &bytes)
+        }
+        let sent = await flooder.send(bytes, timeout: .seconds(3))
+        #expect(sent < bytes.count, "the node stopped reading the flooder once what waited passed its high-water mark (took \(sent) bytes)")
+        let peak = node.child.peakResidentBytes ?? Int.max
+        // Held: the reply high-water mark (256 KiB) and a frame; the rest is the kernel's and the
+        // decoder's.
+        #expect(peak - before < 24 << 20, "the node grew by \(peak - before) bytes while the flooder's frames waited")
+
+        cluster.redis.child.signal(SIGCONT)
+        _ = try await bob.waitFor("the flooder's direct messages, once its line came back") { frame -> Bool? in
+            if case .direct("flood", "bob", _, text) = frame { return true }
+            return nil
+        }
+    }
+
     @Test func aKilledNodesNicksAreFreedAndTheOthersSeeItsMembersQuit() async throws {
         let cluster = try await Cluster(nodes: 3, nodeArguments: ["--cluster-node-timeout", "2"])
         defer { cluster.stop() }

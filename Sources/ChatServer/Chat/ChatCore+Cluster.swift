@@ -1,4 +1,5 @@
 import ChatProtocol
+import DequeModule
 
 // MARK: - Cluster mode of the chat logic
 //
@@ -137,6 +138,22 @@ struct ClusterState: Sendable {
         var memberCount = 0
         /// The `seq` of the last event delivered here (0: none yet); events come in `seq` order.
         var lastDelivered: UInt64 = 0
+        /// This node's appends to the room whose event has not been delivered, by the nick they
+        /// were sent as (a rename does not lose them), each nick's in the order sent: Redis
+        /// numbers one node's appends in that order, so the next one delivered is the first.
+        var pendingEchoes: [String: Deque<PendingEcho>] = [:]
+        /// The place in its client's order (`OrderGate`) of each join under way: its `joined`
+        /// and the snapshot after it, or its refusal, go there.
+        var joinOrdinals: [ClientID: UInt64] = [:]
+
+        /// The first pending echo sent as `author`, taken off the list if `event` is it; one
+        /// lookup of the author, on every delivery of an event of this node.
+        mutating func takeEcho(_ event: Frame, author: String) -> PendingEcho? {
+            guard let index = pendingEchoes.index(forKey: author), pendingEchoes.values[index].first?.event == event else { return nil }
+            let echo = pendingEchoes.values[index].removeFirst()
+            if pendingEchoes.values[index].isEmpty { pendingEchoes.remove(at: index) }
+            return echo
+        }
 
         /// No one here is in the room, on the way in, or waiting for what it is told of it (a
         /// client that left before its snapshot arrived still gets it, then its `left`).
@@ -172,6 +189,81 @@ struct ClusterState: Sendable {
         var echoes: [String: UInt64] = [:]
     }
 
+    /// An append of this node whose event has not come back: when it does, its sender's frames
+    /// that waited for it may go (`OrderGate`).
+    struct PendingEcho: Sendable {
+        /// The event as its payload decodes (`seq` 1, time 0): what tells it from a line of the
+        /// same sender that failed, or of an earlier holder of the nick.
+        var event: Frame
+        var sender: ClusterAsker
+        /// Its place in the sender's order.
+        var ordinal: UInt64
+    }
+
+    /// Keeps one client's frames in the order the chat produced them (docs/SERVER.md, "Order")
+    /// when some of them come from Redis: the events of its appends (and joins, and direct
+    /// messages through another node) come back later, while a ping, a refusal or a `tell` to a
+    /// client of this node is answered at once. Each request that Redis answers later takes the
+    /// next ordinal; a frame produced meanwhile for the client — or for the recipient of its
+    /// `tell` — is held with the last ordinal issued before it (`after`) and goes once every
+    /// ordinal up to that one is resolved: its event delivered, its snapshot sent, its answer or
+    /// failure given. A client's appends to one room resolve in order (Redis numbers them in the
+    /// order sent and they are delivered in `seq` order), to different rooms in any order.
+    struct OrderGate: Sendable {
+        /// Ordinals issued so far: the last one is `issued`.
+        var issued: UInt64 = 0
+        /// Ordinals not resolved yet, ascending.
+        var unresolved: Deque<UInt64> = []
+        /// Frames that wait, in the order they go (ascending `after`).
+        var held: Deque<HeldFrames> = []
+        /// What `held` costs: it counts against the client's share like its queued replies.
+        var heldBytes = 0
+        /// The ordinals of its `tell`s to other nodes, in the order asked (Redis answers them in
+        /// that order).
+        var directs: Deque<UInt64> = []
+
+        /// The next ordinal, unresolved until `resolve`.
+        mutating func issue() -> UInt64 {
+            issued += 1
+            unresolved.append(issued)
+            return issued
+        }
+
+        /// Whether a frame placed after ordinal `after` may go now: every ordinal up to it is
+        /// resolved, and nothing placed up to it waits (frames placed later may: it goes first).
+        func isClear(upTo after: UInt64) -> Bool {
+            (unresolved.first.map { $0 > after } ?? true) && (held.first.map { $0.after > after } ?? true)
+        }
+
+        /// Holds `frames` behind those placed up to its place and ahead of those placed later
+        /// (an event's echo, or a failure, is placed where its request was sent).
+        mutating func hold(_ frames: HeldFrames) {
+            var index = held.count
+            while index > 0, held[index - 1].after > frames.after { index -= 1 }
+            held.insert(frames, at: index)
+        }
+
+        /// `ordinal` is resolved: the held frames it cleared go to `actions`, in order.
+        mutating func resolve(_ ordinal: UInt64, into actions: inout [ChatAction]) {
+            // Usually the first: a room's appends resolve in order.
+            if let index = unresolved.firstIndex(of: ordinal) { unresolved.remove(at: index) }
+            while let first = held.first, unresolved.first.map({ $0 > first.after }) ?? true {
+                held.removeFirst()
+                heldBytes -= first.cost
+                actions.append(first.action)
+            }
+        }
+    }
+
+    /// An action held by an `OrderGate`.
+    struct HeldFrames: Sendable {
+        /// The last ordinal issued before it was produced: it goes once that one is resolved.
+        var after: UInt64
+        var action: ChatAction
+        /// About what it takes in memory, in bytes.
+        var cost: Int
+    }
+
     /// A client whose session ends once it is owed nothing (`ChatCore.endSession`): it is read no
     /// more, still gets what it is sent, and is let go at `deadline` (uptime milliseconds) even if
     /// Redis has not answered, so an outage cannot keep its connection open.
@@ -199,6 +291,9 @@ struct ClusterState: Sendable {
     var owed: [ClientID: Owed] = [:]
     /// The clients let go that wait for what they are owed.
     var departures: [ClientID: Departure] = [:]
+    /// The order of each client's frames, from its first request that Redis answers later until
+    /// it leaves: its ordinals never start again, so an answer cannot resolve a later request's.
+    var gates: [ClientID: OrderGate] = [:]
 }
 
 extension ChatCore {
@@ -216,6 +311,10 @@ extension ChatCore {
     /// meanwhile.
     public func isAwaitingCluster(_ id: ClientID) -> Bool {
         cluster?.awaiting[id] != nil || cluster?.departures[id] != nil
+            // Its frames held for the events of its earlier requests passed the reply high-water
+            // mark: its requests wait for those events, as a client that does not read waits for
+            // its queue to drain, so one that pipelines without reading cannot grow the node.
+            || heldReplyBytes(for: id) > budget.replyHighWater
     }
 
     /// The cluster's Redis became reachable (`available`) or not (with why). While it is not,
@@ -276,7 +375,7 @@ extension ChatCore {
     /// Whether the cluster owes `id` an answer to a request it sent, or the delivery of an event
     /// of its own that Redis numbered.
     private func isOwed(_ id: ClientID) -> Bool {
-        if cluster!.awaiting[id] != nil { return true }
+        if cluster!.awaiting[id] != nil || cluster!.gates[id]?.unresolved.isEmpty == false { return true }
         guard let owed = cluster!.owed[id] else { return false }
         // A room no longer followed delivers nothing more.
         return owed.answers > 0 || owed.echoes.contains { room, seq in (cluster!.rooms[room]?.lastDelivered ?? .max) < seq }
@@ -309,6 +408,89 @@ extension ChatCore {
         }
     }
 
+    // MARK: Order: a client's frames wait for the events of its earlier requests
+
+    /// What `id`'s frames held for the events of its earlier requests take (`OrderGate`): they
+    /// count against its share like the replies queued for it.
+    public func heldReplyBytes(for id: ClientID) -> Int {
+        cluster?.gates[id]?.heldBytes ?? 0
+    }
+
+    /// A request of `id` that Redis answers later: its place in `id`'s order.
+    private mutating func issueOrdinal(for id: ClientID) -> UInt64 {
+        cluster!.gates[id, default: ClusterState.OrderGate()].issue()
+    }
+
+    /// `id` asked to append `event` to `room`: until it comes back (or fails), what `id` is sent
+    /// next waits for it.
+    private mutating func expectEcho(of event: Frame, in room: String, from id: ClientID) {
+        // Only a followed room's events come back.
+        guard cluster!.rooms[room] != nil, let author = Self.author(of: event), let logged = Self.stamped(event, seq: 1, time: 0)
+        else { return }
+        let echo = ClusterState.PendingEcho(event: logged, sender: asker(id), ordinal: issueOrdinal(for: id))
+        cluster!.rooms[room]!.pendingEchoes[author, default: []].append(echo)
+    }
+
+    /// The pending echo that a delivered `event` of `room` is, taken off the list: the first
+    /// one sent as its author, if the event is that one.
+    private mutating func takeEcho(_ event: Frame, in room: String) -> ClusterState.PendingEcho? {
+        guard let author = Self.author(of: event) else { return nil }
+        return cluster!.rooms[room]?.takeEcho(event, author: author)
+    }
+
+    /// The pending echo of `sender`'s append of `event` to `room`, which failed, taken off the
+    /// list.
+    private mutating func takeFailedEcho(_ event: Frame, in room: String, sender: ClusterAsker) -> ClusterState.PendingEcho? {
+        guard let author = Self.author(of: event), let logged = Self.stamped(event, seq: 1, time: 0),
+            let echoes = cluster!.rooms[room]?.pendingEchoes[author],
+            let index = echoes.firstIndex(where: { $0.sender == sender && $0.event == logged }) ?? echoes.firstIndex(where: { $0.sender == sender })
+        else { return nil }
+        let echo = cluster!.rooms[room]!.pendingEchoes[author]!.remove(at: index)
+        if cluster!.rooms[room]!.pendingEchoes[author]!.isEmpty { cluster!.rooms[room]!.pendingEchoes[author] = nil }
+        return echo
+    }
+
+    /// Takes what was produced for `id` (`actions[first...]`) into its order at the place
+    /// `after` (nil: after every request it sent so far): it goes now if nothing before that
+    /// place waits, or is held there. A disconnection is not held: its client is gone, and with
+    /// it what was held for it, which it was never told of.
+    mutating func clusterOrder(_ actions: inout [ChatAction], from first: Int, for id: ClientID, after: UInt64? = nil) {
+        guard first < actions.count, let issued = cluster!.gates[id]?.issued else { return }
+        let place = after ?? issued
+        // Asked in place: a copy of the gate kept alive here would copy its queues below.
+        guard cluster!.gates[id]?.isClear(upTo: place) == false else { return }
+        let produced = actions[first...]
+        actions.removeSubrange(first...)
+        for action in produced {
+            if case .disconnect = action {
+                actions.append(action)
+                continue
+            }
+            let cost = Self.heldCost(of: action)
+            cluster!.gates[id]!.heldBytes += cost
+            cluster!.gates[id]!.hold(ClusterState.HeldFrames(after: place, action: action, cost: cost))
+        }
+    }
+
+    /// `ordinal` of `id` is resolved: the frames that waited for it, and for nothing still to
+    /// come, go now.
+    private mutating func resolveOrdinal(_ ordinal: UInt64, of id: ClientID, into actions: inout [ChatAction]) {
+        guard cluster!.gates[id] != nil else { return }
+        cluster!.gates[id]!.resolve(ordinal, into: &actions)
+        departIfPaid(id, into: &actions)
+    }
+
+    /// About what a held action takes in memory: its frames encoded, and its bookkeeping.
+    private static func heldCost(of action: ChatAction) -> Int {
+        let bookkeeping = 64
+        switch action {
+        case .send(let frame, _): return bookkeeping + FrameEncoder.encode(frame).count
+        case .broadcast(let frame, let recipients): return bookkeeping + FrameEncoder.encode(frame).count + 8 * recipients.count
+        case .sendShared(let shared, _): return shared.frames.reduce(bookkeeping) { $0 + FrameEncoder.encode($1).count }
+        case .disconnect: return bookkeeping
+        }
+    }
+
     // MARK: Requests from clients
 
     /// Handles `frame` from the welcomed `id` the cluster's way; false for frames that are
@@ -337,6 +519,7 @@ extension ChatCore {
             let charge = chargeFanout(of: id, size: size, in: room)
             let event = Frame.left(room: room, seq: 0, time: 0, nick: nick)
             ask(.append(room: room, event: event, change: .leave(nick: nick), sender: asker(id), charge: charge), owing: id)
+            expectEcho(of: event, in: room, from: id)
         case .say(let room, let text), .emote(let room, let text):
             let isMessage = frame.type == .say
             guard clients[id.slot]!.rooms.contains(room) else {
@@ -353,6 +536,7 @@ extension ChatCore {
                 : .action(room: room, seq: 0, time: 0, sender: nick, text: text)
             let charge = chargeFanout(of: id, size: size, in: room)
             ask(.append(room: room, event: event, change: .none, sender: asker(id), charge: charge), owing: id)
+            expectEcho(of: event, in: room, from: id)
         case .setTopic(let room, let text):
             guard clients[id.slot]!.rooms.contains(room) else {
                 refuse(.setTopic, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
@@ -365,6 +549,7 @@ extension ChatCore {
             let charge = chargeFanout(of: id, size: size, in: room)
             let event = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
             ask(.append(room: room, event: event, change: .topic, sender: asker(id), charge: charge), owing: id)
+            expectEcho(of: event, in: room, from: id)
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
@@ -375,6 +560,11 @@ extension ChatCore {
                 return true
             }
             ask(.direct(.direct(sender: nick, recipient: recipient, time: now.wallMillis, text: text), sender: asker(id)), owing: id)
+            // Its copy (or refusal) comes from Redis; what it is sent next waits for it. The
+            // recipient's node hears it after the events of this client's earlier appends: Redis
+            // runs the scripts in the order this node sent them, and publishes in that order.
+            let ordinal = issueOrdinal(for: id)
+            cluster!.gates[id]!.directs.append(ordinal)
         case .setAway(let text):
             clients[id.slot]!.away = text.isEmpty ? nil : text
             actions.append(.send(.away(nick: nick, text: text), to: id))
@@ -477,6 +667,8 @@ extension ChatCore {
         let charge = chargeFanout(of: id, size: size, in: room, joining: true)
         clients[id.slot]!.rooms.append(room)
         cluster!.rooms[room, default: ClusterState.Room()].joining.insert(id)
+        // Its `joined` and what it is told of the room come from Redis; what it is sent next waits.
+        cluster!.rooms[room]!.joinOrdinals[id] = issueOrdinal(for: id)
         cluster!.awaiting[id] = .join(room)
         // Owed until its `joined` is delivered (then its snapshot is, until it is read).
         ask(.join(room: room, id, nick: nick, charge: charge), owing: id)
@@ -519,6 +711,8 @@ extension ChatCore {
         cluster!.sessions[id.slot] = nil
         cluster!.owed[id] = nil
         cluster!.departures[id] = nil
+        // What was held for it goes with it (it was told nothing of it).
+        cluster!.gates[id] = nil
         if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
             // Its claim may still succeed: `clusterNickClaimed` lets it go then.
             nicks[ChatName.nickKey(nick)] = nil
@@ -532,6 +726,13 @@ extension ChatCore {
             room.joining.remove(id)
             room.snapshotting[id] = nil
             room.leaving.remove(id)
+            room.joinOrdinals[id] = nil
+            // Its events still come, and wait for nothing: a next holder of its nick must not
+            // wait behind them.
+            for (author, echoes) in room.pendingEchoes where echoes.contains(where: { $0.sender.id == id }) {
+                let kept = echoes.filter { $0.sender.id != id }
+                room.pendingEchoes[author] = kept.isEmpty ? nil : Deque(kept)
+            }
             if let index = room.members.firstIndex(of: id) { room.members.remove(at: index) }
             cluster!.rooms[name] = room
             if room.isEmpty { emptied.append(name) }
@@ -602,6 +803,9 @@ extension ChatCore {
             return
         }
         cluster!.awaiting[id] = nil
+        // A nick change's answer goes after the events of the requests before it.
+        let firstAction = actions.count
+        defer { clusterOrder(&actions, from: firstAction, for: id) }
         switch (awaited, outcome) {
         case (.hello(_, let version), .success(true)):
             welcome(id, nick: nick, version: version, into: &actions)
@@ -636,7 +840,13 @@ extension ChatCore {
         guard let failure else { return }
         clients[id.slot]?.rooms.removeAll { $0 == room }
         cluster!.rooms[room]?.joining.remove(id)
+        let ordinal = cluster!.rooms[room]?.joinOrdinals.removeValue(forKey: id)
+        let firstAction = actions.count
         refuse(.join, .unavailable, "cannot join #\(room) now: \(failure.reason); try again", to: id, into: &actions)
+        if let ordinal {
+            clusterOrder(&actions, from: firstAction, for: id, after: ordinal - 1)
+            resolveOrdinal(ordinal, of: id, into: &actions)
+        }
         unfollowIfEmpty(room)
         paid(id, into: &actions)
     }
@@ -657,6 +867,9 @@ extension ChatCore {
     public mutating func clusterAppendFailed(
         _ event: Frame, in room: String, sender asker: ClusterAsker, failure: ClusterFailure, into actions: inout [ChatAction]
     ) {
+        // Off the list even if its sender left: a stale first entry would hold up the next
+        // holder of the nick.
+        let echo = takeFailedEcho(event, in: room, sender: asker)
         guard let sender = resolve(asker) else { return }
         let request: FrameType
         switch event {
@@ -671,7 +884,11 @@ extension ChatCore {
             }
         default: request = .none
         }
+        // Its error goes where the request was sent, and what waited for it then.
+        let firstAction = actions.count
         refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions)
+        clusterOrder(&actions, from: firstAction, for: sender, after: echo.map { $0.ordinal - 1 })
+        if let echo { resolveOrdinal(echo.ordinal, of: sender, into: &actions) }
         paid(sender, into: &actions)
     }
 
@@ -691,8 +908,11 @@ extension ChatCore {
     public mutating func clusterDeliver(
         room name: String, seq: UInt64, time: UInt64, payload: [UInt8], into actions: inout [ChatAction]
     ) {
-        guard var room = cluster?.rooms[name], let decoded = try? Frame(decoding: payload) else { return }
+        guard cluster?.rooms[name] != nil, let decoded = try? Frame(decoding: payload) else { return }
         guard let frame = Self.stamped(decoded, seq: seq, time: time), Self.room(of: frame) == name else { return }
+        // Taken off the room's list in place, before the room is copied out below.
+        let echo = cluster!.rooms[name]!.pendingEchoes.isEmpty ? nil : takeEcho(decoded, in: name)
+        var room = cluster!.rooms[name]!
         room.lastDelivered = seq
         var newMember: ClientID?
         if case .joined(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.joining.contains(id),
@@ -715,7 +935,24 @@ extension ChatCore {
                 }
             }
         }
+        // The sender's own event (or a joiner's `joined`) reaches it after what its requests
+        // before that one still wait for; the others get it now.
+        var ownCopy: (id: ClientID, place: UInt64)?
+        if let echo, let id = resolve(echo.sender) { ownCopy = (id, echo.ordinal - 1) }
+        if let newMember, let ordinal = room.joinOrdinals[newMember] { ownCopy = (newMember, ordinal - 1) }
+        if let own = ownCopy, let gate = cluster!.gates[own.id], !gate.isClear(upTo: own.place),
+            let index = recipients.firstIndex(of: own.id)
+        {
+            recipients.remove(at: index)
+        } else {
+            ownCopy = nil
+        }
         if !recipients.isEmpty { actions.append(.broadcast(frame, to: recipients)) }
+        if let own = ownCopy {
+            let firstAction = actions.count
+            actions.append(.send(frame, to: own.id))
+            clusterOrder(&actions, from: firstAction, for: own.id, after: own.place)
+        }
         if let newMember, let version = clients[newMember.slot]?.version {
             // What it is told of the room waits for a read; what happens meanwhile waits for it.
             // The join it was owed an answer to is answered by its `joined`; the snapshot is owed
@@ -732,6 +969,8 @@ extension ChatCore {
             room.members.remove(at: index)
         }
         cluster!.rooms[name] = room
+        // What its sender was sent after asking for it may go now (a join waits for its snapshot).
+        if let echo, let id = resolve(echo.sender) { resolveOrdinal(echo.ordinal, of: id, into: &actions) }
         unfollowIfEmpty(name)
         if !cluster!.owed.isEmpty, let author = Self.author(of: frame), let id = nicks[ChatName.nickKey(author)],
             let echo = cluster!.owed[id]?.echoes[name], echo <= seq
@@ -749,9 +988,8 @@ extension ChatCore {
     ) {
         guard let held = cluster?.rooms[name]?.snapshotting[id], let version = clients[id.slot]?.version else { return }
         cluster!.rooms[name]!.snapshotting[id] = nil
-        // The replay costs its address what a joiner's replay costs on a server on its own.
+        let ordinal = cluster!.rooms[name]!.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count
-        defer { chargeReplies(to: id, for: actions[firstAction...]) }
         switch result {
         case .success(let snapshot):
             sendSnapshot(snapshot, of: name, version: version, to: id, into: &actions)
@@ -759,6 +997,13 @@ extension ChatCore {
             refuse(.join, failure.code, "#\(name): cannot read the room's state now: \(failure.reason)", to: id, into: &actions)
         }
         for frame in held { actions.append(.send(frame, to: id)) }
+        // The replay costs its address what a joiner's replay costs on a server on its own.
+        chargeReplies(to: id, for: actions[firstAction...])
+        // It goes after its `joined`, where the join was asked; then what waited for it.
+        if let ordinal {
+            clusterOrder(&actions, from: firstAction, for: id, after: ordinal - 1)
+            resolveOrdinal(ordinal, of: id, into: &actions)
+        }
         // A client that left before its snapshot came was the room's last one here.
         unfollowIfEmpty(name)
         paid(id, into: &actions)
@@ -799,6 +1044,8 @@ extension ChatCore {
         let firstAction = actions.count
         defer {
             chargeReplies(to: id, for: actions[firstAction...])
+            // After the events of the requests before it.
+            clusterOrder(&actions, from: firstAction, for: id)
             paid(id, into: &actions)
         }
         switch result {
@@ -816,6 +1063,8 @@ extension ChatCore {
         let firstAction = actions.count
         defer {
             chargeReplies(to: id, for: actions[firstAction...])
+            // After the events of the requests before it.
+            clusterOrder(&actions, from: firstAction, for: id)
             paid(id, into: &actions)
         }
         switch result {
@@ -840,6 +1089,8 @@ extension ChatCore {
         let firstAction = actions.count
         defer {
             chargeReplies(to: id, for: actions[firstAction...])
+            // After the events of the requests before it.
+            clusterOrder(&actions, from: firstAction, for: id)
             paid(id, into: &actions)
         }
         switch result {
@@ -865,8 +1116,13 @@ extension ChatCore {
     ) {
         guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else { return }
         let firstAction = actions.count
+        // Its copy, or why not, goes where the `tell` was sent; then what waited for it.
+        let ordinal = cluster!.gates[id]?.directs.popFirst()
+        let place = ordinal.map { $0 - 1 }
         defer {
             chargeReplies(to: id, for: actions[firstAction...])
+            clusterOrder(&actions, from: firstAction, for: id, after: place)
+            if let ordinal { resolveOrdinal(ordinal, of: id, into: &actions) }
             paid(id, into: &actions)
         }
         switch result {

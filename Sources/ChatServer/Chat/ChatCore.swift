@@ -149,6 +149,10 @@ public struct ChatCore: Sendable {
             handshake(frame, from: id, at: now, into: &actions)
             return
         }
+        // In a cluster, what this request produces waits for the events that the client's earlier
+        // requests caused and Redis has not sent back yet (ChatCore+Cluster.swift, `OrderGate`).
+        let orderedFrom = actions.count
+        defer { if cluster != nil { clusterOrder(&actions, from: orderedFrom, for: id) } }
         // Every frame counts against the limits (a flood of pings costs as much as one of
         // messages), except goodbye: ending the session must always work.
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
