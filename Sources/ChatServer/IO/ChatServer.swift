@@ -424,7 +424,7 @@ public final class ChatServer: @unchecked Sendable {
                     clusterNode.hold(connection)
                     return
                 }
-                if connection.channel.outboundCost + connection.heldReplyBytes > budget.replyHighWater {
+                if replyBytes(of: connection) > budget.replyHighWater {
                     pauseRequests(of: connection)
                     return
                 }
@@ -529,10 +529,18 @@ public final class ChatServer: @unchecked Sendable {
         if let earliest, throttleTimerDeadline.map({ earliest < $0 }) ?? true { armThrottleTimer(for: earliest) }
     }
 
+    /// What stands between `connection` and its next request being served: its queue, what is
+    /// held for it until a commit lands, and — in a cluster — its frames that wait for the echoes
+    /// of its earlier lines (`ChatCore.heldReplyBytes(for:)`), all against one reply mark.
+    private func replyBytes(of connection: ClientConnection) -> Int {
+        connection.channel.outboundCost + connection.heldReplyBytes
+            + (clusterNode == nil ? 0 : core.heldReplyBytes(for: connection.id))
+    }
+
     /// Serves `connection`'s requests again once its queue is under `replyLowWater`.
     private func resumeRequestsIfDrained(_ connection: ClientConnection) {
         guard connection.requestsPaused, connection.isActive,
-            connection.channel.outboundCost + connection.heldReplyBytes < budget.replyLowWater
+            replyBytes(of: connection) < budget.replyLowWater
         else { return }
         connection.requestsPaused = false
         serveRequests(of: connection)
