@@ -499,9 +499,7 @@ struct ChatCoreTests {
         chat.send(.setTopic(room: "r", text: ""), from: alice)
         let bob = chat.connect("bob")
         let received = frames(to: bob, in: chat.send(.join(room: "r"), from: bob))
-        knownIssue("a cluster node sends a joiner the cleared topic as a topic frame with empty text", in: [.cluster], on: backend) {
-            #expect(!received.contains { if case .topic = $0 { true } else { false } }, "no topic: \(received)")
-        }
+        #expect(!received.contains { if case .topic = $0 { true } else { false } }, "no topic: \(received)")
         #expect(frames(to: bob, in: chat.send(.listRooms, from: bob)) == [.roomList(rooms: [RoomInfo(name: "r", memberCount: 2, topic: "")])])
     }
 

@@ -1017,7 +1017,11 @@ extension ChatCore {
                 .send(.roomState(room: name, epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: snapshot.lastSeq), to: id))
         }
         sendMembers(snapshot.members, of: name, to: id, into: &actions)
-        if let topic = snapshot.topic { actions.append(.send(topic, to: id)) }
+        // A cleared topic is no topic, as on a server on its own: the log's last topic event
+        // may be the one that cleared it.
+        if let topic = snapshot.topic, case .topic(_, _, _, _, let text) = topic, !text.isEmpty {
+            actions.append(.send(topic, to: id))
+        }
         if version >= 2 {
             actions.append(
                 .send(.historyPage(room: name, epoch: snapshot.epoch, complete: snapshot.complete, entries: snapshot.history), to: id))

@@ -863,7 +863,12 @@ public final class ChatServer: @unchecked Sendable {
     /// the output budget, the client furthest behind. Repeats while that commits or dirties more.
     private func flushDirty() {
         flushScheduled = true
-        defer { flushScheduled = false }
+        defer {
+            flushScheduled = false
+            // Held inside this turn's last commit (requests it let through): the next turn's end
+            // commits them, rather than the timer's next tick.
+            if let store, store.commitsOnCallersQueue, !commitInFlight, !heldActions.isEmpty { scheduleFlush() }
+        }
         commitAtEndOfTurn()
         while !dirty.isEmpty {
             swap(&dirty, &flushing)
