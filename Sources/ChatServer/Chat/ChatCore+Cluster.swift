@@ -650,13 +650,8 @@ extension ChatCore {
     }
 
     private mutating func clusterJoin(_ room: String, id: ClientID, nick: String, size: Int, into actions: inout [ChatAction]) {
-        if clients[id.slot]!.rooms.contains(room) {
-            refuse(.join, .alreadyInRoom, "you are already in #\(room)", to: id, into: &actions)
-            return
-        }
-        if clients[id.slot]!.rooms.count >= configuration.maxRoomsPerClient {
-            let reason = "you are in \(configuration.maxRoomsPerClient) rooms, the most allowed"
-            refuse(.join, .tooManyRooms, reason, to: id, into: &actions)
+        if let refusal = joinRefusal(of: room, for: id) {
+            refuse(.join, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
         guard cluster!.available else {
@@ -1039,19 +1034,28 @@ extension ChatCore {
         }
     }
 
+    /// The client a read's answer is for, if it is still there; its next request no longer waits.
+    private mutating func readAnswered(_ asker: ClusterAsker) -> ClientID? {
+        guard let id = resolve(asker) else { return nil }
+        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
+        return id
+    }
+
+    /// After a read's answer was appended from `firstAction` on: its address is charged for it,
+    /// it waits for the events of the requests before it, and it is paid.
+    private mutating func settleRead(of id: ClientID, from firstAction: Int, into actions: inout [ChatAction]) {
+        chargeReplies(to: id, for: actions[firstAction...])
+        clusterOrder(&actions, from: firstAction, for: id)
+        paid(id, into: &actions)
+    }
+
     /// The members of `room` that `id` asked for, or why they could not be read.
     public mutating func clusterMembersRead(
         room: String, _ asker: ClusterAsker, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard let id = resolve(asker) else { return }
-        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
+        guard let id = readAnswered(asker) else { return }
         let firstAction = actions.count
-        defer {
-            chargeReplies(to: id, for: actions[firstAction...])
-            // After the events of the requests before it.
-            clusterOrder(&actions, from: firstAction, for: id)
-            paid(id, into: &actions)
-        }
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
         switch result {
         case .success(let nicks): sendMembers(nicks, of: room, to: id, into: &actions)
         case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
@@ -1062,15 +1066,9 @@ extension ChatCore {
     public mutating func clusterRoomsRead(
         _ asker: ClusterAsker, _ result: Result<[RoomInfo], ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard let id = resolve(asker), let client = clients[id.slot] else { return }
-        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
+        guard let id = readAnswered(asker), let client = clients[id.slot] else { return }
         let firstAction = actions.count
-        defer {
-            chargeReplies(to: id, for: actions[firstAction...])
-            // After the events of the requests before it.
-            clusterOrder(&actions, from: firstAction, for: id)
-            paid(id, into: &actions)
-        }
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
         switch result {
         case .success(let rooms):
             let paged = client.version >= 2
@@ -1088,15 +1086,9 @@ extension ChatCore {
         room: String, _ asker: ClusterAsker, request: FrameType,
         _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard let id = resolve(asker) else { return }
-        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
+        guard let id = readAnswered(asker) else { return }
         let firstAction = actions.count
-        defer {
-            chargeReplies(to: id, for: actions[firstAction...])
-            // After the events of the requests before it.
-            clusterOrder(&actions, from: firstAction, for: id)
-            paid(id, into: &actions)
-        }
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
         switch result {
         case .success(let page) where request == .requestHistory:
             let messages = page.entries.filter { $0.kind != .topic }

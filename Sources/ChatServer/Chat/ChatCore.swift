@@ -575,14 +575,19 @@ public struct ChatCore: Sendable {
         }
     }
 
-    private mutating func join(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
-        if clients[id.slot]!.rooms.contains(name) {
-            refuse(.join, .alreadyInRoom, "you are already in #\(name)", to: id, into: &actions)
-            return
-        }
+    /// Why `id` may not join `name` — already in it, or in as many rooms as allowed — as the
+    /// `error` code and reason to refuse it with; nil when it may. One rule for every mode.
+    func joinRefusal(of name: String, for id: ClientID) -> (code: ErrorCode, reason: String)? {
+        if clients[id.slot]!.rooms.contains(name) { return (.alreadyInRoom, "you are already in #\(name)") }
         if clients[id.slot]!.rooms.count >= configuration.maxRoomsPerClient {
-            let reason = "you are in \(configuration.maxRoomsPerClient) rooms, the most allowed"
-            refuse(.join, .tooManyRooms, reason, to: id, into: &actions)
+            return (.tooManyRooms, "you are in \(configuration.maxRoomsPerClient) rooms, the most allowed")
+        }
+        return nil
+    }
+
+    private mutating func join(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        if let refusal = joinRefusal(of: name, for: id) {
+            refuse(.join, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
         if rooms[name] == nil {
