@@ -157,7 +157,9 @@ struct ChatCoreTests {
         }
     }
 
-    @Test(arguments: CoreBackend.allCases) func splitsLongHistoryIntoFramesThatFitTheLimit(_ backend: CoreBackend) throws {
+    /// A chat whose room `r` holds 30 lines of 100 KB that alice said: more history than one
+    /// frame carries.
+    private static func roomWithLongHistory(_ backend: CoreBackend) throws -> (Harness, ClientID) {
         var chat = try Harness(backend) {
             $0.historySize = 100
             $0.maxFrameSize = ChatServerConfiguration.maxFrameSizeCeiling
@@ -168,6 +170,12 @@ struct ChatCoreTests {
         chat.send(.join(room: "r"), from: alice)
         let text = String(repeating: "x", count: 100_000)
         for _ in 0..<30 { chat.send(.say(room: "r", text: text), from: alice) }
+        return (chat, alice)
+    }
+
+    @Test(arguments: CoreBackend.allCases) func splitsLongHistoryIntoFramesThatFitTheLimit(_ backend: CoreBackend) throws {
+        let (harness, alice) = try Self.roomWithLongHistory(backend)
+        var chat = harness
         let batches = frames(to: alice, in: chat.send(.requestHistory(room: "r", count: 30), from: alice))
         var seqs: [UInt64] = []
         for batch in batches {
@@ -183,16 +191,8 @@ struct ChatCoreTests {
     /// A version 1 joiner is sent the room's messages, at most `--history-size`, in as many
     /// `history` frames as they take (docs/PROTOCOL.md, "History").
     @Test(arguments: CoreBackend.allCases) func aVersion1JoinerGetsTheWholeHistoryOverSeveralFrames(_ backend: CoreBackend) throws {
-        var chat = try Harness(backend) {
-            $0.historySize = 100
-            $0.maxFrameSize = ChatServerConfiguration.maxFrameSizeCeiling
-            // Few connections, so that 1 MiB frames leave the memory budget room for history.
-            $0.maxClients = 10
-        }
-        let alice = chat.connect("alice")
-        chat.send(.join(room: "r"), from: alice)
-        let text = String(repeating: "x", count: 100_000)
-        for _ in 0..<30 { chat.send(.say(room: "r", text: text), from: alice) }
+        let (harness, alice) = try Self.roomWithLongHistory(backend)
+        var chat = harness
         let bob = chat.connect("bob")
         var seqs: [UInt64] = []
         var batches = 0

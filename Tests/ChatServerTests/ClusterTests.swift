@@ -327,14 +327,7 @@ struct ClusterTests {
         defer { bob.close() }
         let flooder = try BlockingSocket(port: node.port)
         defer { flooder.close() }
-        await flooder.send([.hello(version: 2, nick: "flood", password: nil), .join(room: "r")])
-        var joined = false
-        for _ in 0..<20 where !joined {
-            let (frames, ended) = await flooder.readFrames(timeout: .seconds(2))
-            joined = frames.contains { if case .historyPage("r", _, _, _) = $0 { true } else { false } }
-            if ended { break }
-        }
-        #expect(joined, "the flooder joined")
+        await joinAsFlooder(flooder)
         let before = node.child.residentBytes ?? 0
         cluster.redis.child.signal(SIGSTOP)
         // One line that Redis does not answer; behind its echo wait 64 MiB of direct messages to a
@@ -845,14 +838,7 @@ struct ClusterTests {
         let node = cluster.nodes[0]
         let flooder = try BlockingSocket(port: node.port)
         defer { flooder.close() }
-        await flooder.send([.hello(version: 2, nick: "flood", password: nil), .join(room: "r")])
-        var joined = false
-        for _ in 0..<20 where !joined {
-            let (frames, ended) = await flooder.readFrames(timeout: .seconds(2))
-            joined = frames.contains { if case .historyPage("r", _, _, _) = $0 { true } else { false } }
-            if ended { break }
-        }
-        #expect(joined, "the flooder joined")
+        await joinAsFlooder(flooder)
         let before = node.child.residentBytes ?? 0
         cluster.redis.child.signal(SIGSTOP)
         // 64 MiB of lines that no Redis answers.
@@ -900,14 +886,7 @@ struct ClusterTests {
         defer { flooder.close() }
         var sendBuffer: Int32 = 64 << 10
         setsockopt(flooder.descriptor, SOL_SOCKET, SO_SNDBUF, &sendBuffer, socklen_t(MemoryLayout<Int32>.size))
-        await flooder.send([.hello(version: 2, nick: "flood", password: nil), .join(room: "r")])
-        var joined = false
-        for _ in 0..<20 where !joined {
-            let (frames, ended) = await flooder.readFrames(timeout: .seconds(2))
-            joined = frames.contains { if case .historyPage("r", _, _, _) = $0 { true } else { false } }
-            if ended { break }
-        }
-        #expect(joined, "the flooder joined")
+        await joinAsFlooder(flooder)
 
         // 64 MiB of numbered lines, far more than the kernel's buffers hold.
         let text = String(repeating: "x", count: 8_000)
@@ -1095,6 +1074,19 @@ private func refusalCode(_ connect: () async throws -> ChatConnection) async -> 
         Issue.record("expected a refusal, got \(error)")
         return nil
     }
+}
+
+/// Greets as `flood` on `flooder` and joins `r`, reading until the room's history page arrives
+/// (at most 20 reads of 2 s each); expects that it did.
+private func joinAsFlooder(_ flooder: BlockingSocket) async {
+    await flooder.send([.hello(version: 2, nick: "flood", password: nil), .join(room: "r")])
+    var joined = false
+    for _ in 0..<20 where !joined {
+        let (frames, ended) = await flooder.readFrames(timeout: .seconds(2))
+        joined = frames.contains { if case .historyPage("r", _, _, _) = $0 { true } else { false } }
+        if ended { break }
+    }
+    #expect(joined, "the flooder joined")
 }
 
 /// Says `text` in `room` until it is echoed (a node whose link is coming back refuses it with
