@@ -172,12 +172,15 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             return
         }
         let result: Result<Void, SQLiteError> = writerQueue.sync {
-            Result { () throws(SQLiteError) in
-                let pageSize = try writer.database.integer("PRAGMA page_size") ?? 4096
-                try writer.database.execute("PRAGMA max_page_count = \(max(1, Int64(bytes) / pageSize))")
-            }
+            Result { () throws(SQLiteError) in try Self.cap(writer.database, bytes: bytes) }
         }
         if case .failure(let error) = result { throw StorageError("cannot cap the database: \(error)", sqlite: error) }
+    }
+
+    /// Caps `database`'s file at about `bytes` (`capFileSize`), on the connection's own queue.
+    private static func cap(_ database: SQLiteDatabase, bytes: Int) throws(SQLiteError) {
+        let pageSize = try database.integer("PRAGMA page_size") ?? 4096
+        try database.execute("PRAGMA max_page_count = \(max(1, Int64(bytes) / pageSize))")
     }
 
     // MARK: RoomStore
@@ -250,7 +253,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             do throws(SQLiteError) {
                 try writer.commit(batch)
             } catch {
-                result = .failure(CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events))
+                result = .failure(Self.failure(of: batch, error))
             }
             finished.withLock {
                 $0.append { [self, result] in
@@ -312,8 +315,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private func commitOnLoop(_ batch: RoomBatch) -> Result<Void, CommitFailure>? {
         if let bytes = fileCap.withLock({ cap in defer { cap = nil }; return cap }) {
             do throws(SQLiteError) {
-                let pageSize = try reader.database.integer("PRAGMA page_size") ?? 4096
-                try reader.database.execute("PRAGMA max_page_count = \(max(1, Int64(bytes) / pageSize))")
+                try Self.cap(reader.database, bytes: bytes)
             } catch {
                 logger.warning("cannot cap the database", metadata: ["storage.error": "\(error)"])
             }
@@ -343,8 +345,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         case .failure(let error) where error.isBusy:
             return nil
         case .failure(let error):
-            return .failure(CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events))
+            return .failure(Self.failure(of: batch, error))
         }
+    }
+
+    /// Why `batch` was not stored, with its events, whose senders are told.
+    private static func failure(of batch: RoomBatch, _ error: SQLiteError) -> CommitFailure {
+        CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events)
     }
 
     /// What the loop's commits changed since retention last took it in (`.eventLoop`).
