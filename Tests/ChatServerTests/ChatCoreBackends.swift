@@ -37,9 +37,10 @@ enum CoreBackend: String, CaseIterable, Sendable, CustomStringConvertible {
 /// beyond a SQLite commit.
 ///
 /// Every event (`send`, `tick`, `disconnect`) returns what the core produced for it and, with a
-/// store, after the commit of what it staged (as the server holds a turn's frames until their
-/// commit, docs/SERVER.md), or, in a cluster, after the cluster answered everything the core asked
-/// (as a node's clients get their answers once Redis has replied).
+/// store, after the reads it asked for were answered and the commit of what it staged (as the
+/// server holds a turn's frames until their commit, docs/SERVER.md), or, in a cluster, after
+/// the cluster answered everything the core asked (as a node's clients get their answers once
+/// Redis has replied).
 struct Harness {
     /// The chat under test.
     var core: ChatCore
@@ -48,6 +49,8 @@ struct Harness {
     private var nextSlot = 0
     /// The SQLite store and its directory, for `.sqlite`; closed and removed when the harness goes.
     private let sqlite: SQLiteBackend?
+    /// The store the core reads rooms and pages from, with or without `sqlite`.
+    private let store: (any RoomStore)?
     /// The cluster's Redis, for `.cluster`.
     private var redis: SingleNodeRedis?
 
@@ -59,13 +62,16 @@ struct Harness {
         switch backend {
         case .memory:
             sqlite = nil
+            store = nil
             core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
         case .sqlite:
             let sqlite = try SQLiteBackend()
             self.sqlite = sqlite
+            store = sqlite.store
             core = ChatCore(configuration: configuration, store: sqlite.store, makeEpoch: { epochs.next() })
         case .cluster:
             sqlite = nil
+            store = nil
             // Redis gives a room its epoch when the first joiner's snapshot is read; the node
             // proposes one, and the same counter keeps the numbers those of the other modes.
             redis = SingleNodeRedis(makeEpoch: { epochs.next() })
@@ -80,6 +86,7 @@ struct Harness {
     init(store: any RoomStore, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
         let epochs = EpochCounter()
         sqlite = nil
+        self.store = store
         core = ChatCore(configuration: Self.configuration(adjust), store: store, makeEpoch: { epochs.next() })
     }
 
@@ -89,6 +96,7 @@ struct Harness {
     init(sqlite: SQLiteBackend, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
         let epochs = EpochCounter()
         self.sqlite = sqlite
+        store = sqlite.store
         core = ChatCore(configuration: Self.configuration(adjust), store: sqlite.store, makeEpoch: { epochs.next() })
     }
 
@@ -155,11 +163,37 @@ struct Harness {
     /// The nicks in `room`, in joining order, as the mode knows them (see `roomNames`).
     func memberNicks(of room: String) -> [String] { redis?.memberNicks(of: room) ?? core.memberNicks(of: room) }
 
-    /// What the server does at the end of a turn before `actions` leave: commits what the turn
-    /// staged (SQLite) or carries out what the core asked of the cluster until it asks no more.
+    /// What the server does at the end of a turn before `actions` leave: answers the reads the
+    /// core asked of its store and commits what the turn staged (SQLite), or carries out what the
+    /// core asked of the cluster until it asks no more.
     private mutating func finishTurn(_ actions: inout [ChatAction]) {
         if let sqlite { sqlite.commit(&core, actions: &actions) }
+        if let store {
+            var reads = core.takeLogReads()
+            while !reads.isEmpty {
+                for read in reads {
+                    core.logReadAnswered(read.ticket, Self.readNow(read.request, from: store), at: now, into: &actions)
+                }
+                if let sqlite { sqlite.commit(&core, actions: &actions) }
+                reads = core.takeLogReads()
+            }
+        }
         if redis != nil { redis!.answer(&core, at: now, into: &actions) }
+    }
+
+    /// What `store` answers to `request`, waited for as the server's queue would not.
+    private static func readNow(_ request: RoomRead, from store: any RoomStore) -> Result<RoomReadAnswer, StorageError> {
+        let done = DispatchSemaphore(value: 0)
+        let outcome = ReadOutcome()
+        store.read(request, on: DispatchQueue.global()) { answer in
+            outcome.answer = answer
+            done.signal()
+        }
+        if done.wait(timeout: .now() + .seconds(30)) == .timedOut {
+            Issue.record("a store read was not answered within 30 s")
+            done.wait()
+        }
+        return outcome.answer!
     }
 }
 
@@ -252,6 +286,12 @@ final class SQLiteBackend {
             nil
         }
     }
+}
+
+/// The answer to one read, handed from the store's completion to the waiting test thread.
+private final class ReadOutcome: @unchecked Sendable {
+    // Written by the completion before it signals the semaphore the reader waits on.
+    var answer: Result<RoomReadAnswer, StorageError>?
 }
 
 /// The result of one commit, handed from the store's completion to the waiting test thread.

@@ -300,7 +300,8 @@ extension TestClient {
 }
 
 /// The real SQLite store with a gate in front of its commits: while the gate is shut, commits
-/// wait (a disk that has stopped answering), and the events staged meanwhile are counted.
+/// wait (a disk that has stopped answering), and the events staged meanwhile are counted. Its
+/// reads have a gate of their own (`shutReads`), and can be made to fail (`failReads`).
 ///
 /// `@unchecked Sendable`: everything it keeps is behind `lock`; `inner` is used on the server's
 /// queue, as a store must be.
@@ -311,8 +312,34 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
     private var isShut = false
     private var stagedWhileShut = 0
     private var waiter: (count: Int, continuation: CheckedContinuation<Void, Never>)?
+    private var readsShut = false
+    private var readFailure: StorageError?
+    private var parkedReads: [@Sendable () -> Void] = []
+    private var readsAsked = 0
 
     init(_ inner: SQLiteRoomStore) { self.inner = inner }
+
+    /// Makes the following reads wait until `openReads`.
+    func shutReads() { lock.withLock { readsShut = true } }
+
+    /// Lets the waiting reads through, in order, and the following ones at once.
+    func openReads() {
+        let parked = lock.withLock {
+            readsShut = false
+            defer { parkedReads.removeAll() }
+            return parkedReads
+        }
+        for read in parked { read() }
+    }
+
+    /// Makes the following reads fail with `error` (nil: read again).
+    func failReads(with error: StorageError?) { lock.withLock { readFailure = error } }
+
+    /// How many reads were asked for, waiting ones included.
+    var readsAskedFor: Int { lock.withLock { readsAsked } }
+
+    /// How many reads wait behind the shut gate.
+    var readsWaiting: Int { lock.withLock { parkedReads.count } }
 
     /// Events staged while the gate was shut.
     var eventsStagedWhileShut: Int { lock.withLock { stagedWhileShut } }
@@ -341,15 +368,22 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
-    func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
-        try inner.loadRoom(named: name, recent: recent)
-    }
-
-    func page(
-        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
-        cost: (HistoryEntry) -> Int
-    ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool) {
-        try inner.page(of: room, direction, from: seq, limit: limit, budget: budget, cost: cost)
+    func read(
+        _ request: RoomRead, on queue: DispatchQueue,
+        completion: @escaping @Sendable (Result<RoomReadAnswer, StorageError>) -> Void
+    ) {
+        let run: @Sendable () -> Void = { [inner] in inner.read(request, on: queue, completion: completion) }
+        let (failure, parked) = lock.withLock { () -> (StorageError?, Bool) in
+            readsAsked += 1
+            if let readFailure { return (readFailure, false) }
+            if readsShut { parkedReads.append(run) }
+            return (nil, readsShut)
+        }
+        if let failure {
+            queue.async { completion(.failure(failure)) }
+        } else if !parked {
+            run()
+        }
     }
 
     func stage(_ record: RoomRecord, event: HistoryEntry?) {

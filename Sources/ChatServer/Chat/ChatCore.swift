@@ -18,8 +18,9 @@ import DequeModule
 /// With a `RoomStore`, rooms outlive memory: every change of a room (its `seq`, topic, and each
 /// message, action and topic event) is staged in the store as it happens; an empty room leaves
 /// memory once its changes are committed, and a joiner reads it back with the same epoch, `seq`
-/// and topic; history pages older than memory holds are read from the store. While the store
-/// fails, room events are refused with `storageFailed`.
+/// and topic; history pages older than memory holds are read from the store. Reads are asked
+/// for and answered later, off the event loop (ChatCore+Reads.swift). While the store fails,
+/// room events are refused with `storageFailed`.
 ///
 /// What it keeps is bounded by `configuration.memoryBudget`: history by entries and bytes per
 /// room and in all rooms together (the globally oldest entries go first), and every frame a
@@ -39,6 +40,8 @@ public struct ChatCore: Sendable {
     /// Empty rooms kept in memory until their changes are committed: read back before that, the
     /// store would give an older `seq`.
     private var roomsAwaitingCommit: Set<String> = []
+    /// The store reads asked for and who waits for them (ChatCore+Reads.swift).
+    var reads = LogReads()
 
     /// Connection state, indexed by `ClientID.slot`; nil for free slots.
     var clients: [ClientState?] = []
@@ -232,6 +235,7 @@ public struct ChatCore: Sendable {
     ) {
         guard id.slot < clients.count, let client = clients[id.slot] else { return }
         clients[id.slot] = nil
+        reads.forget(id)
         clientCount -= 1
         addresses[client.address]?.connections -= 1
         if cluster != nil {
@@ -585,18 +589,18 @@ public struct ChatCore: Sendable {
         return nil
     }
 
-    private mutating func join(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+    mutating func join(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
         if let refusal = joinRefusal(of: name, for: id) {
             refuse(.join, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
         if rooms[name] == nil {
-            do {
-                try loadRoom(name)
-            } catch {
-                refuse(.join, .storageFailed, "cannot join #\(name) now: \(error)", to: id, into: &actions)
+            guard store == nil else {
+                // It may be stored: read back first (`roomRead` joins it then).
+                awaitRoom(name, for: id)
                 return
             }
+            makeRoom(name, from: nil)
         }
         clients[id.slot]!.rooms.append(name)
         let version = clients[id.slot]!.version
@@ -766,10 +770,12 @@ public struct ChatCore: Sendable {
 
     // MARK: Storage
 
-    /// Makes the room `name` from what the store holds of it, or anew with a new epoch.
-    private mutating func loadRoom(_ name: String) throws(StorageError) {
+    /// Makes the room `name` from what the store holds of it, or anew with a new epoch when
+    /// nothing is stored.
+    mutating func makeRoom(_ name: String, from stored: StoredRoom?) {
         let historySize = configuration.historySize
-        guard let store, let stored = try store.loadRoom(named: name, recent: historySize) else {
+        guard rooms[name] == nil else { return }
+        guard let stored else {
             rooms[name] = ChatRoom(name: name, epoch: makeEpoch(), historySize: historySize, historyBytes: budget.historyPerRoom)
             return
         }
@@ -794,7 +800,7 @@ public struct ChatCore: Sendable {
 
     /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
     /// looks again).
-    private mutating func removeEmptyRoom(_ name: String) {
+    mutating func removeEmptyRoom(_ name: String) {
         store?.occupancyChanged(of: name, occupied: false)
         if let store, store.hasUncommittedWrites(in: name) {
             roomsAwaitingCommit.insert(name)
@@ -819,11 +825,9 @@ public struct ChatCore: Sendable {
                     historyEntries -= 1
                 }
                 if entry.kind == .topic, rooms[name]!.topic?.seq == entry.seq {
-                    // The topic before it is what the store holds, unless a later commit in flight changes it.
-                    let stored = try? store?.loadRoom(named: name, recent: 0)?.record.topic
-                    withRoom(name) { room in
-                        room.topic = stored.map { ChatRoom.Topic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
-                    }
+                    // The topic before it is what the store holds, unless a later commit in flight
+                    // changes it: read back, unless a later topic replaces this one first.
+                    awaitStoredTopic(of: name, replacing: entry.seq)
                 }
             }
             guard let sender = nicks[ChatName.nickKey(entry.sender)], told.insert(entry.sender).inserted else { continue }
@@ -864,7 +868,7 @@ public struct ChatCore: Sendable {
 
     /// Answers `fetchHistory` with one `historyPage`: at most `limit` (and the history size)
     /// entries next to `seq` that fit one frame.
-    private func sendHistoryPage(
+    private mutating func sendHistoryPage(
         of name: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, id: ClientID,
         into actions: inout [ChatAction]
     ) {
@@ -873,22 +877,36 @@ public struct ChatCore: Sendable {
             return
         }
         let limit = min(limit, configuration.historySize)
-        var (entries, complete) = room.history.page(
+        let (entries, complete) = room.history.page(
             direction, from: seq, limit: limit, budget: Self.listFrameBudget, cost: Self.cost)
-        if let store, room.olderStored, Self.pageReachesPastMemory(direction, from: seq, memory: room.history, complete: complete) {
-            do {
-                (entries, complete) = try store.page(
-                    of: name, direction, from: seq, limit: limit, budget: Self.listFrameBudget, cost: Self.cost)
-            } catch {
-                refuse(.fetchHistory, .storageFailed, "cannot read the history of #\(name) now: \(error)", to: id, into: &actions)
-                return
-            }
+        if store != nil, room.olderStored, Self.pageReachesPastMemory(direction, from: seq, memory: room.history, complete: complete) {
+            awaitPage(of: name, direction, from: seq, limit: limit, for: id)
+            return
+        }
+        actions.append(.send(.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries), to: id))
+    }
+
+    /// Answers `id`'s `fetchHistory` with the page read from the store (`awaitPage`).
+    mutating func pageRead(
+        of name: String, _ direction: HistoryDirection, from seq: UInt64, for id: ClientID,
+        _ answer: Result<RoomReadAnswer, StorageError>, into actions: inout [ChatAction]
+    ) {
+        guard clients[id.slot]?.rooms.contains(name) == true, let room = rooms[name] else {
+            refuse(.fetchHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
+            return
+        }
+        switch answer {
+        case .success(.page(let entries, var complete)):
             // The store has only what is committed: newer events in memory lie beyond this page.
             if direction == .after, let newest = room.history.lastSeq, newest > (entries.last?.seq ?? seq) {
                 complete = false
             }
+            actions.append(.send(.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries), to: id))
+        case .success(.room):
+            preconditionFailure("a page read answers with a page")
+        case .failure(let error):
+            refuse(.fetchHistory, .storageFailed, "cannot read the history of #\(name) now: \(error)", to: id, into: &actions)
         }
-        actions.append(.send(.historyPage(room: name, epoch: room.epoch, complete: complete, entries: entries), to: id))
     }
 
     /// Whether a page next to `seq` needs events older than `memory` holds: scrolling back past
@@ -913,7 +931,7 @@ public struct ChatCore: Sendable {
 
     /// Runs `body` on the room named `name` in place (one hash lookup, no copy of its members).
     @discardableResult
-    private mutating func withRoom<Result>(_ name: String, _ body: (inout ChatRoom) -> Result) -> Result? {
+    mutating func withRoom<Result>(_ name: String, _ body: (inout ChatRoom) -> Result) -> Result? {
         guard let index = rooms.index(forKey: name) else { return nil }
         return body(&rooms.values[index])
     }

@@ -1,4 +1,5 @@
 import ChatProtocol
+import ChatStorage
 import DequeModule
 import Dispatch
 import Glibc
@@ -126,6 +127,8 @@ public final class ChatServer: @unchecked Sendable {
     private var slotsAwaitingCommit = Deque<(slot: Int, after: Int)>()
     /// Clients whose requests wait for the storage writer to catch up.
     private var writerWaiters: [ClientConnection] = []
+    /// Clients whose requests wait for a read of the store (`ChatCore.isAwaitingLog`).
+    private var readWaiters: [ClientConnection] = []
     /// During shutdown: the commit after which clients are told goodbye, the reason, and the
     /// uptime after which they are told anyway (a stuck writer must not hold up the shutdown).
     private var goodbyeAfterCommit: (commit: Int, reason: String, deadline: UInt64)?
@@ -424,6 +427,10 @@ public final class ChatServer: @unchecked Sendable {
                     clusterNode.hold(connection)
                     return
                 }
+                if core.isAwaitingLog(connection.id) {
+                    waitForRead(connection)
+                    return
+                }
                 if replyBytes(of: connection) > budget.replyHighWater {
                     pauseRequests(of: connection)
                     return
@@ -470,6 +477,42 @@ public final class ChatServer: @unchecked Sendable {
         connection.waitingForWriter = true
         writerWaiters.append(connection)
         connection.updateReading()
+    }
+
+    private func waitForRead(_ connection: ClientConnection) {
+        guard !connection.waitingForAnswer else { return }
+        connection.waitingForAnswer = true
+        readWaiters.append(connection)
+        connection.updateReading()
+    }
+
+    /// Carries out the reads of the store the core asked for: each on the store's own queue,
+    /// its answer handed back on the server's (`answerFromStore`).
+    private func carryOutReads(on store: any RoomStore) {
+        for read in core.takeLogReads() {
+            store.read(read.request, on: queue) { [weak self] answer in
+                self?.answerFromStore(read.ticket, answer)
+            }
+        }
+    }
+
+    /// A read of the store was answered: the core takes the answer, what it did is carried out,
+    /// and the clients whose requests waited for it are served again.
+    private func answerFromStore(_ ticket: UInt64, _ answer: Result<RoomReadAnswer, StorageError>) {
+        core.logReadAnswered(ticket, answer, at: Self.now(), into: &actions)
+        perform()
+        guard !readWaiters.isEmpty else { return }
+        var answered: [ClientConnection] = []
+        readWaiters.removeAll { connection in
+            guard !connection.isActive || !core.isAwaitingLog(connection.id) else { return false }
+            connection.waitingForAnswer = false
+            answered.append(connection)
+            return true
+        }
+        for connection in answered where connection.isActive {
+            serveRequests(of: connection)
+            connection.updateReading()
+        }
     }
 
     /// Serves the clients that waited for the writer, once it has caught up.
@@ -556,7 +599,7 @@ public final class ChatServer: @unchecked Sendable {
     /// before are served (later, if they wait for its queue to drain).
     private func endOfInput(on connection: ClientConnection) {
         guard connection.isActive, connection.departure == nil, !connection.requestsPaused, connection.throttledUntil == nil,
-            !connection.waitingForWriter, !connection.waitingForCluster
+            !connection.waitingForWriter, !connection.waitingForAnswer
         else { return }
         serveRequests(of: connection)
     }
@@ -595,6 +638,7 @@ public final class ChatServer: @unchecked Sendable {
             let requests = core.takeClusterRequests()
             if !requests.isEmpty { clusterNode.carryOut(requests) }
         }
+        if let store { carryOutReads(on: store) }
         guard !actions.isEmpty else { return }
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             hold(actions)

@@ -38,11 +38,12 @@ final class ClientConnection {
     /// Whether the client's requests wait (its connection is not read) because the storage
     /// writer lags: what it would say could not be acknowledged before the backlog commits.
     var waitingForWriter = false
-    /// Whether the client's requests wait (its connection is not read) for the cluster's answer
-    /// to an earlier one — a nick claim or a join, whose outcome later requests depend on, or a
-    /// read, one at a time — or it is let go and waits for the answers it is owed
-    /// (`ChatCore.endSession`).
-    var waitingForCluster = false
+    /// Whether the client's requests wait (its connection is not read) for the answer to an
+    /// earlier one: a read of the store (a join of a room not in memory, a page of older
+    /// history), or the cluster's — a nick claim or a join, whose outcome later requests depend
+    /// on, or a read, one at a time — or, in a cluster, it is let go and waits for the answers
+    /// it is owed (`ChatCore.endSession`).
+    var waitingForAnswer = false
     /// Whether the connection is in the server's list of channels to flush.
     var isDirty = false
     /// Whether bytes arrived since the last tick; an idle decoder is replaced to give back its buffer.
@@ -106,10 +107,10 @@ final class ClientConnection {
     }
 
     /// Reads while the client's requests are served; pauses while they wait, for its queue to
-    /// drain, for its address's rate, for the storage writer, or for the cluster.
+    /// drain, for its address's rate, for the storage writer, or for an answer.
     func updateReading() {
         guard isActive else { return }
-        if requestsPaused || throttledUntil != nil || waitingForWriter || waitingForCluster || departure != nil {
+        if requestsPaused || throttledUntil != nil || waitingForWriter || waitingForAnswer || departure != nil {
             channel.pauseReading()
         } else {
             channel.resumeReading()

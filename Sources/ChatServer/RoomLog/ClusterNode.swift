@@ -208,8 +208,8 @@ final class ClusterNode: @unchecked Sendable {
     /// Holds `connection`'s requests until the core's answer for it arrives, and while the
     /// node is backlogged.
     func hold(_ connection: ClientConnection) {
-        guard !connection.waitingForCluster else { return }
-        connection.waitingForCluster = true
+        guard !connection.waitingForAnswer else { return }
+        connection.waitingForAnswer = true
         waiters.append(connection)
         connection.updateReading()
     }
@@ -220,7 +220,7 @@ final class ClusterNode: @unchecked Sendable {
         var released: [ClientConnection] = []
         waiters.removeAll { connection in
             guard !connection.isActive || !isAwaiting(connection.id) else { return false }
-            connection.waitingForCluster = false
+            connection.waitingForAnswer = false
             released.append(connection)
             return true
         }

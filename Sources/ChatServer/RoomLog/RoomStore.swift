@@ -4,21 +4,20 @@ import Dispatch
 
 /// Where rooms outlive memory: their identity (epoch), numbering (`seq`), topic and history.
 ///
-/// `ChatCore` stages every change of a room as it happens and reads a room back when someone
+/// `ChatCore` stages every change of a room as it happens and asks for a room back when someone
 /// joins it after it left memory; the server commits what was staged once per event-loop turn
-/// and delivers the turn's events only after the commit (docs/SERVER.md, "Durability").
+/// and delivers the turn's events only after the commit (docs/SERVER.md, "Durability"). Reads
+/// run off the server's queue and answer later (`read`), so no read of the disk stalls the loop.
 ///
 /// Every method is called on the server's queue.
 public protocol RoomStore: AnyObject, Sendable {
-    /// The stored room `name` with its `recent` newest events, or nil if none is stored. Called
-    /// only for rooms with nothing uncommitted (`hasUncommittedWrites` false).
-    func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom?
-
-    /// A page of `room`'s committed events next to `seq`, as `RoomDatabase.page` answers it.
-    func page(
-        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
-        cost: (HistoryEntry) -> Int
-    ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool)
+    /// Reads what `request` asks for off the caller's queue, then calls `completion` on `queue`
+    /// with the answer; answers come in the order of the calls. A room is asked for only while
+    /// it has nothing uncommitted (`hasUncommittedWrites` false), and a page holds only what is
+    /// committed.
+    func read(
+        _ request: RoomRead, on queue: DispatchQueue,
+        completion: @escaping @Sendable (Result<RoomReadAnswer, StorageError>) -> Void)
 
     /// Adds to the next commit the room's new record and, if the change is a stored event, the event.
     func stage(_ record: RoomRecord, event: HistoryEntry?)
@@ -62,6 +61,48 @@ extension RoomStore {
     public var commitsOnCallersQueue: Bool { false }
 }
 
+/// A read of the store that `ChatCore` waits for (`RoomStore.read`).
+public enum RoomRead: Sendable {
+    /// The stored room with its `recent` newest events: for the first joiner of a room that is
+    /// not in memory.
+    case room(String, recent: Int)
+    /// A page of the room's committed events next to `from`, as `RoomDatabase.page` answers
+    /// it: at most `limit` entries whose `cost` adds up to at most `budget`.
+    case page(String, HistoryDirection, from: UInt64, limit: Int, budget: Int, cost: @Sendable (HistoryEntry) -> Int)
+}
+
+/// What a `RoomRead` found.
+public enum RoomReadAnswer: Sendable, Equatable {
+    /// The stored room, or nil if none is stored under that name.
+    case room(StoredRoom?)
+    /// The page's entries, oldest first, and whether they reach the end of the stored history in
+    /// the page's direction.
+    case page(entries: [HistoryEntry], complete: Bool)
+}
+
+extension RoomRead {
+    /// Answers the read from `room` and `page`, the synchronous reads of a store: for the stores
+    /// whose `read` runs them on a queue of their own, or at once.
+    func answer(
+        room: (String, Int) throws(StorageError) -> StoredRoom?,
+        page: (String, HistoryDirection, UInt64, Int, Int, (HistoryEntry) -> Int) throws(StorageError) -> (
+            entries: [HistoryEntry], complete: Bool
+        )
+    ) -> Result<RoomReadAnswer, StorageError> {
+        do throws(StorageError) {
+            switch self {
+            case .room(let name, let recent):
+                return .success(.room(try room(name, recent)))
+            case .page(let name, let direction, let seq, let limit, let budget, let cost):
+                let (entries, complete) = try page(name, direction, seq, limit, budget, cost)
+                return .success(.page(entries: entries, complete: complete))
+            }
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
 /// A commit that failed: why, and the events it did not store (their senders are told).
 public struct CommitFailure: Error, Sendable {
     /// What SQLite said, as a storage error.
@@ -87,20 +128,23 @@ public final class MemoryRoomStore: RoomStore, @unchecked Sendable {
         rooms[room]?.events.removeAll { $0.seq <= seq }
     }
 
-    /// See `RoomStore.loadRoom(named:recent:)`.
-    public func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
-        guard let room = rooms[name] else { return nil }
-        return StoredRoom(record: room.record, firstSeq: room.events.first?.seq ?? 0, recent: Array(room.events.suffix(recent)))
-    }
-
-    /// See `RoomStore.page(of:_:from:limit:budget:cost:)`.
-    public func page(
-        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
-        cost: (HistoryEntry) -> Int
-    ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool) {
-        var history = RoomHistory(capacity: Int.max, byteCapacity: Int.max)
-        for entry in rooms[room]?.events ?? [] { history.append(entry) }
-        return history.page(direction, from: seq, limit: limit, budget: budget, cost: cost)
+    /// See `RoomStore.read(_:on:completion:)`: read at once, answered on `queue`.
+    public func read(
+        _ request: RoomRead, on queue: DispatchQueue,
+        completion: @escaping @Sendable (Result<RoomReadAnswer, StorageError>) -> Void
+    ) {
+        let answer = request.answer(
+            room: { name, recent in
+                guard let room = rooms[name] else { return nil }
+                return StoredRoom(
+                    record: room.record, firstSeq: room.events.first?.seq ?? 0, recent: Array(room.events.suffix(recent)))
+            },
+            page: { name, direction, seq, limit, budget, cost in
+                var history = RoomHistory(capacity: Int.max, byteCapacity: Int.max)
+                for entry in rooms[name]?.events ?? [] { history.append(entry) }
+                return history.page(direction, from: seq, limit: limit, budget: budget, cost: cost)
+            })
+        queue.async { completion(answer) }
     }
 
     /// See `RoomStore.stage(_:event:)`.

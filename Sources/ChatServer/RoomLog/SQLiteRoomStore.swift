@@ -25,23 +25,27 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 
 /// The `RoomStore` the server runs on: SQLite in a data directory.
 ///
-/// Its commits are placed as `placement` says. With `.writerThread`, two connections: a writer,
-/// used only on `writerQueue`, which commits each batch in one transaction and runs retention in
-/// small steps between commits, SQLite checkpointing inside its commits; and a reader, used on
-/// the server's queue for a joiner's room and for history pages older than memory holds (indexed
-/// reads of at most a page of rows). WAL mode lets the reader read while the writer commits.
+/// Its commits are placed as `placement` says. With `.writerThread`, a writer connection, used
+/// only on `writerQueue`, commits each batch in one transaction and runs retention in small
+/// steps between commits, SQLite checkpointing inside its commits.
 ///
-/// With `.eventLoop`, the reader's connection commits too, on the server's queue, and SQLite's
-/// own checkpoints are off; the writer connection runs retention and `checkpointer`'s runs on
-/// `writerQueue`. SQLite allows one writer at a time: a commit that meets a retention step or a
-/// checkpoint's restart pass waits for it, polling every 100 µs, for up to `loopLockWait`; past
-/// that, or with the log at the checkpointer's cap, the batch is handed to `writerQueue` as with
-/// `.writerThread` (its completion comes later, through `runFinishedCommits`), and so are the
-/// commits after it until it completes. Commits report what they changed through `ledger`, for
-/// retention's counts on the other connection.
+/// With `.eventLoop`, a connection of the server's queue (`loopConnection`) commits, and
+/// SQLite's own checkpoints are off; the writer connection runs retention and `checkpointer`'s
+/// runs on `writerQueue`. SQLite allows one writer at a time: a commit that meets a retention
+/// step or a checkpoint's restart pass waits for it, polling every 100 µs, for up to
+/// `loopLockWait`; past that, or with the log at the checkpointer's cap, the batch is handed to
+/// `writerQueue` as with `.writerThread` (its completion comes later, through
+/// `runFinishedCommits`), and so are the commits after it until it completes. Commits report
+/// what they changed through `ledger`, for retention's counts on the other connection.
 ///
-/// `@unchecked Sendable`: `staged`, `uncommitted`, `reader`, `runningFinished` and `handedOff` are used
-/// on the server's queue only; `writer` and `retentionTimer` on `writerQueue` only; `logSyncTimer`,
+/// Either way a third connection, `reader`, used only on `readQueue`, reads a joiner's room and
+/// history pages older than memory holds (indexed reads of at most a page of rows): WAL mode
+/// lets it read while the others commit, and the server's queue never waits for the disk to
+/// read.
+///
+/// `@unchecked Sendable`: `staged`, `uncommitted`, `loopConnection`, `runningFinished` and `handedOff`
+/// are used on the server's queue only; `writer` and `retentionTimer` on `writerQueue` only;
+/// `reader` on `readQueue` only; `logSyncTimer`,
 /// `logDescriptor` and `logSyncFailing` on `syncQueue` only; `finished`, `occupied`, `ledger`
 /// and `fileCap` are behind their locks.
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
@@ -56,6 +60,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let logger: Logger
     private let writerQueue = DispatchQueue(label: "ChatServer.storage")
     private let writer: RoomDatabase
+    /// With `.eventLoop`, the connection that commits on the server's queue; nil otherwise.
+    private let loopConnection: RoomDatabase?
+    private let readQueue = DispatchQueue(label: "ChatServer.storage.read")
     private let reader: RoomDatabase
     private var staged = RoomBatch()
     /// Index of each room's record in `staged.rooms`.
@@ -135,14 +142,17 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         writer = try RoomDatabase(path: directory.databasePath, durability: durability, create: true)
         reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
         if commitPlacement == .eventLoop {
+            let loopConnection = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
             let checkpointer = LogCheckpointer(
                 connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
             ) { [logger] event in Self.log(event, to: logger) }
             // Retention's commits grow the log too.
-            checkpointer.watch(reader.database)
+            checkpointer.watch(loopConnection.database)
             checkpointer.watch(writer.database)
+            self.loopConnection = loopConnection
             self.checkpointer = checkpointer
         } else {
+            loopConnection = nil
             checkpointer = nil
         }
         if retention != .keepAll {
@@ -185,8 +195,28 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     // MARK: RoomStore
 
-    /// See `RoomStore.loadRoom(named:recent:)`.
+    /// See `RoomStore.read(_:on:completion:)`: read on `readQueue`, answered on `queue`.
+    public func read(
+        _ request: RoomRead, on queue: DispatchQueue,
+        completion: @escaping @Sendable (Result<RoomReadAnswer, StorageError>) -> Void
+    ) {
+        readQueue.async { [self] in
+            let answer = request.answer(room: readRoom, page: readPage)
+            queue.async { completion(answer) }
+        }
+    }
+
+    /// The stored room `name` with its `recent` newest events, or nil if none is stored, read
+    /// now, the caller waiting: for tests and tools, not the server's queue.
     public func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
+        try readQueue.sync { RoomRead.room(name, recent: recent).answer(room: readRoom, page: readPage) }.map { answer in
+            guard case .room(let room) = answer else { preconditionFailure("a room read answers with a room") }
+            return room
+        }.get()
+    }
+
+    /// Reads the room `name` (`RoomRead.room`), on `readQueue`.
+    private func readRoom(_ name: String, recent: Int) throws(StorageError) -> StoredRoom? {
         do {
             return try reader.loadRoom(named: name, recent: recent)
         } catch {
@@ -194,8 +224,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
-    /// See `RoomStore.page(of:_:from:limit:budget:cost:)`.
-    public func page(
+    /// Reads a page of `room`'s history (`RoomRead.page`), on `readQueue`.
+    private func readPage(
         of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int,
         cost: (HistoryEntry) -> Int
     ) throws(StorageError) -> (entries: [HistoryEntry], complete: Bool) {
@@ -288,6 +318,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// directory (the connections close when the store is released). See `RoomStore.close()`.
     public func close() {
         checkpointer?.stop()
+        readQueue.sync {}
         writerQueue.sync {
             retentionTimer?.cancel()
             retentionTimer = nil
@@ -309,25 +340,26 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// backup) would otherwise stall every client for the 5 s SQLite waits.
     static let loopLockWait: Duration = .milliseconds(2)
 
-    /// Commits `batch` through the reader's connection (`.eventLoop`, on the server's queue) and
+    /// Commits `batch` through `loopConnection` (`.eventLoop`, on the server's queue) and
     /// reports what it changed to retention; nil, having written nothing, if another connection
     /// held the write lock for longer than `loopLockWait`.
     private func commitOnLoop(_ batch: RoomBatch) -> Result<Void, CommitFailure>? {
+        guard let loopConnection else { preconditionFailure("commits run on the loop only with .eventLoop") }
         if let bytes = fileCap.withLock({ cap in defer { cap = nil }; return cap }) {
             do throws(SQLiteError) {
-                try Self.cap(reader.database, bytes: bytes)
+                try Self.cap(loopConnection.database, bytes: bytes)
             } catch {
                 logger.warning("cannot cap the database", metadata: ["storage.error": "\(error)"])
             }
         }
-        reader.database.busyTimeout = Self.loopLockWait
-        defer { reader.database.busyTimeout = .seconds(5) }
+        loopConnection.database.busyTimeout = Self.loopLockWait
+        defer { loopConnection.database.busyTimeout = .seconds(5) }
         let committed: Result<CommittedChanges, SQLiteError>
         if retention == .keepAll {
-            committed = Result { () throws(SQLiteError) in try reader.commit(batch) }
+            committed = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
         } else {
             committed = ledger.withLock { ledger in
-                let result = Result { () throws(SQLiteError) in try reader.commit(batch) }
+                let result = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
                 if case .success(let changes) = result { ledger.changes.add(changes) }
                 return result
             }
