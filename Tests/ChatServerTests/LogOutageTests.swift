@@ -1,0 +1,116 @@
+import ChatProtocol
+import ChatStorage
+import Foundation
+import Testing
+import TestSupport
+
+/// The promise every mode with a room log beyond memory makes when that log stops answering —
+/// SQLite whose write lock another process holds, Redis stopped mid-run — tested the same way in
+/// each, against the real `chat-server` and the real SQLite or `redis-server`: the sender is
+/// told (non-fatally) rather than left waiting, no member hears a line its sender did not hear
+/// too, and once the log answers again lines flow and every accepted one reaches every member.
+@Suite("When the room log stops answering")
+struct LogOutageTests {
+    @Test(arguments: [ServerMode.durable, .cluster])
+    func theSenderIsToldNoOneHearsWhatItDidNotAndLinesFlowOnceTheLogIsBack(_ mode: ServerMode) async throws {
+        // Redis that stops answering is noticed after half the node timeout: 5 s, as long as
+        // SQLite waits for a lock before a commit fails.
+        let server = try await ChatServerProcess(mode, arguments: mode == .cluster ? ["--cluster-node-timeout", "10"] : [])
+        defer { server.stop() }
+        let alice = try await TestClient.connect(to: server, nick: "alice", version: 2)
+        let bob = try await TestClient.connect(to: server, nick: "bob", version: 2)
+        defer {
+            alice.close()
+            bob.close()
+        }
+        _ = try await alice.joinRoom("r")
+        _ = try await bob.joinRoom("r")
+        var aliceHeard: [String] = []
+        #expect(try await alice.say("before", in: "r", heard: &aliceHeard) == nil, "accepted while the log answers")
+
+        let outage = try await LogOutage(stopping: server)
+        defer { outage.end() }
+        let refusal = try await alice.say("during", in: "r", heard: &aliceHeard)
+        let expected: ErrorCode = mode == .cluster ? .unavailable : .storageFailed
+        #expect(refusal?.code == expected, "the sender is told, with \(expected): \(String(describing: refusal))")
+        outage.end()
+
+        // The log may take a moment to be reached again: refused lines are said again, a bounded
+        // number of times, until one is accepted.
+        var accepted: String?
+        for attempt in 1...100 where accepted == nil {
+            let text = "after \(attempt)"
+            if try await alice.say(text, in: "r", heard: &aliceHeard) == nil {
+                accepted = text
+            } else {
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        let last = try #require(accepted, "a line is accepted once the log answers again")
+        var bobHeard: [String] = []
+        _ = try await bob.waitFor("bob hears \(last)") { frame -> Bool? in
+            guard case .message("r", _, _, "alice", let text) = frame else { return nil }
+            bobHeard.append(text)
+            return text == last ? true : nil
+        }
+        // A line Redis receives before the node gives up on it may be carried out once Redis runs
+        // again (docs/CLUSTER.md): then both members hear it. In SQLite a failed commit is gone.
+        #expect(bobHeard == aliceHeard, "alice heard \(aliceHeard), bob \(bobHeard)")
+        #expect(aliceHeard.first == "before" && aliceHeard.last == last)
+        if mode == .durable { #expect(!aliceHeard.contains("during"), "a line that was not stored is delivered to no one") }
+    }
+}
+
+/// The room log of `server` made to stop answering, until `end`: in durable mode another process
+/// holds SQLite's write lock (as an administrator's `sqlite3` shell can), in cluster mode Redis
+/// is stopped with SIGSTOP (its connections stay up, nothing answers).
+private final class LogOutage: Sendable {
+    private let locker: ChildProcess?
+    private let redis: RedisServerProcess?
+
+    init(stopping server: ChatServerProcess) async throws {
+        if let redis = server.redis {
+            self.redis = redis
+            locker = nil
+            redis.child.signal(SIGSTOP)
+            return
+        }
+        let directory = try #require(server.dataDirectory, "a durable server has a data directory")
+        let script = """
+            import sqlite3, sys
+            connection = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+            connection.execute("BEGIN IMMEDIATE")
+            print("locked", flush=True)
+            sys.stdin.read()
+            """
+        let locker = try ChildProcess(
+            URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", script, "\(directory.path)/\(RoomDatabase.fileName)"])
+        #expect(await locker.waitForOutput("locked"), "the lock holder took SQLite's write lock: \(locker.output)")
+        self.locker = locker
+        redis = nil
+    }
+
+    /// Lets the log answer again; calling it again does nothing more.
+    func end() {
+        locker?.stop()
+        redis?.child.signal(SIGCONT)
+    }
+}
+
+extension TestClient {
+    /// Says `text` in `room` and waits for its fate: nil once its echo arrives, or the error that
+    /// refused it. Every line of the room heard meanwhile is appended to `heard`.
+    fileprivate func say(_ text: String, in room: String, heard: inout [String]) async throws -> (code: ErrorCode, reason: String)? {
+        try await send(.say(room: room, text: text))
+        while true {
+            let frame = try await expectFrame("the echo of \(text) or its refusal")
+            if case .message(room, _, _, _, let echoed) = frame {
+                heard.append(echoed)
+                if echoed == text { return nil }
+            } else if case .error(let code, let fatal, .say, let reason) = frame {
+                #expect(!fatal, "a refusal, not a disconnection: \(code) \(reason)")
+                return (code, reason)
+            }
+        }
+    }
+}
