@@ -347,7 +347,7 @@ extension ChatCore {
         if let id { cluster!.owed[id, default: ClusterState.Owed()].answers += 1 }
     }
 
-    private func unavailableText(_ what: String) -> String {
+    func unavailableText(_ what: String) -> String {
         "\(what): the cluster is unavailable (\(cluster!.unavailableReason)); try again"
     }
 
@@ -503,53 +503,6 @@ extension ChatCore {
             clusterChangeNick(of: id, from: nick, to: newNick, into: &actions)
         case .join(let room):
             clusterJoin(room, id: id, nick: nick, size: size, into: &actions)
-        case .part(let room):
-            guard let index = clients[id.slot]!.rooms.firstIndex(of: room) else {
-                refuse(.part, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
-                return true
-            }
-            guard cluster!.available else {
-                refuse(.part, .unavailable, unavailableText("cannot leave #\(room) now"), to: id, into: &actions)
-                return true
-            }
-            // It stops being a member for its own requests now, and for the room when its `left`
-            // (its acknowledgement) arrives.
-            clients[id.slot]!.rooms.remove(at: index)
-            cluster!.rooms[room]?.leaving.insert(id)
-            let charge = chargeFanout(of: id, size: size, in: room)
-            let event = Frame.left(room: room, seq: 0, time: 0, nick: nick)
-            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: asker(id), charge: charge), owing: id)
-            expectEcho(of: event, in: room, from: id)
-        case .say(let room, let text), .emote(let room, let text):
-            let isMessage = frame.type == .say
-            guard clients[id.slot]!.rooms.contains(room) else {
-                refuse(frame.type, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
-                return true
-            }
-            guard cluster!.available else {
-                refuse(frame.type, .unavailable, unavailableText("#\(room): not delivered"), to: id, into: &actions)
-                return true
-            }
-            let event: Frame =
-                isMessage
-                ? .message(room: room, seq: 0, time: 0, sender: nick, text: text)
-                : .action(room: room, seq: 0, time: 0, sender: nick, text: text)
-            let charge = chargeFanout(of: id, size: size, in: room)
-            ask(.append(room: room, event: event, change: .none, sender: asker(id), charge: charge), owing: id)
-            expectEcho(of: event, in: room, from: id)
-        case .setTopic(let room, let text):
-            guard clients[id.slot]!.rooms.contains(room) else {
-                refuse(.setTopic, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
-                return true
-            }
-            guard cluster!.available else {
-                refuse(.setTopic, .unavailable, unavailableText("#\(room): topic not set"), to: id, into: &actions)
-                return true
-            }
-            let charge = chargeFanout(of: id, size: size, in: room)
-            let event = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
-            ask(.append(room: room, event: event, change: .topic, sender: asker(id), charge: charge), owing: id)
-            expectEcho(of: event, in: room, from: id)
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
@@ -593,6 +546,24 @@ extension ChatCore {
             return false
         }
         return true
+    }
+
+    /// Asks Redis to append `event` — a `left`, a line or a topic that `id` sent in a frame of
+    /// `size` bytes, admitted by `roomEventRefusal` — to `room`'s log; it is delivered when it
+    /// comes back (`clusterDeliver`), and what `id` is sent meanwhile waits for that echo.
+    mutating func clusterAppend(_ event: Frame, in room: String, from id: ClientID, size: Int) {
+        let change: ClusterChange
+        switch event {
+        case .left(_, _, _, let nick):
+            // A member for the room until its `left` arrives.
+            cluster!.rooms[room]?.leaving.insert(id)
+            change = .leave(nick: nick)
+        case .topic: change = .topic
+        default: change = .none
+        }
+        let charge = chargeFanout(of: id, size: size, in: room)
+        ask(.append(room: room, event: event, change: change, sender: asker(id), charge: charge), owing: id)
+        expectEcho(of: event, in: room, from: id)
     }
 
     /// Claims `nick` for the handshaking `id` in the cluster; it is reserved here meanwhile, so two

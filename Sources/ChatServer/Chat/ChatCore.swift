@@ -171,11 +171,13 @@ public struct ChatCore: Sendable {
         case .join(let room):
             join(room, id: id, nick: nick, at: now, into: &actions)
         case .part(let room):
-            part(room, id: id, nick: nick, at: now, into: &actions)
+            addRoomEvent(.left(room: room, seq: 0, time: 0, nick: nick), for: .part, from: id, size: size, at: now, into: &actions)
         case .say(let room, let text):
-            speak(.message, in: room, text: text, id: id, nick: nick, at: now, into: &actions)
+            let line = Frame.message(room: room, seq: 0, time: 0, sender: nick, text: text)
+            addRoomEvent(line, for: .say, from: id, size: size, at: now, into: &actions)
         case .emote(let room, let text):
-            speak(.action, in: room, text: text, id: id, nick: nick, at: now, into: &actions)
+            let line = Frame.action(room: room, seq: 0, time: 0, sender: nick, text: text)
+            addRoomEvent(line, for: .emote, from: id, size: size, at: now, into: &actions)
         case .tell(let recipient, let text):
             tell(recipient, text: text, id: id, nick: nick, at: now, into: &actions)
         case .listRooms:
@@ -183,7 +185,8 @@ public struct ChatCore: Sendable {
         case .who(let room):
             appendMembers(of: room, to: id, into: &actions)
         case .setTopic(let room, let text):
-            setTopic(of: room, to: text, id: id, nick: nick, at: now, into: &actions)
+            let topic = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
+            addRoomEvent(topic, for: .setTopic, from: id, size: size, at: now, into: &actions)
         case .requestHistory(let room, let count):
             sendHistory(of: room, count: Int(count), id: id, into: &actions)
         case let .fetchHistory(room, direction, seq, limit):
@@ -653,47 +656,71 @@ public struct ChatCore: Sendable {
         } ?? nil
     }
 
-    private mutating func part(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
-        guard let index = clients[id.slot]!.rooms.firstIndex(of: name) else {
-            refuse(.part, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
-            return
+    // MARK: Room events
+
+    /// Why `id` may not add an event to `room` with `request` now, as the `error` code and reason
+    /// to refuse it with; nil when it may. One rule for every mode: the sender is in the room,
+    /// and the room's log takes events — a cluster's Redis is reachable; a store whose commits
+    /// fail takes no stored event (a line, a topic) until one succeeds.
+    func roomEventRefusal(_ request: FrameType, in room: String, for id: ClientID) -> (code: ErrorCode, reason: String)? {
+        guard clients[id.slot]!.rooms.contains(room) else { return (.notInRoom, "you are not in #\(room)") }
+        if cluster?.available == false {
+            let what = request == .part ? "cannot leave #\(room) now" : request == .setTopic ? "#\(room): topic not set" : "#\(room): not delivered"
+            return (.unavailable, unavailableText(what))
         }
-        clients[id.slot]!.rooms.remove(at: index)
-        withRoom(name) { room in
-            // The leaver gets its own `left` as the acknowledgement, so it is removed afterwards.
-            let left = Frame.left(room: name, seq: room.nextSeq(), time: now.wallMillis, nick: nick)
-            actions.append(.broadcast(left, to: room.members))
-            room.removeMember(id)
-        }
-        persist(name, event: nil, at: now)
-        if rooms[name]?.members.isEmpty == true { removeEmptyRoom(name) }
+        if request != .part, let storageFailure { return (.storageFailed, Self.notStored(storageFailure)) }
+        return nil
     }
 
-    private mutating func speak(
-        _ kind: HistoryEntry.Kind, in name: String, text: String, id: ClientID, nick: String, at now: ServerTime,
-        into actions: inout [ChatAction]
+    /// Adds `event` — a `left`, a line or a topic, its `seq` and time not yet given — that `id`
+    /// asked for with `request` (a frame of `size` bytes) to its room: the one path of a part, a
+    /// line and a topic change in every mode. Refused by `roomEventRefusal`, or else the room's
+    /// log takes it: numbered here and broadcast now (memory), staged for the turn's commit too
+    /// (a store), or numbered by Redis and delivered when it comes back (a cluster node).
+    private mutating func addRoomEvent(
+        _ event: Frame, for request: FrameType, from id: ClientID, size: Int, at now: ServerTime, into actions: inout [ChatAction]
     ) {
-        guard clients[id.slot]!.rooms.contains(name) else {
-            refuse(kind == .message ? .say : .emote, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
+        guard let name = Self.room(of: event) else { preconditionFailure("\(request) adds a room event") }
+        if let refusal = roomEventRefusal(request, in: name, for: id) {
+            refuse(request, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        if let storageFailure {
-            refuse(kind == .message ? .say : .emote, .storageFailed, Self.notStored(storageFailure), to: id, into: &actions)
+        if request == .part {
+            // It stops being a member for its own requests now, and for the room once its `left`
+            // — its acknowledgement — is sent.
+            clients[id.slot]!.rooms.removeAll { $0 == name }
+        }
+        if cluster != nil {
+            clusterAppend(event, in: name, from: id, size: size)
             return
         }
         let time = now.wallMillis
-        let seq = withRoom(name) { room in
+        // In place (`withRoom`): reading `rooms[name]!` would copy the room on the per-message path.
+        let (seq, isEmpty) = withRoom(name) { room in
             let seq = room.nextSeq()
-            let frame: Frame =
-                kind == .message
-                ? .message(room: name, seq: seq, time: time, sender: nick, text: text)
-                : .action(room: name, seq: seq, time: time, sender: nick, text: text)
+            let frame = Self.stamped(event, seq: seq, time: time)!
+            if case .topic(_, _, _, let setBy, let text) = frame {
+                room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: setBy, time: time, seq: seq)
+            }
             actions.append(.broadcast(frame, to: room.members))
-            return seq
+            if request == .part { room.removeMember(id) }
+            return (seq, room.members.isEmpty)
         }!
-        let entry = HistoryEntry(kind: kind, seq: seq, time: time, sender: nick, text: text)
-        recordHistory(entry, in: name)
+        let entry = Self.historyEntry(of: event, seq: seq, time: time)
+        if let entry { recordHistory(entry, in: name) }
         persist(name, event: entry, at: now)
+        if isEmpty { removeEmptyRoom(name) }
+    }
+
+    /// The history entry `event` is stored as, numbered `seq` at `time`; nil for events that are
+    /// not kept as history (joins, leaves).
+    private static func historyEntry(of event: Frame, seq: UInt64, time: UInt64) -> HistoryEntry? {
+        switch event {
+        case .message(_, _, _, let sender, let text): HistoryEntry(kind: .message, seq: seq, time: time, sender: sender, text: text)
+        case .action(_, _, _, let sender, let text): HistoryEntry(kind: .action, seq: seq, time: time, sender: sender, text: text)
+        case .topic(_, _, _, let setBy, let text): HistoryEntry(kind: .topic, seq: seq, time: time, sender: setBy, text: text)
+        default: nil
+        }
     }
 
     mutating func tell(
@@ -708,29 +735,6 @@ public struct ChatCore: Sendable {
         if let away = clients[target.slot]?.away, clients[id.slot]!.version >= 2 {
             actions.append(.send(.away(nick: targetNick, text: away), to: id))
         }
-    }
-
-    private mutating func setTopic(
-        of name: String, to text: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
-    ) {
-        guard clients[id.slot]!.rooms.contains(name) else {
-            refuse(.setTopic, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
-            return
-        }
-        if let storageFailure {
-            refuse(.setTopic, .storageFailed, Self.notStored(storageFailure), to: id, into: &actions)
-            return
-        }
-        let seq = withRoom(name) { room in
-            let seq = room.nextSeq()
-            room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: nick, time: now.wallMillis, seq: seq)
-            let frame = Frame.topic(room: name, seq: seq, time: now.wallMillis, setBy: nick, text: text)
-            actions.append(.broadcast(frame, to: room.members))
-            return seq
-        }!
-        let entry = HistoryEntry(kind: .topic, seq: seq, time: now.wallMillis, sender: nick, text: text)
-        recordHistory(entry, in: name)
-        persist(name, event: entry, at: now)
     }
 
     // MARK: History budget
