@@ -499,10 +499,6 @@ extension ChatCore {
         _ frame: Frame, size: Int, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
     ) -> Bool {
         switch frame {
-        case .changeNick(let newNick):
-            clusterChangeNick(of: id, from: nick, to: newNick, into: &actions)
-        case .join(let room):
-            clusterJoin(room, id: id, nick: nick, size: size, into: &actions)
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
@@ -581,12 +577,10 @@ extension ChatCore {
         ask(.claimNick(id, nick: nick))
     }
 
-    private mutating func clusterChangeNick(of id: ClientID, from oldNick: String, to newNick: String, into actions: inout [ChatAction]) {
+    /// `changeNick` on a cluster node, for a nick no client of this node holds: claimed in the
+    /// cluster first.
+    mutating func clusterChangeNick(of id: ClientID, from oldNick: String, to newNick: String, into actions: inout [ChatAction]) {
         let newKey = ChatName.nickKey(newNick)
-        if let holder = nicks[newKey], holder != id {
-            refuse(.changeNick, .nickTaken, "nick \(newNick) is taken", to: id, into: &actions)
-            return
-        }
         guard cluster!.available else {
             refuse(.changeNick, .unavailable, unavailableText("cannot change your nick now"), to: id, into: &actions)
             return
@@ -620,11 +614,9 @@ extension ChatCore {
         }
     }
 
-    private mutating func clusterJoin(_ room: String, id: ClientID, nick: String, size: Int, into actions: inout [ChatAction]) {
-        if let refusal = joinRefusal(of: room, for: id) {
-            refuse(.join, refusal.code, refusal.reason, to: id, into: &actions)
-            return
-        }
+    /// `join` on a cluster node, once `joinRefusal` let it through: Redis appends the `joined`
+    /// and answers with the room's snapshot.
+    mutating func clusterJoin(_ room: String, id: ClientID, nick: String, size: Int, into actions: inout [ChatAction]) {
         guard cluster!.available else {
             refuse(.join, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
             return

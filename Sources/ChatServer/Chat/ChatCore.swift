@@ -169,7 +169,7 @@ public struct ChatCore: Sendable {
         case .changeNick(let newNick):
             changeNick(of: id, from: nick, to: newNick, at: now, into: &actions)
         case .join(let room):
-            join(room, id: id, nick: nick, at: now, into: &actions)
+            join(room, id: id, nick: nick, size: size, at: now, into: &actions)
         case .part(let room):
             addRoomEvent(.left(room: room, seq: 0, time: 0, nick: nick), for: .part, from: id, size: size, at: now, into: &actions)
         case .say(let room, let text):
@@ -567,6 +567,11 @@ public struct ChatCore: Sendable {
             refuse(.changeNick, .nickTaken, "nick \(newNick) is taken", to: id, into: &actions)
             return
         }
+        if cluster != nil {
+            // The cluster's nick registry decides: claimed there, then announced (`renamed`).
+            clusterChangeNick(of: id, from: oldNick, to: newNick, into: &actions)
+            return
+        }
         nicks[ChatName.nickKey(oldNick)] = nil
         nicks[newKey] = id
         clients[id.slot]!.nick = newNick
@@ -592,9 +597,18 @@ public struct ChatCore: Sendable {
         return nil
     }
 
-    mutating func join(_ name: String, id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+    /// `id`, called `nick`, joins `name` with a frame of `size` bytes: one rule for every mode
+    /// (`joinRefusal`), then the room as the mode has it — made or read back here (memory,
+    /// durable: `awaitRoom`), or joined through Redis (`clusterJoin`).
+    mutating func join(
+        _ name: String, id: ClientID, nick: String, size: Int, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
         if let refusal = joinRefusal(of: name, for: id) {
             refuse(.join, refusal.code, refusal.reason, to: id, into: &actions)
+            return
+        }
+        if cluster != nil {
+            clusterJoin(name, id: id, nick: nick, size: size, into: &actions)
             return
         }
         if rooms[name] == nil {
