@@ -82,3 +82,11 @@ static inline long chat_utf8_length(const wchar_t *from, const wchar_t *to) {
     }
     return bytes;
 }
+
+/// Whether [from, to) holds a character two cells wide (CJK, most emoji).
+static inline int chat_has_double_width(const wchar_t *from, const wchar_t *to) {
+    for (; from < to; from++) {
+        if (*from >= 0x1100 && wcwidth(*from) > 1) return 1;
+    }
+    return 0;
+}

@@ -115,6 +115,8 @@ final class TerminalEditor: @unchecked Sendable {
     /// How many commands the user's keys ran: a kill continues the one before it when that
     /// was the previous command.
     private var commandCount = 0
+    /// A key went to libedit since the last check for a line with double-width characters.
+    private var wideRedrawDue = false
 
     /// Where a drawing cycle stands.
     private enum Stage {
@@ -328,7 +330,7 @@ final class TerminalEditor: @unchecked Sendable {
                 if done { return 0 }
                 continue
             }
-            if sequence == .none, !isNested(), let key = serviceMailbox() {
+            if sequence == .none, !isNested(), let key = serviceMailbox() ?? redrawWideLine() {
                 character.pointee = key
                 return 1
             }
@@ -341,6 +343,7 @@ final class TerminalEditor: @unchecked Sendable {
                 }
                 if let key = handle(event) {
                     track(key)
+                    wideRedrawDue = true
                     // A key that completes a sequence runs a command.
                     if sequence == .none { commandCount += 1 }
                     character.pointee = key
@@ -400,6 +403,9 @@ final class TerminalEditor: @unchecked Sendable {
                 }
                 return nil
             }
+            if sequence == .none, scalar.properties.canonicalCombiningClass != .notReordered, let key = compose(scalar) {
+                return key
+            }
             return wchar_t(bitPattern: scalar.value)
         case .paste(let text):
             if question != nil { return nil }  // a paste does not answer a question
@@ -412,7 +418,8 @@ final class TerminalEditor: @unchecked Sendable {
 
     /// One pasted line goes into the line, whole or not at all; several go to the client to send.
     private func pasted(_ text: String) -> wchar_t? {
-        var body = Substring(text)
+        // Precomposed, for the reason `compose` gives.
+        var body = Substring(text.precomposedStringWithCanonicalMapping)
         if body.hasSuffix("\n") { body = body.dropLast() }
         if body.contains("\n") {
             requests(.paste(text))
@@ -433,6 +440,24 @@ final class TerminalEditor: @unchecked Sendable {
             return nil
         }
         insert(scalars.map { wchar_t(bitPattern: $0.value) })
+        return Key.refresh
+    }
+
+    /// Joins a combining mark to the character before the cursor when Unicode has one
+    /// character for both (e + U+0301 is é). libedit gives each wide character its own cells
+    /// and draws a zero-width one into the cell the next character overwrites, so a lone
+    /// combining mark would vanish from the screen (it stays in the line) and take a Left key of
+    /// its own. Marks with no precomposed form still do that (docs/CLIENT.md).
+    private func compose(_ mark: Unicode.Scalar) -> wchar_t? {
+        let (text, cursor) = line()
+        guard cursor > 0, !isNested(), let base = Unicode.Scalar(UInt32(bitPattern: text[cursor - 1])) else { return nil }
+        var pair = String.UnicodeScalarView()
+        pair.append(base)
+        pair.append(mark)
+        let composed = String(pair).precomposedStringWithCanonicalMapping.unicodeScalars
+        guard composed.count == 1, let single = composed.first else { return nil }
+        delete((cursor - 1)..<cursor, cursor: cursor)
+        insert([wchar_t(bitPattern: single.value)])
         return Key.refresh
     }
 
@@ -502,6 +527,20 @@ final class TerminalEditor: @unchecked Sendable {
             return beginClearing()
         }
         return nil
+    }
+
+    /// A libedit bug, worked around: after an edit in a line that holds double-width characters
+    /// (CJK, emoji), libedit's incremental redraw can leave the terminal's cursor a cell away
+    /// from where it draws the next character (delete the character after an emoji, Left over the
+    /// emoji, type: the cursor shows one cell right), while a full redraw places it right. So
+    /// such a line is drawn whole after every key.
+    private func redrawWideLine() -> wchar_t? {
+        guard wideRedrawDue else { return nil }
+        wideRedrawDue = false
+        guard let info = el_wline(editLine)?.pointee, let start = info.buffer, let end = info.lastchar,
+            chat_has_double_width(start, end) != 0
+        else { return nil }
+        return beginClearing()
     }
 
     /// Takes the line out and blanks the prompt; libedit erases its display on `Key.clear`.
