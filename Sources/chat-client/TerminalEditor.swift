@@ -359,8 +359,10 @@ final class TerminalEditor: @unchecked Sendable {
         }
     }
 
-    /// Waits for the terminal or the wake pipe; false once the terminal is gone.
+    /// Set once a read of the terminal met its end (a hangup): only the wake pipe is left.
     private var terminalGone = false
+
+    /// Waits for the terminal or the wake pipe; false once the terminal is gone.
     private func waitForInput() -> Bool {
         var descriptors = [
             pollfd(fd: terminalGone ? -1 : STDIN_FILENO, events: Int16(POLLIN), revents: 0),
