@@ -77,7 +77,10 @@ let package = Package(
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(name: "ChatClient", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"]),
-        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "SocketTLS", argumentParser]),
+        // libedit from Debian's libedit-dev, through its native API (histedit.h) only: shim.h wraps
+        // the variadic calls Swift cannot make (docs/CLIENT.md says why not the readline layer).
+        .systemLibrary(name: "CLibEdit", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
+        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "CLibEdit", "SocketTLS", argumentParser]),
 
         // Load generation and exact delivery accounting.
         .target(

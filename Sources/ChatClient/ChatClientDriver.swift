@@ -175,6 +175,20 @@ public final class ChatClientDriver {
         }
     }
 
+    /// Whether pasted lines are waiting to be sent (Ctrl-C then stops them).
+    public var isSendingPaste: Bool { !pasteQueue.isEmpty }
+
+    /// Stops a paste being sent: the lines not sent yet are dropped, and a note says how many went.
+    public func cancelPaste() {
+        guard let first = pasteQueue.first else { return }
+        pasteTask?.cancel()
+        pasteTask = nil
+        show(.notice(time: ClientClock.now(), text:
+            "paste stopped: \(first.index - 1) of \(first.total) lines were sent, \(pasteQueue.count) not"))
+        pasteQueue = []
+        display?.sessionChanged()
+    }
+
     private func enqueue(_ lines: [String], to window: ChatWindow) {
         for (index, line) in lines.enumerated() {
             pasteQueue.append(PastedLine(window: window, text: line, index: index + 1, total: lines.count))

@@ -22,7 +22,8 @@ struct ChatClientCommand: AsyncParsableCommand {
             commands, nicks and rooms; Up/Down and Ctrl-R search history; Ctrl-W deletes a \
             word; Ctrl-C clears the line, and a second Ctrl-C on the empty line quits, as does \
             Ctrl-D on an empty line. A paste is sent as text, never as commands; more than 3 \
-            lines are confirmed first and paced under the server's rate limit.
+            lines are confirmed first and paced under the server's rate limit; Ctrl-C stops \
+            a paste being sent. The line is edited by libedit (emacs keys).
 
             When stdin or stdout is not a terminal, it reads plain lines from stdin and writes \
             plain lines to stdout, and leaves at end of input:

@@ -12,7 +12,7 @@ enum ClientApp {
         let terminal = interactive
             ? TerminalFrontEnd(historyFile: historyFile, colour: MessageRenderer.wantsColour(isTerminal: true, environment: ProcessInfo.processInfo.environment))
             : nil
-        let pipe = interactive ? nil : PipeFrontEnd()
+        let pipe = terminal == nil ? PipeFrontEnd() : nil
         let display: any ClientDisplay = terminal ?? pipe!
         let driver = ChatClientDriver(configuration: configuration, session: session, display: display)
 

@@ -2,9 +2,9 @@ import Glibc
 
 /// Writes to file descriptor 1 directly.
 ///
-/// libedit writes through its own `FILE` and flushes after every update, so writing to the
-/// descriptor keeps the order of our output and libedit's without sharing a `FILE` (whose
-/// global is not concurrency-safe in Swift 6).
+/// libedit writes through a `FILE` of its own; `TerminalEditor` flushes that before it writes
+/// here, and writes only on its own thread, so the two never interleave. (The C `stdout` global
+/// is not concurrency-safe in Swift 6.)
 enum StandardOutput {
     /// Writes all of `text`, retrying after interruptions; gives up silently if stdout is gone,
     /// since there is no one left to tell.

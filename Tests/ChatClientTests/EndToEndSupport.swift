@@ -213,7 +213,10 @@ func temporaryDirectory() throws -> URL {
 /// status and the terminal modes, then reads one line through the restored terminal.
 /// `port` is given as `--port`; `servers` as `--server`s, in order.
 func clientInTerminal(nick: String, port: Int? = nil, servers: [String] = [], home: URL, rooms: [String] = ["general"], extra: [String] = []) throws -> String {
-    let client = try ChildProcess.builtExecutable(named: "chat-client").path
+    // CHAT_CLIENT_EXECUTABLE runs another build of the client, e.g. the AddressSanitizer one
+    // (Scripts/test.sh).
+    let client = try ProcessInfo.processInfo.environment["CHAT_CLIENT_EXECUTABLE"]
+        ?? ChildProcess.builtExecutable(named: "chat-client").path
     let wrapper = home.appendingPathComponent("run-client.sh")
     try """
         #!/bin/sh

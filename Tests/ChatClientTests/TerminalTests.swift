@@ -63,19 +63,16 @@ import TestSupport
         }
     }
 
-    @Test func aLineWiderThanTheTerminalScrollsSideways() async throws {
+    @Test func aLineWiderThanTheTerminalWrapsOverRows() async throws {
         try await Self.start { _, tmux, bob, _ in
+            // libedit wraps a long line over as many rows as it needs.
             let typed = String(repeating: "wrap-me-", count: 18) + "ünïcode"
             try await tmux.type(typed)
-            try await tmux.waitForScreen("the end of the line in view") { rows in
-                rows.last { $0.hasPrefix(Self.prompt) }.map { $0.hasSuffix("ünïcode") && $0.count < 80 } ?? false
-            }
+            try await tmux.waitForLogicalLine(containing: Self.prompt + typed)
             try await tmux.press("C-a")
-            try await tmux.waitForScreen("the start of the line in view") { rows in
-                rows.last { $0.hasPrefix(Self.prompt) }.map { $0.hasPrefix(Self.prompt + "wrap-me-wrap-me") } ?? false
-            }
             try await bob.say("while you type")
             try await tmux.waitFor("<bob> while you type")
+            try await tmux.waitForLogicalLine(containing: Self.prompt + typed)
             try await tmux.type(">")
             try await tmux.press("Enter")
             #expect(await bob.waitFor(Self.said(">" + typed, by: "alice")), "the cursor stayed at the start of the line")
@@ -126,7 +123,8 @@ import TestSupport
             try await tmux.press("C-w")
             try await tmux.waitForInput("one ", prompt: Self.prompt)  // readline's unix-word-rubout: up to whitespace
             try await tmux.press("C-y")
-            try await tmux.waitForInput("one two-three ", prompt: Self.prompt)
+            // Kills in a row add up: both words come back.
+            try await tmux.waitForInput("one two-three four", prompt: Self.prompt)
             try await tmux.press("C-a", "C-k")
             try await tmux.waitForInput("", prompt: Self.prompt)
             try await tmux.type("searchable line")
@@ -136,7 +134,9 @@ import TestSupport
             try await tmux.press("Enter")
             try await tmux.press("C-r")
             try await tmux.type("search")
-            try await tmux.waitFor("(history search) “search”: searchable line")
+            // libedit's em-inc-search-prev: the match in the line, the pattern on the row below.
+            try await tmux.waitFor("bck:search")
+            try await tmux.waitForInput("searchable line", prompt: Self.prompt)
             try await tmux.press("C-g")
             try await tmux.waitForInput("", prompt: Self.prompt)
         }
