@@ -66,6 +66,11 @@ let package = Package(
         // Rooms on disk: a small typed wrapper over SQLite, the schema, commits, paging, retention.
         .target(name: "ChatStorage", dependencies: ["CSQLite", "ChatProtocol"]),
 
+        // libsodium from Debian's libsodium-dev, for Argon2id password hashes (docs/ARCHITECTURE.md).
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        // Accounts: Argon2id password hashes and the bounded pool that computes them off the event loop.
+        .target(name: "ChatAccounts", dependencies: ["CSodium", "SocketCore"]),
+
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(
             name: "ChatServer",
@@ -105,6 +110,7 @@ let package = Package(
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
         .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
+        .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts"]),
         .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol", "TestSupport"]),
         .testTarget(
             name: "ChatServerTests",

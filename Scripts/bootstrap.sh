@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the project needs and a fresh Debian machine lacks:
 # libssl-dev (TLS), libsqlite3-dev (durable rooms), libedit-dev (chat-client's input line),
-# pkg-config (finds them), tmux (the
+# libsodium-dev (Argon2id password hashes), pkg-config (finds them), tmux (the
 # terminal tests), openssl (Scripts/dev-cert.sh, the TLS interoperability tests) and redis-server
 # (the cluster mode's Redis, which its tests start on free loopback ports). Does nothing
 # when all are there. Called by the other scripts; safe to run by hand.
@@ -13,7 +13,7 @@ case "${1:-}" in
 Usage: Scripts/bootstrap.sh
 
 Installs, with apt-get, whichever of these is missing: libssl-dev, libsqlite3-dev, libedit-dev,
-pkg-config, tmux, openssl, redis-server.
+libsodium-dev, pkg-config, tmux, openssl, redis-server.
 Needs root (or sudo). Prints nothing when everything is already installed.
 USAGE
         exit 0 ;;
@@ -23,6 +23,7 @@ missing=()
 [[ -f /usr/include/openssl/ssl.h ]] || missing+=(libssl-dev)
 [[ -f /usr/include/sqlite3.h ]] || missing+=(libsqlite3-dev)
 [[ -f /usr/include/histedit.h ]] || missing+=(libedit-dev)
+[[ -f /usr/include/sodium.h ]] || missing+=(libsodium-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
