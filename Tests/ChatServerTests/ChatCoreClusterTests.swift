@@ -267,7 +267,7 @@ struct ChatCoreClusterTests {
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         #expect(actions == [.broadcast(joined, to: [ann])], "its own joined first")
-        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, version: 2)])
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, history: .page(.before, from: 5, limit: 100))])
         actions.removeAll()
         let line = Frame.message(room: "r", seq: 6, time: 10, sender: "bob", text: "hi")
         core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: line), into: &actions)
@@ -308,7 +308,7 @@ struct ChatCoreClusterTests {
         core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
-        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, version: 2)])
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, history: .page(.before, from: 5, limit: 100))])
         // Its part, pipelined behind the join, is appended and delivered before the snapshot is read.
         core.received(.part(room: "r"), size: 10, from: ann, at: now, into: &actions)
         _ = core.takeClusterRequests()
@@ -534,7 +534,7 @@ struct ChatCoreClusterTests {
             switch requests.first {
             case .members(let room, let asker)?: core.clusterMembersRead(room: room, asker, .success(["ann"]), into: &actions)
             case .listRooms(let asker)?: core.clusterRoomsRead(asker, .success([]), into: &actions)
-            case .history(let room, let asker, _, _, _, let request)?:
+            case .history(let room, let asker, _, let request)?:
                 core.clusterHistoryRead(room: room, asker, request: request, .success((epoch: 7, entries: [], complete: true)), into: &actions)
             default: Issue.record("expected a read, got \(requests)")
             }

@@ -27,16 +27,16 @@ public enum ClusterRequest: Sendable, Equatable {
     /// `change`; if it fails, `clusterAppendFailed` tells `sender`, or, with no sender (a quit),
     /// the server retries it once the cluster is back. With `charge`, as for `join`.
     case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?)
-    /// Read what a joiner of `room` is told — epoch, members, topic, history up to its own
-    /// `joined` at `seq` → `clusterSnapshotRead`.
-    case snapshot(room: String, ClientID, seq: UInt64, version: UInt16)
+    /// Read what a joiner of `room` is told — epoch, members, topic, and `history` (before its
+    /// own `joined` at `seq`) → `clusterSnapshotRead`.
+    case snapshot(room: String, ClientID, seq: UInt64, history: ClusterHistoryRead)
     /// Read `room`'s members → `clusterMembersRead`.
     case members(room: String, ClusterAsker)
     /// Read every room with members → `clusterRoomsRead`.
     case listRooms(ClusterAsker)
-    /// Read a page of `room`'s history next to `seq` → `clusterHistoryRead`. `request` is what
-    /// asked: `requestHistory` (newest `limit` messages) or `fetchHistory`.
-    case history(room: String, ClusterAsker, HistoryDirection, seq: UInt64, limit: Int, request: FrameType)
+    /// Read `history` of `room` → `clusterHistoryRead`. `request` is what asked:
+    /// `requestHistory` or `fetchHistory`.
+    case history(room: String, ClusterAsker, ClusterHistoryRead, request: FrameType)
     /// Hand `message` (a `direct`) to the node serving its recipient → `clusterDirectSent`.
     case direct(Frame, sender: ClusterAsker)
     /// Stop following `room`: no member here any more.
@@ -102,9 +102,11 @@ public struct ClusterRoomSnapshot: Sendable, Equatable {
     public var topic: Frame?
     /// Member nicks, in joining order.
     public var members: [String]
-    /// The newest history, oldest first, up to the joiner's `joined`.
+    /// The history before the joiner's `joined`, oldest first, as the snapshot's
+    /// `ClusterHistoryRead` cut it: a page for a version 2 joiner, the recent messages for a
+    /// version 1 joiner.
     public var history: [HistoryEntry]
-    /// Whether `history` reaches the oldest event kept.
+    /// Whether no history older than `history` is kept (for a page).
     public var complete: Bool
 
     /// Describes a snapshot.
@@ -118,6 +120,93 @@ public struct ClusterRoomSnapshot: Sendable, Equatable {
         self.members = members
         self.history = history
         self.complete = complete
+    }
+}
+
+/// Which history entries a read of a room's log answers with. A server on its own answers from
+/// what its memory keeps of the room (`RoomHistory`, loaded from its store when it has one); a
+/// node has no such memory, so it cuts the same answer from the log itself, which also holds the
+/// presence events (joins, leaves, quits, nick changes) that are no history.
+public enum ClusterHistoryRead: Sendable, Equatable {
+    /// One `historyPage`, as `RoomHistory.page` cuts it: at most `limit` entries next to `seq`
+    /// (topics included) that fit one frame, and whether any history lies beyond them.
+    case page(HistoryDirection, from: UInt64, limit: Int)
+    /// Version 1's `history`, as `RoomHistory.recentMessages` answers it: the newest `count`
+    /// messages and actions among what a room's history keeps of the entries before `seq` (0:
+    /// all) — the newest `window` (`--history-size`, topic changes counted) that cost at most
+    /// `bytes` (the memory budget's share of one room). Sent in as many frames as they take.
+    case recentMessages(before: UInt64, count: Int, window: Int, bytes: Int)
+}
+
+/// Cuts a `ClusterHistoryRead`'s answer from a room's log, which is read a batch at a time in
+/// `direction` from `cursor` on (`ClusterNode` reads Redis's stream; the tests' in-memory Redis
+/// its own copy of it). Fed the events of each batch in the order read, it says when it has the
+/// answer; until then the next batch starts past `cursor`.
+///
+/// A full page is told `complete` only once the log shows no history beyond it: presence events
+/// are skipped, so the read goes on until the next history entry (not complete) or the end of
+/// the log (complete). That costs no more than a page the log cannot fill, which reads to its end.
+struct ClusterHistoryCut: Sendable {
+    /// What is cut.
+    let read: ClusterHistoryRead
+    /// The direction the log is read in: newer (`after`) or older (`before`) than `cursor`.
+    let direction: HistoryDirection
+    /// The `seq` the next batch starts beyond (0 with `before`: from the newest event).
+    private(set) var cursor: UInt64
+    /// The answer, once known: the entries, oldest first, and whether no history lies beyond them.
+    private(set) var answer: (entries: [HistoryEntry], complete: Bool)?
+    /// The entries taken, in the order read.
+    private var taken: [HistoryEntry] = []
+    /// Entries of the window counted (`recentMessages`: topic changes too, though not taken).
+    private var counted = 0
+    /// What the counted entries cost, by the read's measure.
+    private var spent = 0
+
+    /// A cut of `read`, which reads nothing when the answer is known already.
+    init(_ read: ClusterHistoryRead) {
+        self.read = read
+        switch read {
+        case .page(let direction, let seq, _):
+            self.direction = direction
+            cursor = seq
+        case .recentMessages(let seq, let count, let window, _):
+            direction = .before
+            cursor = seq
+            if count <= 0 || window <= 0 { answer = ([], true) }
+        }
+        // Nothing is older than the first event.
+        if direction == .before, cursor == 1 { answer = ([], true) }
+    }
+
+    /// Takes the next batch of the log, `events` in the order read; `logEnded` says the log
+    /// holds nothing beyond them (the batch was not full).
+    mutating func take(_ events: [(seq: UInt64, time: UInt64, payload: [UInt8])], logEnded: Bool) {
+        guard answer == nil else { return }
+        for event in events {
+            cursor = event.seq
+            guard let entry = ChatCore.historyEntry(payload: event.payload, seq: event.seq, time: event.time) else { continue }
+            switch read {
+            case .page(_, _, let limit):
+                // History beyond a full page, or one that no longer fits the frame.
+                if taken.count >= limit { return finish(complete: false) }
+                spent += ChatCore.cost(entry)
+                if spent > ChatCore.listFrameBudget, !taken.isEmpty { return finish(complete: false) }
+                taken.append(entry)
+            case .recentMessages(_, let count, let window, let bytes):
+                spent += RoomHistory.cost(of: entry)
+                // What a room's memory would have forgotten to keep the newer entries.
+                if spent > bytes, counted > 0 { return finish(complete: false) }
+                counted += 1
+                if entry.kind != .topic { taken.append(entry) }
+                if taken.count == count || counted == window { return finish(complete: false) }
+            }
+        }
+        if logEnded { finish(complete: true) }
+    }
+
+    private mutating func finish(complete: Bool) {
+        answer = (direction == .before ? taken.reversed() : taken, complete)
+        taken = []
     }
 }
 
@@ -326,6 +415,20 @@ extension ChatCore {
 
     /// The room names this node follows: those with local members or joiners.
     public var clusterRooms: [String] { cluster.map { $0.rooms.keys.sorted() } ?? [] }
+
+    /// `roomNames` on a node: the rooms where it serves a member, sorted. The cluster's rooms are
+    /// Redis's (`listRooms` reads them); a node keeps only what delivering to its own clients
+    /// takes.
+    var clusterRoomNames: [String] {
+        cluster.map { $0.rooms.filter { !$0.value.members.isEmpty }.keys.sorted() } ?? []
+    }
+
+    /// `memberNicks(of:)` on a node: the members of `room` it serves, in the order their `joined`
+    /// was delivered (the cluster's joining order among them). The room's members on every node
+    /// are Redis's (`who` reads them).
+    func clusterMemberNicks(of room: String) -> [String] {
+        cluster?.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
+    }
 
     /// `id` as the asker of an answer to come.
     private func asker(_ id: ClientID) -> ClusterAsker {
@@ -586,9 +689,11 @@ extension ChatCore {
             cluster!.awaiting[id] = .read
             ask(.members(room: room, asker(id)), owing: id)
         case .requestHistory(let room, let count):
-            clusterHistory(of: room, id: id, .before, seq: 0, limit: min(Int(count), configuration.historySize), request: .requestHistory, into: &actions)
+            let read = recentMessages(before: 0, count: min(Int(count), configuration.historySize))
+            clusterHistory(of: room, id: id, read, request: .requestHistory, into: &actions)
         case let .fetchHistory(room, direction, seq, limit):
-            clusterHistory(of: room, id: id, direction, seq: seq, limit: min(Int(limit), configuration.historySize), request: .fetchHistory, into: &actions)
+            let read = ClusterHistoryRead.page(direction, from: seq, limit: min(Int(limit), configuration.historySize))
+            clusterHistory(of: room, id: id, read, request: .fetchHistory, into: &actions)
         default:
             return false
         }
@@ -683,9 +788,14 @@ extension ChatCore {
         return charge
     }
 
+    /// What a server on its own sends a version 1 client of its history before `seq`: the
+    /// newest `count` messages of what a room's memory keeps.
+    private func recentMessages(before seq: UInt64, count: Int) -> ClusterHistoryRead {
+        .recentMessages(before: seq, count: count, window: configuration.historySize, bytes: budget.historyPerRoom)
+    }
+
     private mutating func clusterHistory(
-        of room: String, id: ClientID, _ direction: HistoryDirection, seq: UInt64, limit: Int, request: FrameType,
-        into actions: inout [ChatAction]
+        of room: String, id: ClientID, _ read: ClusterHistoryRead, request: FrameType, into actions: inout [ChatAction]
     ) {
         guard clients[id.slot]!.rooms.contains(room), cluster!.rooms[room]?.members.contains(id) == true else {
             refuse(request, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
@@ -696,7 +806,7 @@ extension ChatCore {
             return
         }
         cluster!.awaiting[id] = .read
-        ask(.history(room: room, asker(id), direction, seq: seq, limit: limit, request: request), owing: id)
+        ask(.history(room: room, asker(id), read, request: request), owing: id)
     }
 
     /// `id` left this node (`client` is what was known of it): its rooms hear it quit, through
@@ -953,7 +1063,12 @@ extension ChatCore {
             // The join it was owed an answer to is answered by its `joined`; the snapshot is owed
             // in its place.
             room.snapshotting[newMember] = []
-            ask(.snapshot(room: name, newMember, seq: seq, version: version))
+            // The replay a joiner of its version gets on a server on its own.
+            let history =
+                version >= 2
+                ? ClusterHistoryRead.page(.before, from: seq, limit: configuration.historySize)
+                : recentMessages(before: seq, count: configuration.historySize)
+            ask(.snapshot(room: name, newMember, seq: seq, history: history))
         }
         if case .left(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.leaving.contains(id),
             let index = room.members.firstIndex(of: id)
@@ -1020,9 +1135,8 @@ extension ChatCore {
         if version >= 2 {
             actions.append(
                 .send(.historyPage(room: name, epoch: snapshot.epoch, complete: snapshot.complete, entries: snapshot.history), to: id))
-        } else {
-            let messages = snapshot.history.filter { $0.kind != .topic }
-            if !messages.isEmpty { appendHistoryFrames(room: name, entries: messages, to: id, into: &actions) }
+        } else if !snapshot.history.isEmpty {
+            appendHistoryFrames(room: name, entries: snapshot.history, to: id, into: &actions)
         }
     }
 
@@ -1081,7 +1195,8 @@ extension ChatCore {
         }
     }
 
-    /// The history page `id` asked for with `request`, or why it could not be read.
+    /// The history `id` asked for with `request` (its `ClusterHistoryRead`'s answer: a page, or
+    /// the recent messages for `requestHistory`), or why it could not be read.
     public mutating func clusterHistoryRead(
         room: String, _ asker: ClusterAsker, request: FrameType,
         _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
@@ -1091,11 +1206,10 @@ extension ChatCore {
         defer { settleRead(of: id, from: firstAction, into: &actions) }
         switch result {
         case .success(let page) where request == .requestHistory:
-            let messages = page.entries.filter { $0.kind != .topic }
-            if messages.isEmpty {
+            if page.entries.isEmpty {
                 actions.append(.send(.history(room: room, entries: []), to: id))
             } else {
-                appendHistoryFrames(room: room, entries: messages, to: id, into: &actions)
+                appendHistoryFrames(room: room, entries: page.entries, to: id, into: &actions)
             }
         case .success(let page):
             actions.append(.send(.historyPage(room: room, epoch: page.epoch, complete: page.complete, entries: page.entries), to: id))
@@ -1180,12 +1294,6 @@ extension ChatCore {
         default: nil
         }
     }
-
-    /// The frame budget a page of history may fill, and what an entry costs in it.
-    public static var historyPageBudget: Int { listFrameBudget }
-
-    /// What `entry` costs of `historyPageBudget`.
-    public static func historyCost(_ entry: HistoryEntry) -> Int { cost(entry) }
 }
 
 /// Why the cluster could not do what was asked, as a client is told it.
