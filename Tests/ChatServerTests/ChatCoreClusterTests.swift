@@ -675,6 +675,38 @@ struct ChatCoreClusterTests {
         #expect(!core.isAwaitingCluster(ann) && core.heldReplyBytes(for: ann) == 0, "read again once they went")
     }
 
+    /// On a single server `changeNick` is answered with `nickAccepted` and then the `nickChanged`
+    /// of each of the client's rooms, before its next request is read: a reply to a later request
+    /// follows them on a node too, and a `nickChanged` that could not be appended (it is tried
+    /// again once Redis is back) holds nothing up.
+    @Test func aNickChangesEventsComeBeforeTheRepliesToTheRequestsAfterIt() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        Self.join(bob, "bob", to: "r", seq: 2, members: ["ann", "bob"], of: &core)
+        Self.join(ann, "ann", to: "s", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.changeNick(nick: "anna"), size: 10, from: ann, at: now, into: &actions)
+        #expect(core.takeClusterRequests() == [.claimNick(ann, nick: "anna")])
+        core.clusterNickClaimed(ann, nick: "anna", .success(true), at: now, into: &actions)
+        #expect(actions == [.send(.nickAccepted(nick: "anna"), to: ann)], "accepted at once, before its events")
+        var askers: [String: ClusterAsker] = [:]
+        for case .append(let room, .nickChanged, _, let sender?, _) in core.takeClusterRequests() { askers[room] = sender }
+        #expect(askers.keys.sorted() == ["r", "s"], "one nickChanged per room, each answered to ann")
+        actions.removeAll()
+        core.received(.ping(token: 1), size: 8, from: ann, at: now, into: &actions)
+        #expect(actions.isEmpty, "the pong waits for the nick change's events: \(actions)")
+        let inR = Frame.nickChanged(room: "r", seq: 3, time: 9, old: "ann", new: "anna")
+        #expect(Self.deliver(inR, seq: 3, to: &core) == [.broadcast(inR, to: [ann, bob])], "s's event has not come yet")
+        core.clusterAppendFailed(
+            .nickChanged(room: "s", seq: 0, time: 0, old: "ann", new: "anna"), in: "s", sender: askers["s"]!,
+            failure: ClusterFailure(reason: "Redis is down"), into: &actions)
+        #expect(actions == [.send(.pong(token: 1), to: ann)], "no error: the node appends it again once Redis is back")
+    }
+
     @Test func aNicksNextHolderDoesNotWaitForTheLinesOfOneThatLeft() {
         var core = clusteredCore()
         let (first, second) = (ClientID(0), ClientID(1))

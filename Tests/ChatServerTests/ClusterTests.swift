@@ -1086,6 +1086,33 @@ struct ClusterTests {
         newAnn.close()
     }
 
+    /// The order rule (docs/SERVER.md, "Order") for a nick change: `changeNick, ping` in one
+    /// write gets `nickAccepted`, the `nickChanged` of each of its rooms, then `pong`, as on a
+    /// single server — though the events come back through Redis after the pong could be sent.
+    @Test func aNickChangesEventsComeBeforeTheReplyToTheNextRequest() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let clients = try await cluster.clients("ann", "bob")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
+        try await ann.clusterJoin("s")
+        for round in 1...5 {
+            let (old, new) = round.isMultiple(of: 2) ? ("anna", "ann") : ("ann", "anna")
+            try await ann.send([.changeNick(nick: new), .ping(token: UInt64(round))])
+            let seen = try await ann.collect(4, "ann's frames of round \(round)") { frame -> String? in
+                switch frame {
+                case .nickAccepted(let nick): "accepted \(nick)"
+                case .nickChanged(let room, _, _, old, new): "changed in \(room)"
+                case .pong(let token): "pong \(token)"
+                default: nil
+                }
+            }
+            #expect(seen.first == "accepted \(new)" && seen.last == "pong \(round)", "round \(round): \(seen)")
+            #expect(Set(seen.dropFirst().dropLast()) == ["changed in r", "changed in s"], "round \(round): \(seen)")
+            _ = try await bob.waitFor("the nick change on the other node") { if case .nickChanged("r", _, _, old, new) = $0 { true } else { nil } }
+        }
+    }
+
     @Test func clusterScriptRunsNodesToChatOnAndStopsEverythingItStarted() async throws {
         let script = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -24,8 +24,9 @@ public enum ClusterRequest: Sendable, Equatable {
     /// `charge`, the room's member count that Redis reports settles it → `clusterFanoutCounted`.
     case join(room: String, ClientID, nick: String, charge: FanoutCharge?)
     /// Append `event` (its `seq` and time 0: Redis numbers and stamps it) to `room`'s log with
-    /// `change`; if it fails, `clusterAppendFailed` tells `sender`, or, with no sender (a quit),
-    /// the server retries it once the cluster is back. With `charge`, as for `join`.
+    /// `change`; if it fails, `clusterAppendFailed` tells `sender`. A quit (no sender) or a nick
+    /// change that fails for want of Redis is appended again once the cluster is back: the room
+    /// must not keep a member that left or a name that changed. With `charge`, as for `join`.
     case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?)
     /// Read what a joiner of `room` is told — epoch, members, topic, and `history` (before its
     /// own `joined` at `seq`) → `clusterSnapshotRead`.
@@ -501,12 +502,13 @@ extension ChatCore {
     }
 
     /// Who sent a room event that a client appends with itself as the sender (a message, an
-    /// action, a topic, a `left`): whose echo it is.
+    /// action, a topic, a `left`, a `nickChanged` under its new nick): whose echo it is.
     private static func author(of frame: Frame) -> String? {
         switch frame {
         case .message(_, _, _, let sender, _), .action(_, _, _, let sender, _): sender
         case .topic(_, _, _, let setBy, _): setBy
         case .left(_, _, _, let nick): nick
+        case .nickChanged(_, _, _, _, let new): new
         default: nil
         }
     }
@@ -750,7 +752,10 @@ extension ChatCore {
         for room in clients[id.slot]!.rooms {
             let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
             let charge = chargeFanout(of: id, size: size, in: room)
-            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: nil, charge: charge))
+            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: asker(id), charge: charge), owing: id)
+            // A single server sends them before it reads the next request: what that request is
+            // answered with waits for them.
+            expectEcho(of: event, in: room, from: id)
         }
     }
 
@@ -908,9 +913,11 @@ extension ChatCore {
             return
         }
         cluster!.awaiting[id] = nil
-        // A nick change's answer goes after the events of the requests before it.
+        // A nick change's answer goes after the events of the requests before it, and before
+        // its own `nickChanged`s (their appends, asked below, take the next places).
         let firstAction = actions.count
-        defer { clusterOrder(&actions, from: firstAction, for: id) }
+        let place = cluster!.gates[id]?.issued ?? 0
+        defer { clusterOrder(&actions, from: firstAction, for: id, after: place) }
         switch (awaited, outcome) {
         case (.hello(_, let version), .success(true)):
             welcome(id, nick: nick, version: version, into: &actions)
@@ -976,7 +983,7 @@ extension ChatCore {
         // holder of the nick.
         let echo = takeFailedEcho(event, in: room, sender: asker)
         guard let sender = resolve(asker) else { return }
-        let request: FrameType
+        let request: FrameType?
         switch event {
         case .message: request = .say
         case .action: request = .emote
@@ -987,11 +994,14 @@ extension ChatCore {
             if cluster?.rooms[room]?.leaving.remove(sender) != nil, !clients[sender.slot]!.rooms.contains(room) {
                 clients[sender.slot]!.rooms.append(room)
             }
-        default: request = .none
+        // Its nick is changed all the same (`nickAccepted` said so); the node appends the event
+        // again once Redis is back. Nothing to tell, and nothing waits for it any more.
+        case .nickChanged: request = nil
+        default: request = FrameType.none
         }
         // Its error goes where the request was sent, and what waited for it then.
         let firstAction = actions.count
-        refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions)
+        if let request { refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions) }
         clusterOrder(&actions, from: firstAction, for: sender, after: echo.map { $0.ordinal - 1 })
         if let echo { resolveOrdinal(echo.ordinal, of: sender, into: &actions) }
         paid(sender, into: &actions)

@@ -284,11 +284,22 @@ final class ClusterNode: @unchecked Sendable {
                 }
             }
         case .append(let room, let event, let change, let sender, let charge):
-            guard let log = link.roomLog else {
-                if let sender {
-                    return later { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.down, into: &$1) }
+            // A quit or a nick change that does not reach Redis is appended again once it is
+            // back, for no one: the room must not keep a member that left or a name that changed.
+            let retry: ClusterRequest? =
+                if sender == nil {
+                    request
+                } else if case .rename = change {
+                    .append(room: room, event: event, change: change, sender: nil, charge: charge)
+                } else {
+                    nil
                 }
-                return retries.append(request)
+            guard let log = link.roomLog else {
+                if let retry { retries.append(retry) }
+                if let sender {
+                    later { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.down, into: &$1) }
+                }
+                return
             }
             let node = configuration.nodeID
             let roomChange: RoomChange =
@@ -310,11 +321,9 @@ final class ClusterNode: @unchecked Sendable {
                     return
                 }
                 guard case .failure(let error) = result else { return }
+                if case .redis = error, let retry { retries.append(retry) }
                 if let sender {
                     answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.failure(error), into: &$1) }
-                } else if case .redis = error {
-                    // A quit or nick change that did not reach Redis: tried again once it is back.
-                    retries.append(request)
                 }
             }
         case .snapshot(let room, let id, let seq, let history):
