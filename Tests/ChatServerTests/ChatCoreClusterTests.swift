@@ -707,6 +707,88 @@ struct ChatCoreClusterTests {
         #expect(actions == [.send(.pong(token: 1), to: ann)], "no error: the node appends it again once Redis is back")
     }
 
+    /// A `tell` to a client of this node waits, in its sender's order, for the echoes of the lines
+    /// its sender said before it. A single server had delivered it when it read it, so it still
+    /// goes if the sender's connection is lost meanwhile — after those lines, as it would have.
+    @Test func aTellHeldBehindItsSendersLinesReachesItsRecipientThoughTheSenderLeft() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        Self.join(bob, "bob", to: "r", seq: 2, members: ["ann", "bob"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "one"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.tell(recipient: "bob", text: "psst"), size: 20, from: ann, at: now, into: &actions)
+        #expect(actions.isEmpty, "the tell waits for ann's line: \(actions)")
+        core.disconnect(ann, Disconnection(code: nil, reason: "connection lost"), at: now, into: &actions)
+        #expect(frames(to: bob, in: actions).isEmpty, "still after ann's line: \(actions)")
+        let one = Frame.message(room: "r", seq: 3, time: 9, sender: "ann", text: "one")
+        let released = Self.deliver(one, seq: 3, to: &core)
+        let direct = Frame.direct(sender: "ann", recipient: "bob", time: now.wallMillis, text: "psst")
+        #expect(frames(to: bob, in: released) == [one, direct], "bob gets ann's line, then her direct message")
+        #expect(frames(to: ann, in: released).isEmpty, "nothing for the client that left: \(released)")
+    }
+
+    /// The other requests a `tell` can wait behind resolve its place after its sender left too:
+    /// a join (whose snapshot it will never be sent), a `tell` through another node, and a line
+    /// in a room the node no longer follows once the sender was its last member here.
+    @Test func aTellHeldBehindAJoinATellOrAnUnfollowedRoomGoesOnceItsSenderLeft() {
+        let direct = Frame.direct(sender: "ann", recipient: "bob", time: now.wallMillis, text: "psst")
+        for behind in ["join", "tell", "unfollowed"] {
+            var core = clusteredCore()
+            let (ann, bob) = (ClientID(0), ClientID(1))
+            welcome("ann", in: ann, of: &core)
+            welcome("bob", in: bob, of: &core)
+            Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+            _ = core.takeClusterRequests()
+            var actions: [ChatAction] = []
+            let first: Frame =
+                switch behind {
+                case "join": .join(room: "t")
+                case "tell": .tell(recipient: "carol", text: "hi")
+                default: .say(room: "r", text: "one")
+                }
+            core.received(first, size: 20, from: ann, at: now, into: &actions)
+            if behind == "join" { core.clusterJoinAppended(ann, room: "t", failure: nil, into: &actions) }
+            var directAsker: ClusterAsker?
+            for case .direct(_, let sender) in core.takeClusterRequests() { directAsker = sender }
+            core.received(.tell(recipient: "bob", text: "psst"), size: 20, from: ann, at: now, into: &actions)
+            #expect(actions.isEmpty, "\(behind): the tell waits: \(actions)")
+            core.disconnect(ann, Disconnection(code: nil, reason: "connection lost"), at: now, into: &actions)
+            if behind == "tell" {
+                #expect(frames(to: bob, in: actions).isEmpty, "tell: it still waits for the tell before it")
+                let toCarol = Frame.direct(sender: "ann", recipient: "carol", time: now.wallMillis, text: "hi")
+                core.clusterDirectSent(toCarol, sender: directAsker!, .success(true), into: &actions)
+            }
+            #expect(frames(to: bob, in: actions) == [direct], "\(behind): bob gets ann's direct message: \(actions)")
+            #expect(frames(to: ann, in: actions).isEmpty, "\(behind): nothing for ann, who left: \(actions)")
+        }
+    }
+
+    /// What waits in a sender's order for another client of this node is meant for that client
+    /// only: if it leaves meanwhile and a newcomer takes its slot, the newcomer gets none of it.
+    @Test func framesHeldForARecipientThatLeftDoNotReachTheNextClientInItsSlot() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "one"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.tell(recipient: "bob", text: "for bob only"), size: 30, from: ann, at: now, into: &actions)
+        core.disconnect(bob, Disconnection(code: nil, reason: "connection lost"), at: now, into: &actions)
+        welcome("carol", in: bob, of: &core)
+        _ = core.takeClusterRequests()
+        let one = Frame.message(room: "r", seq: 2, time: 9, sender: "ann", text: "one")
+        let released = Self.deliver(one, seq: 2, to: &core)
+        let direct = Frame.direct(sender: "ann", recipient: "bob", time: now.wallMillis, text: "for bob only")
+        #expect(frames(to: ann, in: released) == [one, direct], "ann's echo, then her copy of the tell")
+        #expect(frames(to: bob, in: released).isEmpty, "carol, in bob's slot, gets nothing of bob's: \(released)")
+    }
+
     @Test func aNicksNextHolderDoesNotWaitForTheLinesOfOneThatLeft() {
         var core = clusteredCore()
         let (first, second) = (ClientID(0), ClientID(1))

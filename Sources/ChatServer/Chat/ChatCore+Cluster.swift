@@ -333,6 +333,31 @@ struct ClusterState: Sendable {
             held.insert(frames, at: index)
         }
 
+        /// Takes out of what waits every frame for `id`, which left: a newcomer in its slot must
+        /// not get them. Returns whether frames still wait.
+        mutating func dropFrames(for id: ClientID) -> Bool {
+            var kept: Deque<HeldFrames> = []
+            for var frames in held {
+                switch frames.action {
+                case .send(_, let to), .sendShared(_, let to):
+                    if to == id { continue }
+                case .broadcast(let frame, var recipients):
+                    if let index = recipients.firstIndex(of: id) {
+                        recipients.remove(at: index)
+                        if recipients.isEmpty { continue }
+                        frames.action = .broadcast(frame, to: recipients)
+                        frames.cost -= ChatCore.heldCostPerRecipient
+                    }
+                case .disconnect:
+                    break
+                }
+                kept.append(frames)
+            }
+            held = kept
+            heldBytes = kept.reduce(0) { $0 + $1.cost }
+            return !held.isEmpty
+        }
+
         /// `ordinal` is resolved: the held frames it cleared go to `actions`, in order.
         mutating func resolve(_ ordinal: UInt64, into actions: inout [ChatAction]) {
             // Usually the first: a room's appends resolve in order.
@@ -384,6 +409,18 @@ struct ClusterState: Sendable {
     /// The order of each client's frames, from its first request that Redis answers later until
     /// it leaves: its ordinals never start again, so an answer cannot resolve a later request's.
     var gates: [ClientID: OrderGate] = [:]
+    /// The clients whose gate has held frames for another client of this node (the copy of a
+    /// `tell`): when that client leaves, they are taken out (`OrderGate.dropFrames`).
+    var holdingForOthers: Set<ClientID> = []
+    /// The gates of clients that left while frames for other clients waited in them, by the asker
+    /// that left. A single server delivered a `tell` when it read it, whatever became of its
+    /// sender; here it goes once the events of the sender's earlier requests have (or their
+    /// appends failed, or the room is followed no more), still after them.
+    var orphanedGates: [ClusterAsker: OrderGate] = [:]
+    /// What `orphanedGates` hold, by `OrderGate.heldBytes`: at most the memory budget's `held`
+    /// share, which only durable mode's commits use otherwise. Past it a gate that would be
+    /// orphaned is dropped, its frames with it.
+    var orphanedBytes = 0
 }
 
 extension ChatCore {
@@ -574,7 +611,54 @@ extension ChatCore {
             let cost = Self.heldCost(of: action)
             cluster!.gates[id]!.heldBytes += cost
             cluster!.gates[id]!.hold(ClusterState.HeldFrames(after: place, action: action, cost: cost))
+            switch action {
+            case .send(_, let to), .sendShared(_, let to): if to != id { cluster!.holdingForOthers.insert(id) }
+            case .broadcast(_, let recipients): if recipients.contains(where: { $0 != id }) { cluster!.holdingForOthers.insert(id) }
+            case .disconnect: break
+            }
         }
+    }
+
+    /// `ordinal` of the client `asker` that left is resolved: the frames for others that waited
+    /// for it in its orphaned gate go now.
+    private mutating func resolveOrphaned(_ ordinal: UInt64, of asker: ClusterAsker, into actions: inout [ChatAction]) {
+        guard var gate = cluster!.orphanedGates.removeValue(forKey: asker) else { return }
+        cluster!.orphanedBytes -= gate.heldBytes
+        gate.resolve(ordinal, into: &actions)
+        guard !gate.held.isEmpty else { return }
+        cluster!.orphanedBytes += gate.heldBytes
+        cluster!.orphanedGates[asker] = gate
+    }
+
+    /// `id` left: what its own gate holds for others is orphaned (`orphanedGates`), with the
+    /// ordinals that resolve by themselves no more (its joins: no snapshot comes for it)
+    /// resolved now, and what other gates hold for it is dropped. Returns whether its gate was
+    /// orphaned: its pending echoes then stay listed, to resolve the rest.
+    private mutating func orphanGate(of id: ClientID, asker: ClusterAsker, into actions: inout [ChatAction]) -> Bool {
+        var orphaned = false
+        if var gate = cluster!.gates.removeValue(forKey: id), cluster!.holdingForOthers.remove(id) != nil, gate.dropFrames(for: id),
+            cluster!.orphanedBytes + gate.heldBytes <= budget.held
+        {
+            for room in cluster!.rooms.values { if let ordinal = room.joinOrdinals[id] { gate.resolve(ordinal, into: &actions) } }
+            if !gate.held.isEmpty {
+                cluster!.orphanedBytes += gate.heldBytes
+                cluster!.orphanedGates[asker] = gate
+                orphaned = true
+            }
+        }
+        for holder in cluster!.holdingForOthers {
+            if cluster!.gates[holder]?.dropFrames(for: id) != true { cluster!.holdingForOthers.remove(holder) }
+        }
+        for (other, var gate) in cluster!.orphanedGates {
+            cluster!.orphanedBytes -= gate.heldBytes
+            if gate.dropFrames(for: id) {
+                cluster!.orphanedBytes += gate.heldBytes
+                cluster!.orphanedGates[other] = gate
+            } else {
+                cluster!.orphanedGates[other] = nil
+            }
+        }
+        return orphaned
     }
 
     /// `ordinal` of `id` is resolved: the frames that waited for it, and for nothing still to
@@ -585,12 +669,16 @@ extension ChatCore {
         departIfPaid(id, into: &actions)
     }
 
+    /// What each recipient of a held broadcast adds to its cost.
+    static let heldCostPerRecipient = 8
+
     /// About what a held action takes in memory: its frames encoded, and its bookkeeping.
     private static func heldCost(of action: ChatAction) -> Int {
         let bookkeeping = 64
         switch action {
         case .send(let frame, _): return bookkeeping + FrameEncoder.encode(frame).count
-        case .broadcast(let frame, let recipients): return bookkeeping + FrameEncoder.encode(frame).count + 8 * recipients.count
+        case .broadcast(let frame, let recipients):
+            return bookkeeping + FrameEncoder.encode(frame).count + heldCostPerRecipient * recipients.count
         case .sendShared(let shared, _): return shared.frames.reduce(bookkeeping) { $0 + FrameEncoder.encode($1).count }
         case .disconnect: return bookkeeping
         }
@@ -816,13 +904,17 @@ extension ChatCore {
 
     /// `id` left this node (`client` is what was known of it): its rooms hear it quit, through
     /// the cluster, and its nick is let go.
-    mutating func clusterDeparted(_ id: ClientID, client: ClientState, reason: String, at now: ServerTime) {
+    mutating func clusterDeparted(
+        _ id: ClientID, client: ClientState, reason: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        let departed = asker(id)
         let awaited = cluster!.awaiting.removeValue(forKey: id)
         cluster!.sessions[id.slot] = nil
         cluster!.owed[id] = nil
         cluster!.departures[id] = nil
-        // What was held for it goes with it (it was told nothing of it).
-        cluster!.gates[id] = nil
+        // What was held for it goes with it (it was told nothing of it); what it held for others
+        // goes on without it.
+        let orphaned = orphanGate(of: id, asker: departed, into: &actions)
         if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
             // Its claim may still succeed: `clusterNickClaimed` lets it go then.
             nicks[ChatName.nickKey(nick)] = nil
@@ -837,9 +929,10 @@ extension ChatCore {
             room.snapshotting[id] = nil
             room.leaving.remove(id)
             room.joinOrdinals[id] = nil
-            // Its events still come, and wait for nothing: a next holder of its nick must not
-            // wait behind them.
-            for (author, echoes) in room.pendingEchoes where echoes.contains(where: { $0.sender.id == id }) {
+            // Its events still come, and wait for nothing — unless frames for others wait for
+            // them: a next holder of its nick must not wait behind them (it does not while they
+            // stay listed either: they come first, being appended first).
+            for (author, echoes) in room.pendingEchoes where !orphaned && echoes.contains(where: { $0.sender.id == id }) {
                 let kept = echoes.filter { $0.sender.id != id }
                 room.pendingEchoes[author] = kept.isEmpty ? nil : Deque(kept)
             }
@@ -849,7 +942,7 @@ extension ChatCore {
         }
         // After its quits (below): a room it had left but whose snapshot it still waited for
         // is followed no longer either.
-        defer { for name in emptied { unfollowIfEmpty(name) } }
+        defer { for name in emptied { unfollowIfEmpty(name, into: &actions) } }
         guard let nick = client.nick else { return }
         nicks[ChatName.nickKey(nick)] = nil
         // Every room it was in or on its way into: a `joined` already appended gets its `quit`
@@ -868,9 +961,11 @@ extension ChatCore {
     /// with `reason` and lets its nick go, through the cluster, as if it had disconnected.
     public mutating func clusterDepartAll(reason: String, at now: ServerTime) {
         guard cluster != nil else { return }
+        // Every client goes: what one held for another is sent to no one.
+        var unsent: [ChatAction] = []
         for slot in clients.indices {
             guard let client = clients[slot], client.nick.map({ nicks[ChatName.nickKey($0)] == ClientID(slot) }) ?? true else { continue }
-            clusterDeparted(ClientID(slot), client: client, reason: reason, at: now)
+            clusterDeparted(ClientID(slot), client: client, reason: reason, at: now, into: &unsent)
         }
     }
 
@@ -887,10 +982,15 @@ extension ChatCore {
         }
     }
 
-    private mutating func unfollowIfEmpty(_ name: String) {
+    private mutating func unfollowIfEmpty(_ name: String, into actions: inout [ChatAction]) {
         guard let room = cluster!.rooms[name], room.isEmpty else { return }
         cluster!.rooms[name] = nil
         ask(.unfollow(room: name))
+        // Its events are heard here no more: what clients that left hold behind them goes now.
+        guard !cluster!.orphanedGates.isEmpty else { return }
+        for echoes in room.pendingEchoes.values {
+            for echo in echoes { resolveOrphaned(echo.ordinal, of: echo.sender, into: &actions) }
+        }
     }
 
     // MARK: Answers from the cluster
@@ -959,7 +1059,7 @@ extension ChatCore {
             clusterOrder(&actions, from: firstAction, for: id, after: ordinal - 1)
             resolveOrdinal(ordinal, of: id, into: &actions)
         }
-        unfollowIfEmpty(room)
+        unfollowIfEmpty(room, into: &actions)
         paid(id, into: &actions)
     }
 
@@ -982,7 +1082,10 @@ extension ChatCore {
         // Off the list even if its sender left: a stale first entry would hold up the next
         // holder of the nick.
         let echo = takeFailedEcho(event, in: room, sender: asker)
-        guard let sender = resolve(asker) else { return }
+        guard let sender = resolve(asker) else {
+            if let echo { resolveOrphaned(echo.ordinal, of: asker, into: &actions) }
+            return
+        }
         let request: FrameType?
         switch event {
         case .message: request = .say
@@ -1090,8 +1193,14 @@ extension ChatCore {
         }
         cluster!.rooms[name] = room
         // What its sender was sent after asking for it may go now (a join waits for its snapshot).
-        if let echo, let id = resolve(echo.sender) { resolveOrdinal(echo.ordinal, of: id, into: &actions) }
-        unfollowIfEmpty(name)
+        if let echo {
+            if let id = resolve(echo.sender) {
+                resolveOrdinal(echo.ordinal, of: id, into: &actions)
+            } else {
+                resolveOrphaned(echo.ordinal, of: echo.sender, into: &actions)
+            }
+        }
+        unfollowIfEmpty(name, into: &actions)
         if !cluster!.owed.isEmpty, let author = Self.author(of: frame), let id = nicks[ChatName.nickKey(author)],
             let echo = cluster!.owed[id]?.echoes[name], echo <= seq
         {
@@ -1125,7 +1234,7 @@ extension ChatCore {
             resolveOrdinal(ordinal, of: id, into: &actions)
         }
         // A client that left before its snapshot came was the room's last one here.
-        unfollowIfEmpty(name)
+        unfollowIfEmpty(name, into: &actions)
         paid(id, into: &actions)
     }
 
@@ -1234,7 +1343,14 @@ extension ChatCore {
         _ message: Frame, sender asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, away: (nick: String, text: String)? = nil,
         into actions: inout [ChatAction]
     ) {
-        guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else { return }
+        guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else {
+            // Its sender left: what it held for others behind this `tell` may go.
+            if let ordinal = cluster?.orphanedGates[asker]?.directs.first {
+                cluster!.orphanedGates[asker]!.directs.removeFirst()
+                resolveOrphaned(ordinal, of: asker, into: &actions)
+            }
+            return
+        }
         let firstAction = actions.count
         // Its copy, or why not, goes where the `tell` was sent; then what waited for it.
         let ordinal = cluster!.gates[id]?.directs.popFirst()

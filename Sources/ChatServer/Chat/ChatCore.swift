@@ -239,7 +239,7 @@ public struct ChatCore: Sendable {
         clientCount -= 1
         addresses[client.address]?.connections -= 1
         if cluster != nil {
-            clusterDeparted(id, client: client, reason: disconnection.reason, at: now)
+            clusterDeparted(id, client: client, reason: disconnection.reason, at: now, into: &actions)
         } else if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
             for room in client.rooms {
