@@ -157,7 +157,7 @@ struct Harness {
     var sqliteStore: SQLiteRoomStore? { sqlite?.store }
 
     /// The rooms with members, sorted, as the mode knows them: the core's own in memory and with
-    /// a store, Redis's in a cluster (a node keeps no room list of its own).
+    /// a store, Redis's in a cluster (a node knows only the rooms of its own clients).
     var roomNames: [String] { redis?.roomNames ?? core.roomNames }
 
     /// The nicks in `room`, in joining order, as the mode knows them (see `roomNames`).
