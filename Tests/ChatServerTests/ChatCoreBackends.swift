@@ -157,7 +157,7 @@ struct Harness {
     var sqliteStore: SQLiteRoomStore? { sqlite?.store }
 
     /// The rooms with members, sorted, as the mode knows them: the core's own in memory and with
-    /// a store, Redis's in a cluster (a node keeps no room list of its own).
+    /// a store, Redis's in a cluster (a node knows only the rooms of its own clients).
     var roomNames: [String] { redis?.roomNames ?? core.roomNames }
 
     /// The nicks in `room`, in joining order, as the mode knows them (see `roomNames`).
@@ -310,7 +310,8 @@ private final class CommitOutcome: @unchecked Sendable {
 /// event (presence too), members in joining order, the topic event and the epoch (set once, by
 /// the first snapshot); nick claims; away messages. An appended event is published to the node
 /// when the node follows the room, in `seq` order, stamped with the harness's wall clock (Redis's
-/// clock). Pages of history are cut as `ClusterNode.readPage` cuts them from the stream.
+/// clock). History is cut from the stream by the node's own `ClusterHistoryCut`, as
+/// `ClusterNode.readHistory` cuts it.
 /// Not modelled: the log's `MAXLEN ~ 10000` bound, outages, other nodes.
 /// (Adapted from the `FakeCluster` of ChatCoreClusterTests, which drives several nodes with
 /// fixed answers.)
@@ -336,8 +337,8 @@ struct SingleNodeRedis {
     private var followed: Set<String> = []
     private let makeEpoch: () -> UInt64
 
-    /// Events of a room's log read per command (`ClusterReplies.eventsPerRead`): where a page
-    /// read from the stream stops matters to its `complete`.
+    /// Events of a room's log read per command, as the node reads them
+    /// (`ClusterReplies.eventsPerRead`).
     private static let eventsPerRead = 64
 
     /// An empty Redis that gives a room without an epoch the next of `makeEpoch`.
@@ -401,14 +402,14 @@ struct SingleNodeRedis {
             settle(charge, in: room, audience: rooms[room]!.members.count + leaver, core: &core)
             publish(room, seq: seq, to: &core, into: &actions)
             if let sender { core.clusterAppended(room: room, seq: seq, sender: sender, into: &actions) }
-        case .snapshot(let name, let id, let seq, let version):
+        case .snapshot(let name, let id, let seq, let read):
             if rooms[name]?.epoch == nil { rooms[name, default: Room()].epoch = makeEpoch() }
             let room = rooms[name]!
             let topic = room.topic.flatMap { event -> Frame? in
                 guard case .topic(_, _, _, let setBy, let text)? = try? Frame(decoding: event.payload) else { return nil }
                 return .topic(room: name, seq: event.seq, time: event.time, setBy: setBy, text: text)
             }
-            let (history, complete) = page(of: name, .before, from: seq + 1, limit: core.configuration.historySize, messagesOnly: version < 2)
+            let (history, complete) = history(of: name, read)
             let snapshot = ClusterRoomSnapshot(
                 epoch: room.epoch!, firstSeq: room.log.first?.seq ?? 0, lastSeq: seq, topic: topic, members: room.members,
                 history: history, complete: complete)
@@ -420,10 +421,10 @@ struct SingleNodeRedis {
                 RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic.flatMap(Self.topicText) ?? "")
             }
             core.clusterRoomsRead(asker, .success(listed), into: &actions)
-        case .history(let room, let asker, let direction, let seq, let limit, let request):
+        case .history(let room, let asker, let read, let request):
             // `GET epoch`: 0 for a room no snapshot has given one.
             let epoch = rooms[room]?.epoch ?? 0
-            let (entries, complete) = page(of: room, direction, from: seq, limit: limit, messagesOnly: request == .requestHistory)
+            let (entries, complete) = history(of: room, read)
             core.clusterHistoryRead(
                 room: room, asker, request: request, .success((epoch: epoch, entries: entries, complete: complete)), into: &actions)
         case .direct(let message, let sender):
@@ -469,39 +470,28 @@ struct SingleNodeRedis {
         core.clusterFanoutCounted(room: room, memberCount: memberCount, audience: audience, charge: charge)
     }
 
-    /// A page of `room`'s history next to `seq`, oldest first, cut as `ClusterNode.readPage` cuts
-    /// it: the stream read `eventsPerRead` events at a time (joins, leaves and nick changes
-    /// skipped, and topics too for `messagesOnly`) until `limit` entries or the frame budget.
-    private func page(
-        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, messagesOnly: Bool
-    ) -> (entries: [HistoryEntry], complete: Bool) {
-        guard limit > 0 else { return ([], false) }
-        if direction == .before, seq == 1 { return ([], true) }
-        let log = rooms[room]?.log ?? []
-        var taken: [HistoryEntry] = []
-        var spent = 0
-        func finish(complete: Bool) -> (entries: [HistoryEntry], complete: Bool) {
-            (direction == .before ? taken.reversed() : taken, complete)
+    /// `read`'s answer from `room`'s log, as `ClusterNode.readHistory` gets it: the node's own
+    /// cut (`ClusterHistoryCut`) fed the stream `eventsPerRead` events at a time.
+    private func history(of room: String, _ read: ClusterHistoryRead) -> (entries: [HistoryEntry], complete: Bool) {
+        var cut = ClusterHistoryCut(read)
+        // Each batch but the last is full and moves the cursor past its events: the loop ends
+        // once the log does, if not before.
+        while cut.answer == nil {
+            let events = range(of: room, cut.direction, from: cut.cursor)
+            cut.take(events, logEnded: events.count < Self.eventsPerRead)
         }
-        var cursor = seq
-        while true {
-            // XRANGE after the cursor, or XREVRANGE before it (0: from the newest).
-            let events: [(seq: UInt64, time: UInt64, payload: [UInt8])] =
-                switch direction {
-                case .after: Array(log.filter { $0.seq > cursor }.prefix(Self.eventsPerRead))
-                case .before: Array(log.filter { cursor == 0 || $0.seq < cursor }.reversed().prefix(Self.eventsPerRead))
-                }
-            for (index, event) in events.enumerated() {
-                guard let entry = ChatCore.historyEntry(payload: event.payload, seq: event.seq, time: event.time),
-                    !(messagesOnly && entry.kind == .topic)
-                else { continue }
-                spent += ChatCore.historyCost(entry)
-                if spent > ChatCore.historyPageBudget, !taken.isEmpty { return finish(complete: false) }
-                taken.append(entry)
-                if taken.count == limit { return finish(complete: events.count < Self.eventsPerRead && index == events.count - 1) }
-            }
-            guard events.count == Self.eventsPerRead, let last = events.last else { return finish(complete: true) }
-            cursor = last.seq
+        return cut.answer!
+    }
+
+    /// `XRANGE` after `cursor`, or `XREVRANGE` before it (0: from the newest), `COUNT`
+    /// `eventsPerRead`, as `RoomLog.events` asks them.
+    private func range(
+        of room: String, _ direction: HistoryDirection, from cursor: UInt64
+    ) -> [(seq: UInt64, time: UInt64, payload: [UInt8])] {
+        let log = rooms[room]?.log ?? []
+        switch direction {
+        case .after: return Array(log.lazy.filter { $0.seq > cursor }.prefix(Self.eventsPerRead))
+        case .before: return Array(log.reversed().lazy.filter { cursor == 0 || $0.seq < cursor }.prefix(Self.eventsPerRead))
         }
     }
 

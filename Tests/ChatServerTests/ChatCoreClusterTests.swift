@@ -267,7 +267,7 @@ struct ChatCoreClusterTests {
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         #expect(actions == [.broadcast(joined, to: [ann])], "its own joined first")
-        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, version: 2)])
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, history: .page(.before, from: 5, limit: 100))])
         actions.removeAll()
         let line = Frame.message(room: "r", seq: 6, time: 10, sender: "bob", text: "hi")
         core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: line), into: &actions)
@@ -308,7 +308,7 @@ struct ChatCoreClusterTests {
         core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
-        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, version: 2)])
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, history: .page(.before, from: 5, limit: 100))])
         // Its part, pipelined behind the join, is appended and delivered before the snapshot is read.
         core.received(.part(room: "r"), size: 10, from: ann, at: now, into: &actions)
         _ = core.takeClusterRequests()
@@ -534,7 +534,7 @@ struct ChatCoreClusterTests {
             switch requests.first {
             case .members(let room, let asker)?: core.clusterMembersRead(room: room, asker, .success(["ann"]), into: &actions)
             case .listRooms(let asker)?: core.clusterRoomsRead(asker, .success([]), into: &actions)
-            case .history(let room, let asker, _, _, _, let request)?:
+            case .history(let room, let asker, _, let request)?:
                 core.clusterHistoryRead(room: room, asker, request: request, .success((epoch: 7, entries: [], complete: true)), into: &actions)
             default: Issue.record("expected a read, got \(requests)")
             }
@@ -673,6 +673,120 @@ struct ChatCoreClusterTests {
         let released = Self.deliver(.message(room: "r", seq: 2, time: 9, sender: "ann", text: "one"), seq: 2, to: &core)
         #expect(released.count == told + 1, "the echo, then every direct message")
         #expect(!core.isAwaitingCluster(ann) && core.heldReplyBytes(for: ann) == 0, "read again once they went")
+    }
+
+    /// On a single server `changeNick` is answered with `nickAccepted` and then the `nickChanged`
+    /// of each of the client's rooms, before its next request is read: a reply to a later request
+    /// follows them on a node too, and a `nickChanged` that could not be appended (it is tried
+    /// again once Redis is back) holds nothing up.
+    @Test func aNickChangesEventsComeBeforeTheRepliesToTheRequestsAfterIt() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        Self.join(bob, "bob", to: "r", seq: 2, members: ["ann", "bob"], of: &core)
+        Self.join(ann, "ann", to: "s", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.changeNick(nick: "anna"), size: 10, from: ann, at: now, into: &actions)
+        #expect(core.takeClusterRequests() == [.claimNick(ann, nick: "anna")])
+        core.clusterNickClaimed(ann, nick: "anna", .success(true), at: now, into: &actions)
+        #expect(actions == [.send(.nickAccepted(nick: "anna"), to: ann)], "accepted at once, before its events")
+        var askers: [String: ClusterAsker] = [:]
+        for case .append(let room, .nickChanged, _, let sender?, _) in core.takeClusterRequests() { askers[room] = sender }
+        #expect(askers.keys.sorted() == ["r", "s"], "one nickChanged per room, each answered to ann")
+        actions.removeAll()
+        core.received(.ping(token: 1), size: 8, from: ann, at: now, into: &actions)
+        #expect(actions.isEmpty, "the pong waits for the nick change's events: \(actions)")
+        let inR = Frame.nickChanged(room: "r", seq: 3, time: 9, old: "ann", new: "anna")
+        #expect(Self.deliver(inR, seq: 3, to: &core) == [.broadcast(inR, to: [ann, bob])], "s's event has not come yet")
+        core.clusterAppendFailed(
+            .nickChanged(room: "s", seq: 0, time: 0, old: "ann", new: "anna"), in: "s", sender: askers["s"]!,
+            failure: ClusterFailure(reason: "Redis is down"), into: &actions)
+        #expect(actions == [.send(.pong(token: 1), to: ann)], "no error: the node appends it again once Redis is back")
+    }
+
+    /// A `tell` to a client of this node waits, in its sender's order, for the echoes of the lines
+    /// its sender said before it. A single server had delivered it when it read it, so it still
+    /// goes if the sender's connection is lost meanwhile — after those lines, as it would have.
+    @Test func aTellHeldBehindItsSendersLinesReachesItsRecipientThoughTheSenderLeft() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        Self.join(bob, "bob", to: "r", seq: 2, members: ["ann", "bob"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "one"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.tell(recipient: "bob", text: "psst"), size: 20, from: ann, at: now, into: &actions)
+        #expect(actions.isEmpty, "the tell waits for ann's line: \(actions)")
+        core.disconnect(ann, Disconnection(code: nil, reason: "connection lost"), at: now, into: &actions)
+        #expect(frames(to: bob, in: actions).isEmpty, "still after ann's line: \(actions)")
+        let one = Frame.message(room: "r", seq: 3, time: 9, sender: "ann", text: "one")
+        let released = Self.deliver(one, seq: 3, to: &core)
+        let direct = Frame.direct(sender: "ann", recipient: "bob", time: now.wallMillis, text: "psst")
+        #expect(frames(to: bob, in: released) == [one, direct], "bob gets ann's line, then her direct message")
+        #expect(frames(to: ann, in: released).isEmpty, "nothing for the client that left: \(released)")
+    }
+
+    /// The other requests a `tell` can wait behind resolve its place after its sender left too:
+    /// a join (whose snapshot it will never be sent), a `tell` through another node, and a line
+    /// in a room the node no longer follows once the sender was its last member here.
+    @Test func aTellHeldBehindAJoinATellOrAnUnfollowedRoomGoesOnceItsSenderLeft() {
+        let direct = Frame.direct(sender: "ann", recipient: "bob", time: now.wallMillis, text: "psst")
+        for behind in ["join", "tell", "unfollowed"] {
+            var core = clusteredCore()
+            let (ann, bob) = (ClientID(0), ClientID(1))
+            welcome("ann", in: ann, of: &core)
+            welcome("bob", in: bob, of: &core)
+            Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+            _ = core.takeClusterRequests()
+            var actions: [ChatAction] = []
+            let first: Frame =
+                switch behind {
+                case "join": .join(room: "t")
+                case "tell": .tell(recipient: "carol", text: "hi")
+                default: .say(room: "r", text: "one")
+                }
+            core.received(first, size: 20, from: ann, at: now, into: &actions)
+            if behind == "join" { core.clusterJoinAppended(ann, room: "t", failure: nil, into: &actions) }
+            var directAsker: ClusterAsker?
+            for case .direct(_, let sender) in core.takeClusterRequests() { directAsker = sender }
+            core.received(.tell(recipient: "bob", text: "psst"), size: 20, from: ann, at: now, into: &actions)
+            #expect(actions.isEmpty, "\(behind): the tell waits: \(actions)")
+            core.disconnect(ann, Disconnection(code: nil, reason: "connection lost"), at: now, into: &actions)
+            if behind == "tell" {
+                #expect(frames(to: bob, in: actions).isEmpty, "tell: it still waits for the tell before it")
+                let toCarol = Frame.direct(sender: "ann", recipient: "carol", time: now.wallMillis, text: "hi")
+                core.clusterDirectSent(toCarol, sender: directAsker!, .success(true), into: &actions)
+            }
+            #expect(frames(to: bob, in: actions) == [direct], "\(behind): bob gets ann's direct message: \(actions)")
+            #expect(frames(to: ann, in: actions).isEmpty, "\(behind): nothing for ann, who left: \(actions)")
+        }
+    }
+
+    /// What waits in a sender's order for another client of this node is meant for that client
+    /// only: if it leaves meanwhile and a newcomer takes its slot, the newcomer gets none of it.
+    @Test func framesHeldForARecipientThatLeftDoNotReachTheNextClientInItsSlot() {
+        var core = clusteredCore()
+        let (ann, bob) = (ClientID(0), ClientID(1))
+        welcome("ann", in: ann, of: &core)
+        welcome("bob", in: bob, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "one"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.tell(recipient: "bob", text: "for bob only"), size: 30, from: ann, at: now, into: &actions)
+        core.disconnect(bob, Disconnection(code: nil, reason: "connection lost"), at: now, into: &actions)
+        welcome("carol", in: bob, of: &core)
+        _ = core.takeClusterRequests()
+        let one = Frame.message(room: "r", seq: 2, time: 9, sender: "ann", text: "one")
+        let released = Self.deliver(one, seq: 2, to: &core)
+        let direct = Frame.direct(sender: "ann", recipient: "bob", time: now.wallMillis, text: "for bob only")
+        #expect(frames(to: ann, in: released) == [one, direct], "ann's echo, then her copy of the tell")
+        #expect(frames(to: bob, in: released).isEmpty, "carol, in bob's slot, gets nothing of bob's: \(released)")
     }
 
     @Test func aNicksNextHolderDoesNotWaitForTheLinesOfOneThatLeft() {

@@ -148,13 +148,8 @@ struct ChatCoreTests {
         let asked = frames(to: alice, in: chat.send(.requestHistory(room: "r", count: 3), from: alice))
         let bob = chat.connect("bob")
         let replay = frames(to: bob, in: chat.send(.join(room: "r"), from: bob)).filter { $0.type == .history }
-        knownIssue(
-            "a cluster node counts only messages against --history-size for a version 1 client (requestHistory, a joiner's history), where a server on its own counts topic changes too: the cluster sends m1 as well",
-            in: [.cluster], on: backend
-        ) {
-            #expect(asked == [.history(room: "r", entries: newest)], "\(backend): \(asked)")
-            #expect(replay == [.history(room: "r", entries: newest)], "\(backend): \(replay)")
-        }
+        #expect(asked == [.history(room: "r", entries: newest)], "\(backend): \(asked)")
+        #expect(replay == [.history(room: "r", entries: newest)], "\(backend): \(replay)")
     }
 
     /// A chat whose room `r` holds 30 lines of 100 KB that alice said: more history than one
@@ -182,16 +177,14 @@ struct ChatCoreTests {
             #expect(FrameEncoder.encode(batch).count <= WireProtocol.maxFrameSize)
             if case .history(_, let entries) = batch { seqs += entries.map(\.seq) }
         }
-        knownIssue(Self.oneFrameOfHistory, in: [.cluster], on: backend) {
-            #expect(batches.count > 1)
-            #expect(seqs == Array(2...31))
-        }
+        #expect(batches.count > 1, "\(backend): more than one frame holds")
+        #expect(seqs == Array(2...31), "\(backend): every message, once, in order")
     }
 
     /// A version 1 joiner is sent the room's messages, at most `--history-size`, in as many
     /// `history` frames as they take (docs/PROTOCOL.md, "History").
     @Test(arguments: CoreBackend.allCases) func aVersion1JoinerGetsTheWholeHistoryOverSeveralFrames(_ backend: CoreBackend) throws {
-        let (harness, alice) = try Self.roomWithLongHistory(backend)
+        let (harness, _) = try Self.roomWithLongHistory(backend)
         var chat = harness
         let bob = chat.connect("bob")
         var seqs: [UInt64] = []
@@ -200,18 +193,9 @@ struct ChatCoreTests {
             seqs += entries.map(\.seq)
             batches += 1
         }
-        knownIssue(Self.oneFrameOfHistory, in: [.cluster], on: backend) {
-            #expect(batches > 1)
-            #expect(seqs == Array(2...31), "every message, once, in order")
-        }
+        #expect(batches > 1, "\(backend): more than one frame holds")
+        #expect(seqs == Array(2...31), "\(backend): every message, once, in order")
     }
-
-    /// What a cluster node does with a history longer than a frame.
-    static let oneFrameOfHistory: Comment = """
-        a cluster node answers requestHistory, and replays a version 1 joiner's history, with one \
-        frame's worth of messages (one page of the stream, ChatCore.historyPageBudget) where a server \
-        on its own sends up to count / --history-size messages over several history frames
-        """
 
     @Test(arguments: CoreBackend.allCases) func announcesPartQuitAndNickChangesToRoomMembers(_ backend: CoreBackend) throws {
         var chat = try Harness(backend)
@@ -504,7 +488,8 @@ struct ChatCoreTests {
     }
 
     /// `ChatCore.roomNames` and `memberNicks(of:)` say which rooms exist and who is in them, as
-    /// their doc comments promise, whatever keeps the rooms.
+    /// their doc comments promise, whatever keeps the rooms (a cluster node: as far as its own
+    /// clients go, which on one node is everyone).
     @Test(arguments: CoreBackend.allCases) func theCoreAnswersWhichRoomsExistAndWhoIsInThem(_ backend: CoreBackend) throws {
         var chat = try Harness(backend)
         let alice = chat.connect("alice")
@@ -514,10 +499,8 @@ struct ChatCoreTests {
         chat.send(.join(room: "a"), from: alice)
         #expect(chat.roomNames == ["a", "b"], "the mode's own record: \(chat.roomNames)")
         #expect(chat.memberNicks(of: "a") == ["bob", "alice"])
-        knownIssue("a clustered core answers roomNames and memberNicks(of:) from the rooms of a server on its own, which it never fills: always empty", in: [.cluster], on: backend) {
-            #expect(chat.core.roomNames == ["a", "b"])
-            #expect(chat.core.memberNicks(of: "a") == ["bob", "alice"])
-        }
+        #expect(chat.core.roomNames == ["a", "b"], "\(backend): \(chat.core.roomNames)")
+        #expect(chat.core.memberNicks(of: "a") == ["bob", "alice"], "\(backend): \(chat.core.memberNicks(of: "a"))")
     }
 
     /// The ring itself, not a mode: a room's history in memory (a cluster node keeps none).

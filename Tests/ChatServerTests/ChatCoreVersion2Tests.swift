@@ -167,23 +167,41 @@ struct ChatCoreVersion2Tests {
             guard answer.count == 1, case let .historyPage(_, _, complete, entries) = answer[0] else { return nil }
             return (entries.map(\.seq), complete)
         }
-        knownIssue(Self.incompletePages, in: [.cluster], on: backend) {
-            #expect(page(.after, 0)! == ([2, 3, 4], true), "from the oldest entry to the newest; only bob's joined is newer")
-            #expect(join.last == .historyPage(room: "general", epoch: 1, complete: true, entries: [
-                HistoryEntry(kind: .message, seq: 2, time: chat.now.wallMillis, sender: "alice", text: "m1"),
-                HistoryEntry(kind: .message, seq: 3, time: chat.now.wallMillis, sender: "alice", text: "m2"),
-                HistoryEntry(kind: .message, seq: 4, time: chat.now.wallMillis, sender: "alice", text: "m3"),
-            ]), "the replay holds all the history: \(join)")
-            #expect(page(.before, 0)! == ([2, 3, 4], true), "the newest page reaches the oldest entry; only alice's joined is older")
-            #expect(page(.after, 1)! == ([2, 3, 4], true), "it reaches the newest entry; only bob's joined is newer")
-        }
+        #expect(page(.after, 0)! == ([2, 3, 4], true), "\(backend): from the oldest entry to the newest; only bob's joined is newer")
+        #expect(join.last == .historyPage(room: "general", epoch: 1, complete: true, entries: [
+            HistoryEntry(kind: .message, seq: 2, time: chat.now.wallMillis, sender: "alice", text: "m1"),
+            HistoryEntry(kind: .message, seq: 3, time: chat.now.wallMillis, sender: "alice", text: "m2"),
+            HistoryEntry(kind: .message, seq: 4, time: chat.now.wallMillis, sender: "alice", text: "m3"),
+        ]), "\(backend): the replay holds all the history: \(join)")
+        #expect(page(.before, 0)! == ([2, 3, 4], true), "\(backend): the newest page reaches the oldest entry; only alice's joined is older")
+        #expect(page(.after, 1)! == ([2, 3, 4], true), "\(backend): it reaches the newest entry; only bob's joined is newer")
+        #expect(page(.after, 2)! == ([3, 4], true), "\(backend): a page short of the limit")
+        #expect(page(.before, 4)! == ([2, 3], true), "\(backend): scrolling back to the oldest")
     }
 
-    /// What a cluster node says of a page that ends next to presence events.
-    static let incompletePages: Comment = """
-        a cluster node says a page is not complete when presence events (joins, leaves) lie beyond \
-        it in the stream, though no history does; a server on its own says it is complete
-        """
+    /// Whether a page is complete depends on the history beyond it, however many presence events
+    /// come first: more than a cluster node reads of its log at once (64) here.
+    @Test(arguments: CoreBackend.allCases) func aPageIsTheLastOnlyIfNoHistoryLiesBeyondItsPresenceEvents(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend) { $0.historySize = 10 }
+        let alice = chat.connect("alice", version: 2)
+        let bob = chat.connect("bob", version: 2)
+        chat.send(.join(room: "r"), from: alice)  // seq 1
+        for number in 1...3 { chat.send(.say(room: "r", text: "m\(number)"), from: alice) }  // seq 2…4
+        for _ in 1...50 {  // seq 5…104
+            chat.send(.join(room: "r"), from: bob)
+            chat.send(.part(room: "r"), from: bob)
+        }
+        func page(_ direction: HistoryDirection, _ seq: UInt64) -> (seqs: [UInt64], complete: Bool)? {
+            let answer = frames(to: alice, in: chat.send(.fetchHistory(room: "r", direction: direction, seq: seq, limit: 3), from: alice))
+            guard answer.count == 1, case let .historyPage(_, _, complete, entries) = answer[0] else { return nil }
+            return (entries.map(\.seq), complete)
+        }
+        #expect(page(.after, 0)! == ([2, 3, 4], true), "\(backend): 100 presence events and no history after m3")
+        chat.send(.say(room: "r", text: "m4"), from: alice)  // seq 105
+        #expect(page(.after, 0)! == ([2, 3, 4], false), "\(backend): m4 lies beyond the presence events")
+        #expect(page(.after, 4)! == ([105], true), "\(backend): m4 alone")
+        #expect(page(.before, 105)! == ([2, 3, 4], true), "\(backend): back over the presence events to the oldest")
+    }
 
     @Test(arguments: CoreBackend.allCases) func capsAPageAtTheHistorySizeAndTheFrameLimit(_ backend: CoreBackend) throws {
         var chat = try Harness(backend) {

@@ -93,6 +93,21 @@ extension TestClient {
     }
 }
 
+extension TestClient {
+    /// Sends `ping(token)` and returns the frames that come before its `pong`: on a node as on a
+    /// single server, every answer to the requests sent before it (docs/SERVER.md, "Order").
+    func upToPong(_ token: UInt64) async throws -> [Frame] {
+        try await send(.ping(token: token))
+        var frames: [Frame] = []
+        _ = try await waitFor("pong \(token)") { frame -> Bool? in
+            if case .pong(token) = frame { return true }
+            frames.append(frame)
+            return nil
+        }
+        return frames
+    }
+}
+
 /// One line said in a room, as a member received it.
 private struct Heard: Hashable, Sendable {
     var seq: UInt64
@@ -245,6 +260,86 @@ struct ClusterTests {
         #expect(page.0)
         #expect(page.1.map(\.text) == (3...5).map { "line \($0)" })
         #expect(page.1.map(\.seq) == [5, 6, 7])
+    }
+
+    /// A history longer than one frame reaches a version 1 client whole, over several `history`
+    /// frames, as on a single server (docs/PROTOCOL.md, "History"): when it joins on another node
+    /// and when it asks with `requestHistory`; the newest `count` messages when it asks for fewer.
+    @Test func aVersion1ClientGetsAHistoryLongerThanAFrameWholeOverSeveralFrames() async throws {
+        // Few connections leave a room's share of the memory budget room for 70 long lines.
+        let cluster = try await Cluster(nodes: 2, nodeArguments: ["--max-clients", "100"])
+        defer { cluster.stop() }
+        let ann = try await TestClient.connect(port: cluster.nodes[0].port, nick: "ann", version: 2)
+        defer { ann.close() }
+        try await ann.clusterJoin("r")  // seq 1
+        // 70 lines of 16 kB: 1.1 MB, more than one frame (1 MiB) holds.
+        let lines = (1...70).map { "line \($0) " + String(repeating: "x", count: 16_000) }
+        try await ann.send(lines.map { .say(room: "r", text: $0) })  // seq 2…71
+        _ = try await ann.collect(lines.count, "ann's echoes") { if case .message("r", _, _, "ann", _) = $0 { true } else { nil } }
+
+        let bob = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 1)
+        defer { bob.close() }
+        try await bob.send(.join(room: "r"))  // seq 72
+        let joinSequence = try await bob.upToPong(1)
+        let ownJoined = if case .joined("r", 72, _, "bob")? = joinSequence.first { true } else { false }
+        #expect(ownJoined, "its own joined first: \(joinSequence.first.map { "\($0.type)" } ?? "nothing")")
+        let replay = Self.historyFrames(in: joinSequence)
+        #expect(replay.count > 1, "the replay is more than one frame: \(replay.count)")
+        #expect(replay.flatMap { $0 }.map(\.seq) == Array(2...71), "every line, once, in order")
+        #expect(replay.flatMap { $0 }.map(\.text) == lines)
+
+        try await bob.send(.requestHistory(room: "r", count: 200))
+        let asked = Self.historyFrames(in: try await bob.upToPong(2))
+        #expect(asked.count > 1, "the answer is more than one frame: \(asked.count)")
+        #expect(asked.flatMap { $0 }.map(\.seq) == Array(2...71), "every line, once, in order")
+
+        try await bob.send(.requestHistory(room: "r", count: 3))
+        let newest = Self.historyFrames(in: try await bob.upToPong(3))
+        #expect(newest.map { $0.map(\.seq) } == [[69, 70, 71]], "the newest three, in one frame")
+    }
+
+    /// A history page that holds the room's last history entry in its direction is `complete`,
+    /// though joins and leaves lie beyond it in Redis's stream — more of them than a node reads
+    /// at once — and one that does not hold it is not (docs/PROTOCOL.md, "Paging history").
+    @Test func aHistoryPageIsCompleteWhenOnlyPresenceEventsLieBeyondIt() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let clients = try await cluster.clients("ann", "bob", joining: nil)
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
+        try await ann.clusterJoin("r")  // seq 1
+        for line in 1...3 { try await ann.send(.say(room: "r", text: "m\(line)")) }  // seq 2…4
+        _ = try await ann.waitFor("ann's last echo") { if case .message("r", _, _, "ann", "m3") = $0 { true } else { nil } }
+        // Bob joins on the other node and is replayed the whole history, told it is complete.
+        try await bob.send(.join(room: "r"))  // seq 5
+        let replay = try await bob.waitFor("bob's replay") { if case .historyPage("r", _, let complete, let entries) = $0 { (complete, entries) } else { nil } }
+        #expect(replay.0, "the replay holds the oldest history entry: complete")
+        #expect(replay.1.map(\.seq) == [2, 3, 4])
+        // 100 presence events: more than one read of the stream (64 events).
+        for _ in 1...50 {  // seq 6…105
+            try await bob.send(.part(room: "r"))
+            _ = try await bob.waitFor("bob's left") { if case .left("r", _, _, "bob") = $0 { true } else { nil } }
+            try await bob.clusterJoin("r")
+        }
+        func page(_ direction: HistoryDirection, _ seq: UInt64, limit: UInt32 = 3) async throws -> (seqs: [UInt64], complete: Bool) {
+            try await ann.send(.fetchHistory(room: "r", direction: direction, seq: seq, limit: limit))
+            return try await ann.waitFor("a page \(direction) \(seq)") { frame in
+                if case .historyPage("r", _, let complete, let entries) = frame { (entries.map(\.seq), complete) } else { nil }
+            }
+        }
+        #expect(try await page(.after, 0) == ([2, 3, 4], true), "only presence events after m3")
+        #expect(try await page(.before, 0) == ([2, 3, 4], true), "only ann's joined before m1")
+        #expect(try await page(.after, 0, limit: 2) == ([2, 3], false), "m3 lies beyond")
+        try await ann.send(.say(room: "r", text: "m4"))  // seq 106
+        _ = try await ann.waitFor("ann's echo") { if case .message("r", _, _, "ann", "m4") = $0 { true } else { nil } }
+        #expect(try await page(.after, 0) == ([2, 3, 4], false), "m4 lies beyond the presence events")
+        #expect(try await page(.after, 4) == ([106], true))
+        #expect(try await page(.before, 106) == ([2, 3, 4], true), "back over the presence events to the oldest")
+    }
+
+    /// The entries of each `history` frame among `frames`, in order.
+    private static func historyFrames(in frames: [Frame]) -> [[HistoryEntry]] {
+        frames.compactMap { if case .history(_, let entries) = $0 { entries } else { nil } }
     }
 
     @Test func aDirectMessageReachesANickOnAnotherNode() async throws {
@@ -989,6 +1084,33 @@ struct ClusterTests {
         #expect(refusal == .nickTaken)
         let newAnn = try await TestClient.connect(port: cluster.nodes[1].port, nick: "ann", version: 2)
         newAnn.close()
+    }
+
+    /// The order rule (docs/SERVER.md, "Order") for a nick change: `changeNick, ping` in one
+    /// write gets `nickAccepted`, the `nickChanged` of each of its rooms, then `pong`, as on a
+    /// single server — though the events come back through Redis after the pong could be sent.
+    @Test func aNickChangesEventsComeBeforeTheReplyToTheNextRequest() async throws {
+        let cluster = try await Cluster(nodes: 2)
+        defer { cluster.stop() }
+        let clients = try await cluster.clients("ann", "bob")
+        defer { for client in clients { client.close() } }
+        let (ann, bob) = (clients[0], clients[1])
+        try await ann.clusterJoin("s")
+        for round in 1...5 {
+            let (old, new) = round.isMultiple(of: 2) ? ("anna", "ann") : ("ann", "anna")
+            try await ann.send([.changeNick(nick: new), .ping(token: UInt64(round))])
+            let seen = try await ann.collect(4, "ann's frames of round \(round)") { frame -> String? in
+                switch frame {
+                case .nickAccepted(let nick): "accepted \(nick)"
+                case .nickChanged(let room, _, _, old, new): "changed in \(room)"
+                case .pong(let token): "pong \(token)"
+                default: nil
+                }
+            }
+            #expect(seen.first == "accepted \(new)" && seen.last == "pong \(round)", "round \(round): \(seen)")
+            #expect(Set(seen.dropFirst().dropLast()) == ["changed in r", "changed in s"], "round \(round): \(seen)")
+            _ = try await bob.waitFor("the nick change on the other node") { if case .nickChanged("r", _, _, old, new) = $0 { true } else { nil } }
+        }
     }
 
     @Test func clusterScriptRunsNodesToChatOnAndStopsEverythingItStarted() async throws {

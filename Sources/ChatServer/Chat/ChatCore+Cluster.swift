@@ -24,19 +24,20 @@ public enum ClusterRequest: Sendable, Equatable {
     /// `charge`, the room's member count that Redis reports settles it → `clusterFanoutCounted`.
     case join(room: String, ClientID, nick: String, charge: FanoutCharge?)
     /// Append `event` (its `seq` and time 0: Redis numbers and stamps it) to `room`'s log with
-    /// `change`; if it fails, `clusterAppendFailed` tells `sender`, or, with no sender (a quit),
-    /// the server retries it once the cluster is back. With `charge`, as for `join`.
+    /// `change`; if it fails, `clusterAppendFailed` tells `sender`. A quit (no sender) or a nick
+    /// change that fails for want of Redis is appended again once the cluster is back: the room
+    /// must not keep a member that left or a name that changed. With `charge`, as for `join`.
     case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?)
-    /// Read what a joiner of `room` is told — epoch, members, topic, history up to its own
-    /// `joined` at `seq` → `clusterSnapshotRead`.
-    case snapshot(room: String, ClientID, seq: UInt64, version: UInt16)
+    /// Read what a joiner of `room` is told — epoch, members, topic, and `history` (before its
+    /// own `joined` at `seq`) → `clusterSnapshotRead`.
+    case snapshot(room: String, ClientID, seq: UInt64, history: ClusterHistoryRead)
     /// Read `room`'s members → `clusterMembersRead`.
     case members(room: String, ClusterAsker)
     /// Read every room with members → `clusterRoomsRead`.
     case listRooms(ClusterAsker)
-    /// Read a page of `room`'s history next to `seq` → `clusterHistoryRead`. `request` is what
-    /// asked: `requestHistory` (newest `limit` messages) or `fetchHistory`.
-    case history(room: String, ClusterAsker, HistoryDirection, seq: UInt64, limit: Int, request: FrameType)
+    /// Read `history` of `room` → `clusterHistoryRead`. `request` is what asked:
+    /// `requestHistory` or `fetchHistory`.
+    case history(room: String, ClusterAsker, ClusterHistoryRead, request: FrameType)
     /// Hand `message` (a `direct`) to the node serving its recipient → `clusterDirectSent`.
     case direct(Frame, sender: ClusterAsker)
     /// Stop following `room`: no member here any more.
@@ -102,9 +103,11 @@ public struct ClusterRoomSnapshot: Sendable, Equatable {
     public var topic: Frame?
     /// Member nicks, in joining order.
     public var members: [String]
-    /// The newest history, oldest first, up to the joiner's `joined`.
+    /// The history before the joiner's `joined`, oldest first, as the snapshot's
+    /// `ClusterHistoryRead` cut it: a page for a version 2 joiner, the recent messages for a
+    /// version 1 joiner.
     public var history: [HistoryEntry]
-    /// Whether `history` reaches the oldest event kept.
+    /// Whether no history older than `history` is kept (for a page).
     public var complete: Bool
 
     /// Describes a snapshot.
@@ -118,6 +121,93 @@ public struct ClusterRoomSnapshot: Sendable, Equatable {
         self.members = members
         self.history = history
         self.complete = complete
+    }
+}
+
+/// Which history entries a read of a room's log answers with. A server on its own answers from
+/// what its memory keeps of the room (`RoomHistory`, loaded from its store when it has one); a
+/// node has no such memory, so it cuts the same answer from the log itself, which also holds the
+/// presence events (joins, leaves, quits, nick changes) that are no history.
+public enum ClusterHistoryRead: Sendable, Equatable {
+    /// One `historyPage`, as `RoomHistory.page` cuts it: at most `limit` entries next to `seq`
+    /// (topics included) that fit one frame, and whether any history lies beyond them.
+    case page(HistoryDirection, from: UInt64, limit: Int)
+    /// Version 1's `history`, as `RoomHistory.recentMessages` answers it: the newest `count`
+    /// messages and actions among what a room's history keeps of the entries before `seq` (0:
+    /// all) — the newest `window` (`--history-size`, topic changes counted) that cost at most
+    /// `bytes` (the memory budget's share of one room). Sent in as many frames as they take.
+    case recentMessages(before: UInt64, count: Int, window: Int, bytes: Int)
+}
+
+/// Cuts a `ClusterHistoryRead`'s answer from a room's log, which is read a batch at a time in
+/// `direction` from `cursor` on (`ClusterNode` reads Redis's stream; the tests' in-memory Redis
+/// its own copy of it). Fed the events of each batch in the order read, it says when it has the
+/// answer; until then the next batch starts past `cursor`.
+///
+/// A full page is told `complete` only once the log shows no history beyond it: presence events
+/// are skipped, so the read goes on until the next history entry (not complete) or the end of
+/// the log (complete). That costs no more than a page the log cannot fill, which reads to its end.
+struct ClusterHistoryCut: Sendable {
+    /// What is cut.
+    let read: ClusterHistoryRead
+    /// The direction the log is read in: newer (`after`) or older (`before`) than `cursor`.
+    let direction: HistoryDirection
+    /// The `seq` the next batch starts beyond (0 with `before`: from the newest event).
+    private(set) var cursor: UInt64
+    /// The answer, once known: the entries, oldest first, and whether no history lies beyond them.
+    private(set) var answer: (entries: [HistoryEntry], complete: Bool)?
+    /// The entries taken, in the order read.
+    private var taken: [HistoryEntry] = []
+    /// Entries of the window counted (`recentMessages`: topic changes too, though not taken).
+    private var counted = 0
+    /// What the counted entries cost, by the read's measure.
+    private var spent = 0
+
+    /// A cut of `read`, which reads nothing when the answer is known already.
+    init(_ read: ClusterHistoryRead) {
+        self.read = read
+        switch read {
+        case .page(let direction, let seq, _):
+            self.direction = direction
+            cursor = seq
+        case .recentMessages(let seq, let count, let window, _):
+            direction = .before
+            cursor = seq
+            if count <= 0 || window <= 0 { answer = ([], true) }
+        }
+        // Nothing is older than the first event.
+        if direction == .before, cursor == 1 { answer = ([], true) }
+    }
+
+    /// Takes the next batch of the log, `events` in the order read; `logEnded` says the log
+    /// holds nothing beyond them (the batch was not full).
+    mutating func take(_ events: [(seq: UInt64, time: UInt64, payload: [UInt8])], logEnded: Bool) {
+        guard answer == nil else { return }
+        for event in events {
+            cursor = event.seq
+            guard let entry = ChatCore.historyEntry(payload: event.payload, seq: event.seq, time: event.time) else { continue }
+            switch read {
+            case .page(_, _, let limit):
+                // History beyond a full page, or one that no longer fits the frame.
+                if taken.count >= limit { return finish(complete: false) }
+                spent += ChatCore.cost(entry)
+                if spent > ChatCore.listFrameBudget, !taken.isEmpty { return finish(complete: false) }
+                taken.append(entry)
+            case .recentMessages(_, let count, let window, let bytes):
+                spent += RoomHistory.cost(of: entry)
+                // What a room's memory would have forgotten to keep the newer entries.
+                if spent > bytes, counted > 0 { return finish(complete: false) }
+                counted += 1
+                if entry.kind != .topic { taken.append(entry) }
+                if taken.count == count || counted == window { return finish(complete: false) }
+            }
+        }
+        if logEnded { finish(complete: true) }
+    }
+
+    private mutating func finish(complete: Bool) {
+        answer = (direction == .before ? taken.reversed() : taken, complete)
+        taken = []
     }
 }
 
@@ -243,6 +333,31 @@ struct ClusterState: Sendable {
             held.insert(frames, at: index)
         }
 
+        /// Takes out of what waits every frame for `id`, which left: a newcomer in its slot must
+        /// not get them. Returns whether frames still wait.
+        mutating func dropFrames(for id: ClientID) -> Bool {
+            var kept: Deque<HeldFrames> = []
+            for var frames in held {
+                switch frames.action {
+                case .send(_, let to), .sendShared(_, let to):
+                    if to == id { continue }
+                case .broadcast(let frame, var recipients):
+                    if let index = recipients.firstIndex(of: id) {
+                        recipients.remove(at: index)
+                        if recipients.isEmpty { continue }
+                        frames.action = .broadcast(frame, to: recipients)
+                        frames.cost -= ChatCore.heldCostPerRecipient
+                    }
+                case .disconnect:
+                    break
+                }
+                kept.append(frames)
+            }
+            held = kept
+            heldBytes = kept.reduce(0) { $0 + $1.cost }
+            return !held.isEmpty
+        }
+
         /// `ordinal` is resolved: the held frames it cleared go to `actions`, in order.
         mutating func resolve(_ ordinal: UInt64, into actions: inout [ChatAction]) {
             // Usually the first: a room's appends resolve in order.
@@ -294,6 +409,18 @@ struct ClusterState: Sendable {
     /// The order of each client's frames, from its first request that Redis answers later until
     /// it leaves: its ordinals never start again, so an answer cannot resolve a later request's.
     var gates: [ClientID: OrderGate] = [:]
+    /// The clients whose gate has held frames for another client of this node (the copy of a
+    /// `tell`): when that client leaves, they are taken out (`OrderGate.dropFrames`).
+    var holdingForOthers: Set<ClientID> = []
+    /// The gates of clients that left while frames for other clients waited in them, by the asker
+    /// that left. A single server delivered a `tell` when it read it, whatever became of its
+    /// sender; here it goes once the events of the sender's earlier requests have (or their
+    /// appends failed, or the room is followed no more), still after them.
+    var orphanedGates: [ClusterAsker: OrderGate] = [:]
+    /// What `orphanedGates` hold, by `OrderGate.heldBytes`: at most the memory budget's `held`
+    /// share, which only durable mode's commits use otherwise. Past it a gate that would be
+    /// orphaned is dropped, its frames with it.
+    var orphanedBytes = 0
 }
 
 extension ChatCore {
@@ -326,6 +453,20 @@ extension ChatCore {
 
     /// The room names this node follows: those with local members or joiners.
     public var clusterRooms: [String] { cluster.map { $0.rooms.keys.sorted() } ?? [] }
+
+    /// `roomNames` on a node: the rooms where it serves a member, sorted. The cluster's rooms are
+    /// Redis's (`listRooms` reads them); a node keeps only what delivering to its own clients
+    /// takes.
+    var clusterRoomNames: [String] {
+        cluster.map { $0.rooms.filter { !$0.value.members.isEmpty }.keys.sorted() } ?? []
+    }
+
+    /// `memberNicks(of:)` on a node: the members of `room` it serves, in the order their `joined`
+    /// was delivered (the cluster's joining order among them). The room's members on every node
+    /// are Redis's (`who` reads them).
+    func clusterMemberNicks(of room: String) -> [String] {
+        cluster?.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
+    }
 
     /// `id` as the asker of an answer to come.
     private func asker(_ id: ClientID) -> ClusterAsker {
@@ -398,12 +539,13 @@ extension ChatCore {
     }
 
     /// Who sent a room event that a client appends with itself as the sender (a message, an
-    /// action, a topic, a `left`): whose echo it is.
+    /// action, a topic, a `left`, a `nickChanged` under its new nick): whose echo it is.
     private static func author(of frame: Frame) -> String? {
         switch frame {
         case .message(_, _, _, let sender, _), .action(_, _, _, let sender, _): sender
         case .topic(_, _, _, let setBy, _): setBy
         case .left(_, _, _, let nick): nick
+        case .nickChanged(_, _, _, _, let new): new
         default: nil
         }
     }
@@ -469,7 +611,54 @@ extension ChatCore {
             let cost = Self.heldCost(of: action)
             cluster!.gates[id]!.heldBytes += cost
             cluster!.gates[id]!.hold(ClusterState.HeldFrames(after: place, action: action, cost: cost))
+            switch action {
+            case .send(_, let to), .sendShared(_, let to): if to != id { cluster!.holdingForOthers.insert(id) }
+            case .broadcast(_, let recipients): if recipients.contains(where: { $0 != id }) { cluster!.holdingForOthers.insert(id) }
+            case .disconnect: break
+            }
         }
+    }
+
+    /// `ordinal` of the client `asker` that left is resolved: the frames for others that waited
+    /// for it in its orphaned gate go now.
+    private mutating func resolveOrphaned(_ ordinal: UInt64, of asker: ClusterAsker, into actions: inout [ChatAction]) {
+        guard var gate = cluster!.orphanedGates.removeValue(forKey: asker) else { return }
+        cluster!.orphanedBytes -= gate.heldBytes
+        gate.resolve(ordinal, into: &actions)
+        guard !gate.held.isEmpty else { return }
+        cluster!.orphanedBytes += gate.heldBytes
+        cluster!.orphanedGates[asker] = gate
+    }
+
+    /// `id` left: what its own gate holds for others is orphaned (`orphanedGates`), with the
+    /// ordinals that resolve by themselves no more (its joins: no snapshot comes for it)
+    /// resolved now, and what other gates hold for it is dropped. Returns whether its gate was
+    /// orphaned: its pending echoes then stay listed, to resolve the rest.
+    private mutating func orphanGate(of id: ClientID, asker: ClusterAsker, into actions: inout [ChatAction]) -> Bool {
+        var orphaned = false
+        if var gate = cluster!.gates.removeValue(forKey: id), cluster!.holdingForOthers.remove(id) != nil, gate.dropFrames(for: id),
+            cluster!.orphanedBytes + gate.heldBytes <= budget.held
+        {
+            for room in cluster!.rooms.values { if let ordinal = room.joinOrdinals[id] { gate.resolve(ordinal, into: &actions) } }
+            if !gate.held.isEmpty {
+                cluster!.orphanedBytes += gate.heldBytes
+                cluster!.orphanedGates[asker] = gate
+                orphaned = true
+            }
+        }
+        for holder in cluster!.holdingForOthers {
+            if cluster!.gates[holder]?.dropFrames(for: id) != true { cluster!.holdingForOthers.remove(holder) }
+        }
+        for (other, var gate) in cluster!.orphanedGates {
+            cluster!.orphanedBytes -= gate.heldBytes
+            if gate.dropFrames(for: id) {
+                cluster!.orphanedBytes += gate.heldBytes
+                cluster!.orphanedGates[other] = gate
+            } else {
+                cluster!.orphanedGates[other] = nil
+            }
+        }
+        return orphaned
     }
 
     /// `ordinal` of `id` is resolved: the frames that waited for it, and for nothing still to
@@ -480,12 +669,16 @@ extension ChatCore {
         departIfPaid(id, into: &actions)
     }
 
+    /// What each recipient of a held broadcast adds to its cost.
+    static let heldCostPerRecipient = 8
+
     /// About what a held action takes in memory: its frames encoded, and its bookkeeping.
     private static func heldCost(of action: ChatAction) -> Int {
         let bookkeeping = 64
         switch action {
         case .send(let frame, _): return bookkeeping + FrameEncoder.encode(frame).count
-        case .broadcast(let frame, let recipients): return bookkeeping + FrameEncoder.encode(frame).count + 8 * recipients.count
+        case .broadcast(let frame, let recipients):
+            return bookkeeping + FrameEncoder.encode(frame).count + heldCostPerRecipient * recipients.count
         case .sendShared(let shared, _): return shared.frames.reduce(bookkeeping) { $0 + FrameEncoder.encode($1).count }
         case .disconnect: return bookkeeping
         }
@@ -535,9 +728,11 @@ extension ChatCore {
             cluster!.awaiting[id] = .read
             ask(.members(room: room, asker(id)), owing: id)
         case .requestHistory(let room, let count):
-            clusterHistory(of: room, id: id, .before, seq: 0, limit: min(Int(count), configuration.historySize), request: .requestHistory, into: &actions)
+            let read = recentMessages(before: 0, count: min(Int(count), configuration.historySize))
+            clusterHistory(of: room, id: id, read, request: .requestHistory, into: &actions)
         case let .fetchHistory(room, direction, seq, limit):
-            clusterHistory(of: room, id: id, direction, seq: seq, limit: min(Int(limit), configuration.historySize), request: .fetchHistory, into: &actions)
+            let read = ClusterHistoryRead.page(direction, from: seq, limit: min(Int(limit), configuration.historySize))
+            clusterHistory(of: room, id: id, read, request: .fetchHistory, into: &actions)
         default:
             return false
         }
@@ -610,7 +805,10 @@ extension ChatCore {
         for room in clients[id.slot]!.rooms {
             let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
             let charge = chargeFanout(of: id, size: size, in: room)
-            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: nil, charge: charge))
+            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: asker(id), charge: charge), owing: id)
+            // A single server sends them before it reads the next request: what that request is
+            // answered with waits for them.
+            expectEcho(of: event, in: room, from: id)
         }
     }
 
@@ -646,9 +844,14 @@ extension ChatCore {
         return charge
     }
 
+    /// What a server on its own sends a version 1 client of its history before `seq`: the
+    /// newest `count` messages of what a room's memory keeps.
+    private func recentMessages(before seq: UInt64, count: Int) -> ClusterHistoryRead {
+        .recentMessages(before: seq, count: count, window: configuration.historySize, bytes: budget.historyPerRoom)
+    }
+
     private mutating func clusterHistory(
-        of room: String, id: ClientID, _ direction: HistoryDirection, seq: UInt64, limit: Int, request: FrameType,
-        into actions: inout [ChatAction]
+        of room: String, id: ClientID, _ read: ClusterHistoryRead, request: FrameType, into actions: inout [ChatAction]
     ) {
         guard clients[id.slot]!.rooms.contains(room), cluster!.rooms[room]?.members.contains(id) == true else {
             refuse(request, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
@@ -659,18 +862,22 @@ extension ChatCore {
             return
         }
         cluster!.awaiting[id] = .read
-        ask(.history(room: room, asker(id), direction, seq: seq, limit: limit, request: request), owing: id)
+        ask(.history(room: room, asker(id), read, request: request), owing: id)
     }
 
     /// `id` left this node (`client` is what was known of it): its rooms hear it quit, through
     /// the cluster, and its nick is let go.
-    mutating func clusterDeparted(_ id: ClientID, client: ClientState, reason: String, at now: ServerTime) {
+    mutating func clusterDeparted(
+        _ id: ClientID, client: ClientState, reason: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        let departed = asker(id)
         let awaited = cluster!.awaiting.removeValue(forKey: id)
         cluster!.sessions[id.slot] = nil
         cluster!.owed[id] = nil
         cluster!.departures[id] = nil
-        // What was held for it goes with it (it was told nothing of it).
-        cluster!.gates[id] = nil
+        // What was held for it goes with it (it was told nothing of it); what it held for others
+        // goes on without it.
+        let orphaned = orphanGate(of: id, asker: departed, into: &actions)
         if case .hello(let nick, _) = awaited, nicks[ChatName.nickKey(nick)] == id {
             // Its claim may still succeed: `clusterNickClaimed` lets it go then.
             nicks[ChatName.nickKey(nick)] = nil
@@ -685,9 +892,10 @@ extension ChatCore {
             room.snapshotting[id] = nil
             room.leaving.remove(id)
             room.joinOrdinals[id] = nil
-            // Its events still come, and wait for nothing: a next holder of its nick must not
-            // wait behind them.
-            for (author, echoes) in room.pendingEchoes where echoes.contains(where: { $0.sender.id == id }) {
+            // Its events still come, and wait for nothing — unless frames for others wait for
+            // them: a next holder of its nick must not wait behind them (it does not while they
+            // stay listed either: they come first, being appended first).
+            for (author, echoes) in room.pendingEchoes where !orphaned && echoes.contains(where: { $0.sender.id == id }) {
                 let kept = echoes.filter { $0.sender.id != id }
                 room.pendingEchoes[author] = kept.isEmpty ? nil : Deque(kept)
             }
@@ -697,7 +905,7 @@ extension ChatCore {
         }
         // After its quits (below): a room it had left but whose snapshot it still waited for
         // is followed no longer either.
-        defer { for name in emptied { unfollowIfEmpty(name) } }
+        defer { for name in emptied { unfollowIfEmpty(name, into: &actions) } }
         guard let nick = client.nick else { return }
         nicks[ChatName.nickKey(nick)] = nil
         // Every room it was in or on its way into: a `joined` already appended gets its `quit`
@@ -716,9 +924,11 @@ extension ChatCore {
     /// with `reason` and lets its nick go, through the cluster, as if it had disconnected.
     public mutating func clusterDepartAll(reason: String, at now: ServerTime) {
         guard cluster != nil else { return }
+        // Every client goes: what one held for another is sent to no one.
+        var unsent: [ChatAction] = []
         for slot in clients.indices {
             guard let client = clients[slot], client.nick.map({ nicks[ChatName.nickKey($0)] == ClientID(slot) }) ?? true else { continue }
-            clusterDeparted(ClientID(slot), client: client, reason: reason, at: now)
+            clusterDeparted(ClientID(slot), client: client, reason: reason, at: now, into: &unsent)
         }
     }
 
@@ -735,10 +945,15 @@ extension ChatCore {
         }
     }
 
-    private mutating func unfollowIfEmpty(_ name: String) {
+    private mutating func unfollowIfEmpty(_ name: String, into actions: inout [ChatAction]) {
         guard let room = cluster!.rooms[name], room.isEmpty else { return }
         cluster!.rooms[name] = nil
         ask(.unfollow(room: name))
+        // Its events are heard here no more: what clients that left hold behind them goes now.
+        guard !cluster!.orphanedGates.isEmpty else { return }
+        for echoes in room.pendingEchoes.values {
+            for echo in echoes { resolveOrphaned(echo.ordinal, of: echo.sender, into: &actions) }
+        }
     }
 
     // MARK: Answers from the cluster
@@ -761,9 +976,11 @@ extension ChatCore {
             return
         }
         cluster!.awaiting[id] = nil
-        // A nick change's answer goes after the events of the requests before it.
+        // A nick change's answer goes after the events of the requests before it, and before
+        // its own `nickChanged`s (their appends, asked below, take the next places).
         let firstAction = actions.count
-        defer { clusterOrder(&actions, from: firstAction, for: id) }
+        let place = cluster!.gates[id]?.issued ?? 0
+        defer { clusterOrder(&actions, from: firstAction, for: id, after: place) }
         switch (awaited, outcome) {
         case (.hello(_, let version), .success(true)):
             welcome(id, nick: nick, version: version, into: &actions)
@@ -805,7 +1022,7 @@ extension ChatCore {
             clusterOrder(&actions, from: firstAction, for: id, after: ordinal - 1)
             resolveOrdinal(ordinal, of: id, into: &actions)
         }
-        unfollowIfEmpty(room)
+        unfollowIfEmpty(room, into: &actions)
         paid(id, into: &actions)
     }
 
@@ -828,8 +1045,11 @@ extension ChatCore {
         // Off the list even if its sender left: a stale first entry would hold up the next
         // holder of the nick.
         let echo = takeFailedEcho(event, in: room, sender: asker)
-        guard let sender = resolve(asker) else { return }
-        let request: FrameType
+        guard let sender = resolve(asker) else {
+            if let echo { resolveOrphaned(echo.ordinal, of: asker, into: &actions) }
+            return
+        }
+        let request: FrameType?
         switch event {
         case .message: request = .say
         case .action: request = .emote
@@ -840,11 +1060,14 @@ extension ChatCore {
             if cluster?.rooms[room]?.leaving.remove(sender) != nil, !clients[sender.slot]!.rooms.contains(room) {
                 clients[sender.slot]!.rooms.append(room)
             }
-        default: request = .none
+        // Its nick is changed all the same (`nickAccepted` said so); the node appends the event
+        // again once Redis is back. Nothing to tell, and nothing waits for it any more.
+        case .nickChanged: request = nil
+        default: request = FrameType.none
         }
         // Its error goes where the request was sent, and what waited for it then.
         let firstAction = actions.count
-        refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions)
+        if let request { refuse(request, failure.code, "#\(room): not done: \(failure.reason)", to: sender, into: &actions) }
         clusterOrder(&actions, from: firstAction, for: sender, after: echo.map { $0.ordinal - 1 })
         if let echo { resolveOrdinal(echo.ordinal, of: sender, into: &actions) }
         paid(sender, into: &actions)
@@ -916,7 +1139,12 @@ extension ChatCore {
             // The join it was owed an answer to is answered by its `joined`; the snapshot is owed
             // in its place.
             room.snapshotting[newMember] = []
-            ask(.snapshot(room: name, newMember, seq: seq, version: version))
+            // The replay a joiner of its version gets on a server on its own.
+            let history =
+                version >= 2
+                ? ClusterHistoryRead.page(.before, from: seq, limit: configuration.historySize)
+                : recentMessages(before: seq, count: configuration.historySize)
+            ask(.snapshot(room: name, newMember, seq: seq, history: history))
         }
         if case .left(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.leaving.contains(id),
             let index = room.members.firstIndex(of: id)
@@ -928,8 +1156,14 @@ extension ChatCore {
         }
         cluster!.rooms[name] = room
         // What its sender was sent after asking for it may go now (a join waits for its snapshot).
-        if let echo, let id = resolve(echo.sender) { resolveOrdinal(echo.ordinal, of: id, into: &actions) }
-        unfollowIfEmpty(name)
+        if let echo {
+            if let id = resolve(echo.sender) {
+                resolveOrdinal(echo.ordinal, of: id, into: &actions)
+            } else {
+                resolveOrphaned(echo.ordinal, of: echo.sender, into: &actions)
+            }
+        }
+        unfollowIfEmpty(name, into: &actions)
         if !cluster!.owed.isEmpty, let author = Self.author(of: frame), let id = nicks[ChatName.nickKey(author)],
             let echo = cluster!.owed[id]?.echoes[name], echo <= seq
         {
@@ -963,7 +1197,7 @@ extension ChatCore {
             resolveOrdinal(ordinal, of: id, into: &actions)
         }
         // A client that left before its snapshot came was the room's last one here.
-        unfollowIfEmpty(name)
+        unfollowIfEmpty(name, into: &actions)
         paid(id, into: &actions)
     }
 
@@ -983,9 +1217,8 @@ extension ChatCore {
         if version >= 2 {
             actions.append(
                 .send(.historyPage(room: name, epoch: snapshot.epoch, complete: snapshot.complete, entries: snapshot.history), to: id))
-        } else {
-            let messages = snapshot.history.filter { $0.kind != .topic }
-            if !messages.isEmpty { appendHistoryFrames(room: name, entries: messages, to: id, into: &actions) }
+        } else if !snapshot.history.isEmpty {
+            appendHistoryFrames(room: name, entries: snapshot.history, to: id, into: &actions)
         }
     }
 
@@ -1044,7 +1277,8 @@ extension ChatCore {
         }
     }
 
-    /// The history page `id` asked for with `request`, or why it could not be read.
+    /// The history `id` asked for with `request` (its `ClusterHistoryRead`'s answer: a page, or
+    /// the recent messages for `requestHistory`), or why it could not be read.
     public mutating func clusterHistoryRead(
         room: String, _ asker: ClusterAsker, request: FrameType,
         _ result: Result<(epoch: UInt64, entries: [HistoryEntry], complete: Bool), ClusterFailure>, into actions: inout [ChatAction]
@@ -1054,11 +1288,10 @@ extension ChatCore {
         defer { settleRead(of: id, from: firstAction, into: &actions) }
         switch result {
         case .success(let page) where request == .requestHistory:
-            let messages = page.entries.filter { $0.kind != .topic }
-            if messages.isEmpty {
+            if page.entries.isEmpty {
                 actions.append(.send(.history(room: room, entries: []), to: id))
             } else {
-                appendHistoryFrames(room: room, entries: messages, to: id, into: &actions)
+                appendHistoryFrames(room: room, entries: page.entries, to: id, into: &actions)
             }
         case .success(let page):
             actions.append(.send(.historyPage(room: room, epoch: page.epoch, complete: page.complete, entries: page.entries), to: id))
@@ -1073,7 +1306,14 @@ extension ChatCore {
         _ message: Frame, sender asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, away: (nick: String, text: String)? = nil,
         into actions: inout [ChatAction]
     ) {
-        guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else { return }
+        guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else {
+            // Its sender left: what it held for others behind this `tell` may go.
+            if let ordinal = cluster?.orphanedGates[asker]?.directs.first {
+                cluster!.orphanedGates[asker]!.directs.removeFirst()
+                resolveOrphaned(ordinal, of: asker, into: &actions)
+            }
+            return
+        }
         let firstAction = actions.count
         // Its copy, or why not, goes where the `tell` was sent; then what waited for it.
         let ordinal = cluster!.gates[id]?.directs.popFirst()
@@ -1143,12 +1383,6 @@ extension ChatCore {
         default: nil
         }
     }
-
-    /// The frame budget a page of history may fill, and what an entry costs in it.
-    public static var historyPageBudget: Int { listFrameBudget }
-
-    /// What `entry` costs of `historyPageBudget`.
-    public static func historyCost(_ entry: HistoryEntry) -> Int { cost(entry) }
 }
 
 /// Why the cluster could not do what was asked, as a client is told it.

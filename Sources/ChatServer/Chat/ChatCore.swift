@@ -242,7 +242,7 @@ public struct ChatCore: Sendable {
         clientCount -= 1
         addresses[client.address]?.connections -= 1
         if cluster != nil {
-            clusterDeparted(id, client: client, reason: disconnection.reason, at: now)
+            clusterDeparted(id, client: client, reason: disconnection.reason, at: now, into: &actions)
         } else if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
             for room in client.rooms {
@@ -316,11 +316,17 @@ public struct ChatCore: Sendable {
         id.slot < clients.count ? clients[id.slot]?.nick : nil
     }
 
-    /// The names of the rooms that exist (those with members), sorted.
-    public var roomNames: [String] { rooms.filter { !$0.value.members.isEmpty }.keys.sorted() }
+    /// The names of the rooms that exist (those with members), sorted. A cluster node knows the
+    /// rooms its own clients are members of (`clusterRoomNames`).
+    public var roomNames: [String] {
+        if cluster != nil { return clusterRoomNames }
+        return rooms.filter { !$0.value.members.isEmpty }.keys.sorted()
+    }
 
-    /// The nicks in `room`, in joining order; empty if the room does not exist.
+    /// The nicks in `room`, in joining order; empty if the room does not exist. A cluster node
+    /// knows its own clients among them (`clusterMemberNicks(of:)`).
     public func memberNicks(of room: String) -> [String] {
+        if cluster != nil { return clusterMemberNicks(of: room) }
         guard let members = rooms[room]?.members else { return [] }
         return members.compactMap { nick(of: $0) }
     }

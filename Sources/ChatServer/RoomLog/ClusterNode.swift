@@ -98,7 +98,6 @@ final class ClusterNode: @unchecked Sendable {
     private let link: ClusterLink
     private let queue: DispatchQueue
     private let logger: Logger
-    private let historySize: Int
     private var answer: Answer = { _ in }
     /// Quits and releases to carry out once the link is up again.
     private var retries: [ClusterRequest] = []
@@ -125,7 +124,6 @@ final class ClusterNode: @unchecked Sendable {
         self.configuration = configuration
         self.queue = queue
         self.logger = logger
-        historySize = chat.historySize
         link = ClusterLink(
             host: configuration.host, port: configuration.port, nodeID: configuration.nodeID,
             ttlMilliseconds: Int(configuration.nodeTimeout / .milliseconds(1)), limits: Self.parserLimits(maxFrameSize: chat.maxFrameSize),
@@ -286,11 +284,22 @@ final class ClusterNode: @unchecked Sendable {
                 }
             }
         case .append(let room, let event, let change, let sender, let charge):
-            guard let log = link.roomLog else {
-                if let sender {
-                    return later { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.down, into: &$1) }
+            // A quit or a nick change that does not reach Redis is appended again once it is
+            // back, for no one: the room must not keep a member that left or a name that changed.
+            let retry: ClusterRequest? =
+                if sender == nil {
+                    request
+                } else if case .rename = change {
+                    .append(room: room, event: event, change: change, sender: nil, charge: charge)
+                } else {
+                    nil
                 }
-                return retries.append(request)
+            guard let log = link.roomLog else {
+                if let retry { retries.append(retry) }
+                if let sender {
+                    later { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.down, into: &$1) }
+                }
+                return
             }
             let node = configuration.nodeID
             let roomChange: RoomChange =
@@ -312,15 +321,13 @@ final class ClusterNode: @unchecked Sendable {
                     return
                 }
                 guard case .failure(let error) = result else { return }
+                if case .redis = error, let retry { retries.append(retry) }
                 if let sender {
                     answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.failure(error), into: &$1) }
-                } else if case .redis = error {
-                    // A quit or nick change that did not reach Redis: tried again once it is back.
-                    retries.append(request)
                 }
             }
-        case .snapshot(let room, let id, let seq, let version):
-            readSnapshot(of: room, upTo: seq, version: version) { [self] result in
+        case .snapshot(let room, let id, let seq, let history):
+            readSnapshot(of: room, upTo: seq, history: history) { [self] result in
                 answer { $0.clusterSnapshotRead(room: room, id, result, into: &$1) }
             }
         case .members(let room, let id):
@@ -339,13 +346,13 @@ final class ClusterNode: @unchecked Sendable {
                 }
                 answer { $0.clusterRoomsRead(id, rooms, into: &$1) }
             }
-        case .history(let room, let id, let direction, let seq, let limit, let request):
+        case .history(let room, let id, let read, let request):
             readEpoch(of: room) { [self] epoch in
                 switch epoch {
                 case .failure(let failure):
                     answer { $0.clusterHistoryRead(room: room, id, request: request, .failure(failure), into: &$1) }
                 case .success(let epoch):
-                    readPage(of: room, direction, from: seq, limit: limit, messagesOnly: request == .requestHistory) { [self] page in
+                    readHistory(of: room, read) { [self] page in
                         let result = page.map { (epoch: epoch, entries: $0.entries, complete: $0.complete) }
                         answer { $0.clusterHistoryRead(room: room, id, request: request, result, into: &$1) }
                     }
@@ -433,10 +440,11 @@ final class ClusterNode: @unchecked Sendable {
         }
     }
 
-    /// What a joiner is told: the room's epoch, members and topic, and its history up to the
+    /// What a joiner is told: the room's epoch, members and topic, and `history` before the
     /// joiner's own `joined` at `seq`.
     private func readSnapshot(
-        of room: String, upTo seq: UInt64, version: UInt16, completion: @escaping (Result<ClusterRoomSnapshot, ClusterFailure>) -> Void
+        of room: String, upTo seq: UInt64, history: ClusterHistoryRead,
+        completion: @escaping (Result<ClusterRoomSnapshot, ClusterFailure>) -> Void
     ) {
         guard let commands = link.commands else { return completion(.failure(down)) }
         ClusterDirectory(commands: commands).snapshot(of: room, newEpoch: UInt64.random(in: 1...UInt64.max)) { [self] result in
@@ -444,7 +452,7 @@ final class ClusterNode: @unchecked Sendable {
             case .failure(let error):
                 completion(.failure(self.failure(error)))
             case .success(let snapshot):
-                readPage(of: room, .before, from: seq + 1, limit: historySize, messagesOnly: version < 2) { page in
+                readHistory(of: room, history) { page in
                     completion(
                         page.map { page in
                             let topic = snapshot.topic.flatMap { event -> Frame? in
@@ -460,50 +468,32 @@ final class ClusterNode: @unchecked Sendable {
         }
     }
 
-    /// A page of `room`'s history next to `seq`, oldest first, as `RoomHistory.page` cuts it:
-    /// at most `limit` entries that fit one frame. The log holds joins and leaves too, which are
-    /// no history, so it is read in batches until the page is full or the log ends.
-    private func readPage(
-        of room: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, messagesOnly: Bool,
+    /// `read`'s answer, cut from `room`'s log (`ClusterHistoryCut`), which is read a page
+    /// (`ClusterReplies.eventsPerRead`) at a time until the cut has it.
+    private func readHistory(
+        of room: String, _ read: ClusterHistoryRead,
         completion: @escaping (Result<(entries: [HistoryEntry], complete: Bool), ClusterFailure>) -> Void
     ) {
-        guard limit > 0 else { return completion(.success(([], false))) }
         let batch = ClusterReplies.eventsPerRead
-        var taken: [HistoryEntry] = []
-        var spent = 0
-        let budget = ChatCore.historyPageBudget
-        func finish(complete: Bool) {
-            completion(.success((direction == .before ? taken.reversed() : taken, complete)))
-        }
-        func step(from cursor: UInt64) {
+        var cut = ClusterHistoryCut(read)
+        func step() {
+            if let answer = cut.answer { return completion(.success(answer)) }
             guard let log = link.roomLog else { return completion(.failure(down)) }
-            let handle: (Result<[LoggedEvent], ClusterError>) -> Void = { result in
+            let handle: (Result<[LoggedEvent], ClusterError>) -> Void = { [self] result in
                 switch result {
                 case .failure(let error):
-                    completion(.failure(self.failure(error)))
+                    completion(.failure(failure(error)))
                 case .success(let events):
-                    for (index, event) in events.enumerated() {
-                        guard let entry = ChatCore.historyEntry(payload: event.payload, seq: event.seq, time: event.time),
-                            !(messagesOnly && entry.kind == .topic)
-                        else { continue }
-                        spent += ChatCore.historyCost(entry)
-                        if spent > budget, !taken.isEmpty { return finish(complete: false) }
-                        taken.append(entry)
-                        if taken.count == limit {
-                            return finish(complete: events.count < batch && index == events.count - 1)
-                        }
-                    }
-                    guard events.count == batch, let last = events.last else { return finish(complete: true) }
-                    step(from: last.seq)
+                    cut.take(events.map { ($0.seq, $0.time, $0.payload) }, logEnded: events.count < batch)
+                    step()
                 }
             }
-            switch direction {
-            case .after: log.events(of: room, after: cursor, limit: batch, completion: handle)
-            case .before: log.events(of: room, before: cursor, limit: batch, completion: handle)
+            switch cut.direction {
+            case .after: log.events(of: room, after: cut.cursor, limit: batch, completion: handle)
+            case .before: log.events(of: room, before: cut.cursor, limit: batch, completion: handle)
             }
         }
-        if direction == .before, seq == 1 { return completion(.success(([], true))) }
-        step(from: seq)
+        step()
     }
 
     // MARK: Reaping
