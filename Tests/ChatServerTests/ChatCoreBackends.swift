@@ -502,19 +502,6 @@ struct SingleNodeRedis {
     }
 }
 
-// MARK: - Differences between modes
-
-/// Runs `body`, whose expectations the docs promise in every mode, as a known issue when
-/// `backend` is one of `modes`, where it is known not to hold (`issue` names the difference): the
-/// test then fails if the difference goes away, so its fix is noticed and the marker removed.
-func knownIssue(_ issue: Comment, in modes: Set<CoreBackend>, on backend: CoreBackend, _ body: () throws -> Void) rethrows {
-    if modes.contains(backend) {
-        withKnownIssue(issue) { try body() }
-    } else {
-        try body()
-    }
-}
-
 // MARK: - The backends themselves
 
 /// The harness drives each mode the way the server does: these tests hold it to that, so the
