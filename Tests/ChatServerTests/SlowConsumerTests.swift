@@ -36,12 +36,14 @@ struct SlowConsumerTests {
 
         var peak = baseline
         var quits: [String] = []
-        let text = String(repeating: "x", count: 8_000)
-        let batches = 512
-        let perBatch = 16  // 512 × 16 × 8 kB ≈ 64 MB through the room
+        let text = String(repeating: "x", count: 15_000)
+        let perBatch = 8
         var lines = [0, 0]
-        for batch in 1...batches {
+        var sent = 0
+        // Until both readers saw the stalled member go, and at most 512 × 8 × 15 kB ≈ 61 MB.
+        for batch in 1...512 where quits.count < 2 {
             try await alice.send(Array(repeating: Frame.say(room: "r", text: text), count: perBatch))
+            sent += perBatch
             // The readers keep in step with the sender, so only the stalled member falls behind.
             for (index, client) in [alice, bob].enumerated() {
                 while lines[index] < batch * perBatch {
@@ -55,9 +57,11 @@ struct SlowConsumerTests {
             }
             peak = max(peak, residentBytes(of: server.pid) ?? 0)
         }
+        #expect(lines == [sent, sent], "the readers got every line")
         #expect(quits.count == 2, "alice and bob each saw the stalled member go: \(quits)")
         #expect(quits.allSatisfy { $0.contains("slow consumer") }, "\(quits)")
-        // Unbounded, the stalled member's queue would hold most of the 64 MB.
+        // Unbounded, the stalled member's queue would have held what passed until it was cut off,
+        // and the quits would not have come.
         #expect(peak - baseline < 40 << 20, "the server grew by \((peak - baseline) >> 20) MiB")
     }
 
