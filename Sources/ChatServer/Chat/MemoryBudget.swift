@@ -13,7 +13,7 @@ import ChatProtocol
 /// | room history (entries) | `history` in all |
 /// | history replays encoded once and shared (at most two per room) | up to 2 × `history` |
 /// | everything queued for clients (chunks counted once, however many queues share them) | `output` in all |
-/// | frames encoded and held until the commit that makes them durable (durable mode) | `held`, plus one request's replies |
+/// | frames encoded and held until the commit that makes them durable (durable mode), or, on a cluster node, frames of departed senders held for their recipients until the events before them come back | `held`, plus one request's replies |
 /// | allocator slack and fragmentation | what is left (about an eighth) |
 ///
 /// Past `output`, the clients that lag furthest behind are disconnected as slow consumers until
