@@ -10,6 +10,12 @@ public struct HTTPRequestHead: Sendable, Equatable {
     /// The request target without its query, e.g. `/metrics`.
     public var path: String
 
+    /// A head with `method` and `path`.
+    public init(method: String, path: String) {
+        self.method = method
+        self.path = path
+    }
+
     /// What the bytes so far amount to.
     public enum Outcome: Sendable, Equatable {
         /// The head is not complete yet.
