@@ -357,19 +357,20 @@ struct ChatServerCommand: ParsableCommand {
             StandardError.write("chat-server: cannot serve metrics on \(metrics.map { "\($0)" } ?? ""): \(error)\n")
             throw ExitCode(1)
         }
-        server.start()
-        print("listening on \(server.localAddress)")
-        if let endpoint { print("metrics on \(endpoint.localAddress)") }
-        if let plainPort = server.plainPort { print("plain text also on port \(plainPort)") }
-        fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
-
+        // Handlers before the first line: "listening on" tells a supervisor or a test it may
+        // signal the server, and a SIGTERM between the line and the handlers would be lost.
         let stopped = DispatchSemaphore(value: 0)
         // SIGHUP reloads TLS. Without TLS it keeps its default (ending a server whose terminal
         // closed) unless the server has no terminal to lose: under a service manager, whose
         // `reload` sends SIGHUP, ending the server would be a surprise.
         let handlesHangUp = server.configuration.tls != nil || !hasControllingTerminal()
+        server.start()
         let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
             + (handlesHangUp ? installReloadHandler(server: server, logger: logger) : [])
+        print("listening on \(server.localAddress)")
+        if let endpoint { print("metrics on \(endpoint.localAddress)") }
+        if let plainPort = server.plainPort { print("plain text also on port \(plainPort)") }
+        fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
         logger.info(
             "serving",
             metadata: [
