@@ -84,7 +84,9 @@ public enum LatencyPlot {
             let value = yMax * Double(step) / 5
             let py = y(value)
             svg += "<line x1=\"\(fmt(margin.left))\" y1=\"\(fmt(py))\" x2=\"\(fmt(margin.left + plotWidth))\" y2=\"\(fmt(py))\" stroke=\"#ddd\"/>\n"
-            svg += "<text x=\"\(fmt(margin.left - 8))\" y=\"\(fmt(py + 4))\" text-anchor=\"end\">\(number(value))</text>\n"
+            // One format for the whole axis, as fine as its step needs: 0, 20, 40 or 0.0, 0.2, 0.4.
+            let decimals = max(0, Int(-log10(yMax / 5).rounded(.down)))
+            svg += "<text x=\"\(fmt(margin.left - 8))\" y=\"\(fmt(py + 4))\" text-anchor=\"end\">\(fixed(value, decimals))</text>\n"
         }
         svg += "<rect x=\"\(fmt(margin.left))\" y=\"\(fmt(margin.top))\" width=\"\(fmt(plotWidth))\" height=\"\(fmt(plotHeight))\" fill=\"none\" stroke=\"#444\"/>\n"
         svg += "<text x=\"\(fmt(margin.left + plotWidth / 2))\" y=\"\(fmt(height - 15))\" text-anchor=\"middle\">percentile</text>\n"
