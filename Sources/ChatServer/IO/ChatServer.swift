@@ -1254,7 +1254,8 @@ extension ChatServer {
             case .closed: break
             }
         }
-        states.refused = refused.count + tlsRefusals.count
+        // Refused TLS connections are channels (their refusal needs the handshake), counted above.
+        states.refused = refused.count
         // Rooms as the core keeps them: its own in memory and durable mode, those its clients
         // are in on a cluster node (whose `seq`s arrive with their events). One pass keeps the
         // few largest of each list, so thousands of rooms cost no sort.

@@ -37,17 +37,6 @@ public final class MetricsEndpoint: @unchecked Sendable {
         public init() {}
     }
 
-    /// What the endpoint has turned away since start, for `/metrics` and the tests.
-    public struct Rejections: Sendable, Equatable {
-        /// Connections closed at once because `maxConnections` were open.
-        public var overLimit = 0
-        /// Connections closed because their head did not arrive within `headTimeoutMillis`, or
-        /// the connection outlived `lifetimeMillis`.
-        public var timedOut = 0
-        /// Requests answered 4xx: not a GET, a head too long, not HTTP/1.x.
-        public var badRequests = 0
-    }
-
     /// The address the endpoint listens on (with port 0, the port the OS chose).
     public let localAddress: SocketAddress
     /// The bounds it keeps.
@@ -60,8 +49,9 @@ public final class MetricsEndpoint: @unchecked Sendable {
     private let handler: (HTTPRequestHead, @escaping @Sendable (HTTPResponse) -> Void) -> Void
     private var connections: [ObjectIdentifier: HTTPConnection] = [:]
     private var timer: DispatchSourceTimer?
-    private var rejections = Rejections()
-    /// `rejections` for swift-metrics, counted as they happen (they are rare by nature).
+    /// What the endpoint turns away, counted as it happens (rare by nature): `limit` (all
+    /// `maxConnections` open), `timeout` (a head too slow, or the lifetime over), `bad_request`
+    /// (not a GET, a head too long, not HTTP/1.x).
     private let overLimitCounter = Counter(label: "chat_metrics_http_rejections_total", dimensions: [("reason", "limit")])
     private let timedOutCounter = Counter(label: "chat_metrics_http_rejections_total", dimensions: [("reason", "timeout")])
     private let badRequestCounter = Counter(label: "chat_metrics_http_rejections_total", dimensions: [("reason", "bad_request")])
@@ -99,17 +89,10 @@ public final class MetricsEndpoint: @unchecked Sendable {
         }
     }
 
-    /// What has been turned away so far. Call from any thread but the endpoint's queue.
-    public var rejectionCounts: Rejections { queue.sync { rejections } }
-
-    /// Connections open now. Call from any thread but the endpoint's queue.
-    public var openConnectionCount: Int { queue.sync { connections.count } }
-
     // MARK: Connections (the endpoint's queue)
 
     private func accept(_ socket: Socket) {
         guard !closed, connections.count < limits.maxConnections else {
-            rejections.overLimit += 1
             overLimitCounter.increment()
             // Into an empty send buffer, so it never blocks; the client may see a reset instead
             // if it had sent its request already, which is as good a refusal.
@@ -141,14 +124,12 @@ public final class MetricsEndpoint: @unchecked Sendable {
             return
         case .invalid(let status):
             connection.head = HTTPRequestHead(method: "", path: "")
-            rejections.badRequests += 1
             badRequestCounter.increment()
             respond(HTTPResponse(status: status, text: "bad request"), on: connection)
         case .complete(let head):
             connection.head = head
             guard head.method == "GET" else {
-                rejections.badRequests += 1
-                badRequestCounter.increment()
+                    badRequestCounter.increment()
                 return respond(HTTPResponse(status: 405, text: "only GET is served here"), on: connection)
             }
             handler(head) { [weak self] response in
@@ -175,7 +156,6 @@ public final class MetricsEndpoint: @unchecked Sendable {
         for connection in connections.values where connection.channel.isOpen {
             if now >= connection.closeDeadline || (connection.head == nil && now >= connection.headDeadline) {
                 if !connection.answered {
-                    rejections.timedOut += 1
                     timedOutCounter.increment()
                 }
                 connection.channel.close()

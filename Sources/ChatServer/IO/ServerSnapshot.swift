@@ -21,7 +21,8 @@ public struct ServerSnapshot: Sendable {
         public var chatting = 0
         /// Connections being closed (their farewell queued, waiting for the peer or a deadline).
         public var closing = 0
-        /// Connections refused at the door that wait for their client to close.
+        /// Plain connections refused at the door that wait, without a channel, for their client
+        /// to close (a refused TLS connection is a channel and counts as `closing`).
         public var refused = 0
 
         /// Every state with its count, in a fixed order.
