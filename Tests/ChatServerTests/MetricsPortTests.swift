@@ -163,6 +163,29 @@ struct MetricsPortTests {
         }
     }
 
+    @Test func refusalsAndDisconnectsAreCountedByCodeAndReason() async throws {
+        let server = try await ChatServerProcess(.memory, arguments: Self.flags)
+        defer { server.stop() }
+        let port = try #require(Self.metricsPort(of: server), "the server prints its metrics port")
+        let holder = try await TestClient.connect(to: server, nick: "holder")
+        #expect(await refusal { try await TestClient.connect(to: server, nick: "holder") } == .nickTaken)
+        let leaver = try await TestClient.connect(to: server, nick: "leaver")
+        try await leaver.send(.goodbye(reason: "bye"))
+        // Counters are published with a snapshot, at most a second old: wait for this one's.
+        var text = ""
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            text = await Self.get(port: port, path: "/metrics")?.body ?? ""
+            if (Self.value(of: #"chat_disconnects_total{reason="client"}"#, in: text) ?? 0) >= 1 { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(Self.value(of: #"chat_refusals_total{code="nickTaken"}"#, in: text) == 1, "the refused hello:\n\(text)")
+        #expect((Self.value(of: #"chat_disconnects_total{reason="client"}"#, in: text) ?? 0) >= 1, "the goodbye:\n\(text)")
+        #expect(Self.value(of: #"chat_connections{state="chatting"}"#, in: text) == 1, "the holder chats on:\n\(text)")
+        #expect(Self.value(of: #"chat_frames_received_total{type="hello"}"#, in: text) == 3, "three hellos:\n\(text)")
+        holder.close()
+    }
+
     @Test func withoutMetricsTheServerOpensNoSecondPort() async throws {
         let server = try await ChatServerProcess(.memory, arguments: ["--log-level", "warning"])
         defer { server.stop() }
