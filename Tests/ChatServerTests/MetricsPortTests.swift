@@ -186,6 +186,41 @@ struct MetricsPortTests {
         holder.close()
     }
 
+    @Test func aRedisOutageShowsAsTheLinkDownThenAReconnect() async throws {
+        let server = try await ChatServerProcess(.cluster, arguments: Self.flags)
+        defer { server.stop() }
+        let port = try #require(Self.metricsPort(of: server), "the server prints its metrics port")
+        let redis = try #require(server.redis, "a cluster node has its Redis")
+        #expect(try await Self.metrics(port: port) { Self.value(of: "chat_cluster_link_up", in: $0) == 1 } != nil, "up at first")
+        redis.kill()
+        let down = try await Self.metrics(port: port) { Self.value(of: "chat_cluster_link_up", in: $0) == 0 }
+        #expect(down != nil, "the link shows down while Redis is gone")
+        let status = await Self.get(port: port, path: "/status")?.body ?? ""
+        #expect(status.contains("link to Redis DOWN"), "the status page says so:\n\(status)")
+        let restarted = try await RedisServerProcess(port: redis.port)
+        defer { restarted.stop() }
+        let back = try await Self.metrics(port: port) {
+            Self.value(of: "chat_cluster_link_up", in: $0) == 1 && Self.value(of: "chat_cluster_reconnects_total", in: $0) == 1
+        }
+        #expect(back != nil, "the link is up again and the reconnect counted")
+    }
+
+    @Test func aFailedTLSHandshakeIsCounted() async throws {
+        let server = try await ChatServerProcess(.tls, arguments: Self.flags)
+        defer { server.stop() }
+        let port = try #require(Self.metricsPort(of: server), "the server prints its metrics port")
+        // Plain text where a ClientHello belongs: the TLS session fails at once.
+        let plain = try #require(RawHTTPConnection(port: server.port), "connects to the TLS port")
+        plain.send("GET / HTTP/1.1\r\n\r\n")
+        _ = plain.readToEnd()
+        plain.close()
+        let counted = try await Self.metrics(port: port) {
+            (Self.value(of: #"chat_tls_handshake_failures_total{reason="error"}"#, in: $0) ?? 0) >= 1
+        }
+        #expect(counted != nil, "the failed handshake is counted")
+        #expect((Self.value(of: "chat_tls_handshakes_started_total", in: counted ?? "") ?? 0) >= 1)
+    }
+
     @Test func withoutMetricsTheServerOpensNoSecondPort() async throws {
         let server = try await ChatServerProcess(.memory, arguments: ["--log-level", "warning"])
         defer { server.stop() }
@@ -198,6 +233,17 @@ struct MetricsPortTests {
     static func metricsPort(of server: ChatServerProcess) -> Int? {
         let line = server.child.lines.first { $0.hasPrefix("metrics on ") }
         return line.flatMap { $0.split(separator: ":").last }.flatMap { Int($0) }
+    }
+
+    /// The first `/metrics` text within 30 s that `condition` holds of (snapshots are at most a
+    /// second old), or nil.
+    static func metrics(port: Int, until condition: (String) -> Bool) async throws -> String? {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let text = await get(port: port, path: "/metrics")?.body, condition(text) { return text }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        return nil
     }
 
     /// The value of the sample `name` (with its labels, as printed) in exposition `text`.

@@ -806,9 +806,8 @@ public final class ChatServer: @unchecked Sendable {
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 connection.departure = nil
                 let now = Self.now()
-                metrics?.disconnected(ServerMetrics.disconnectLabel(disconnection))
+                metrics?.disconnected(disconnection, tlsHandshaking: connection.channel.isHandshaking, welcomed: connection.welcomed)
                 if connection.channel.isHandshaking {
-                    metrics?.tlsHandshakeFailed(timedOut: disconnection.code == .handshakeTimeout)
                     // Nothing can be said to a client without TLS keys: close at once, and say
                     // which handshake it did not finish (a TLS slowloris reads like this).
                     let reason = disconnection.code == .handshakeTimeout

@@ -109,9 +109,16 @@ final class ServerMetrics: @unchecked Sendable {
         disconnects[label, default: 0] += 1
     }
 
-    /// Counts a TLS session that ended before its handshake completed.
-    func tlsHandshakeFailed(timedOut: Bool) {
-        tlsFailures[timedOut ? "timeout" : "error", default: 0] += 1
+    /// Counts a session's end, and a TLS handshake's failure when it ended one: a connection
+    /// still `tlsHandshaking` (its deadline passed), or one that was never `welcomed` and ended
+    /// with a TLS error (a failed session no longer says whether its handshake had completed,
+    /// and before the chat's hello it nearly always had not).
+    func disconnected(_ disconnection: Disconnection, tlsHandshaking: Bool, welcomed: Bool) {
+        let label = Self.disconnectLabel(disconnection)
+        disconnected(label)
+        if tlsHandshaking || (!welcomed && label == "tls") {
+            tlsFailures[disconnection.code == .handshakeTimeout ? "timeout" : "error", default: 0] += 1
+        }
     }
 
     /// A commit of `events` stored events was handed to the store.
