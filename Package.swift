@@ -3,6 +3,8 @@ import PackageDescription
 
 let argumentParser = Target.Dependency.product(name: "ArgumentParser", package: "swift-argument-parser")
 let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
+let metrics = Target.Dependency.product(name: "CoreMetrics", package: "swift-metrics")
+let prometheus = Target.Dependency.product(name: "Prometheus", package: "swift-prometheus")
 
 let package = Package(
     name: "SwiftSocketChat",
@@ -20,6 +22,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // The few libc calls Swift's Glibc module does not import (accept4).
@@ -75,10 +79,12 @@ let package = Package(
         .target(
             name: "ChatServer",
             dependencies: [
-                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", "RedisProtocol", logging,
+                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", "RedisProtocol", logging, metrics,
                 .product(name: "DequeModule", package: "swift-collections"),
             ]),
-        .executableTarget(name: "chat-server", dependencies: ["ChatServer", "ChatStorage", "SocketTLS", argumentParser, logging]),
+        .executableTarget(
+            name: "chat-server",
+            dependencies: ["ChatServer", "ChatStorage", "SocketCore", "SocketTLS", argumentParser, logging, metrics, prometheus]),
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(name: "ChatClient", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"]),

@@ -32,6 +32,8 @@ Options:
   --size B          bytes of text per message (default 0: the shortest payload, about 21 bytes)
   --only NAME       run only the case whose name contains NAME (e.g. --only 10000)
   --hgrm-dir DIR    also write each case's latency distribution (.hgrm) into DIR
+  --plot FILE.svg   draw every case's latency by percentile (HdrHistogram's percentile plot)
+                    into one SVG picture, a line per case; open it in a browser
   --persistence M   off (default): servers keep rooms in memory only (--no-persistence);
                     on: servers store rooms in SQLite under a fresh data directory, with their
                     default --fsync normal; both: run each case twice in a row, off then on
@@ -66,6 +68,7 @@ messages=""
 size=0
 only=""
 hgrm_dir=""
+plot=""
 build=1
 persistence=off
 tls=0
@@ -81,6 +84,7 @@ while [[ $# -gt 0 ]]; do
         --size) [[ $# -ge 2 ]] || die_usage "--size needs a value"; size="$2"; shift ;;
         --only) [[ $# -ge 2 ]] || die_usage "--only needs a value"; only="$2"; shift ;;
         --hgrm-dir) [[ $# -ge 2 ]] || die_usage "--hgrm-dir needs a value"; hgrm_dir="$2"; shift ;;
+        --plot) [[ $# -ge 2 ]] || die_usage "--plot needs a value"; plot="$2"; shift ;;
         --persistence) [[ $# -ge 2 ]] || die_usage "--persistence needs a value"; persistence="$2"; shift
             [[ $persistence == off || $persistence == on || $persistence == both ]] || die_usage "--persistence is off, on or both" ;;
         --no-build) build=0 ;;
@@ -243,6 +247,7 @@ start_server() {
 # ---- run the matrix --------------------------------------------------------------------------
 header=""
 rows=()
+plot_runs=()
 failures=0
 ran=0
 case "$persistence" in
@@ -266,9 +271,11 @@ for entry in "${cases[@]}"; do
         measured+=(--server-pid "$stunnel_pid")
     fi
     extra=()
-    if [[ -n "$hgrm_dir" ]]; then
-        mkdir -p "$hgrm_dir"
-        extra+=(--hgrm "$hgrm_dir/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '-').hgrm")
+    if [[ -n "$hgrm_dir" || -n "$plot" ]]; then
+        # The plot draws the cases from their .hgrm files: kept in $work unless asked for.
+        mkdir -p "${hgrm_dir:-$work/hgrm}"
+        hgrm_file="${hgrm_dir:-$work/hgrm}/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '-').hgrm"
+        extra+=(--hgrm "$hgrm_file")
     fi
     status=0
     output="$("$bin/chat-loadtest" --port "$port" "${measured[@]}" \
@@ -276,6 +283,7 @@ for entry in "${cases[@]}"; do
         "${arguments[@]}" ${extra[@]+"${extra[@]}"} ${client_tls[@]+"${client_tls[@]}"} --table-row "$name" --no-progress)" || status=$?
     stop_stunnel
     stop_server
+    if [[ -n "$plot" && -s "$hgrm_file" ]]; then plot_runs+=(--plot-with "$name=$hgrm_file"); fi
     if [[ $status -ne 0 ]]; then failures=$((failures + 1)); fi
     if [[ $(printf '%s\n' "$output" | wc -l) -ge 3 ]]; then
         header="$(printf '%s\n' "$output" | sed -n 1,2p)"
@@ -293,6 +301,11 @@ echo "Load test, $(date -u +%Y-%m-%d), $configuration build, $(nproc) cores, ${d
 echo
 if [[ -n "$header" ]]; then echo "$header"; fi
 printf '%s\n' "${rows[@]}"
+if [[ -n "$plot" && ${#plot_runs[@]} -gt 0 ]]; then
+    "$bin/chat-loadtest" --plot-only --plot "$plot" "${plot_runs[@]}"
+    echo
+    echo "latency by percentile: $plot"
+fi
 if [[ $failures -gt 0 ]]; then
     echo
     echo "FAILED: $failures case(s) lost, duplicated or reordered messages, or did not run" >&2

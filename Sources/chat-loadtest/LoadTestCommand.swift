@@ -32,6 +32,10 @@ struct LoadTestCommand: AsyncParsableCommand {
             With several servers the latency is also reported split: deliveries whose sender used \
             the receiver's node, and deliveries that crossed nodes.
             Scripts/loadtest.sh builds both, runs a standard matrix and prints a table.
+            --plot FILE.svg draws the run's latency by percentile (HdrHistogram's percentile plot), \
+            beside any runs saved with --hgrm and named with --plot-with; --plot-only draws those \
+            alone, without a load test:
+              chat-loadtest --plot-only --plot runs.svg --plot-with before=a.hgrm --plot-with after=b.hgrm
             """)
 
     @Option(help: "The server's address: 127.0.0.1, ::1 or localhost.")
@@ -92,6 +96,18 @@ struct LoadTestCommand: AsyncParsableCommand {
     @Option(help: "Write the latency distribution to this file in HdrHistogram's .hgrm format (milliseconds).")
     var hgrm: String?
 
+    @Option(help: ArgumentHelp(
+        "Draw the latency by percentile as an SVG picture in this file: this run, then every --plot-with run.",
+        valueName: "FILE.svg"))
+    var plot: String?
+    @Option(name: .customLong("plot-with"), help: ArgumentHelp(
+        "A saved run to draw beside this one, as LABEL=FILE with FILE an --hgrm file; repeat it for several.",
+        valueName: "LABEL=FILE"))
+    var plotWith: [String] = []
+    @Flag(name: .customLong("plot-only"), help: "Run no load test: only draw the --plot-with runs into --plot.")
+    var plotOnly = false
+    @Option(name: .customLong("plot-label"), help: "What the picture calls this run (default: the --table-row name, else \"this run\").")
+    var plotLabel: String?
     @Option(name: .customLong("table-row"), help: ArgumentHelp(
         "Print a Markdown table header and one row for this run, named NAME, instead of the report.",
         valueName: "NAME"))
@@ -136,6 +152,9 @@ struct LoadTestCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
+        if plotOnly || !plotWith.isEmpty || plotLabel != nil, plot == nil { throw ValidationError("--plot-only, --plot-with and --plot-label need --plot FILE.svg") }
+        if plotOnly, plotWith.isEmpty { throw ValidationError("--plot-only draws the --plot-with runs: name at least one") }
+        _ = try savedRuns()
         for server in servers {
             do {
                 _ = try ServerAddress(parsing: server)
@@ -147,7 +166,32 @@ struct LoadTestCommand: AsyncParsableCommand {
         if !problems.isEmpty { throw ValidationError(problems.joined(separator: "\n")) }
     }
 
+    /// The --plot-with runs, read and parsed; throws a message naming the bad one.
+    func savedRuns() throws -> [LatencyPlot.Series] {
+        try plotWith.map { argument in
+            guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
+                throw ValidationError("--plot-with \(argument): expected LABEL=FILE")
+            }
+            let path = String(argument[argument.index(after: equals)...])
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+                let series = LatencyPlot.Series(label: String(argument[..<equals]), hgrm: text)
+            else { throw ValidationError("--plot-with \(argument): \(path) is not a readable .hgrm file") }
+            return series
+        }
+    }
+
+    /// Writes the picture of `series` into --plot.
+    func drawPlot(_ series: [LatencyPlot.Series]) throws {
+        guard let plot else { return }
+        do {
+            try LatencyPlot.svg(series).write(toFile: plot, atomically: true, encoding: .utf8)
+        } catch {
+            throw ValidationError("cannot write --plot \(plot): \(error.localizedDescription)")
+        }
+    }
+
     func run() async throws {
+        if plotOnly { return try drawPlot(try savedRuns()) }
         var configuration = loadConfiguration
         do {
             configuration.tls = try tlsTrust.map { trust throws(TLSError) in try TLSContext(.client(trust: trust)) }
@@ -165,6 +209,9 @@ struct LoadTestCommand: AsyncParsableCommand {
             } catch {
                 throw ValidationError("cannot write --hgrm \(hgrm): \(error.localizedDescription)")
             }
+        }
+        if plot != nil, let series = LatencyPlot.Series(label: plotLabel ?? tableRow ?? "this run", hgrm: result.hgrm()) {
+            try drawPlot([series] + (try savedRuns()))
         }
         if let tableRow {
             print(result.tableRow(name: tableRow))

@@ -1,9 +1,12 @@
 import ArgumentParser
 import ChatServer
 import ChatStorage
+import CoreMetrics
 import Dispatch
 import Glibc
 import Logging
+import Prometheus
+import SocketCore
 import SocketTLS
 
 /// `chat-server`: serves the chat protocol until SIGINT or SIGTERM, then shuts down gracefully.
@@ -55,7 +58,22 @@ struct ChatServerCommand: ParsableCommand {
 
             The password comes from --password-file or the CHAT_SERVER_PASSWORD environment \
             variable, never from the command line, where other users could read it.
+
+            With --metrics HOST:PORT the server also answers HTTP GETs there: /metrics in \
+            Prometheus's text format and /status, a one-screen summary for people (docs/OPERATIONS.md). \
+            Keep it on loopback or a private network: it names rooms on /status. Its second line of \
+            output is then "metrics on HOST:PORT". `chat-server --status --metrics HOST:PORT` prints \
+            the status page of the server running there and exits.
             """)
+
+    @Option(
+        help: ArgumentHelp(
+            "Serve /metrics (Prometheus) and /status over HTTP on this address, e.g. 127.0.0.1:9464 ([::1]:9464 for IPv6; port 0: the OS chooses). Off by default.",
+            valueName: "HOST:PORT"))
+    var metrics: MetricsAddress?
+
+    @Flag(help: "Print the status page of the server whose --metrics address is given, and exit (1 if it cannot be read).")
+    var status = false
 
     @Option(help: "The address to listen on; \"::\" for every IPv6 and IPv4 address.")
     var host = "127.0.0.1"
@@ -227,6 +245,7 @@ struct ChatServerCommand: ParsableCommand {
     var logLevel: Logger.Level = .info
 
     mutating func validate() throws {
+        if status, metrics == nil { throw ValidationError("--status needs --metrics HOST:PORT: the address of the server's metrics port") }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         if plainPort != nil, tlsCert == nil { throw ValidationError("--plain-port needs --tls-cert and --tls-key") }
         if let problem = try serverConfiguration().problem() { throw ValidationError(problem) }
@@ -299,6 +318,14 @@ struct ChatServerCommand: ParsableCommand {
     }
 
     func run() throws {
+        if status, let metrics {
+            guard let page = StatusClient.fetch(host: metrics.host, port: metrics.port, path: "/status") else {
+                StandardError.write("chat-server: no status page at \(metrics): is a server running with --metrics \(metrics)?\n")
+                throw ExitCode(1)
+            }
+            print(page, terminator: "")
+            return
+        }
         let raised = DescriptorLimit.raiseToHardLimit()
         let level = logLevel
         LoggingSystem.bootstrap { label in
@@ -323,14 +350,27 @@ struct ChatServerCommand: ParsableCommand {
         for warning in server.tlsWarnings { logger.warning("TLS: \(warning)") }
         // Counted before any client can connect: the listener and whatever the process inherited.
         let socketsAtStart = DescriptorLimit.openSocketCount() ?? -1
+        let endpoint: MetricsEndpoint?
+        do {
+            endpoint = try metrics.map { address throws(SocketError) in try startMetrics(at: address, server: server) }
+        } catch {
+            StandardError.write("chat-server: cannot serve metrics on \(metrics.map { "\($0)" } ?? ""): \(error)\n")
+            throw ExitCode(1)
+        }
+        // Handlers before the first line: "listening on" tells a supervisor or a test it may
+        // signal the server, and a SIGTERM between the line and the handlers would be lost.
+        let stopped = DispatchSemaphore(value: 0)
+        // SIGHUP reloads TLS. Without TLS it keeps its default (ending a server whose terminal
+        // closed) unless the server has no terminal to lose: under a service manager, whose
+        // `reload` sends SIGHUP, ending the server would be a surprise.
+        let handlesHangUp = server.configuration.tls != nil || !hasControllingTerminal()
         server.start()
+        let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
+            + (handlesHangUp ? installReloadHandler(server: server, logger: logger) : [])
         print("listening on \(server.localAddress)")
+        if let endpoint { print("metrics on \(endpoint.localAddress)") }
         if let plainPort = server.plainPort { print("plain text also on port \(plainPort)") }
         fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
-
-        let stopped = DispatchSemaphore(value: 0)
-        let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
-            + (server.configuration.tls == nil ? [] : installReloadHandler(server: server, logger: logger))
         logger.info(
             "serving",
             metadata: [
@@ -343,6 +383,7 @@ struct ChatServerCommand: ParsableCommand {
         server.leaveCluster { stopped.signal() }
         stopped.wait()
         withExtendedLifetime(signalSources) {}
+        endpoint?.close()
         store?.close()
         // Every client socket, the listener and a node's link to Redis must be closed by now: the
         // end-to-end test checks that one socket (the listener) fewer is open than at start.
@@ -432,18 +473,111 @@ private func installShutdownHandlers(
     }
 }
 
-/// Reloads the TLS certificate and key on SIGHUP (`ChatServer.reloadTLS` logs the outcome).
-/// Installed only with TLS: without it SIGHUP keeps its default, ending a server whose terminal
-/// closed. Nonisolated for the same reason as `installShutdownHandlers`.
+/// Reloads the TLS certificate and key on SIGHUP (`ChatServer.reloadTLS` logs the outcome); a
+/// server without TLS logs that there is nothing to reload. Nonisolated for the same reason as
+/// `installShutdownHandlers`.
 private func installReloadHandler(server: ChatServer, logger: Logger) -> [DispatchSourceSignal] {
     signal(SIGHUP, SIG_IGN)
     let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
     source.setEventHandler { @Sendable in
+        guard server.configuration.tls != nil else {
+            return logger.info("SIGHUP: nothing to reload (no TLS)", metadata: ["signal": "SIGHUP"])
+        }
         logger.info("reloading the TLS certificate", metadata: ["signal": "SIGHUP"])
         server.reloadTLS()
     }
     source.activate()
     return [source]
+}
+
+/// Bootstraps swift-metrics with swift-prometheus's registry (once: the process exports through
+/// one backend) and serves it with the status page on `address`.
+///
+/// The histograms get buckets sized for what they measure: a commit on the loop takes tens of
+/// microseconds, one on the writer thread with `--fsync always` milliseconds; a Redis round trip
+/// on loopback a hundred microseconds. Prometheus's default buckets start at 5 ms and would put
+/// nearly all of them in the first.
+private func startMetrics(at address: MetricsAddress, server: ChatServer) throws(SocketError) -> MetricsEndpoint {
+    let registry = PrometheusCollectorRegistry()
+    var factory = PrometheusMetricsFactory(registry: registry)
+    let latency: [Duration] = [
+        .microseconds(25), .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1),
+        .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+        .milliseconds(250), .seconds(1),
+    ]
+    factory.durationHistogramBuckets["chat_storage_commit_seconds"] = latency
+    factory.durationHistogramBuckets["chat_cluster_redis_round_trip_seconds"] = latency
+    factory.valueHistogramBuckets["chat_storage_commit_events"] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]
+    MetricsSystem.bootstrap(factory)
+    let view = OperatorView(server: server) { registry.emitToBuffer() }
+    let endpoint = try MetricsEndpoint(host: address.host, port: address.port) { head, respond in view.answer(head, respond: respond) }
+    endpoint.start()
+    return endpoint
+}
+
+/// `--metrics`'s value: `HOST:PORT`, `[IPv6]:PORT`.
+struct MetricsAddress: ExpressibleByArgument, CustomStringConvertible, Sendable {
+    var host: String
+    var port: Int
+
+    init?(argument: String) {
+        guard let colon = argument.lastIndex(of: ":"), let port = Int(argument[argument.index(after: colon)...]),
+            (0...65_535).contains(port)
+        else { return nil }
+        var host = String(argument[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        self.host = host
+        self.port = port
+    }
+
+    var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// Reads one page from a metrics port with a plain blocking socket (5 s at most): all that
+/// `--status` needs, without an HTTP client library.
+enum StatusClient {
+    /// The body of `GET path` from `host:port`, or nil if it cannot be had or is not a 200.
+    static func fetch(host: String, port: Int, path: String) -> String? {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var found: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &found) == 0, let address = found else { return nil }
+        defer { freeaddrinfo(found) }
+        let descriptor = socket(address.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        guard connect(descriptor, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 else { return nil }
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: \(host)\r\nConnection: close\r\n\r\n".utf8)
+        guard request.withUnsafeBytes({ send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else {
+            return nil
+        }
+        var response: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16_384)
+        while response.count < 1 << 20 {
+            let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { break }
+            response += chunk[0..<count]
+        }
+        let separator = Array("\r\n\r\n".utf8)
+        guard response.starts(with: Array("HTTP/1.1 200".utf8)),
+            let end = response.indices.first(where: { response[$0...].starts(with: separator) })
+        else { return nil }
+        return String(decoding: response[(end + separator.count)...], as: UTF8.self)
+    }
+}
+
+/// Whether the process has a controlling terminal (`/dev/tty` opens only then); a service
+/// started by systemd has none.
+private func hasControllingTerminal() -> Bool {
+    let descriptor = open("/dev/tty", O_RDONLY | O_NOCTTY | O_CLOEXEC)
+    guard descriptor >= 0 else { return false }
+    close(descriptor)
+    return true
 }
 
 /// Writes to standard error without Foundation.

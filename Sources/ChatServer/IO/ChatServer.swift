@@ -141,6 +141,10 @@ public final class ChatServer: @unchecked Sendable {
     private var tlsRefusals = Deque<ClientConnection>()
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
+    /// What `/metrics` counts, once `startRecordingMetrics()` is called; nil until then.
+    private var metrics: ServerMetrics?
+    /// When the server was made (uptime nanoseconds), for the status page's uptime.
+    private let startedAt = DispatchTime.now().uptimeNanoseconds
 
     /// Binds the listening socket (nothing is accepted until `start()`); keeps rooms in `store`
     /// if there is one (the caller closes it after `shutdown`).
@@ -268,6 +272,7 @@ public final class ChatServer: @unchecked Sendable {
         let deadline = now.uptimeMillis + configuration.drainTimeout.milliseconds
         let farewell = encode(.goodbye(reason: reason))
         for case let connection? in connections where connection.isActive {
+            metrics?.disconnected("shutdown")
             logDisconnect(connection, reason: reason, nick: core.nick(of: connection.id), now: now)
             connection.beginClosing(farewell: farewell, deadline: deadline)
             markDirty(connection)
@@ -330,6 +335,7 @@ public final class ChatServer: @unchecked Sendable {
         // The TLS handshake runs inside the chat handshake's window: ChatCore's clock started
         // before, and a client that stalls mid-handshake never sends hello.
         let session = tls ? tlsContext?.makeServerSession(peerLabel: socket.label) : nil
+        if session != nil { metrics?.tlsHandshakesStarted += 1 }
         let channel = SocketChannel(socket: socket, queue: queue, readBuffer: readBuffer, tls: session)
         channel.slotMeter = slotMeter
         channel.ciphertextMeter = ciphertextMeter
@@ -385,6 +391,7 @@ public final class ChatServer: @unchecked Sendable {
     private func turnAway(_ socket: Socket, address: String, refusal: Disconnection, now: ServerTime) {
         logRefusal(address: address, label: socket.label, reason: refusal.reason, now: now)
         if let frame = refusal.errorFrame {
+            if let code = refusal.code { metrics?.errorSent(code) }
             let bytes = FrameEncoder.encode(frame)
             _ = bytes.withUnsafeBytes { try? socket.write($0) }
         }
@@ -402,6 +409,7 @@ public final class ChatServer: @unchecked Sendable {
         // A closing connection's input is read only to notice when the peer closes.
         guard connection.isActive else { return }
         connection.decoder.append(bytes)
+        metrics?.bytesReceived += bytes.count
         connection.readSinceTick = true
         connection.decoderHasGrown = true
         serveRequests(of: connection)
@@ -446,6 +454,7 @@ public final class ChatServer: @unchecked Sendable {
                 connection.decoder.version = core.protocolVersion(of: connection.id)
                 guard let frame = try connection.decoder.next() else { break }
                 let size = before - connection.decoder.bufferedByteCount
+                metrics?.framesReceived[Int(frame.type.rawValue)] += 1
                 core.received(frame, size: size, from: connection.id, at: now, into: &actions)
                 perform()
             }
@@ -736,6 +745,7 @@ public final class ChatServer: @unchecked Sendable {
         heldCost += cost
         commitInFlight = true
         submittedCommits += 1
+        metrics?.commitStarted(events: (store as? SQLiteRoomStore)?.stagedEventCount ?? 0)
         store.commitStaged(on: queue) { [weak self] result in self?.committed(held, cost: cost, result) }
     }
 
@@ -745,6 +755,7 @@ public final class ChatServer: @unchecked Sendable {
         commitInFlight = false
         completedCommits += 1
         heldCost -= cost
+        metrics?.commitFinished(failed: result.isFailure)
         defer {
             while let first = slotsAwaitingCommit.first, first.after <= completedCommits {
                 freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
@@ -788,11 +799,13 @@ public final class ChatServer: @unchecked Sendable {
                 guard connection.isActive, event.map({ !failed.contains($0) }) ?? true else { continue }
                 if let welcomes { logWelcome(connection, nick: welcomes) }
                 connection.channel.enqueue(chunk)
+                metrics?.queued(chunk)
                 markDirty(connection)
             case .sendShared(let shared, let connection):
                 connection.heldReplyBytes -= action.cost
                 guard connection.isActive else { continue }
                 for chunk in shared.encoded ?? [] { connection.channel.enqueue(chunk) }
+                metrics?.queued(shared)
                 markDirty(connection)
             case .broadcast(let chunk, let recipients, let event):
                 if let event, failed.contains(event) { continue }
@@ -810,12 +823,15 @@ public final class ChatServer: @unchecked Sendable {
             case .send(let frame, let id):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 if let nick = Self.welcomedNick(frame) { logWelcome(connection, nick: nick) }
-                connection.channel.enqueue(encode(frame))
+                let chunk = encode(frame)
+                connection.channel.enqueue(chunk)
+                metrics?.queued(chunk)
                 markDirty(connection)
             case .sendShared(let shared, let id):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 encodeIfNeeded(shared)
                 for chunk in shared.encoded ?? [] { connection.channel.enqueue(chunk) }
+                metrics?.queued(shared)
                 markDirty(connection)
             case .broadcast(let frame, let recipients):
                 fanOut(encode(frame), to: recipients)
@@ -823,6 +839,7 @@ public final class ChatServer: @unchecked Sendable {
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 connection.departure = nil
                 let now = Self.now()
+                metrics?.disconnected(disconnection, tlsHandshaking: connection.channel.isHandshaking, welcomed: connection.welcomed)
                 if connection.channel.isHandshaking {
                     // Nothing can be said to a client without TLS keys: close at once, and say
                     // which handshake it did not finish (a TLS slowloris reads like this).
@@ -869,7 +886,10 @@ public final class ChatServer: @unchecked Sendable {
 
     /// Encodes `frame` once into a chunk that any number of queues can share, counted against
     /// `meter` (by default the output queues') while it lives.
-    private func encode(_ frame: Frame) -> ByteChunk { encode(frame, meter: chunkMeter) }
+    private func encode(_ frame: Frame) -> ByteChunk {
+        if let metrics, case .error(let code, _, _, _) = frame { metrics.errorSent(code) }
+        return encode(frame, meter: chunkMeter)
+    }
 
     private func encode(_ frame: Frame, meter: MemoryMeter?) -> ByteChunk {
         encodeBuffer.removeAll(keepingCapacity: encodeBuffer.capacity <= 64 << 10)
@@ -884,6 +904,7 @@ public final class ChatServer: @unchecked Sendable {
     /// (docs/BENCHMARKS.md). The table holds every connection until it is removed, which never
     /// happens inside this loop.
     private func fanOut(_ chunk: ByteChunk, to recipients: [ClientID]) {
+        metrics?.delivered(chunk, to: recipients.count)
         connections.withUnsafeBufferPointer { table in
             // `Optional<ClientConnection>` and `Optional<Unmanaged<ClientConnection>>` are both one
             // nullable pointer.
@@ -1239,5 +1260,105 @@ extension ChatAction {
         case .send(_, let id), .disconnect(let id, _, _): id
         case .broadcast, .sendShared: nil
         }
+    }
+}
+
+// MARK: Metrics
+
+extension ChatServer {
+    /// Starts counting what `/metrics` reports (`ServerMetrics`): until this is called, the hot
+    /// path's hooks find no counters and cost a nil check. Call before `start()`, from any thread
+    /// but the server's queue; what it records goes to the bootstrapped `MetricsSystem`, or
+    /// nowhere if none is.
+    public func startRecordingMetrics() {
+        queue.sync {
+            guard metrics == nil else { return }
+            metrics = ServerMetrics()
+            clusterNode?.metrics = metrics
+        }
+    }
+
+    /// The database file in durable mode, nil otherwise.
+    public var databasePath: String? { (store as? SQLiteRoomStore)?.directory.databasePath }
+
+    /// Takes a `ServerSnapshot` on the server's queue, hands the counters' news to swift-metrics
+    /// (with `startRecordingMetrics()`), and calls `completion` with it there. Costs a pass over
+    /// the connections and the rooms: callers take one at most every second or so
+    /// (`OperatorView` does).
+    public func snapshot(completion: @escaping @Sendable (ServerSnapshot) -> Void) {
+        queue.async { [self] in
+            let snapshot = takeSnapshot()
+            metrics?.publish(snapshot)
+            completion(snapshot)
+        }
+    }
+
+    private func takeSnapshot() -> ServerSnapshot {
+        let now = DispatchTime.now().uptimeNanoseconds
+        var states = ServerSnapshot.Connections()
+        for case let connection? in connections {
+            switch connection.phase {
+            case .active:
+                if connection.channel.isHandshaking {
+                    states.tlsHandshake += 1
+                } else if connection.welcomed {
+                    states.chatting += 1
+                } else {
+                    states.hello += 1
+                }
+            case .closing: states.closing += 1
+            case .closed: break
+            }
+        }
+        // Refused TLS connections are channels (their refusal needs the handshake), counted above.
+        states.refused = refused.count
+        // Rooms as the core keeps them: its own in memory and durable mode, those its clients
+        // are in on a cluster node (whose `seq`s arrive with their events). One pass keeps the
+        // few largest of each list, so thousands of rooms cost no sort.
+        var busiest = TopRooms(by: { Double($0.members) })
+        var liveliest = TopRooms(by: { $0.eventsPerSecond })
+        var roomCount = 0
+        var memberships = 0
+        let elapsed = Double(now &- (metrics?.lastSnapshotAt ?? now)) / 1e9
+        func visit(_ name: String, members: Int, seq: UInt64) {
+            roomCount += 1
+            memberships += members
+            let before = metrics?.lastSeqs.updateValue(seq, forKey: name) ?? seq
+            let rate = elapsed > 0 && seq >= before ? Double(seq - before) / elapsed : 0
+            let room = ServerSnapshot.Room(name: name, members: members, eventsPerSecond: rate)
+            busiest.offer(room)
+            if rate > 0 { liveliest.offer(room) }
+        }
+        if let cluster = core.cluster {
+            for (name, room) in cluster.rooms { visit(name, members: room.members.count, seq: room.lastDelivered) }
+        } else {
+            for (name, room) in core.rooms { visit(name, members: room.members.count, seq: room.lastSeq) }
+        }
+        if let metrics {
+            metrics.lastSnapshotAt = now
+            // Rooms that left memory leave the table now and then, not on every pass.
+            if metrics.lastSeqs.count > 2 * roomCount + 64 {
+                metrics.lastSeqs = metrics.lastSeqs.filter { core.cluster?.rooms[$0.key] != nil || core.rooms[$0.key] != nil }
+            }
+        }
+        var budgetUse = ServerSnapshot.Budget()
+        budgetUse.total = budget.total
+        budgetUse.outputQueued = outputInUse
+        budgetUse.limits = [
+            ("process", budget.baseline), ("connections", budget.perConnection * configuration.maxClients),
+            ("history", budget.history), ("output", budget.output), ("held", budget.held), ("cluster_link", budget.clusterLink),
+        ]
+        budgetUse.used = [
+            ("connections", budget.perConnection * openConnections), ("history", core.historyBytes),
+            ("output", max(0, outputInUse - heldCost - heldActionsCost)), ("held", heldCost + heldActionsCost),
+        ]
+        let mode: ServerSnapshot.Mode = clusterNode != nil ? .cluster : store != nil ? .durable : .memory
+        return ServerSnapshot(
+            uptimeSeconds: Double(now &- startedAt) / 1e9, mode: mode, connections: states,
+            connectionsAccepted: Int(nextSerial - 1), rooms: roomCount, memberships: memberships,
+            busiestRooms: busiest.rooms, liveliestRooms: liveliest.rooms,
+            budget: budgetUse,
+            storage: databasePath.map { .init(databasePath: $0, failure: core.storageFailure) },
+            cluster: clusterNode.map { .init(nodeID: $0.configuration.nodeID, linkUp: $0.linkIsUp, linkProblem: $0.linkProblem) })
     }
 }

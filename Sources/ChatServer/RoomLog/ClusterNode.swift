@@ -118,6 +118,15 @@ final class ClusterNode: @unchecked Sendable {
     private var deferred: [(inout ChatCore, inout [ChatAction]) -> Void] = []
     /// Connections whose requests wait for the cluster's answer to an earlier one.
     private(set) var waiters: [ClientConnection] = []
+    /// Where round trips and reconnects are counted (`ChatServer.startRecordingMetrics`), or nil.
+    var metrics: ServerMetrics?
+    /// Whether the link has been up before, so that coming up again counts as a reconnect.
+    private var wasUp = false
+
+    /// Whether both Redis connections are up.
+    var linkIsUp: Bool { link.state == .up }
+    /// Why the link is down, or nil.
+    var linkProblem: String? { if case .down(let error) = link.state { "\(error)" } else { nil } }
 
     /// A node of the cluster `configuration` names, for a server configured as `chat`.
     init(configuration: ClusterConfiguration, chat: ChatServerConfiguration, queue: DispatchQueue, logger: Logger) {
@@ -232,6 +241,8 @@ final class ClusterNode: @unchecked Sendable {
         case .up:
             logger.notice("cluster link up: room events are accepted", metadata: ["cluster.node": "\(configuration.nodeID)"])
             upSince = .now
+            if wasUp { metrics?.clusterReconnects += 1 }
+            wasUp = true
             answer { core, _ in core.clusterAvailability(true) }
             let pending = retries
             retries = []
@@ -309,7 +320,9 @@ final class ClusterNode: @unchecked Sendable {
                 case .rename(let old, let new): .rename(old: old, new: new, node: node)
                 case .topic: .topic
                 }
+            let sent = metrics == nil ? 0 : DispatchTime.now().uptimeNanoseconds
             log.append(to: room, payload: ChatCore.clusterPayload(of: event), change: roomChange) { [self] result in
+                metrics?.redisAnswered(sentAt: sent)
                 if case .success(let appended) = result {
                     // A leaver hears its own `left`, though no longer counted a member.
                     let leaver = if case .leave = change { 1 } else { 0 }

@@ -300,6 +300,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
+    /// How many events the next commit holds so far (the commit-size histogram of `/metrics`).
+    public var stagedEventCount: Int { staged.events.count }
+
     /// See `RoomStore.commitsOnCallersQueue`: true with `.eventLoop`, whose commits complete
     /// inside `commitStaged` unless they are handed to the writer queue (see above).
     public var commitsOnCallersQueue: Bool { placement == .eventLoop }
