@@ -10,7 +10,9 @@ import TestSupport
 struct HistoryCatchUpTests {
     @Test(arguments: ServerMode.allCases)
     func aReconnectingClientCatchesUpOnExactlyWhatItMissedAndPagesBackToTheFirstLine(_ mode: ServerMode) async throws {
-        let server = try await ChatServerProcess(mode, arguments: ["--history-size", "25"])
+        // A long handshake timeout: under the full suite's load a test task can wait seconds
+        // between connecting and sending its hello.
+        let server = try await ChatServerProcess(mode, arguments: ["--history-size", "25", "--handshake-timeout", "60"])
         defer { server.stop() }
         let alice = try await TestClient.connect(to: server, nick: "alice", version: 2)
         defer { alice.close() }

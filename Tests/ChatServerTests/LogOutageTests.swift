@@ -15,7 +15,10 @@ struct LogOutageTests {
     func theSenderIsToldNoOneHearsWhatItDidNotAndLinesFlowOnceTheLogIsBack(_ mode: ServerMode) async throws {
         // Redis that stops answering is noticed after half the node timeout: 5 s, as long as
         // SQLite waits for a lock before a commit fails.
-        let server = try await ChatServerProcess(mode, arguments: mode == .cluster ? ["--cluster-node-timeout", "10"] : [])
+        // A long handshake timeout: under the full suite's load a test task can wait seconds
+        // between connecting and sending its hello.
+        let server = try await ChatServerProcess(
+            mode, arguments: ["--handshake-timeout", "60"] + (mode == .cluster ? ["--cluster-node-timeout", "10"] : []))
         defer { server.stop() }
         let alice = try await TestClient.connect(to: server, nick: "alice", version: 2)
         let bob = try await TestClient.connect(to: server, nick: "bob", version: 2)

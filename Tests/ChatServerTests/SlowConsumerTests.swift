@@ -12,7 +12,7 @@ struct SlowConsumerTests {
     func aMemberThatStopsReadingIsCutOffWhileTheOthersGetEverything(_ mode: ServerMode) async throws {
         // Without rate limits: a sender fast enough to leave a stalled member behind is the point.
         let server = try await ChatServerProcess(
-            mode, arguments: ["--slow-consumer-timeout", "2", "--max-frame-size", "16384", "--no-rate-limits"])
+            mode, arguments: ["--slow-consumer-timeout", "2", "--max-frame-size", "16384", "--no-rate-limits", "--handshake-timeout", "60"])
         defer { server.stop() }
         let alice = try await TestClient.connect(to: server, nick: "alice")
         let bob = try await TestClient.connect(to: server, nick: "bob")
