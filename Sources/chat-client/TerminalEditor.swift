@@ -111,7 +111,7 @@ final class TerminalEditor: @unchecked Sendable {
     private var sequence = SequenceState.none
     private var interruptArmed = false
     private var fullNoted = false
-    private var kill = KillBuffer()
+    private var kill = KillRing()
     /// How many commands the user's keys ran: a kill continues the one before it when that
     /// was the previous command.
     private var commandCount = 0
@@ -286,6 +286,7 @@ final class TerminalEditor: @unchecked Sendable {
             ("chat-kill-to-end", "kill to the end of the line", { _, _ in TerminalEditor.current?.killToEnd() ?? UInt8(CC_ERROR) }),
             ("chat-kill-to-start", "kill to the start of the line", { _, _ in TerminalEditor.current?.killToStart() ?? UInt8(CC_ERROR) }),
             ("chat-yank", "put back the last kill", { _, _ in TerminalEditor.current?.yank() ?? UInt8(CC_ERROR) }),
+            ("chat-yank-pop", "replace what was just put back with the kill before it", { _, _ in TerminalEditor.current?.yankPop() ?? UInt8(CC_ERROR) }),
         ]
         for (name, help, function) in functions {
             // libedit keeps the name and help pointers, not copies: they must live as long as it.
@@ -300,7 +301,7 @@ final class TerminalEditor: @unchecked Sendable {
             ("^N", "chat-next-window"), ("^P", "chat-previous-window"),
             ("^W", "chat-kill-word"), ("\\e^?", "chat-kill-prev-word"), ("\\e^H", "chat-kill-prev-word"),
             ("\\ed", "chat-kill-next-word"), ("^K", "chat-kill-to-end"), ("^U", "chat-kill-to-start"),
-            ("^Y", "chat-yank"),
+            ("^Y", "chat-yank"), ("\\ey", "chat-yank-pop"),
             // libedit's own functions, for keys its emacs map leaves unbound or binds otherwise.
             ("^R", "em-inc-search-prev"),
             ("\\e[1;5D", "ed-prev-word"), ("\\e[1;5C", "em-next-word"),
@@ -777,8 +778,9 @@ final class TerminalEditor: @unchecked Sendable {
     // MARK: Kills
     //
     // libedit keeps one kill and replaces it with each kill, so Ctrl-W Ctrl-W Ctrl-Y would give
-    // back one word; its kill buffer is private, so the kill keys are ours and feed one buffer
-    // that consecutive kills add to, as readline's does. libedit has no yank-pop (Alt-y).
+    // back one word; its kill buffer is private, and it has no yank-pop (Alt-y). So the kill keys
+    // are ours and feed a ring, as readline's and Emacs's do: consecutive kills add up to one
+    // entry, Ctrl-Y puts back the newest, and Alt-y right after it puts back older ones instead.
 
     private func killBackward(toWhitespace: Bool) -> UInt8 {
         let (text, cursor) = line()
@@ -816,13 +818,36 @@ final class TerminalEditor: @unchecked Sendable {
     }
 
     private func yank() -> UInt8 {
-        let scalars = kill.text.unicodeScalars
-        guard !scalars.isEmpty else { return UInt8(CC_NORM) }
-        guard fits(additionalBytes: kill.text.utf8.count) else {
-            note("not put back: the line would be \(lineBytes() + kill.text.utf8.count) bytes; \(limitText)")
+        guard let newest = kill.entries.indices.last else { return UInt8(CC_NORM) }
+        return putBack(newest, replacing: 0, at: line().cursor)
+    }
+
+    /// Alt-y: right after a yank (or another Alt-y), what it put back gives way to the kill
+    /// before it in the ring, going round; after anything else it does nothing.
+    private func yankPop() -> UInt8 {
+        guard let last = kill.lastYank, last.command == commandCount - 1, !kill.entries.isEmpty else { return UInt8(CC_ERROR) }
+        let older = (last.entry + kill.entries.count - 1) % kill.entries.count
+        return putBack(older, replacing: last.length, at: last.start)
+    }
+
+    /// Puts `kill.entries[entry]` into the line at `start`, in place of the `replacing` characters
+    /// there, and remembers where it went for a following Alt-y.
+    private func putBack(_ entry: Int, replacing length: Int, at start: Int) -> UInt8 {
+        let text = kill.entries[entry]
+        let scalars = text.unicodeScalars.map { wchar_t(bitPattern: $0.value) }
+        let (current, cursor) = line()
+        let replaced = String(decoding: current[start..<start + length]).utf8.count
+        guard fits(additionalBytes: text.utf8.count - replaced) else {
+            note("not put back: the line would be \(lineBytes() + text.utf8.count - replaced) bytes; \(limitText)")
             return UInt8(CC_NORM)
         }
-        insert(scalars.map { wchar_t(bitPattern: $0.value) })
+        if length > 0 {
+            delete(start..<start + length, cursor: cursor)
+        } else {
+            _ = el_cursor(editLine, Int32(start - cursor))
+        }
+        insert(scalars)
+        kill.lastYank = (commandCount, start, scalars.count, entry)
         return UInt8(CC_REFRESH)
     }
 
@@ -886,21 +911,27 @@ final class TerminalEditor: @unchecked Sendable {
     }
 }
 
-/// The kill buffer: what Ctrl-W, Alt-Backspace, Alt-d, Ctrl-K, Ctrl-U and Ctrl-C took, for Ctrl-Y.
-/// Kills in a row add up (a backward kill in front, a forward one behind), as in readline.
-struct KillBuffer {
-    private(set) var text = ""
+/// The kill ring: what Ctrl-W, Alt-Backspace, Alt-d, Ctrl-K, Ctrl-U and Ctrl-C took, for Ctrl-Y
+/// and Alt-y. Kills in a row add up to one entry (a backward kill in front, a forward one
+/// behind), as in readline; the ring keeps the newest `capacity` entries.
+struct KillRing {
+    /// How many kills the ring keeps, as Emacs's `kill-ring-max` keeps 120 and readline 10.
+    static let capacity = 16
+    /// The kills, oldest first.
+    private(set) var entries: [String] = []
     /// `TerminalEditor.commandCount` at the last kill.
     var lastCommand = -2
+    /// The last yank: the command that made it, where its text starts in the line, how many
+    /// characters it put there, and which entry it was.
+    var lastYank: (command: Int, start: Int, length: Int, entry: Int)?
 
     mutating func record(_ killed: String, backward: Bool, continuing: Bool) {
-        if !continuing {
-            text = killed
-        } else if backward {
-            text = killed + text
-        } else {
-            text += killed
+        if continuing, let newest = entries.indices.last {
+            entries[newest] = backward ? killed + entries[newest] : entries[newest] + killed
+            return
         }
+        entries.append(killed)
+        if entries.count > Self.capacity { entries.removeFirst() }
     }
 }
 

@@ -142,6 +142,28 @@ import TestSupport
         }
     }
 
+    @Test func altYPutsBackOlderKillsInTurn() async throws {
+        try await Self.start { _, tmux, bob, _ in
+            // Two kills with typing between them: two entries of the ring.
+            try await tmux.type("first")
+            try await tmux.press("C-u")
+            try await tmux.type("second")
+            try await tmux.press("C-u")
+            try await tmux.type("say ")
+            try await tmux.press("C-y")
+            try await tmux.waitForInput("say second", prompt: Self.prompt)
+            try await tmux.press("M-y")
+            try await tmux.waitForInput("say first", prompt: Self.prompt)
+            try await tmux.press("M-y")
+            // Round the ring, back to the newest.
+            try await tmux.waitForInput("say second", prompt: Self.prompt)
+            // After another command Alt-y does nothing.
+            try await tmux.press("C-e", "M-y")
+            try await tmux.press("Enter")
+            #expect(await bob.waitFor(Self.said("say second", by: "alice")))
+        }
+    }
+
     @Test func tabCompletesNicksAndCommands() async throws {
         try await Self.start { _, tmux, bob, _ in
             try await tmux.type("bo")
