@@ -685,7 +685,8 @@ public struct ClientSession: Sendable {
             } else if !rooms.contains(room) {
                 removeWindow(.room(room))
             }
-            return [error(text)] + rejoined(room, newMessages: 0)
+            // Named, because a config with many rooms has many joins out at once.
+            return [error("cannot join #\(room): \(text)")] + rejoined(room, newMessages: 0)
         case .say, .emote, .tell:
             guard let request = answer(frameType) else { break }
             let what = request.label.map { "\($0) (“\(Self.excerpt(request.text))”)" } ?? "your message “\(Self.excerpt(request.text))”"

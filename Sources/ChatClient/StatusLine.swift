@@ -38,20 +38,25 @@ public enum StatusLine {
         }
         if session.windows.isEmpty { items.append(("(no window; /join #room)", Int.max)) }
 
-        func assemble(_ shown: [String], hidden: Int) -> String {
-            let windows = (shown + (hidden > 0 ? ["+\(hidden)"] : [])).joined(separator: " ")
-            return ([head, windows] + tail).joined(separator: " | ")
-        }
-        var shown = Array(items.indices)
-        var line = assemble(items.map(\.text), hidden: 0)
+        // Widths are measured once and the line assembled once: with hundreds of windows this
+        // runs after every frame, so dropping windows must not measure the line again each time.
+        let fixed = TerminalText.cellWidth(of: ([head, ""] + tail).joined(separator: " | "))
+        let widths = items.map { TerminalText.cellWidth(of: $0.text) }
+        var shown = Array(repeating: true, count: items.count)
+        var windowsWidth = widths.reduce(0, +) + max(0, items.count - 1)
+        var hidden = 0
+        func total() -> Int { fixed + windowsWidth + (hidden > 0 ? 1 + String(hidden).count + 1 : 0) }
         // Drop the least wanted first; among equals, the furthest from the start.
         let dropOrder = items.indices.filter { items[$0].keep != Int.max }.sorted {
             items[$0].keep != items[$1].keep ? items[$0].keep < items[$1].keep : $0 > $1
         }
-        for index in dropOrder where TerminalText.cellWidth(of: line) > columns {
-            shown.removeAll { $0 == index }
-            line = assemble(shown.map { items[$0].text }, hidden: items.count - shown.count)
+        for index in dropOrder where total() > columns {
+            shown[index] = false
+            windowsWidth -= widths[index] + 1
+            hidden += 1
         }
+        let windows = items.indices.filter { shown[$0] }.map { items[$0].text } + (hidden > 0 ? ["+\(hidden)"] : [])
+        let line = ([head, windows.joined(separator: " ")] + tail).joined(separator: " | ")
         return TerminalText.prefix(of: TerminalText.sanitized(line), fitting: max(0, columns))
     }
 }

@@ -60,8 +60,13 @@ public struct WindowLogs {
         return safe.hasPrefix(".") ? "_" + safe.dropFirst() : safe
     }
 
+    /// Creates `path` and the directories above it that are missing (`mkdir -p`).
     private static func makeDirectory(_ path: String) throws(Failure) {
-        if mkdir(path, 0o700) != 0, errno != EEXIST { throw Failure("mkdir") }
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, 0o700) != 0, errno != EEXIST { throw Failure("mkdir") }
+        }
     }
 
     /// The day of the last line already in the file: its first ten characters.

@@ -77,7 +77,7 @@ extension TerminalTests {
 
         @Test func aHiddenWindowTakesAFloodAndAHundredWindowsFitTheStatusLine() async throws {
             let rooms = (1...100).map { "room\($0)" }
-            try await TerminalTests.start(serverArguments: ["--no-rate-limits"], rooms: ["general"] + rooms,
+            try await TerminalTests.start(serverArguments: ["--no-rate-limits", "--max-rooms-per-client", "200"], rooms: ["general"] + rooms,
                                           clientArguments: []) { server, tmux, bob, home in
                 try await tmux.waitForScreen("a status line that counts the windows left out") { rows in
                     rows.contains { $0.hasPrefix("alice | [1:#general]") && $0.range(of: #" \+\d+$"#, options: .regularExpression) != nil }
@@ -173,7 +173,7 @@ extension TerminalTests {
         }
 
         @Test func aConfigNamingFiveHundredRoomsJoinsThemAll() async throws {
-            let server = try await ChatServerProcess(arguments: ["--no-rate-limits"])
+            let server = try await ChatServerProcess(arguments: ["--no-rate-limits", "--max-rooms-per-client", "600"])
             defer { server.stop() }
             let home = try temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: home) }
@@ -186,6 +186,13 @@ extension TerminalTests {
             }
             let bob = try await Peer(nick: "bob", port: server.port, room: "r500")
             defer { bob.close() }
+            #expect(await bob.waitFor { frame in
+                switch frame {
+                case .joined("r500", _, _, "alice"): true
+                case .members("r500", let nicks), .membersPage("r500", _, let nicks): nicks.contains("alice")
+                default: false
+                }
+            }, "alice's 500th join went through")
             try await bob.say("alice: in the last room", in: "r500")
             try await tmux.waitFor("500:#r500(1!)")
         }
