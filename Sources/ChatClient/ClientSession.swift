@@ -763,7 +763,8 @@ public struct ClientSession: Sendable {
             catchUp.awaitingReplay = false
             guard let previous = catchUp.previous else {
                 catchUps[room] = nil
-                return backlog(room: room, entries) + rejoined(room, newMessages: 0)
+                // A room that started again (or a first join): all of the replay is new to us.
+                return backlog(room: room, entries) + rejoined(room, newMessages: entries.filter { $0.kind != .topic }.count)
             }
             catchUp.replay = entries
             let reachesBack = complete || entries.isEmpty || entries[0].seq <= previous.lastSeq + 1

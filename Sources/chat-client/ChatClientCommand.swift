@@ -13,9 +13,17 @@ struct ChatClientCommand: AsyncParsableCommand {
         abstract: "Chat from a terminal: several rooms, line editing, history and Tab completion while messages arrive.",
         discussion: """
             Type text to say it in the current window, or a command: /join #room, /part, \
-            /switch #room, /query nick, /msg nick text, /me text, /nick name, /who, /rooms, \
-            /topic [text], /history [n], /away [message], /ignore [nick], /unignore nick, \
-            /quit [reason], /help.
+            /switch #room|nick, /query nick, /msg nick text, /me text, /nick name, /who, /names, \
+            /whois nick, /rooms, /topic [text], /history [n], /away [message], /ignore [nick], \
+            /unignore nick, /window list|close|N|name, /clear, /lastlog text, /set [name [value]], \
+            /save, /reconnect, /server HOST:PORT, /disconnect, /quit [reason], /help. Short \
+            forms: /j /q /w /win /list /n /p, and aliases from the config file.
+
+            Every room and query is a window with its own lines; PageUp and PageDown scroll \
+            back in it (-- more -- in the status line while scrolled). The settings (nick, \
+            servers, autojoin, TLS, timestamp format, colours, buffer sizes, highlight words, \
+            logs, aliases) are read from ~/.config/chat-client/config.toml; a malformed file \
+            stops the client with the line named. Flags override the file.
 
             Keys: Alt-1…9, Ctrl-N and Ctrl-P switch windows (the status line numbers them and \
             counts unread messages, with ! for a mention or a direct message); Tab completes \

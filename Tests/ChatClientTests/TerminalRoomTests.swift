@@ -45,10 +45,10 @@ extension TerminalTests {
                         "a mention rings the bell")
 
                 try await bob.tell("alice", "psst")
-                try await tmux.waitFor("*bob* psst")
                 try await tmux.waitFor("alice | [1:#general] 2:#dev(2!) 3:bob(1!)")
                 try await tmux.press("M-3")
                 try await tmux.waitForInput("", prompt: "[bob] ")
+                try await tmux.waitFor("*bob* psst")
                 try await tmux.waitFor("alice | 1:#general 2:#dev(2!) [3:bob]")
                 try await tmux.type("psst back")
                 try await tmux.press("Enter")
