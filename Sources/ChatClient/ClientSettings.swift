@@ -19,18 +19,31 @@
 /// wc = "window close"
 /// ```
 public struct ClientSettings: Equatable, Sendable {
+    /// `nick`: the nick to use when `--nick` is not given (nil: `$USER`).
     public var nick: String?
+    /// `servers`: `HOST:PORT`s to try in order when no `--server` is given.
     public var servers: [String] = []
+    /// `autojoin`: the rooms to join when no `--room` is given.
     public var autojoin: [String] = []
+    /// `timestamp_format`: how `MessageRenderer` writes times.
     public var timestampFormat = "%H:%M"
+    /// `colours` (or `colors`): false turns colour off, as `NO_COLOR` does.
     public var colours = true
+    /// `buffer_lines`: the most lines each window keeps.
     public var bufferLines = 2000
+    /// `highlight`: words that count as mentions besides the nick.
     public var highlight: [String] = []
+    /// `log`: whether every window is logged (`WindowLogs`).
     public var log = false
+    /// `log_directory`: where logs go instead of `~/.local/share/chat-client/logs`.
     public var logDirectory: String?
+    /// `password_file`: as `--password-file`.
     public var passwordFile: String?
+    /// `[tls] mode`.
     public var tlsMode = TLSMode.off
+    /// `[tls] ca_file`, for `mode = "ca"`.
     public var tlsCAFile: String?
+    /// `[aliases]`: a name and the command line it stands for.
     public var aliases: [String: String] = [:]
 
     /// How the client speaks TLS, as the flags `--tls`, `--tls-ca` and `--tls-insecure` say.
@@ -84,7 +97,9 @@ public struct ClientSettings: Equatable, Sendable {
 
     /// Why a setting was refused.
     public struct SettingError: Error, Equatable, Sendable {
+        /// What to tell the user.
         public let reason: String
+        /// An error saying `reason`.
         public init(_ reason: String) { self.reason = reason }
     }
 

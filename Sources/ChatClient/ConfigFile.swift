@@ -9,25 +9,35 @@
 public enum ConfigFile {
     /// A value in the file.
     public enum Value: Equatable, Sendable {
+        /// `"text"` or `'text'`.
         case string(String)
+        /// `42`, `100_000`.
         case integer(Int)
+        /// `true` or `false`.
         case boolean(Bool)
+        /// `[a, b]`, on one line.
         case array([Value])
     }
 
     /// A key and its value, with the line it was on (from 1) for error messages.
     public struct Entry: Equatable, Sendable {
-        /// The table it is in (`""` at the top), and its key.
+        /// The table it is in (`""` at the top).
         public let table: String
+        /// The key, as written.
         public let key: String
+        /// The value.
         public let value: Value
+        /// The line it is on, from 1.
         public let line: Int
     }
 
     /// Why a file was refused: the line (from 1) and what is wrong with it.
     public struct ParseError: Error, Equatable, Sendable, CustomStringConvertible {
+        /// The line, from 1.
         public let line: Int
+        /// What is wrong with it.
         public let reason: String
+        /// `line 3: reason`.
         public var description: String { "line \(line): \(reason)" }
     }
 
