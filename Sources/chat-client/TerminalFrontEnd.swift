@@ -114,9 +114,7 @@ final class TerminalFrontEnd: ClientDisplay {
     /// lines, so each page overlaps the last.
     private func scroll(pages: Int) {
         let page = max(1, RawTerminal.size().rows - 4)
-        var buffer = buffers[currentWindow] ?? WindowBuffer(limit: settings.bufferLines)
-        buffer.scroll(by: pages * page)
-        buffers[currentWindow] = buffer
+        buffers[currentWindow, default: WindowBuffer(limit: settings.bufferLines)].scroll(by: pages * page)
         drawWindow(resized: false)
         sessionChanged()
     }
@@ -130,16 +128,18 @@ final class TerminalFrontEnd: ClientDisplay {
 
     /// Files `lines` in `window`'s buffer (with a day-change line first when `time` is on a new
     /// day there) and prints them when that window is on screen and not scrolled back.
+    ///
+    /// The buffer is changed in place in the dictionary: a copy taken out and put back would
+    /// share its storage, and every append would then copy all of the window's lines.
     private func add(_ lines: [String], time: UInt64, to window: ChatWindow?) {
-        var buffer = buffers[window] ?? WindowBuffer(limit: settings.bufferLines)
         var added: [String] = []
         let day = renderer.day(of: time)
-        if let last = buffer.lastDay, last != day { added.append(renderer.dayChange(time)) }
-        buffer.lastDay = day
+        if let last = buffers[window]?.lastDay, last != day { added.append(renderer.dayChange(time)) }
         added += lines
-        for line in added { buffer.append(line) }
-        let visible = !buffer.isScrolledBack
-        buffers[window] = buffer
+        let limit = settings.bufferLines
+        buffers[window, default: WindowBuffer(limit: limit)].lastDay = day
+        for line in added { buffers[window, default: WindowBuffer(limit: limit)].append(line) }
+        let visible = buffers[window]?.isScrolledBack != true
         log(added, time: time, window: window)
         guard active else {
             StandardOutput.write(added.joined(separator: "\n") + "\n")
@@ -248,11 +248,32 @@ final class TerminalFrontEnd: ClientDisplay {
         }
     }
 
+    /// Whether a status update is queued on the main queue.
+    private var statusUpdateQueued = false
+
     func sessionChanged() {
+        guard active else { return }
+        // At once: the next line rendered must know our nick to highlight mentions of it.
+        if let nick = driver?.session.nick { renderer.ownNick = nick }
+        let current = driver?.session.currentWindow
+        // A window switch is drawn at once; the status line and Tab's context once per turn of
+        // the main queue, so a burst of frames (1,000 a second into a hidden window) does not
+        // build the status line of every window and post it to the editor for each one.
+        if drawnWindow != .some(current) { drawWindow(resized: false) }
+        guard !statusUpdateQueued else { return }
+        statusUpdateQueued = true
+        DispatchQueue.main.async {
+            MainActor.assumeIsolated {
+                self.statusUpdateQueued = false
+                self.updateStatus()
+            }
+        }
+    }
+
+    /// The status line, the prompt and what Tab completes, from the session as it is now.
+    private func updateStatus() {
         guard active, let driver else { return }
         let session = driver.session
-        renderer.ownNick = session.nick
-        if drawnWindow != .some(session.currentWindow) { drawWindow(resized: false) }
         let window = session.currentWindow?.title ?? "(no room)"
         // A column short of the width: the padding after it carries the colour's reset (see
         // TerminalEditor.setPromptText).
