@@ -97,6 +97,46 @@ extension TerminalTests {
             }
         }
 
+        @Test func connectionCommandsListingsAndCompletion() async throws {
+            try await TerminalTests.start { server, tmux, bob, _ in
+                try await tmux.type("/who #nosuch")
+                try await tmux.press("Enter")
+                try await tmux.waitForScreen("an error for a room that is not there") { rows in
+                    rows.contains { $0.contains("!! ") && $0.contains("nosuch") } && !rows.contains { $0.contains("members (0)") }
+                }
+                try await bob.join("dev")
+                try await tmux.type("/list")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-- 2 rooms:")
+                try await tmux.waitFor("-- #dev      1 member")
+                try await tmux.waitFor("-- #general  2 members")
+                try await tmux.type("/join #d")
+                try await tmux.press("Tab")
+                try await tmux.waitForInput("/join #dev ", prompt: TerminalTests.prompt)
+                try await tmux.press("C-u")
+                try await tmux.type("/msg b")
+                try await tmux.press("Tab")
+                try await tmux.waitForInput("/msg bob ", prompt: TerminalTests.prompt)
+                try await tmux.press("C-u")
+
+                try await tmux.type("/disconnect")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("disconnected from 127.0.0.1:\(server.port); /reconnect connects again")
+                try await tmux.waitFor("alice | [1:#general] | offline")
+                try await bob.say("while you were out")
+                try await tmux.type("/reconnect")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-- reconnected to 127.0.0.1:\(server.port): 1 room, 1 new message")
+                try await tmux.waitFor("<bob> while you were out")
+                try await tmux.type("/names")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-!- members (2): ")
+                try await tmux.type("/whois bob")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-- bob is in #general")
+            }
+        }
+
         @Test func aConfigFileSetsTheClientUpAndLogsAreWritten() async throws {
             let server = try await ChatServerProcess()
             defer { server.stop() }
