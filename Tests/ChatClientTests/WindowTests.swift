@@ -1,5 +1,6 @@
 import ChatClient
 import ChatProtocol
+import Foundation
 import Testing
 
 /// Windows own their lines: buffers, scrollback, routing, the status line, reconnects in one
@@ -209,5 +210,38 @@ import Testing
         #expect(renderer.format(time, "%Y-%m-%d %%") == "2026-05-12 %")
         #expect(renderer.dayChange(time) == "-- day changed to 2026-05-12 (Tuesday)")
         #expect(renderer.day(of: time + 86_400_000) == renderer.day(of: time) + 1)
+    }
+}
+
+/// The log files: where they go, their mode, the day's rotation, and a directory that cannot be written.
+@Suite struct WindowLogsTests {
+    @Test func linesGoToAPrivateFilePerWindowRotatedByDay() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("logs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var logs = WindowLogs(directory: directory.path + "/deep/er")
+        let written = [
+            logs.write("#general <bob> one", stamp: "2026-05-11 23:59:58", day: "2026-05-11", window: "#general", server: "127.0.0.1:7000"),
+            logs.write("#general <bob> two", stamp: "2026-05-12 00:00:01", day: "2026-05-12", window: "#general", server: "127.0.0.1:7000"),
+            logs.write("*../bob* hi", stamp: "2026-05-12 00:00:02", day: "2026-05-12", window: "../bob", server: "127.0.0.1:7000"),
+        ]
+        #expect(written == [true, true, true])
+        let folder = directory.appendingPathComponent("deep/er/127.0.0.1:7000")
+        let today = try String(contentsOf: folder.appendingPathComponent("#general.log"), encoding: .utf8)
+        let yesterday = try String(contentsOf: folder.appendingPathComponent("#general.2026-05-11.log"), encoding: .utf8)
+        #expect(today == "2026-05-12 00:00:01 #general <bob> two\n")
+        #expect(yesterday == "2026-05-11 23:59:58 #general <bob> one\n", "the first line of a new day moves the old file aside")
+        #expect(FileManager.default.fileExists(atPath: folder.appendingPathComponent(".._bob.log").path) == false)
+        #expect(FileManager.default.fileExists(atPath: folder.appendingPathComponent("_._bob.log").path), "a window name cannot leave the directory")
+        let mode = try FileManager.default.attributesOfItem(atPath: folder.appendingPathComponent("#general.log").path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+    }
+
+    @Test func anUnwritableDirectoryStopsLoggingWithOneReason() {
+        var logs = WindowLogs(directory: "/proc/chat-client-test-logs")
+        let first = logs.write("x", stamp: "2026-05-12 00:00:00", day: "2026-05-12", window: "#general", server: "s")
+        #expect(!first)
+        #expect(logs.failure?.contains("cannot write the log") == true && logs.failure?.contains("logging is off") == true)
+        let second = logs.write("y", stamp: "2026-05-12 00:00:00", day: "2026-05-12", window: "#general", server: "s")
+        #expect(!second, "and stays off")
     }
 }
