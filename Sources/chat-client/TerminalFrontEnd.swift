@@ -149,24 +149,22 @@ final class TerminalFrontEnd: ClientDisplay {
     }
 
     private func log(_ lines: [String], time: UInt64, window: ChatWindow?) {
-        guard settings.log, var logs, let driver else { return }
+        guard settings.log, logs != nil, let driver else { return }
         let stamp = renderer.format(time, "%Y-%m-%d %H:%M:%S")
         let day = String(stamp.prefix(10))
         let shortStamp = renderer.timestamp(time) + " "
-        var failed = false
         for line in lines {
             var text = TerminalText.plain(line)
             if text.hasPrefix(shortStamp) { text = String(text.dropFirst(shortStamp.count)) }
-            if !logs.write(text, stamp: stamp, day: day, window: window?.title ?? "(status)", server: driver.serverName) {
-                failed = true
-                break
+            // In place, as the buffers are: `logs` is a value.
+            guard logs?.write(text, stamp: stamp, day: day, window: window?.title ?? "(status)", server: driver.serverName) == false
+            else { continue }
+            if let failure = logs?.failure {
+                // Once, then logging is off: the note itself must not try the log again.
+                settings.log = false
+                show(.error(time: ClientClock.now(), text: failure))
             }
-        }
-        self.logs = logs
-        if failed, let failure = logs.failure {
-            // Once, then logging is off: the note itself must not try the log again.
-            settings.log = false
-            show(.error(time: ClientClock.now(), text: failure))
+            return
         }
     }
 
