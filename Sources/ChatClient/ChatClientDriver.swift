@@ -171,8 +171,8 @@ public final class ChatClientDriver {
             show(.error(time: ClientClock.now(), text: "not connected; the paste (\(lines.count) lines) was not sent"))
             return
         }
-        guard let window = session.currentWindow else {
-            show(.error(time: ClientClock.now(), text: "you are not in a room; the paste was not sent"))
+        guard let window = session.currentWindow, window != .merged else {
+            show(.error(time: ClientClock.now(), text: "not in a room or query; the paste was not sent"))
             return
         }
         if let index = lines.firstIndex(where: { $0.utf8.count > maxMessageBytes }) {
@@ -621,6 +621,8 @@ private struct PastedLine: Sendable {
         switch window {
         case .room(let room): .say(room: room, text: text)
         case .query(let nick): .tell(recipient: nick, text: text)
+        // `paste` refuses the merged window before anything is queued.
+        case .merged: .say(room: "", text: text)
         }
     }
 }

@@ -323,7 +323,8 @@ public struct ClientSession: Sendable {
     /// Counts a live message in `window` unless the user is looking at it; an alert when it
     /// mentions us (or is a direct message).
     private mutating func noteActivity(in window: ChatWindow, mentioned: Bool) -> [SessionAction] {
-        if window != currentWindow {
+        // The merged window shows every line, so whoever looks at it has seen them.
+        if window != currentWindow, currentWindow != .merged {
             var entry = activity[window] ?? WindowActivity()
             entry.unread += 1
             entry.mentioned = entry.mentioned || mentioned
@@ -461,6 +462,7 @@ public struct ClientSession: Sendable {
             switch currentWindow {
             case .query: return perform(.part(room: nil))
             case .room(let room): return perform(.part(room: room))
+            case .merged: return [error("the merged window stays while merged_window is on")]
             case nil: return [error("there is no window to close")]
             }
         case .number(let number):
@@ -490,13 +492,28 @@ public struct ClientSession: Sendable {
         switch window {
         case .room(let room): return request(.say(room: room, text: text), label: label)
         case .query(let other): return request(.tell(recipient: other, text: text), label: label)
+        case .merged: return [Self.notInMerged(clock())]
         }
+    }
+
+    /// Why text typed in the merged window goes nowhere: it holds every window, so it is not
+    /// clear which one is meant.
+    private static func notInMerged(_ time: UInt64) -> SessionAction {
+        .show(.error(time: time, text: "the merged window is for reading; go to a room or query to talk (Alt-2…)"))
+    }
+
+    /// Adds the merged window, first, and makes it current (`merged_window = true`).
+    public mutating func addMergedWindow() {
+        guard !windows.contains(.merged) else { return }
+        windows.insert(.merged, at: 0)
+        currentWindow = .merged
     }
 
     private mutating func sayInCurrentWindow(_ text: String, label: String?) -> [SessionAction] {
         switch currentWindow {
         case .room(let room): return request(.say(room: room, text: text), label: label)
         case .query(let other): return request(.tell(recipient: other, text: text), label: label)
+        case .merged: return [Self.notInMerged(clock())]
         case nil: return [noRoom()]
         }
     }

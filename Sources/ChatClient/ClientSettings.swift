@@ -33,6 +33,8 @@ public struct ClientSettings: Equatable, Sendable {
     public var bufferLines = 2000
     /// `highlight`: words that count as mentions besides the nick.
     public var highlight: [String] = []
+    /// `merged_window`: a first window with every window's lines, as one stream.
+    public var mergedWindow = false
     /// `log`: whether every window is logged (`WindowLogs`).
     public var log = false
     /// `log_directory`: where logs go instead of `~/.local/share/chat-client/logs`.
@@ -58,7 +60,10 @@ public struct ClientSettings: Equatable, Sendable {
     public init() {}
 
     /// The settings `/set` shows and changes, by name, in the order it lists them.
-    public static let names = ["nick", "servers", "autojoin", "timestamp_format", "colours", "buffer_lines", "highlight", "log", "log_directory", "password_file"]
+    public static let names = [
+        "nick", "servers", "autojoin", "timestamp_format", "colours", "buffer_lines", "highlight", "merged_window", "log", "log_directory",
+        "password_file",
+    ]
 
     /// Settings from a config file's text; throws the first line that is wrong.
     public init(parsing text: String) throws(ConfigFile.ParseError) {
@@ -116,6 +121,7 @@ public struct ClientSettings: Equatable, Sendable {
             bufferLines = count
         case ("highlight", .array(let values)): highlight = try strings(values, name)
         case ("log", .boolean(let flag)): log = flag
+        case ("merged_window", .boolean(let flag)): mergedWindow = flag
         case ("log_directory", .string(let path)): logDirectory = path
         case ("password_file", .string(let path)): passwordFile = path
         default:
@@ -161,6 +167,7 @@ public struct ClientSettings: Equatable, Sendable {
         case "buffer_lines": .integer(bufferLines)
         case "highlight": .array(highlight.map(ConfigFile.Value.string))
         case "log": .boolean(log)
+        case "merged_window": .boolean(mergedWindow)
         case "log_directory": logDirectory.map(ConfigFile.Value.string)
         case "password_file": passwordFile.map(ConfigFile.Value.string)
         default: nil
@@ -189,7 +196,7 @@ public struct ClientSettings: Equatable, Sendable {
     private static func kind(of name: String) -> String {
         switch name {
         case "servers", "autojoin", "highlight": "a list"
-        case "colours", "colors", "log": "on or off"
+        case "colours", "colors", "log", "merged_window": "on or off"
         case "buffer_lines": "a whole number"
         default: "a string"
         }

@@ -136,6 +136,7 @@ struct ChatClientCommand: AsyncParsableCommand {
             tls: trust(settings))
         var session = ClientSession(nick: nick, rooms: rooms)
         session.highlightWords = settings.highlight
+        if settings.mergedWindow, interactive { session.addMergedWindow() }
         let history = interactive ? (historyFile ?? Self.defaultHistoryFile()) : nil
         let status = await ClientApp.run(
             configuration: configuration, session: session, interactive: interactive, historyFile: history,

@@ -141,11 +141,16 @@ final class TerminalFrontEnd: ClientDisplay {
         for line in added { buffers[window, default: WindowBuffer(limit: limit)].append(line) }
         let visible = buffers[window]?.isScrolledBack != true
         log(added, time: time, window: window)
+        var merged = false
+        if window != .merged, driver?.session.windows.first == .merged {
+            for line in added { buffers[.merged, default: WindowBuffer(limit: limit)].append(line) }
+            merged = drawnWindow == .some(.merged) && buffers[.merged]?.isScrolledBack != true
+        }
         guard active else {
             StandardOutput.write(added.joined(separator: "\n") + "\n")
             return
         }
-        if drawnWindow == .some(window), visible { editor.print(added) }
+        if drawnWindow == .some(window) && visible || merged { editor.print(added) }
     }
 
     private func log(_ lines: [String], time: UInt64, window: ChatWindow?) {
@@ -200,7 +205,7 @@ final class TerminalFrontEnd: ClientDisplay {
         }
         applySettings()
         driver?.setHighlightWords(settings.highlight)
-        let later = ["nick", "servers", "autojoin", "password_file"].contains(name) ? " (used at the next start; /save keeps it)" : " for this session (/save keeps it)"
+        let later = ["nick", "servers", "autojoin", "password_file", "merged_window"].contains(name) ? " (used at the next start; /save keeps it)" : " for this session (/save keeps it)"
         show(.notice(time: ClientClock.now(), text: "\(name) = \(settings.shown(name) ?? "")\(later)"))
         sessionChanged()
     }

@@ -185,6 +185,27 @@ extension TerminalTests {
             try await tmux.waitFor("alice | [1:#general]")
         }
 
+        @Test func theMergedWindowShowsEveryWindowsLines() async throws {
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            try writeConfig("merged_window = true\n", home: home)
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home, rooms: ["general", "dev"]))
+            defer { tmux.stop() }
+            try await tmux.waitFor("alice | [1:(all)] 2:#general 3:#dev")
+            let bob = try await Peer(nick: "bob", port: server.port, room: "dev")
+            defer { bob.close() }
+            try await bob.say("said in dev", in: "dev")
+            try await bob.tell("alice", "and in private")
+            try await tmux.waitFor("#dev <bob> said in dev")
+            try await tmux.waitFor("*bob* and in private")
+            try await tmux.waitFor("alice | [1:(all)] 2:#general 3:#dev 4:bob")
+            try await tmux.press("M-2")
+            try await tmux.waitForInput("", prompt: "[#general] ")
+            #expect(try await !tmux.screen().contains { $0.contains("said in dev") }, "#general shows only its own lines")
+        }
+
         @Test func aMalformedConfigNamesTheLineAndStartsNothing() async throws {
             let home = try temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: home) }

@@ -139,6 +139,20 @@ import Testing
         #expect(texts(session.perform(.window(.number(9)))) == ["there is no window 9 (there are 3)"])
     }
 
+    @Test func theMergedWindowIsFirstForReadingAndCountsNothingUnread() {
+        var session = ClientSession(nick: "alice", rooms: ["general", "dev"], clock: { 1000 })
+        session.addMergedWindow()
+        _ = session.connected(nick: "alice", motd: "", version: 2)
+        for room in ["general", "dev"] { _ = session.receive(.joined(room: room, seq: 1, time: 1, nick: "alice")) }
+        #expect(session.windows == [.merged, .room("general"), .room("dev")] && session.currentWindow == .merged)
+        _ = session.receive(.message(room: "dev", seq: 2, time: 2, sender: "bob", text: "hi"))
+        #expect(session.activity.isEmpty, "whoever reads the merged window has seen every line")
+        #expect(texts(session.perform(.say("hello"))) == ["the merged window is for reading; go to a room or query to talk (Alt-2…)"])
+        #expect(session.window(for: .message(room: "dev", time: 1, sender: "bob", text: "x", replayed: false)) == .room("dev"),
+                "lines still belong to their own windows (the display copies them into the merged one)")
+        #expect(StatusLine.render(session: session, columns: 80) == "alice | [1:(all)] 2:#general 3:#dev")
+    }
+
     @Test func whoForARoomThatIsNotThereIsAnError() {
         var session = connected()
         #expect(texts(session.receive(.membersPage(room: "nosuch", complete: true, nicks: []))) == ["there is no room #nosuch"])
