@@ -87,7 +87,9 @@ let package = Package(
             dependencies: ["ChatServer", "ChatStorage", "SocketCore", "SocketTLS", argumentParser, logging, metrics, prometheus]),
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
-        .target(name: "ChatClient", dependencies: ["SocketCore", "SocketTLS", "ChatProtocol"]),
+        .target(
+            name: "ChatClient",
+            dependencies: ["SocketCore", "SocketTLS", "ChatProtocol", .product(name: "DequeModule", package: "swift-collections")]),
         // libedit from Debian's libedit-dev, through its native API (histedit.h) only: shim.h wraps
         // the variadic calls Swift cannot make (docs/CLIENT.md says why not the readline layer).
         .systemLibrary(name: "CLibEdit", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),

@@ -19,6 +19,8 @@ public protocol ClientDisplay: AnyObject {
     func alert()
     /// Asks the user a yes/no question; calls `answer` once.
     func ask(_ question: String, answer: @escaping (Bool) -> Void)
+    /// Does what only the display can: its window buffers and settings.
+    func perform(_ request: DisplayRequest)
 }
 
 /// Runs one chat client: connects, turns typed lines into frames and frames into events,
@@ -76,6 +78,10 @@ public final class ChatClientDriver {
     public var onFinished: (Int32) -> Void = { _ in }
     /// Called once after the first successful handshake and joins, e.g. to start reading input.
     public var onFirstConnect: () -> Void = {}
+    /// The user's own commands (`wc = "window close"`), from the config file.
+    public var aliases: [String: String] = [:]
+    /// The server the client is on or trying, `HOST:PORT` (for log directories).
+    public private(set) var serverName: String
 
     /// Pastes of more lines than this ask before they are sent.
     public static let pasteLinesWithoutAsking = 3
@@ -95,12 +101,23 @@ public final class ChatClientDriver {
     private var pasteTask: Task<Void, Never>?
     private var lastHeard = ContinuousClock.now
     private var deadReason: String?
+    /// What the user asked of the connection (`/reconnect`, `/server`, `/disconnect`), for the
+    /// connection loop to act on once the connection is closed.
+    private var connectionRequest: ConnectionRequest?
+    /// Resumes the connection loop while it stays offline after `/disconnect`.
+    private var offlineWait: CheckedContinuation<Void, Never>?
 
     /// A driver for `session`, showing events on `display` (which it does not retain).
     public init(configuration: Configuration, session: ClientSession, display: any ClientDisplay) {
         self.configuration = configuration
         self.session = session
         self.display = display
+        serverName = configuration.servers[0].description
+    }
+
+    /// Words that count as mentions besides the nick (`/set highlight`).
+    public func setHighlightWords(_ words: [String]) {
+        session.highlightWords = words
     }
 
     /// The most bytes a typed line may have: what fits one frame after the framing, the
@@ -115,7 +132,7 @@ public final class ChatClientDriver {
     /// Handles one line the user typed.
     public func submit(_ line: String) {
         do {
-            guard let command = try CommandParser.parse(line) else { return }
+            guard let command = try CommandParser.parse(line, aliases: aliases) else { return }
             perform(session.perform(command), fromUser: true)
         } catch {
             perform(session.rejected(error), fromUser: true)
@@ -154,8 +171,8 @@ public final class ChatClientDriver {
             show(.error(time: ClientClock.now(), text: "not connected; the paste (\(lines.count) lines) was not sent"))
             return
         }
-        guard let window = session.currentWindow else {
-            show(.error(time: ClientClock.now(), text: "you are not in a room; the paste was not sent"))
+        guard let window = session.currentWindow, window != .merged else {
+            show(.error(time: ClientClock.now(), text: "not in a room or query; the paste was not sent"))
             return
         }
         if let index = lines.firstIndex(where: { $0.utf8.count > maxMessageBytes }) {
@@ -239,6 +256,10 @@ public final class ChatClientDriver {
                 display?.alert()
             case .quit(let reason):
                 beginQuit(reason: reason)
+            case .display(let request):
+                display?.perform(request)
+            case .connection(let request):
+                requestConnection(request)
             }
         }
         display?.sessionChanged()
@@ -273,9 +294,37 @@ public final class ChatClientDriver {
         return bytes.count
     }
 
+    /// `/reconnect`, `/server`, `/disconnect`: closes the connection (if any) and leaves the rest
+    /// to the connection loop, which reads `connectionRequest` when the connection has ended.
+    private func requestConnection(_ request: ConnectionRequest) {
+        if case .server(let typed) = request {
+            do {
+                _ = try ServerAddress(parsing: typed)
+            } catch {
+                return show(.error(time: ClientClock.now(), text: "/server \(typed): \(error)"))
+            }
+        }
+        if case .disconnect = request, connection == nil, offlineWait != nil {
+            return show(.notice(time: ClientClock.now(), text: "already disconnected; /reconnect connects again"))
+        }
+        connectionRequest = request
+        if let offlineWait {
+            self.offlineWait = nil
+            offlineWait.resume()
+        } else if let connection {
+            if case .disconnect = request { outbound?.yield([.goodbye(reason: "disconnected")]) }
+            connection.close()
+        }
+        // Otherwise the loop is connecting or waiting to: it looks at the request when that ends.
+    }
+
     private func beginQuit(reason: String) {
         guard !quitting else { return }
         quitting = true
+        if let offlineWait {
+            self.offlineWait = nil
+            offlineWait.resume()
+        }
         dropPendingPaste(because: "leaving")
         guard let connection, let outbound else {
             loop?.cancel()
@@ -313,7 +362,13 @@ public final class ChatClientDriver {
         var fallbackAttempt = 0
         let requestedNick = session.nick
         while !quitting {
+            if case .server(let typed) = connectionRequest, let address = try? ServerAddress(parsing: typed) {
+                // From now on this server is the only one: the user chose it.
+                rotation = ServerRotation(servers: [address], backoff: configuration.backoff)
+            }
+            connectionRequest = nil
             let server = rotation.current
+            serverName = server.description
             var lostReason = "the server closed the connection"
             var sessionLasted: Duration?
             do {
@@ -358,6 +413,18 @@ public final class ChatClientDriver {
             }
             closeConnection()
             if quitting { break }
+            switch connectionRequest {
+            case .disconnect:
+                show(.notice(time: ClientClock.now(), text: "disconnected from \(server); /reconnect connects again"))
+                display?.sessionChanged()
+                await withCheckedContinuation { offlineWait = $0 }
+                continue
+            case .reconnect, .server:
+                show(.notice(time: ClientClock.now(), text: "reconnecting as you asked"))
+                continue
+            case nil:
+                break
+            }
             let next = rotation.failed(sessionLasted: sessionLasted)
             if !hasConnected, configuration.exitIfFirstConnectFails, case .wait = next {
                 show(.error(time: ClientClock.now(), text: Self.unreachable(configuration.servers, lastReason: lostReason)))
@@ -375,7 +442,13 @@ public final class ChatClientDriver {
                     lost: server, connected: sessionLasted != nil, reason: lostReason, next: nextServer,
                     servers: configuration.servers.count, delay: delay, attempt: attempt)))
                 display?.sessionChanged()
-                do { try await Task.sleep(for: delay) } catch { break }
+                // In slices, so /reconnect or /server during the wait goes ahead at once.
+                var waited = Duration.zero
+                while waited < delay, connectionRequest == nil, !quitting {
+                    let slice = min(.milliseconds(100), delay - waited)
+                    do { try await Task.sleep(for: slice) } catch { break }
+                    waited += slice
+                }
             }
         }
         closeConnection()
@@ -480,11 +553,12 @@ public final class ChatClientDriver {
         defer { watchdog.cancel() }
 
         let welcome = connection.welcome
-        show(.notice(time: ClientClock.now(), text: "connected to \(server) as \(welcome.nick)"))
+        // A reconnect is summed up in one line by the session, once its rooms are back.
+        if !hasConnected { show(.notice(time: ClientClock.now(), text: "connected to \(server) as \(welcome.nick)")) }
         // With one server there is nothing to tell apart; with several, the status line names it.
         session.server = configuration.servers.count > 1 ? server.description : nil
         announceEncryption(parameters: tlsParameters, peer: tlsPeer)
-        perform(session.connected(nick: welcome.nick, motd: welcome.motd, version: welcome.version), fromUser: false)
+        perform(session.connected(nick: welcome.nick, motd: welcome.motd, version: welcome.version, server: server.description), fromUser: false)
         if !hasConnected {
             hasConnected = true
             onFirstConnect()
@@ -547,6 +621,8 @@ private struct PastedLine: Sendable {
         switch window {
         case .room(let room): .say(room: room, text: text)
         case .query(let nick): .tell(recipient: nick, text: text)
+        // `paste` refuses the merged window before anything is queued.
+        case .merged: .say(room: "", text: text)
         }
     }
 }

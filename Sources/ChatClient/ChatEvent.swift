@@ -39,3 +39,16 @@ public enum ClientVersion {
     /// The version number.
     public static let current = "0.2.0"
 }
+
+extension ChatEvent {
+    /// When it happened, in milliseconds since the Unix epoch.
+    public var time: UInt64 {
+        switch self {
+        case .message(_, let time, _, _, _), .action(_, let time, _, _, _), .direct(let time, _, _, _, _),
+            .joined(_, let time, _), .left(_, let time, _), .quit(_, let time, _, _), .nickChanged(_, let time, _, _),
+            .topic(_, let time, _, _), .members(_, let time, _), .roomList(let time, _), .marker(_, let time, _),
+            .notice(let time, _), .error(let time, _):
+            time
+        }
+    }
+}

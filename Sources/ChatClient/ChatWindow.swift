@@ -5,12 +5,15 @@ public enum ChatWindow: Hashable, Sendable {
     case room(String)
     /// Direct messages with `nick`.
     case query(String)
+    /// Every window's lines in one stream (the `merged_window` setting), to read, not to talk in.
+    case merged
 
-    /// How the window is named on screen: `#general`, or the nick.
+    /// How the window is named on screen: `#general`, the nick, or `(all)`.
     public var title: String {
         switch self {
         case .room(let name): "#" + name
         case .query(let nick): nick
+        case .merged: "(all)"
         }
     }
 }

@@ -42,6 +42,38 @@ public enum ClientCommand: Equatable, Sendable {
     case quit(reason: String)
     /// `/help [command]`: show the command list, or one command's usage.
     case help(topic: String?)
+    /// `/switch name`: go to an open room or query window by its name.
+    case switchWindow(String)
+    /// `/window list|close|N|name`.
+    case window(WindowTarget)
+    /// `/clear`: empty the current window.
+    case clear
+    /// `/lastlog text`: the current window's lines that contain `text`.
+    case lastlog(String)
+    /// `/set [name [value]]`: list the settings, show one, or change it for this session.
+    case set(name: String?, value: String?)
+    /// `/save`: write the settings back to the config file.
+    case save
+    /// `/reconnect`: drop the connection and connect again at once.
+    case reconnect
+    /// `/server HOST:PORT`: connect to another server.
+    case server(String)
+    /// `/disconnect`: leave the server and stay offline until `/reconnect`.
+    case disconnect
+    /// `/whois nick`: which of our rooms `nick` is in.
+    case whois(String)
+
+    /// What `/window` acts on.
+    public enum WindowTarget: Equatable, Sendable {
+        /// Every window, one a line.
+        case list
+        /// Close the current window (leave the room, or close the query).
+        case close
+        /// Go to window number n (from 1).
+        case number(Int)
+        /// Go to the window called this (`#dev`, `dev`, `bob`).
+        case named(String)
+    }
 }
 
 /// Why a line of input is not a valid command; the description is shown to the user as is.
@@ -89,7 +121,12 @@ public struct CommandSpec: Sendable, Equatable {
         case nick
         /// A command name (for `/help`).
         case command
+        /// A window: a room or a nick.
+        case window
     }
+
+    /// The short forms irssi users type, and what they stand for.
+    public static let shortForms = ["j": "join", "q": "query", "w": "window", "win": "window", "list": "rooms", "n": "names", "p": "part"]
 
     /// Every command, in the order `/help` lists them.
     public static let all: [CommandSpec] = [
@@ -101,19 +138,29 @@ public struct CommandSpec: Sendable, Equatable {
         CommandSpec(name: "me", usage: "/me text", summary: "describe an action: * you waves", argument: .text),
         CommandSpec(name: "nick", usage: "/nick newnick", summary: "change your nick", argument: .text),
         CommandSpec(name: "who", usage: "/who [#room]", summary: "list who is in a room", argument: .room),
-        CommandSpec(name: "rooms", usage: "/rooms", summary: "list every room on the server", argument: .text),
+        CommandSpec(name: "names", usage: "/names [#room]", summary: "the nick list of a room (as /who)", argument: .room),
+        CommandSpec(name: "whois", usage: "/whois nick", summary: "which of your rooms nick is in", argument: .nick),
+        CommandSpec(name: "rooms", usage: "/rooms", summary: "list every room on the server, one a line with its topic", argument: .text),
         CommandSpec(name: "topic", usage: "/topic [text | -clear]", summary: "show, set or clear the current room's topic", argument: .text),
         CommandSpec(name: "history", usage: "/history [count]", summary: "show the current room's recent messages (default 20)", argument: .text),
         CommandSpec(name: "away", usage: "/away [message]", summary: "mark yourself away (no message: back)", argument: .text),
         CommandSpec(name: "ignore", usage: "/ignore [nick]", summary: "hide a nick's messages (no nick: list)", argument: .nick),
         CommandSpec(name: "unignore", usage: "/unignore nick", summary: "show a nick's messages again", argument: .nick),
+        CommandSpec(name: "window", usage: "/window list|close|N|name", summary: "list windows, close this one, or go to one", argument: .window),
+        CommandSpec(name: "clear", usage: "/clear", summary: "empty the current window", argument: .text),
+        CommandSpec(name: "lastlog", usage: "/lastlog text", summary: "show the current window's lines containing text", argument: .text),
+        CommandSpec(name: "set", usage: "/set [name [value]]", summary: "list, show or change a setting for this session", argument: .text),
+        CommandSpec(name: "save", usage: "/save", summary: "write the settings to the config file", argument: .text),
+        CommandSpec(name: "reconnect", usage: "/reconnect", summary: "connect again now", argument: .text),
+        CommandSpec(name: "server", usage: "/server HOST:PORT", summary: "move to another server", argument: .text),
+        CommandSpec(name: "disconnect", usage: "/disconnect", summary: "leave the server and stay offline (/reconnect)", argument: .text),
         CommandSpec(name: "quit", usage: "/quit [reason]", summary: "leave the server (also Ctrl-D, or Ctrl-C twice)", argument: .text),
         CommandSpec(name: "help", usage: "/help [command]", summary: "show this list, or one command's usage", argument: .command),
     ]
 
-    /// The command called `name` (without slash, any letter case), if there is one.
+    /// The command called `name` (without slash, any letter case, or a short form), if there is one.
     public static func named(_ name: String) -> CommandSpec? {
-        let key = name.lowercased()
+        let key = shortForms[name.lowercased()] ?? name.lowercased()
         return all.first { $0.name == key }
     }
 }
@@ -125,15 +172,22 @@ public enum CommandParser {
     /// The reason `/quit` sends when none is given.
     public static let defaultQuitReason = "leaving"
 
-    /// Parses `line`; returns nil for a blank line, which does nothing.
-    public static func parse(_ line: String) throws(CommandError) -> ClientCommand? {
+    /// Parses `line`; returns nil for a blank line, which does nothing. `aliases` are the
+    /// user's own commands (`wc = "window close"`): `/wc args` is read as `/window close args`.
+    public static func parse(_ line: String, aliases: [String: String] = [:]) throws(CommandError) -> ClientCommand? {
         if line.allSatisfy(\.isWhitespace) { return nil }
         guard line.hasPrefix("/") else { return .say(line) }
         // "//" escapes a leading slash, as in irssi, so "//etc" can be said.
         if line.hasPrefix("//") { return .say(String(line.dropFirst())) }
 
-        let body = line.dropFirst()
-        let name = String(body.prefix { !$0.isWhitespace })
+        var body = line.dropFirst()
+        var name = String(body.prefix { !$0.isWhitespace })
+        if let expansion = aliases[name.lowercased()] {
+            // One level only, so an alias that names itself cannot loop.
+            let expanded = (expansion.hasPrefix("/") ? String(expansion.dropFirst()) : expansion) + body.dropFirst(name.count)
+            body = Substring(expanded)
+            name = String(body.prefix { !$0.isWhitespace })
+        }
         let rest = trimmed(body.dropFirst(name.count))
         guard let spec = CommandSpec.named(name) else { throw .unknownCommand(name) }
         let usage = CommandError.usage(spec.usage)
@@ -147,8 +201,9 @@ public enum CommandParser {
             guard let room = singleWord(rest) else { throw usage }
             return .part(room: try normalizedRoom(room))
         case "switch":
-            guard let room = singleWord(rest) else { throw usage }
-            return .switchRoom(try normalizedRoom(room))
+            guard let target = singleWord(rest) else { throw usage }
+            if !target.hasPrefix("#"), ChatName.isValidNick(target) { return .switchWindow(target) }
+            return .switchRoom(try normalizedRoom(target))
         case "msg":
             let nick = String(rest.prefix { !$0.isWhitespace })
             let text = trimmedLeading(rest.dropFirst(nick.count))
@@ -164,9 +219,47 @@ public enum CommandParser {
             if rest.isEmpty { return .who(room: nil) }
             guard let room = singleWord(rest) else { throw usage }
             return .who(room: try normalizedRoom(room))
+        case "names":
+            if rest.isEmpty { return .who(room: nil) }
+            guard let room = singleWord(rest) else { throw usage }
+            return .who(room: try normalizedRoom(room))
+        case "whois":
+            guard let nick = singleWord(rest) else { throw usage }
+            return .whois(try validNick(nick))
         case "rooms":
             guard rest.isEmpty else { throw usage }
             return .listRooms
+        case "window":
+            guard let word = singleWord(rest) else { throw usage }
+            switch word.lowercased() {
+            case "list": return .window(.list)
+            case "close": return .window(.close)
+            default:
+                if let number = Int(word) {
+                    guard number >= 1 else { throw usage }
+                    return .window(.number(number))
+                }
+                return .window(.named(word))
+            }
+        case "clear":
+            return .clear
+        case "lastlog":
+            guard !rest.isEmpty else { throw usage }
+            return .lastlog(rest)
+        case "set":
+            if rest.isEmpty { return .set(name: nil, value: nil) }
+            let setting = String(rest.prefix { !$0.isWhitespace })
+            let value = trimmedLeading(rest.dropFirst(setting.count))
+            return .set(name: setting, value: value.isEmpty ? nil : value)
+        case "save":
+            return .save
+        case "reconnect":
+            return .reconnect
+        case "server":
+            guard let address = singleWord(rest) else { throw usage }
+            return .server(address)
+        case "disconnect":
+            return .disconnect
         case "topic":
             if rest.isEmpty { return .showTopic }
             return .setTopic(rest == "-clear" ? "" : rest)

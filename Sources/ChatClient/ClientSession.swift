@@ -15,6 +15,32 @@ public enum SessionAction: Equatable, Sendable {
     case alert
     /// Leave the server with this reason (send `goodbye`, wait for the close, exit).
     case quit(reason: String)
+    /// Something only the display can do: its window buffers and settings.
+    case display(DisplayRequest)
+    /// Something only the driver can do: the connection itself.
+    case connection(ConnectionRequest)
+}
+
+/// What the session asks of the display (the terminal keeps each window's lines and the settings).
+public enum DisplayRequest: Equatable, Sendable {
+    /// Empty the current window (`/clear`).
+    case clear
+    /// Show the current window's lines containing this text (`/lastlog`).
+    case lastlog(String)
+    /// List the settings, show one, or change one for this session (`/set`).
+    case set(name: String?, value: String?)
+    /// Write the settings to the config file (`/save`).
+    case save
+}
+
+/// What the session asks of the driver's connection.
+public enum ConnectionRequest: Equatable, Sendable {
+    /// Drop the connection and connect again at once (`/reconnect`).
+    case reconnect
+    /// Move to this server, `HOST:PORT` as typed (`/server`).
+    case server(String)
+    /// Leave the server and stay offline until `/reconnect` (`/disconnect`).
+    case disconnect
 }
 
 /// The client's view of the chat, as a value: who we are, which rooms and direct-message
@@ -52,6 +78,20 @@ public struct ClientSession: Sendable {
     public private(set) var limits: RateLimits?
     /// The nicks whose messages we do not show (as typed by the user).
     public private(set) var ignored: [String] = []
+    /// Words that count as a mention besides our nick (the `highlight` setting).
+    public var highlightWords: [String] = []
+
+    /// Set while a room list asked for on connect is coming: it feeds Tab after `/join #`
+    /// and is not shown.
+    private var roomListIsQuiet = false
+    /// Counts for the one line a reconnect shows, until every room is back.
+    private var reconnectSummary: ReconnectSummary?
+    /// Whether the session was connected before: a later `connected` is a reconnect.
+    private var wasConnected = false
+    /// Rooms we have been in: rejoining them is summed up, joining the others is shown.
+    private var joinedBefore: Set<String> = []
+    /// Rooms whose next member list comes with a rejoin, and so is kept, not shown.
+    private var quietMembers: Set<String> = []
 
     private var membersByRoom: [String: [String]] = [:]
     private var membersInProgress: [String: [String]] = [:]
@@ -121,7 +161,7 @@ public struct ClientSession: Sendable {
     /// The connection is open with this welcome: records our nick and the protocol version, and
     /// returns the joins for every room we were in or asked for, so a reconnect puts us back
     /// where we were.
-    public mutating func connected(nick welcomedNick: String, motd: String, version: UInt16 = 1) -> [SessionAction] {
+    public mutating func connected(nick welcomedNick: String, motd: String, version: UInt16 = 1, server: String = "the server") -> [SessionAction] {
         isConnected = true
         nick = welcomedNick
         self.version = version
@@ -129,15 +169,34 @@ public struct ClientSession: Sendable {
         unanswered = []
         catchUps = [:]
         var actions: [SessionAction] = []
-        if !motd.isEmpty { actions.append(.show(.notice(time: clock(), text: motd))) }
+        // A reconnect is summed up in one line once every room is back; the welcome message was
+        // shown the first time.
+        let rejoining = Set(pendingJoins).intersection(joinedBefore)
+        if wasConnected, !rejoining.isEmpty {
+            reconnectSummary = ReconnectSummary(server: server, waiting: rejoining)
+        } else if wasConnected {
+            actions.append(notice("reconnected to \(server)"))
+        } else if !motd.isEmpty {
+            actions.append(.show(.notice(time: clock(), text: motd)))
+        }
+        wasConnected = true
         if !pendingJoins.isEmpty { actions.append(.send(pendingJoins.map { .join(room: $0) })) }
         if let awayMessage, version >= 2 { actions.append(.send([.setAway(text: awayMessage)])) }
+        roomListIsQuiet = true
+        actions.append(.send([.listRooms]))
         return actions
     }
+
+    /// Whether `room` is being put back after a reconnect: its join, member list and "nothing
+    /// new" are not shown; one line sums the reconnect up at the end.
+    private func isRejoining(_ room: String) -> Bool { reconnectSummary?.waiting.contains(room) ?? false }
 
     /// The connection is gone: every room we were in becomes a room to rejoin.
     public mutating func disconnected() {
         isConnected = false
+        reconnectSummary = nil
+        roomListIsQuiet = false
+        quietMembers = []
         for room in rooms.reversed() where !pendingJoins.contains(room) { pendingJoins.insert(room, at: 0) }
         rooms = []
         membersByRoom = [:]
@@ -203,6 +262,46 @@ public struct ClientSession: Sendable {
         return false
     }
 
+    /// Whether `text` mentions us: our nick, or one of the highlight words, as a whole word in
+    /// any letter case.
+    public func isMention(_ text: String) -> Bool {
+        Self.mentions(text, nick: nick) || highlightWords.contains { Self.mentions(text, word: $0) }
+    }
+
+    /// Whether `text` holds `word` (letters, digits and spaces as typed) as a whole word, in any case.
+    public static func mentions(_ text: String, word: String) -> Bool {
+        let key = word.lowercased()
+        guard !key.isEmpty else { return false }
+        let lowered = text.lowercased()
+        var searchFrom = lowered.startIndex
+        while let found = lowered.range(of: key, range: searchFrom..<lowered.endIndex) {
+            let before = found.lowerBound == lowered.startIndex ? nil : lowered[lowered.index(before: found.lowerBound)]
+            let after = found.upperBound == lowered.endIndex ? nil : lowered[found.upperBound]
+            let isBoundary: (Character?) -> Bool = { $0.map { !($0.isLetter || $0.isNumber || $0 == "_") } ?? true }
+            if isBoundary(before), isBoundary(after) { return true }
+            searchFrom = lowered.index(after: found.lowerBound)
+        }
+        return false
+    }
+
+    /// The window an event belongs in: its room's or its conversation's, when that window is
+    /// open; anything else (notices, errors, room lists) goes to the current window.
+    public func window(for event: ChatEvent) -> ChatWindow? {
+        let room: String?
+        switch event {
+        case .message(let name, _, _, _, _), .action(let name, _, _, _, _), .joined(let name, _, _), .left(let name, _, _),
+            .quit(let name, _, _, _), .nickChanged(let name, _, _, _), .topic(let name, _, _, _), .members(let name, _, _),
+            .marker(let name, _, _):
+            room = name
+        case .direct(_, let sender, let recipient, _, let outgoing):
+            return queryWindow(with: outgoing ? recipient : sender) ?? currentWindow
+        case .roomList, .notice, .error:
+            room = nil
+        }
+        if let room, windows.contains(.room(room)) { return .room(room) }
+        return currentWindow
+    }
+
     private mutating func addWindow(_ window: ChatWindow) {
         if !windows.contains(window) { windows.append(window) }
     }
@@ -224,7 +323,8 @@ public struct ClientSession: Sendable {
     /// Counts a live message in `window` unless the user is looking at it; an alert when it
     /// mentions us (or is a direct message).
     private mutating func noteActivity(in window: ChatWindow, mentioned: Bool) -> [SessionAction] {
-        if window != currentWindow {
+        // The merged window shows every line, so whoever looks at it has seen them.
+        if window != currentWindow, currentWindow != .merged {
             var entry = activity[window] ?? WindowActivity()
             entry.unread += 1
             entry.mentioned = entry.mentioned || mentioned
@@ -315,6 +415,68 @@ public struct ClientSession: Sendable {
             return [.quit(reason: reason)]
         case .help(let topic):
             return help(topic)
+        case .switchWindow(let name):
+            if let window = queryWindow(with: name) {
+                select(window)
+                return []
+            }
+            if let room = try? ChatName.normalizedRoom(name), windows.contains(.room(room)) { return perform(.switchRoom(room)) }
+            return [error("no window is called \(name); /query \(name) opens one")]
+        case .window(let target):
+            return window(target)
+        case .clear:
+            return [.display(.clear)]
+        case .lastlog(let text):
+            return [.display(.lastlog(text))]
+        case .set(let name, let value):
+            return [.display(.set(name: name, value: value))]
+        case .save:
+            return [.display(.save)]
+        case .reconnect:
+            return [.connection(.reconnect)]
+        case .server(let address):
+            return [.connection(.server(address))]
+        case .disconnect:
+            return [.connection(.disconnect)]
+        case .whois(let other):
+            let shared = rooms.filter { room in members(of: room).contains { ChatName.nickKey($0) == ChatName.nickKey(other) } }
+            let query = queryWindow(with: other).map { _ in "; you have a query window with \(other)" } ?? ""
+            if shared.isEmpty { return [notice("\(other) is in none of your rooms\(query) (the server tells no more)")] }
+            return [notice("\(other) is in " + shared.map { "#" + $0 }.joined(separator: " ") + query)]
+        }
+    }
+
+    /// `/window list|close|N|name`.
+    private mutating func window(_ target: ClientCommand.WindowTarget) -> [SessionAction] {
+        switch target {
+        case .list:
+            return windows.enumerated().map { index, window in
+                var line = "\(index + 1): \(window.title)"
+                if window == currentWindow { line += " (current)" }
+                if let activity = activity[window], activity.unread > 0 {
+                    line += " — \(activity.unread) unread" + (activity.mentioned ? ", mentioned" : "")
+                }
+                return notice(line)
+            }
+        case .close:
+            switch currentWindow {
+            case .query: return perform(.part(room: nil))
+            case .room(let room): return perform(.part(room: room))
+            case .merged: return [error("the merged window stays while merged_window is on")]
+            case nil: return [error("there is no window to close")]
+            }
+        case .number(let number):
+            guard selectWindow(number: number) else { return [error("there is no window \(number) (there are \(windows.count))")] }
+            return []
+        case .named(let name):
+            if name.hasPrefix("#") {
+                guard let room = try? ChatName.normalizedRoom(name), windows.contains(.room(room)) else {
+                    return [error("no window is called \(name)")]
+                }
+                select(.room(room))
+                return []
+            }
+            return perform(.switchWindow(name))
         }
     }
 
@@ -330,13 +492,28 @@ public struct ClientSession: Sendable {
         switch window {
         case .room(let room): return request(.say(room: room, text: text), label: label)
         case .query(let other): return request(.tell(recipient: other, text: text), label: label)
+        case .merged: return [Self.notInMerged(clock())]
         }
+    }
+
+    /// Why text typed in the merged window goes nowhere: it holds every window, so it is not
+    /// clear which one is meant.
+    private static func notInMerged(_ time: UInt64) -> SessionAction {
+        .show(.error(time: time, text: "the merged window is for reading; go to a room or query to talk (Alt-2…)"))
+    }
+
+    /// Adds the merged window, first, and makes it current (`merged_window = true`).
+    public mutating func addMergedWindow() {
+        guard !windows.contains(.merged) else { return }
+        windows.insert(.merged, at: 0)
+        currentWindow = .merged
     }
 
     private mutating func sayInCurrentWindow(_ text: String, label: String?) -> [SessionAction] {
         switch currentWindow {
         case .room(let room): return request(.say(room: room, text: text), label: label)
         case .query(let other): return request(.tell(recipient: other, text: text), label: label)
+        case .merged: return [Self.notInMerged(clock())]
         case nil: return [noRoom()]
         }
     }
@@ -382,6 +559,10 @@ public struct ClientSession: Sendable {
                 addWindow(.room(room))
                 if currentWindow == nil { currentWindow = .room(room) }
                 catchUps[room] = CatchUp(previous: seen[room])
+                if !joinedBefore.insert(room).inserted, isRejoining(room) {
+                    quietMembers.insert(room)
+                    return []
+                }
                 return [.show(.joined(room: room, time: time, nick: who))]
             }
             addMember(who, to: room)
@@ -407,14 +588,11 @@ public struct ClientSession: Sendable {
             nick = newNick
             return [notice("you are now known as \(newNick)")]
         case let .members(room, nicks):
-            membersByRoom[room] = nicks
-            return [.show(.members(room: room, time: clock(), nicks: nicks))]
+            return membersKnown(room: room, nicks: nicks)
         case let .membersPage(room, complete, nicks):
             membersInProgress[room, default: []].append(contentsOf: nicks)
             guard complete else { return [] }
-            let all = membersInProgress.removeValue(forKey: room) ?? []
-            membersByRoom[room] = all
-            return deferIfCatchingUp(room, [.show(.members(room: room, time: clock(), nicks: all))])
+            return membersKnown(room: room, nicks: membersInProgress.removeValue(forKey: room) ?? [])
         case let .topic(room, seq, time, setBy, text):
             topics[room] = text
             return live(room: room, seq: seq, .topic(room: room, time: time, setBy: setBy, text: text))
@@ -425,15 +603,13 @@ public struct ClientSession: Sendable {
         case let .historyPage(room, epoch, complete, entries):
             return historyPage(room: room, epoch: epoch, complete: complete, entries: entries)
         case let .roomList(list):
-            serverRooms = Set(list.map(\.name))
-            return [.show(.roomList(time: clock(), rooms: list.sorted { $0.name < $1.name }))]
+            return roomListKnown(list)
         case let .roomListPage(complete, list):
             roomListInProgress.append(contentsOf: list)
             guard complete else { return [] }
             let all = roomListInProgress
             roomListInProgress = []
-            serverRooms = Set(all.map(\.name))
-            return [.show(.roomList(time: clock(), rooms: all.sorted { $0.name < $1.name }))]
+            return roomListKnown(all)
         case let .away(who, text):
             if isSelf(who) {
                 awayMessage = text.isEmpty ? nil : text
@@ -458,6 +634,24 @@ public struct ClientSession: Sendable {
         }
     }
 
+    /// A room's nick list: shown when asked for (an unknown room is an error, not an empty
+    /// list), kept quietly when it comes with a rejoin.
+    private mutating func membersKnown(room: String, nicks: [String]) -> [SessionAction] {
+        if nicks.isEmpty, !rooms.contains(room) { return [error("there is no room #\(room)")] }
+        membersByRoom[room] = nicks
+        if quietMembers.remove(room) != nil { return [] }
+        return deferIfCatchingUp(room, [.show(.members(room: room, time: clock(), nicks: nicks))])
+    }
+
+    private mutating func roomListKnown(_ list: [RoomInfo]) -> [SessionAction] {
+        serverRooms = Set(list.map(\.name))
+        if roomListIsQuiet {
+            roomListIsQuiet = false
+            return []
+        }
+        return [.show(.roomList(time: clock(), rooms: list.sorted { $0.name < $1.name }))]
+    }
+
     /// A live room event: remembered as seen, counted as activity (messages and actions from
     /// others), hidden when its sender is ignored, and held back while the room catches up so
     /// that it shows after the messages it follows.
@@ -465,7 +659,7 @@ public struct ClientSession: Sendable {
         let hidden = sender.map(isIgnored) ?? false
         var actions: [SessionAction] = hidden ? [] : [.show(event)]
         if !hidden, let sender, let text, !isSelf(sender) {
-            actions += noteActivity(in: .room(room), mentioned: Self.mentions(text, nick: nick))
+            actions += noteActivity(in: .room(room), mentioned: isMention(text))
         }
         return deferIfCatchingUp(room, actions, seq: seq)
     }
@@ -508,6 +702,8 @@ public struct ClientSession: Sendable {
             } else if !rooms.contains(room) {
                 removeWindow(.room(room))
             }
+            // Named, because a config with many rooms has many joins out at once.
+            return [error("cannot join #\(room): \(text)")] + rejoined(room, newMessages: 0)
         case .say, .emote, .tell:
             guard let request = answer(frameType) else { break }
             let what = request.label.map { "\($0) (“\(Self.excerpt(request.text))”)" } ?? "your message “\(Self.excerpt(request.text))”"
@@ -584,7 +780,8 @@ public struct ClientSession: Sendable {
             catchUp.awaitingReplay = false
             guard let previous = catchUp.previous else {
                 catchUps[room] = nil
-                return entries.compactMap { replayed(room: room, $0) }
+                // A room that started again (or a first join): all of the replay is new to us.
+                return backlog(room: room, entries) + rejoined(room, newMessages: entries.filter { $0.kind != .topic }.count)
             }
             catchUp.replay = entries
             let reachesBack = complete || entries.isEmpty || entries[0].seq <= previous.lastSeq + 1
@@ -620,24 +817,77 @@ public struct ClientSession: Sendable {
             .filter { $0.seq > previous.lastSeq && seenSeqs.insert($0.seq).inserted }
             .sorted { $0.seq < $1.seq }
         let count = missed.filter { $0.kind != .topic }.count
-        let text = count == 0 ? "nothing new since you left" : "\(count) new since you left"
-        var actions: [SessionAction] = [.show(.marker(room: room, time: clock(), text: text))]
-        actions += missed.compactMap { replayed(room: room, $0) }
+        let actions = caughtUp(room: room, missed)
         for entry in missed { markSeen(room, entry.seq) }
         if let deferredSeq = catchUp.deferredSeq { markSeen(room, deferredSeq) }
-        return actions + catchUp.deferred
+        return actions + catchUp.deferred + rejoined(room, newMessages: count)
+    }
+
+    /// The marker and the missed entries of a catch-up, counted as unread in their window. A
+    /// reconnect leaves out the marker of a room where nothing happened: its summary says so.
+    private mutating func caughtUp(room: String, _ missed: [HistoryEntry]) -> [SessionAction] {
+        let shown = missed.filter { $0.kind == .topic || !isIgnored($0.sender) }
+        let count = shown.filter { $0.kind != .topic }.count
+        if count == 0, isRejoining(room) { return shown.compactMap { replayed(room: room, $0) } }
+        let text = count == 0 ? "nothing new since you left" : "\(count) new since you left"
+        var actions: [SessionAction] = [.show(.marker(room: room, time: clock(), text: text))]
+        for entry in shown {
+            if let action = replayed(room: room, entry) { actions.append(action) }
+            if entry.kind != .topic, !isSelf(entry.sender) {
+                actions += noteActivity(in: .room(room), mentioned: isMention(entry.text))
+            }
+        }
+        return actions
+    }
+
+    /// A first join's backlog, with a marker where live messages start.
+    private func backlog(room: String, _ entries: [HistoryEntry]) -> [SessionAction] {
+        let shown = entries.compactMap { replayed(room: room, $0) }
+        guard !shown.isEmpty else { return [] }
+        return shown + [.show(.marker(room: room, time: clock(), text: "live from here"))]
+    }
+
+    /// `room` is back after a reconnect with `newMessages` missed; once every room is, the one
+    /// line that sums the reconnect up.
+    private mutating func rejoined(_ room: String, newMessages: Int) -> [SessionAction] {
+        guard var summary = reconnectSummary, summary.waiting.remove(room) != nil else { return [] }
+        summary.rooms += 1
+        summary.newMessages += newMessages
+        if newMessages > 0 { summary.roomsWithNews += 1 }
+        guard summary.waiting.isEmpty else {
+            reconnectSummary = summary
+            return []
+        }
+        reconnectSummary = nil
+        let rooms = summary.rooms == 1 ? "1 room" : "\(summary.rooms) rooms"
+        var news = summary.newMessages == 0 ? "nothing new" : summary.newMessages == 1 ? "1 new message" : "\(summary.newMessages) new messages"
+        if summary.rooms > 1, summary.newMessages > 1 { news += " in \(summary.roomsWithNews) of them" }
+        return [notice("reconnected to \(summary.server): \(rooms), \(news)")]
+    }
+
+    /// What a reconnect has put back so far.
+    private struct ReconnectSummary: Sendable {
+        let server: String
+        /// Rooms still to rejoin and catch up.
+        var waiting: Set<String>
+        var rooms = 0
+        var newMessages = 0
+        var roomsWithNews = 0
+
+        init(server: String, waiting: Set<String>) {
+            self.server = server
+            self.waiting = waiting
+        }
     }
 
     /// A version 1 history batch: after a rejoin only the entries we have not seen.
     private mutating func historyBatch(room: String, entries: [HistoryEntry]) -> [SessionAction] {
         // What is shown counts as seen, so the next rejoin does not show it again.
         for entry in entries { markSeen(room, entry.seq) }
-        guard let catchUp = catchUps.removeValue(forKey: room), let previous = catchUp.previous else {
-            return entries.compactMap { replayed(room: room, $0) }
-        }
+        guard let catchUp = catchUps.removeValue(forKey: room) else { return entries.compactMap { replayed(room: room, $0) } }
+        guard let previous = catchUp.previous else { return backlog(room: room, entries) + rejoined(room, newMessages: 0) }
         let missed = entries.filter { $0.seq > previous.lastSeq }
-        let text = missed.isEmpty ? "nothing new since you left" : "\(missed.count) new since you left"
-        return [.show(.marker(room: room, time: clock(), text: text))] + missed.compactMap { replayed(room: room, $0) }
+        return caughtUp(room: room, missed) + rejoined(room, newMessages: missed.filter { $0.kind != .topic }.count)
     }
 
     private func replayed(room: String, _ entry: HistoryEntry) -> SessionAction? {

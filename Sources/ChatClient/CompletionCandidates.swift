@@ -28,6 +28,9 @@ public enum CompletionCandidates {
             let bare = word.hasPrefix("#") ? String(word.dropFirst()) : word
             return matching(bare, rooms).map { "#" + $0 }
         }
+        if argument == .window {
+            return matching(word, rooms.map { "#" + $0 } + nicks)
+        }
         if argument == .command {
             return matching(word, CommandSpec.all.map(\.name))
         }

@@ -16,6 +16,11 @@ public struct MessageRenderer: Sendable {
     public var currentRoom: String?
     /// Whether lines from rooms other than `currentRoom` are set apart at all.
     public var marksOtherRooms = false
+    /// How times are written: `%H` `%M` `%S` (hour, minute, second), `%d` `%m` `%Y` (day, month,
+    /// year), `%%`; anything else as it is.
+    public var timestampFormat = "%H:%M"
+    /// Words highlighted like our nick (the `highlight` setting).
+    public var highlightWords: [String] = []
     private let calendar: Calendar
 
     /// A renderer that shows times in `timeZone`.
@@ -62,10 +67,15 @@ public struct MessageRenderer: Sendable {
             return line(time, room: room, "\(style(.presence, "-!- members (\(nicks.count)):")) \(names)")
         case let .roomList(time, rooms):
             if rooms.isEmpty { return line(time, room: nil, style(.notice, "-- no rooms yet; /join #room creates one")) }
+            // One room a line, so a long list and long topics stay readable; the display splits
+            // the text at the line breaks.
+            let width = rooms.map { $0.name.count }.max() ?? 0
             let list = rooms.map { info in
-                "#\(info.name) (\(info.memberCount))" + (info.topic.isEmpty ? "" : " \(clean(info.topic))")
+                let name = "#" + info.name + String(repeating: " ", count: width - info.name.count)
+                let members = info.memberCount == 1 ? "1 member " : "\(info.memberCount) members"
+                return line(time, room: nil, style(.notice, "-- \(name)  \(members)") + (info.topic.isEmpty ? "" : "  \(clean(info.topic))"))
             }
-            return line(time, room: nil, style(.notice, "-- rooms: " + list.joined(separator: ", ")))
+            return ([line(time, room: nil, style(.notice, "-- \(rooms.count) rooms:"))] + list).joined(separator: "\n")
         case let .notice(time, text):
             return line(time, room: nil, style(.notice, "-- \(clean(text))"))
         case let .error(time, text):
@@ -116,7 +126,7 @@ public struct MessageRenderer: Sendable {
     /// A message's text, highlighted when it mentions our nick (and someone else wrote it).
     private func body(_ text: String, from sender: String) -> String {
         guard let ownNick, ChatName.nickKey(sender) != ChatName.nickKey(ownNick),
-            ClientSession.mentions(text, nick: ownNick)
+            ClientSession.mentions(text, nick: ownNick) || highlightWords.contains(where: { ClientSession.mentions(text, word: $0) })
         else { return clean(text) }
         return style(.mention, clean(text))
     }
@@ -146,12 +156,51 @@ public struct MessageRenderer: Sendable {
         return width
     }
 
-    /// `HH:MM` in the renderer's time zone.
+    /// `time` in `timestampFormat` (`HH:MM` by default), in the renderer's time zone.
     public func timestamp(_ time: UInt64) -> String {
+        format(time, timestampFormat)
+    }
+
+    /// `time` written in `pattern`: `%H` `%M` `%S` `%d` `%m` `%Y` and `%%`.
+    public func format(_ time: UInt64, _ pattern: String) -> String {
         let date = Date(timeIntervalSince1970: Double(time) / 1000)
-        let parts = calendar.dateComponents([.hour, .minute], from: date)
-        let hour = parts.hour ?? 0
-        let minute = parts.minute ?? 0
-        return (hour < 10 ? "0" : "") + "\(hour):" + (minute < 10 ? "0" : "") + "\(minute)"
+        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        func two(_ value: Int?) -> String { let value = value ?? 0; return (value < 10 ? "0" : "") + String(value) }
+        var out = ""
+        var percent = false
+        for character in pattern {
+            if percent {
+                percent = false
+                switch character {
+                case "H": out += two(parts.hour)
+                case "M": out += two(parts.minute)
+                case "S": out += two(parts.second)
+                case "d": out += two(parts.day)
+                case "m": out += two(parts.month)
+                case "Y": out += String(parts.year ?? 0)
+                case "%": out += "%"
+                default: out += "%" + String(character)
+                }
+            } else if character == "%" {
+                percent = true
+            } else {
+                out.append(character)
+            }
+        }
+        return out
+    }
+
+    /// The calendar day `time` falls on, as a number that grows by one a day.
+    public func day(of time: UInt64) -> Int {
+        let date = Date(timeIntervalSince1970: Double(time) / 1000)
+        return calendar.ordinality(of: .day, in: .era, for: date) ?? 0
+    }
+
+    /// The line that marks a new day in a window: `-- day changed to 2026-05-12 (Tuesday)`.
+    public func dayChange(_ time: UInt64) -> String {
+        let date = Date(timeIntervalSince1970: Double(time) / 1000)
+        // English names whatever the locale, as the rest of the client's text is.
+        let weekday = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"][calendar.component(.weekday, from: date) - 1]
+        return style(.notice, "-- day changed to \(format(time, "%Y-%m-%d")) (\(weekday))")
     }
 }

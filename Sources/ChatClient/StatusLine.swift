@@ -5,13 +5,17 @@
 /// are numbered as Alt-1…9 selects them; the current one is in brackets; another window shows
 /// how many messages arrived there unseen, and `!` when one of them mentions us or is a direct
 /// message. The server is named when the client has several to choose from; `offline` stands in
-/// for server and encryption while reconnecting. When the line is too long, quiet windows are
-/// left out before windows with news.
+/// for server and encryption while reconnecting; `-- more --` while the window is scrolled
+/// back. When the line is too long, quiet windows are left out first, then those with unread
+/// messages (the fewest first), and `+3` says how many are not shown; the current window and
+/// windows with a mention are never left out.
 public enum StatusLine {
-    /// The status line for `session`, at most `columns` cells wide.
-    public static func render(session: ClientSession, columns: Int) -> String {
+    /// The status line for `session`, at most `columns` cells wide; `scrolledBack` when the
+    /// current window does not show its newest lines.
+    public static func render(session: ClientSession, columns: Int, scrolledBack: Bool = false) -> String {
         var head = session.nick
         if session.awayMessage != nil { head += " (away)" }
+        if scrolledBack { head += " -- more --" }
         var tail: [String] = []
         if !session.isConnected {
             tail.append("offline")
@@ -20,26 +24,39 @@ public enum StatusLine {
             if let encryption = session.encryption { tail.append(encryption) }
         }
 
-        var items: [(text: String, quiet: Bool)] = []
+        // How much each window wants to stay: the higher, the later it is dropped.
+        var items: [(text: String, keep: Int)] = []
         for (index, window) in session.windows.enumerated() {
             let label = "\(index + 1):\(window.title)"
             if window == session.currentWindow {
-                items.append(("[\(label)]", false))
+                items.append(("[\(label)]", Int.max))
             } else if let activity = session.activity[window], activity.unread > 0 || activity.mentioned {
-                items.append(("\(label)(\(activity.unread)\(activity.mentioned ? "!" : ""))", false))
+                items.append(("\(label)(\(activity.unread)\(activity.mentioned ? "!" : ""))", activity.mentioned ? Int.max : activity.unread))
             } else {
-                items.append((label, true))
+                items.append((label, 0))
             }
         }
-        if session.windows.isEmpty { items.append(("(no window; /join #room)", false)) }
+        if session.windows.isEmpty { items.append(("(no window; /join #room)", Int.max)) }
 
-        func assemble(_ shown: [(text: String, quiet: Bool)]) -> String {
-            ([head, shown.map(\.text).joined(separator: " ")] + tail).joined(separator: " | ")
+        // Widths are measured once and the line assembled once: with hundreds of windows this
+        // runs after every frame, so dropping windows must not measure the line again each time.
+        let fixed = TerminalText.cellWidth(of: ([head, ""] + tail).joined(separator: " | "))
+        let widths = items.map { TerminalText.cellWidth(of: $0.text) }
+        var shown = Array(repeating: true, count: items.count)
+        var windowsWidth = widths.reduce(0, +) + max(0, items.count - 1)
+        var hidden = 0
+        func total() -> Int { fixed + windowsWidth + (hidden > 0 ? 1 + String(hidden).count + 1 : 0) }
+        // Drop the least wanted first; among equals, the furthest from the start.
+        let dropOrder = items.indices.filter { items[$0].keep != Int.max }.sorted {
+            items[$0].keep != items[$1].keep ? items[$0].keep < items[$1].keep : $0 > $1
         }
-        var line = assemble(items)
-        if TerminalText.cellWidth(of: line) > columns {
-            line = assemble(items.filter { !$0.quiet })
+        for index in dropOrder where total() > columns {
+            shown[index] = false
+            windowsWidth -= widths[index] + 1
+            hidden += 1
         }
+        let windows = items.indices.filter { shown[$0] }.map { items[$0].text } + (hidden > 0 ? ["+\(hidden)"] : [])
+        let line = ([head, windows.joined(separator: " ")] + tail).joined(separator: " | ")
         return TerminalText.prefix(of: TerminalText.sanitized(line), fitting: max(0, columns))
     }
 }

@@ -117,4 +117,21 @@ public enum TerminalText {
             return false
         }
     }
+
+    /// `line` without the colour and style codes `MessageRenderer` puts in (CSI sequences):
+    /// the text the user sees, for searching and for logs.
+    public static func plain(_ line: String) -> String {
+        var scalars = String.UnicodeScalarView()
+        var inEscape = false
+        for scalar in line.unicodeScalars {
+            if inEscape {
+                if (0x40...0x7E).contains(scalar.value), scalar != "[" { inEscape = false }
+            } else if scalar == "\u{1B}" {
+                inEscape = true
+            } else {
+                scalars.append(scalar)
+            }
+        }
+        return String(scalars)
+    }
 }

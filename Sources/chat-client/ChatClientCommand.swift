@@ -13,9 +13,17 @@ struct ChatClientCommand: AsyncParsableCommand {
         abstract: "Chat from a terminal: several rooms, line editing, history and Tab completion while messages arrive.",
         discussion: """
             Type text to say it in the current window, or a command: /join #room, /part, \
-            /switch #room, /query nick, /msg nick text, /me text, /nick name, /who, /rooms, \
-            /topic [text], /history [n], /away [message], /ignore [nick], /unignore nick, \
-            /quit [reason], /help.
+            /switch #room|nick, /query nick, /msg nick text, /me text, /nick name, /who, /names, \
+            /whois nick, /rooms, /topic [text], /history [n], /away [message], /ignore [nick], \
+            /unignore nick, /window list|close|N|name, /clear, /lastlog text, /set [name [value]], \
+            /save, /reconnect, /server HOST:PORT, /disconnect, /quit [reason], /help. Short \
+            forms: /j /q /w /win /list /n /p, and aliases from the config file.
+
+            Every room and query is a window with its own lines; PageUp and PageDown scroll \
+            back in it (-- more -- in the status line while scrolled). The settings (nick, \
+            servers, autojoin, TLS, timestamp format, colours, buffer sizes, highlight words, \
+            logs, aliases) are read from ~/.config/chat-client/config.toml; a malformed file \
+            stops the client with the line named. Flags override the file.
 
             Keys: Alt-1…9, Ctrl-N and Ctrl-P switch windows (the status line numbers them and \
             counts unread messages, with ! for a mention or a direct message); Tab completes \
@@ -48,11 +56,14 @@ struct ChatClientCommand: AsyncParsableCommand {
         valueName: "HOST:PORT"))
     var servers: [String] = []
 
-    @Option(help: "Your nick: 1-24 of A-Z a-z 0-9 _-[]\\`^{}|, not starting with a digit or -.")
-    var nick: String
+    @Option(help: "Your nick: 1-24 of A-Z a-z 0-9 _-[]\\`^{}|, not starting with a digit or -. Default: the config file's nick, else $USER.")
+    var nick: String?
 
-    @Option(name: .customLong("room"), help: "A room to join, e.g. #general (repeatable; the first is where you talk). Default: general.")
+    @Option(name: .customLong("room"), help: "A room to join, e.g. #general (repeatable; the first is where you talk). Default: the config file's autojoin, else general.")
     var rooms: [String] = []
+
+    @Option(help: "The config file (default: $XDG_CONFIG_HOME/chat-client/config.toml or ~/.config/chat-client/config.toml; docs/CLIENT.md lists its settings).")
+    var config: String?
 
     @Option(help: "A file whose first line is the server password.")
     var passwordFile: String?
@@ -75,16 +86,22 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Flag(help: "Speak TLS without checking the server's certificate at all (testing only; a warning says so at every connect).")
     var tlsInsecure = false
 
-    /// Whose certificates to accept, or nil for plain text.
-    private var trust: TLSTrust? {
+    /// Whose certificates to accept, or nil for plain text: the flags, else the config file.
+    private func trust(_ settings: ClientSettings) -> TLSTrust? {
         if tlsInsecure { return .insecureAcceptAnything }
         if let tlsCa { return .certificateAuthorities(file: tlsCa) }
-        return tls ? .systemDefault : nil
+        if tls { return .systemDefault }
+        switch settings.tlsMode {
+        case .off: return nil
+        case .system: return .systemDefault
+        case .insecure: return .insecureAcceptAnything
+        case .ca: return settings.tlsCAFile.map { .certificateAuthorities(file: ClientPaths.expandingTilde($0)) }
+        }
     }
 
     func validate() throws {
         if tlsInsecure, tlsCa != nil { throw ValidationError("--tls-insecure checks nothing, so --tls-ca would be ignored: give one of them") }
-        guard ChatName.isValidNick(nick) else { throw ValidationError(CommandError.invalidNick(nick).description) }
+        if let nick, !ChatName.isValidNick(nick) { throw ValidationError(CommandError.invalidNick(nick).description) }
         for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
             throw ValidationError(CommandError.invalidRoom(room).description)
         }
@@ -104,23 +121,79 @@ struct ChatClientCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let password = try passwordFile.map(Self.readPassword)
+        let configPath = config ?? ClientPaths.configFile()
+        let settings = try Self.loadSettings(from: configPath, required: config != nil)
+        let nick = try chosenNick(settings)
+        let rooms = self.rooms.isEmpty ? (settings.autojoin.isEmpty ? ["general"] : settings.autojoin) : self.rooms
+        for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
+            throw Self.configError(configPath, "autojoin: \(CommandError.invalidRoom(room).description)")
+        }
+        let password = try (passwordFile ?? settings.passwordFile.map(ClientPaths.expandingTilde)).map(Self.readPassword)
         let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
         let configuration = ChatClientDriver.Configuration(
-            servers: serverAddresses, password: password, exitIfFirstConnectFails: !interactive,
+            servers: try serverAddresses(settings, configPath: configPath), password: password, exitIfFirstConnectFails: !interactive,
             handshakeTimeout: .milliseconds(Int(handshakeTimeout * 1000)), pingInterval: .milliseconds(Int(pingInterval * 1000)),
-            tls: trust)
-        let session = ClientSession(nick: nick, rooms: rooms.isEmpty ? ["general"] : rooms)
+            tls: trust(settings))
+        var session = ClientSession(nick: nick, rooms: rooms)
+        session.highlightWords = settings.highlight
+        if settings.mergedWindow, interactive { session.addMergedWindow() }
         let history = interactive ? (historyFile ?? Self.defaultHistoryFile()) : nil
-        let status = await ClientApp.run(configuration: configuration, session: session, interactive: interactive, historyFile: history)
+        let status = await ClientApp.run(
+            configuration: configuration, session: session, interactive: interactive, historyFile: history,
+            settings: settings, configPath: configPath)
         if status != 0 { throw ExitCode(status) }
     }
 
-    /// The `--server`s in the order given, or the one of `--host` and `--port`.
-    private var serverAddresses: [ServerAddress] {
+    /// `--nick`, else the config file's, else `$USER`.
+    private func chosenNick(_ settings: ClientSettings) throws -> String {
+        if let nick { return nick }
+        if let configured = settings.nick {
+            guard ChatName.isValidNick(configured) else { throw ValidationError("the config file's nick: \(CommandError.invalidNick(configured).description)") }
+            return configured
+        }
+        let user = ProcessInfo.processInfo.environment["USER"] ?? ""
+        guard ChatName.isValidNick(user) else {
+            throw ValidationError("give a nick with --nick (or nick = \"…\" in the config file); $USER (\"\(user)\") is not a valid one")
+        }
+        return user
+    }
+
+    /// The config file's settings; the defaults when there is no file (and none was asked for).
+    /// A file that is there but wrong ends the client before it starts, naming the line.
+    private static func loadSettings(from path: String?, required: Bool) throws -> ClientSettings {
+        guard let path else { return ClientSettings() }
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            if !required, !FileManager.default.fileExists(atPath: path) { return ClientSettings() }
+            throw configError(path, "cannot be read: \(error.localizedDescription)")
+        }
+        do {
+            return try ClientSettings(parsing: text)
+        } catch {
+            throw configError(path, error.description)
+        }
+    }
+
+    /// Prints one line naming the file and ends the client with status 1, before anything starts.
+    private static func configError(_ path: String?, _ reason: String) -> ExitCode {
+        FileHandle.standardError.write(Data("chat-client: \(path ?? "the config file") \(reason); nothing was started\n".utf8))
+        return ExitCode(1)
+    }
+
+    /// The `--server`s in the order given, or the one of `--host` and `--port`, else the config
+    /// file's servers, else 127.0.0.1:7000.
+    private func serverAddresses(_ settings: ClientSettings, configPath: String?) throws -> [ServerAddress] {
         // validate() refused every address that does not parse.
         let listed = servers.compactMap { try? ServerAddress(parsing: $0) }
-        return listed.isEmpty ? [ServerAddress(host: host ?? "127.0.0.1", port: port ?? 7000)] : listed
+        if !listed.isEmpty { return listed }
+        if host != nil || port != nil || settings.servers.isEmpty {
+            return [ServerAddress(host: host ?? "127.0.0.1", port: port ?? 7000)]
+        }
+        return try settings.servers.map { typed in
+            do { return try ServerAddress(parsing: typed) } catch { throw Self.configError(configPath, "servers: \(typed): \(error)") }
+        }
     }
 
     private static func readPassword(_ path: String) throws -> String {

@@ -8,17 +8,22 @@ import Glibc
 @MainActor
 enum ClientApp {
     /// Runs the client until it finishes; returns the exit status.
-    static func run(configuration: ChatClientDriver.Configuration, session: ClientSession, interactive: Bool, historyFile: String?) async -> Int32 {
+    static func run(
+        configuration: ChatClientDriver.Configuration, session: ClientSession, interactive: Bool, historyFile: String?,
+        settings: ClientSettings, configPath: String?
+    ) async -> Int32 {
+        let colour = MessageRenderer.wantsColour(isTerminal: true, environment: ProcessInfo.processInfo.environment)
         let terminal = interactive
-            ? TerminalFrontEnd(historyFile: historyFile, colour: MessageRenderer.wantsColour(isTerminal: true, environment: ProcessInfo.processInfo.environment))
+            ? TerminalFrontEnd(historyFile: historyFile, colour: colour, settings: settings, configPath: configPath)
             : nil
         let pipe = terminal == nil ? PipeFrontEnd() : nil
         let display: any ClientDisplay = terminal ?? pipe!
         let driver = ChatClientDriver(configuration: configuration, session: session, display: display)
+        driver.aliases = settings.aliases
 
         let status = await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
             driver.onFinished = { status in
-                terminal?.stop()
+                terminal?.stop(status: status)
                 continuation.resume(returning: status)
             }
             let signals = SignalTrap(terminal: terminal, driver: driver)

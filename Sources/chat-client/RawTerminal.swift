@@ -5,7 +5,8 @@ import Glibc
 ///
 /// Raw mode turns off the terminal's own line editing, echo and signal keys (Ctrl-C arrives
 /// as a byte, to clear the line) and asks for bracketed paste, so pasted text is marked and
-/// never taken for typed keys. `restore` puts back exactly the modes it found and discards
+/// never taken for typed keys. The client draws on the alternate screen, so its redraws never
+/// pile up in the terminal's scrollback, and the shell's screen comes back as it was. `restore` puts back exactly the modes it found and discards
 /// input nobody read, so nothing typed or pasted into the client ever reaches the shell.
 @MainActor
 final class RawTerminal {
@@ -24,14 +25,14 @@ final class RawTerminal {
             cc[Int(VTIME)] = 0
         }
         _ = tcsetattr(STDIN_FILENO, TCSANOW, &modes)
-        StandardOutput.write(Self.bracketedPasteOn)
+        StandardOutput.write(Self.alternateScreenOn + Self.bracketedPasteOn)
     }
 
     /// Restores the modes `enter` found, discarding unread input; safe to call more than once.
     func restore() {
         guard var modes = saved else { return }
         saved = nil
-        StandardOutput.write(Self.bracketedPasteOff)
+        StandardOutput.write(Self.bracketedPasteOff + Self.alternateScreenOff)
         _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &modes)
     }
 
@@ -44,4 +45,6 @@ final class RawTerminal {
 
     private static let bracketedPasteOn = "\u{1B}[?2004h"
     private static let bracketedPasteOff = "\u{1B}[?2004l"
+    private static let alternateScreenOn = "\u{1B}[?1049h"
+    private static let alternateScreenOff = "\u{1B}[?1049l"
 }

@@ -14,6 +14,8 @@ enum EditorRequest: Sendable {
     case selectWindow(Int)
     /// Ctrl-N (+1) or Ctrl-P (-1).
     case cycleWindow(Int)
+    /// PageUp (+1) or PageDown (-1): a page back or forward in the window.
+    case scroll(pages: Int)
     /// A second Ctrl-C on the empty line.
     case interrupt
     /// Ctrl-C while a paste is being sent.
@@ -43,7 +45,9 @@ enum EditorRequest: Sendable {
 ///   as they were).
 /// - Enter (our `chat-submit`) takes the line out the same way and lets `el_wgets` return, so
 ///   libedit resets its history position for the next line.
-/// - Resize and Ctrl-L clear the screen, write the recent lines that fit and `EL_REFRESH`.
+/// - A new screen (another window, a page back, a resize) and Ctrl-L clear the screen, write
+///   the lines that fit above the bottom rows and `EL_REFRESH`. The client draws on the
+///   terminal's alternate screen (`RawTerminal`), so none of this reaches its scrollback.
 /// - Bracketed pastes are cut out by `TerminalInput` before libedit sees a byte of them.
 /// - While libedit reads inside a command (its incremental search, a key sequence half typed),
 ///   nothing is drawn: that waits for the next key at the top level.
@@ -60,6 +64,8 @@ final class TerminalEditor: @unchecked Sendable {
         var promptChanged = true
         var question: String?
         var resized = false
+        var screen: [String]?
+        var leftover = ""
         var nicks: [String] = []
         var rooms: [String] = []
         var maxLineBytes = 16_000
@@ -231,17 +237,24 @@ final class TerminalEditor: @unchecked Sendable {
         post { $0.question = question }
     }
 
-    /// The terminal changed size: measure it again and draw the screen anew.
-    func resized() {
-        post { $0.resized = true }
+    /// Draws the screen anew with `lines` (the newest last) above the bottom rows, in place of
+    /// what was there and of lines posted before; `resized` when the terminal changed size.
+    func redraw(_ lines: [String], resized: Bool) {
+        post {
+            $0.lines = []
+            $0.screen = lines
+            $0.resized = $0.resized || resized
+        }
     }
 
-    /// Takes the status and input lines off the screen, printing what was still to print and
-    /// the half-typed line, and ends the editor thread; waits for that at most `timeout`.
-    /// The terminal's modes are the caller's to restore.
-    func finish(timeout: DispatchTimeInterval = .seconds(2)) {
+    /// Takes the status and input lines off the screen and ends the editor thread; waits for
+    /// that at most `timeout`. Returns the half-typed line, for the caller to print once the
+    /// terminal is back on its main screen, so nothing typed is lost. The terminal's modes are
+    /// the caller's to restore.
+    func finish(timeout: DispatchTimeInterval = .seconds(2)) -> String {
         post { $0.leaving = true }
         _ = finished.wait(timeout: .now() + timeout)
+        return lock.withLock { mailbox.leftover }
     }
 
     private func post(_ change: (inout Mailbox) -> Void) {
@@ -279,6 +292,8 @@ final class TerminalEditor: @unchecked Sendable {
             ("chat-window", "go to window n", { _, key in TerminalEditor.current?.selectWindow(key) ?? UInt8(CC_ERROR) }),
             ("chat-next-window", "go to the next window", { _, _ in TerminalEditor.current?.cycleWindow(1) ?? UInt8(CC_ERROR) }),
             ("chat-previous-window", "go to the previous window", { _, _ in TerminalEditor.current?.cycleWindow(-1) ?? UInt8(CC_ERROR) }),
+            ("chat-page-up", "a page back in the window", { _, _ in TerminalEditor.current?.scroll(pages: 1) ?? UInt8(CC_ERROR) }),
+            ("chat-page-down", "a page forward in the window", { _, _ in TerminalEditor.current?.scroll(pages: -1) ?? UInt8(CC_ERROR) }),
             ("chat-redraw", "draw the screen again", { _, _ in TerminalEditor.current?.requestRedraw() ?? UInt8(CC_ERROR) }),
             ("chat-kill-word", "kill the word before the cursor, up to whitespace", { _, _ in TerminalEditor.current?.killBackward(toWhitespace: true) ?? UInt8(CC_ERROR) }),
             ("chat-kill-prev-word", "kill the word before the cursor", { _, _ in TerminalEditor.current?.killBackward(toWhitespace: false) ?? UInt8(CC_ERROR) }),
@@ -299,6 +314,7 @@ final class TerminalEditor: @unchecked Sendable {
             ("^M", "chat-submit"), ("^J", "chat-submit"), ("^I", "chat-complete"),
             ("^C", "chat-interrupt"), ("^D", "chat-eof"), ("^L", "chat-redraw"),
             ("^N", "chat-next-window"), ("^P", "chat-previous-window"),
+            ("\\e[5~", "chat-page-up"), ("\\e[6~", "chat-page-down"), ("\\e[5;2~", "chat-page-up"), ("\\e[6;2~", "chat-page-down"),
             ("^W", "chat-kill-word"), ("\\e^?", "chat-kill-prev-word"), ("\\e^H", "chat-kill-prev-word"),
             ("\\ed", "chat-kill-next-word"), ("^K", "chat-kill-to-end"), ("^U", "chat-kill-to-start"),
             ("^Y", "chat-yank"), ("\\ey", "chat-yank-pop"),
@@ -497,8 +513,15 @@ final class TerminalEditor: @unchecked Sendable {
             mailbox.promptChanged = false
             mailbox.question = nil
             mailbox.resized = false
+            mailbox.screen = nil
             mailbox.bell = false
             return news
+        }
+        if let screen = news.screen {
+            // The new screen holds every line worth showing; what was waiting is in it or gone
+            // with the window it belonged to.
+            recent = screen
+            toPrint = []
         }
         nicks = news.nicks
         rooms = news.rooms
@@ -518,7 +541,7 @@ final class TerminalEditor: @unchecked Sendable {
             leaving = true
             return beginClearing()
         }
-        if news.resized || redrawWanted {
+        if news.resized || news.screen != nil || redrawWanted {
             if news.resized { el_resize(editLine) }
             redrawWanted = false
             redrawScreen()
@@ -559,13 +582,14 @@ final class TerminalEditor: @unchecked Sendable {
     /// puts prompt and line back (or ends the line after a submit, or ends the editor).
     private func drawWhileCleared() -> wchar_t? {
         stage = .editing
-        var text = toPrint.map { $0 + "\r\n" }.joined()
+        let text = toPrint.map { $0 + "\r\n" }.joined()
         remember(toPrint)
         toPrint = []
         if leaving {
-            // The half-typed line stays on screen as the last output, so nothing typed is lost.
+            // The half-typed line goes to the main screen once the terminal is back, so nothing
+            // typed is lost.
             let leftover = String(decoding: (questionStash ?? stash).text)
-            if !leftover.isEmpty { text += TerminalText.sanitized(leftover) + "\r\n" }
+            lock.withLock { mailbox.leftover = TerminalText.sanitized(leftover) }
             writeOut(text)
             done = true
             return nil
@@ -582,7 +606,8 @@ final class TerminalEditor: @unchecked Sendable {
         return nil
     }
 
-    /// Clears the screen, writes the recent lines that fit above the prompt, and has libedit draw.
+    /// Clears the screen, writes the recent lines that fit above the prompt (the prompt at the
+    /// bottom, as in irssi), and has libedit draw.
     private func redrawScreen() {
         remember(toPrint)
         toPrint = []
@@ -598,7 +623,8 @@ final class TerminalEditor: @unchecked Sendable {
             shown.insert(line, at: 0)
         }
         setPromptText(blank: false)
-        writeOut("\u{1B}[H\u{1B}[2J" + shown.map { $0 + "\r\n" }.joined())
+        let padding = String(repeating: "\r\n", count: max(0, rows - 2 - used))
+        writeOut("\u{1B}[H\u{1B}[2J" + padding + shown.map { $0 + "\r\n" }.joined())
         _ = chat_el_refresh(editLine)
     }
 
@@ -767,6 +793,11 @@ final class TerminalEditor: @unchecked Sendable {
 
     private func cycleWindow(_ offset: Int) -> UInt8 {
         requests(.cycleWindow(offset))
+        return UInt8(CC_NORM)
+    }
+
+    private func scroll(pages: Int) -> UInt8 {
+        requests(.scroll(pages: pages))
         return UInt8(CC_NORM)
     }
 

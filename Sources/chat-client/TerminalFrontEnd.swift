@@ -3,12 +3,13 @@ import Dispatch
 import Foundation
 import Glibc
 
-/// The interactive client: the status line and the input line at the bottom of the terminal,
-/// edited by libedit (`TerminalEditor`, on its own thread), with events printed above them.
+/// The interactive client: each window's lines above the status line and the input line,
+/// which libedit edits (`TerminalEditor`, on its own thread).
 ///
-/// Everything above the two bottom rows is ordinary terminal output that scrolls into the
-/// terminal's scrollback. This type renders events and the status line on the main actor and
-/// hands them to the editor, which draws them between two keys; what the user does at the
+/// Every room and query keeps its own lines (`WindowBuffer`, bounded by `buffer_lines`); the
+/// screen shows the current window's, and switching windows, paging or a resize draws it anew
+/// from them. This type renders events and the status line on the main actor, files each line
+/// in its window (and its log), and hands the editor what to draw; what the user does at the
 /// keyboard comes back as `EditorRequest`s.
 @MainActor
 final class TerminalFrontEnd: ClientDisplay {
@@ -18,13 +19,26 @@ final class TerminalFrontEnd: ClientDisplay {
     private weak var driver: ChatClientDriver?
     private var active = false
     private var pendingAnswer: ((Bool) -> Void)?
+    private var settings: ClientSettings
+    /// Where `/save` writes the settings; nil when there is no home to keep them in.
+    private let configPath: String?
+    /// Each window's lines; the key nil holds what arrives while no window is open.
+    private var buffers: [ChatWindow?: WindowBuffer] = [:]
+    /// The window whose lines are on screen, once the first screen is drawn.
+    private var drawnWindow: ChatWindow??
+    private var logs: WindowLogs?
+    private var lastError: String?
 
-    /// A front end that keeps line history in `historyFile`; nil when libedit cannot drive this
-    /// terminal. Sets up libedit before the terminal is switched to raw mode (in `start`).
-    init?(historyFile: String?, colour: Bool) {
+    /// A front end that keeps line history in `historyFile` and starts from `settings` (which
+    /// `/save` writes to `configPath`); nil when libedit cannot drive this terminal. Sets up
+    /// libedit before the terminal is switched to raw mode (in `start`).
+    init?(historyFile: String?, colour: Bool, settings: ClientSettings, configPath: String?) {
         guard let editor = TerminalEditor(historyFile: historyFile, colour: colour, requests: Self.forward) else { return nil }
         self.editor = editor
+        self.settings = settings
+        self.configPath = configPath
         renderer = MessageRenderer(colour: colour)
+        applySettings()
     }
 
     /// Connects the editor to `driver` and takes over the terminal.
@@ -33,24 +47,28 @@ final class TerminalFrontEnd: ClientDisplay {
         TerminalFrontEnd.current = self
         terminal.enter()
         active = true
+        driver.setHighlightWords(settings.highlight)
         sessionChanged()
         editor.start()
     }
 
-    /// Takes the bottom rows off the screen, leaves the half-typed line as the last output and
-    /// gives the terminal back as it was; safe to call more than once.
-    func stop() {
+    /// Takes the bottom rows off the screen and gives the terminal back as it was, then prints
+    /// the half-typed line (and, when the client failed, its last error) on the main screen;
+    /// safe to call more than once.
+    func stop(status: Int32 = 0) {
         guard active else { return }
         active = false
-        editor.finish()
+        let leftover = editor.finish()
         terminal.restore()
+        if status != 0, let lastError { StandardOutput.write(TerminalText.plain(lastError) + "\n") }
+        if !leftover.isEmpty { StandardOutput.write(leftover + "\n") }
         TerminalFrontEnd.current = nil
     }
 
     /// After a SIGWINCH: the status line for the new width, and the screen drawn anew.
     func terminalResized() {
         sessionChanged()
-        editor.resized()
+        drawWindow(resized: true)
     }
 
     // The editor's requests reach the front end through this, on the main queue: the editor
@@ -66,10 +84,17 @@ final class TerminalFrontEnd: ClientDisplay {
 
     private func perform(_ request: EditorRequest) {
         switch request {
-        case .submit(let line): driver?.submit(line)
+        case .submit(let line):
+            // Saying something brings the window back to its newest lines.
+            if buffers[currentWindow]?.isScrolledBack == true, !line.hasPrefix("/") || line.hasPrefix("//") {
+                buffers[currentWindow]?.scrollToEnd()
+                drawWindow(resized: false)
+            }
+            driver?.submit(line)
         case .paste(let text): driver?.paste(text)
         case .selectWindow(let number): driver?.selectWindow(number: number)
         case .cycleWindow(let offset): driver?.cycleWindow(by: offset)
+        case .scroll(let pages): scroll(pages: pages)
         case .interrupt: driver?.quit(reason: "interrupted")
         case .cancelPaste: driver?.cancelPaste()
         case .leave(let reason): driver?.quit(reason: reason)
@@ -81,23 +106,183 @@ final class TerminalFrontEnd: ClientDisplay {
         }
     }
 
+    // MARK: Windows
+
+    private var currentWindow: ChatWindow? { driver?.session.currentWindow }
+
+    /// A page back (positive) or forward in the current window: the screen's height less two
+    /// lines, so each page overlaps the last.
+    private func scroll(pages: Int) {
+        let page = max(1, RawTerminal.size().rows - 4)
+        buffers[currentWindow, default: WindowBuffer(limit: settings.bufferLines)].scroll(by: pages * page)
+        drawWindow(resized: false)
+        sessionChanged()
+    }
+
+    /// Draws the current window's lines (up to where it is scrolled) above the bottom rows.
+    private func drawWindow(resized: Bool) {
+        guard active else { return }
+        drawnWindow = .some(currentWindow)
+        editor.redraw(buffers[currentWindow]?.view(count: RawTerminal.size().rows) ?? [], resized: resized)
+    }
+
+    /// Files `lines` in `window`'s buffer (with a day-change line first when `time` is on a new
+    /// day there) and prints them when that window is on screen and not scrolled back.
+    ///
+    /// The buffer is changed in place in the dictionary: a copy taken out and put back would
+    /// share its storage, and every append would then copy all of the window's lines.
+    private func add(_ lines: [String], time: UInt64, to window: ChatWindow?) {
+        var added: [String] = []
+        let day = renderer.day(of: time)
+        if let last = buffers[window]?.lastDay, last != day { added.append(renderer.dayChange(time)) }
+        added += lines
+        let limit = settings.bufferLines
+        buffers[window, default: WindowBuffer(limit: limit)].lastDay = day
+        for line in added { buffers[window, default: WindowBuffer(limit: limit)].append(line) }
+        let visible = buffers[window]?.isScrolledBack != true
+        log(added, time: time, window: window)
+        var merged = false
+        if window != .merged, driver?.session.windows.first == .merged {
+            for line in added { buffers[.merged, default: WindowBuffer(limit: limit)].append(line) }
+            merged = drawnWindow == .some(.merged) && buffers[.merged]?.isScrolledBack != true
+        }
+        guard active else {
+            StandardOutput.write(added.joined(separator: "\n") + "\n")
+            return
+        }
+        if drawnWindow == .some(window) && visible || merged { editor.print(added) }
+    }
+
+    private func log(_ lines: [String], time: UInt64, window: ChatWindow?) {
+        guard settings.log, logs != nil, let driver else { return }
+        let stamp = renderer.format(time, "%Y-%m-%d %H:%M:%S")
+        let day = String(stamp.prefix(10))
+        let shortStamp = renderer.timestamp(time) + " "
+        for line in lines {
+            var text = TerminalText.plain(line)
+            if text.hasPrefix(shortStamp) { text = String(text.dropFirst(shortStamp.count)) }
+            // In place, as the buffers are: `logs` is a value.
+            guard logs?.write(text, stamp: stamp, day: day, window: window?.title ?? "(status)", server: driver.serverName) == false
+            else { continue }
+            if let failure = logs?.failure {
+                // Once, then logging is off: the note itself must not try the log again.
+                settings.log = false
+                show(.error(time: ClientClock.now(), text: failure))
+            }
+            return
+        }
+    }
+
+    // MARK: Settings
+
+    /// Makes the renderer, the buffers and the logs follow `settings`.
+    private func applySettings() {
+        var fresh = MessageRenderer(colour: renderer.colour && settings.colours, ownNick: renderer.ownNick)
+        fresh.timestampFormat = settings.timestampFormat
+        fresh.highlightWords = settings.highlight
+        renderer = fresh
+        for key in buffers.keys { buffers[key]?.limit = settings.bufferLines }
+        if settings.log, logs == nil {
+            logs = WindowLogs(directory: settings.logDirectory.map(ClientPaths.expandingTilde) ?? ClientPaths.logDirectory())
+        }
+    }
+
+    private func set(name: String?, value: String?) {
+        guard let name else {
+            for setting in ClientSettings.names {
+                show(.notice(time: ClientClock.now(), text: "\(setting) = \(settings.shown(setting) ?? "(not set)")"))
+            }
+            return
+        }
+        guard let value else {
+            guard ClientSettings.names.contains(name) else { return showError("unknown setting \(name) (/set lists them)") }
+            return show(.notice(time: ClientClock.now(), text: "\(name) = \(settings.shown(name) ?? "(not set)")"))
+        }
+        do {
+            try settings.set(name, typed: value)
+        } catch {
+            return showError(error.reason)
+        }
+        applySettings()
+        driver?.setHighlightWords(settings.highlight)
+        let later = ["nick", "servers", "autojoin", "password_file", "merged_window"].contains(name) ? " (used at the next start; /save keeps it)" : " for this session (/save keeps it)"
+        show(.notice(time: ClientClock.now(), text: "\(name) = \(settings.shown(name) ?? "")\(later)"))
+        sessionChanged()
+    }
+
+    private func save() {
+        guard let configPath else { return showError("there is no home directory to save the settings in") }
+        do {
+            try ClientPaths.write(settings.rendered(), to: configPath)
+            show(.notice(time: ClientClock.now(), text: "settings saved to \(configPath)"))
+        } catch {
+            showError("cannot save the settings to \(configPath): \(error)")
+        }
+    }
+
+    private func showError(_ text: String) { show(.error(time: ClientClock.now(), text: text)) }
+
     // MARK: ClientDisplay
 
     func show(_ event: ChatEvent) {
-        let line = renderer.render(event)
-        if active { editor.print([line]) } else { StandardOutput.write(line + "\n") }
+        let rendered = renderer.render(event)
+        if case .error = event { lastError = rendered }
+        let window = driver?.session.window(for: event) ?? nil
+        add(rendered.split(separator: "\n", omittingEmptySubsequences: false).map(String.init), time: event.time, to: window)
     }
 
+    func perform(_ request: DisplayRequest) {
+        switch request {
+        case .clear:
+            buffers[currentWindow]?.clear()
+            drawWindow(resized: false)
+        case .lastlog(let text):
+            let matches = buffers[currentWindow]?.matching(text) ?? []
+            let limit = 500
+            let header = matches.isEmpty ? "lastlog: no line contains \"\(text)\""
+                : matches.count > limit ? "lastlog: \(matches.count) lines contain \"\(text)\"; the last \(limit):"
+                : "lastlog: \(matches.count) line\(matches.count == 1 ? "" : "s") contain\(matches.count == 1 ? "s" : "") \"\(text)\":"
+            let now = ClientClock.now()
+            add([renderer.render(.notice(time: now, text: header))] + matches.suffix(limit), time: now, to: currentWindow)
+        case .set(let name, let value):
+            set(name: name, value: value)
+        case .save:
+            save()
+        }
+    }
+
+    /// Whether a status update is queued on the main queue.
+    private var statusUpdateQueued = false
+
     func sessionChanged() {
+        guard active else { return }
+        // At once: the next line rendered must know our nick to highlight mentions of it.
+        if let nick = driver?.session.nick { renderer.ownNick = nick }
+        let current = driver?.session.currentWindow
+        // A window switch is drawn at once; the status line and Tab's context once per turn of
+        // the main queue, so a burst of frames (1,000 a second into a hidden window) does not
+        // build the status line of every window and post it to the editor for each one.
+        if drawnWindow != .some(current) { drawWindow(resized: false) }
+        guard !statusUpdateQueued else { return }
+        statusUpdateQueued = true
+        DispatchQueue.main.async {
+            MainActor.assumeIsolated {
+                self.statusUpdateQueued = false
+                self.updateStatus()
+            }
+        }
+    }
+
+    /// The status line, the prompt and what Tab completes, from the session as it is now.
+    private func updateStatus() {
         guard active, let driver else { return }
         let session = driver.session
-        renderer.ownNick = session.nick
-        renderer.currentRoom = session.currentRoom
-        renderer.marksOtherRooms = true
         let window = session.currentWindow?.title ?? "(no room)"
         // A column short of the width: the padding after it carries the colour's reset (see
         // TerminalEditor.setPromptText).
-        let status = StatusLine.render(session: session, columns: RawTerminal.size().columns - 1)
+        let status = StatusLine.render(
+            session: session, columns: RawTerminal.size().columns - 1,
+            scrolledBack: buffers[session.currentWindow]?.isScrolledBack ?? false)
         editor.setPrompt(status: status, window: session.isConnected ? "[\(window)] " : "[\(window) offline] ")
         editor.setContext(
             nicks: session.knownNicks, rooms: session.knownRooms, maxLineBytes: driver.maxMessageBytes,
@@ -160,5 +345,10 @@ final class PipeFrontEnd: ClientDisplay {
     /// A script has no one to ask: it pipes what it means to send.
     func ask(_ question: String, answer: @escaping (Bool) -> Void) {
         answer(true)
+    }
+
+    /// A script's output is one stream: no windows to clear or search, no settings to change.
+    func perform(_ request: DisplayRequest) {
+        show(.error(time: ClientClock.now(), text: "windows and settings are for the terminal; a script's output is one stream"))
     }
 }

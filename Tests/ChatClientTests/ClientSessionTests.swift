@@ -36,7 +36,7 @@ import Testing
         var session = session()
         #expect(session.currentRoom == "general", "the first --room is current from the start")
         let actions = session.connected(nick: "alice", motd: "Welcome!")
-        #expect(frames(actions) == [.join(room: "general"), .join(room: "dev")])
+        #expect(frames(actions) == [.join(room: "general"), .join(room: "dev"), .listRooms], "and asks for the room list, for Tab")
         #expect(events(actions) == [.notice(time: 1000, text: "Welcome!")], "the motd is shown")
         #expect(frames(session.perform(.say("hi"))) == [.say(room: "general", text: "hi")])
     }
@@ -101,7 +101,7 @@ import Testing
         #expect(!session.isConnected)
         #expect(session.currentRoom == "random", "the current room survives the outage")
         let actions = session.connected(nick: "alice", motd: "")
-        #expect(frames(actions) == [.join(room: "general"), .join(room: "dev"), .join(room: "random")])
+        #expect(frames(actions) == [.join(room: "general"), .join(room: "dev"), .join(room: "random"), .listRooms])
     }
 
     @Test func pingIsAnsweredWithPong() {

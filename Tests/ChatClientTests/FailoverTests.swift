@@ -100,7 +100,7 @@ import TestSupport
         #expect(await bot.waitForOutput("#general -!- bot joined"), "on the first server: \(bot.output)")
         kill(frozen.pid, SIGSTOP)
         defer { kill(frozen.pid, SIGCONT) }
-        #expect(await bot.waitForOutput("connected to 127.0.0.1:\(live.port) as bot"), "the client moved on: \(bot.output)")
+        #expect(await bot.waitForOutput("reconnected to 127.0.0.1:\(live.port): 1 room"), "the client moved on: \(bot.output)")
         #expect(bot.output.contains("connection to 127.0.0.1:\(frozen.port) lost: the server did not answer a ping for 1 s; trying 127.0.0.1:\(live.port)"),
                 "the hung node is named with why it was left: \(bot.output)")
         // Sent as soon as the client says it is connected: a line typed then goes after the
@@ -128,7 +128,7 @@ import TestSupport
         defer { bot.stop() }
         #expect(await bot.waitForOutput("#general -!- bot joined"), "joined over TLS on the first server: \(bot.output)")
         first.child.killNow()
-        #expect(await bot.waitForOutput("connected to [::1]:\(second.port) as bot"), "moved to the second: \(bot.output)")
+        #expect(await bot.waitForOutput("reconnected to [::1]:\(second.port): 1 room"), "moved to the second: \(bot.output)")
         #expect(await bot.waitForOutput("#general — started again"), "and rejoined there: \(bot.output)")
         let verified = bot.lines.filter { $0.contains("-- encrypted: TLS") && $0.hasSuffix(" verified") && !$0.contains("NOT verified") }
         #expect(verified.count == 2, "both connections encrypted and verified, localhost's and ::1's: \(bot.output)")
@@ -197,7 +197,7 @@ import TestSupport
         second.forward(to: takeover.port)
 
         #expect(await bot.waitForOutput("<carol> missed 5"), "the client catches up on the second server: \(bot.output)")
-        #expect(bot.output.contains("connected to 127.0.0.1:\(second.port) as bot"), "it says where it is: \(bot.output)")
+        #expect(await bot.waitForOutput("reconnected to 127.0.0.1:\(second.port): 1 room, 5 new messages"), "it says where it is: \(bot.output)")
         try await carol.say("live after")
         #expect(await bot.waitForOutput("<carol> live after"), "and follows the room live: \(bot.output)")
 

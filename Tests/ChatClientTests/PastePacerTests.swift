@@ -76,7 +76,7 @@ import Testing
     }
 
     @Test func leavesQuietWindowsOutFirstWhenNarrow() {
-        #expect(StatusLine.render(session: session(), columns: 45) == "alice | [1:#general] 2:#dev(2!) 4:carol(1!)")
+        #expect(StatusLine.render(session: session(), columns: 46) == "alice | [1:#general] 2:#dev(2!) 4:carol(1!) +1", "+1 counts the window left out")
         #expect(TerminalText.cellWidth(of: StatusLine.render(session: session(), columns: 12)) <= 12)
     }
 

@@ -166,6 +166,6 @@ import TestSupport
                 "the drop is announced with the next server: \(bot.output)")
         bot.send("settled")
         #expect(await watcher.waitFor(TerminalTests.said("settled", by: "bot")), "the client talks on the live server")
-        #expect(bot.lines.filter { $0.contains("-- connected to ") }.count == 2, "and stays there: \(bot.output)")
+        #expect(bot.lines.filter { $0.contains("connected to 127.0.0.1:") }.count == 2, "and stays there: \(bot.output)")
     }
 }

@@ -46,10 +46,7 @@ extension TerminalTests {
                 kill(server.pid, SIGSTOP)
                 try await tmux.waitFor("the server did not answer a ping for 1 s")
                 kill(server.pid, SIGCONT)
-                try await tmux.waitForScreen("a second connection") { rows in
-                    rows.filter { $0.contains("-- connected to 127.0.0.1:\(server.port) as alice") }.count >= 2
-                }
-                try await tmux.waitFor("#general — nothing new since you left —")
+                try await tmux.waitFor("-- reconnected to 127.0.0.1:\(server.port): 1 room, nothing new")
             }
         }
 
@@ -79,6 +76,7 @@ extension TerminalTests {
             relay.refusesConnections = false
             try await tmux.waitFor("#general — 2 new since you left —")
             try await tmux.waitFor("<bob> missed 2")
+            try await tmux.waitFor("-- reconnected to 127.0.0.1:\(relay.port): 1 room, 2 new messages")
             let rows = try await tmux.screen()
             let marker = try #require(rows.firstIndex { $0.contains("2 new since you left") })
             let first = try #require(rows.firstIndex { $0.contains("<bob> missed 1") })

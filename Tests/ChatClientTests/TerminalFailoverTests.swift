@@ -39,7 +39,7 @@ extension TerminalTests {
 
             first.child.killNow()
             try await tmux.waitForLogicalLine(containing: "!! connection to 127.0.0.1:\(first.port) lost: the server closed the connection; trying 127.0.0.1:\(second.port)")
-            try await tmux.waitFor("-- connected to 127.0.0.1:\(second.port) as alice")
+            try await tmux.waitFor("-- reconnected to 127.0.0.1:\(second.port): 1 room, 2 new messages")
             try await tmux.waitFor("#general — started again: the server restarted or forgot the room —")
             try await tmux.waitFor("<carol> second chat 2")
             try await tmux.waitForScreen("the second server in the status line") { rows in

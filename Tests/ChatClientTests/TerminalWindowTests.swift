@@ -1,0 +1,261 @@
+import ChatProtocol
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// Writes `text` as the config file under `home` (where the client looks with HOME=home).
+func writeConfig(_ text: String, home: URL) throws {
+    let directory = home.appendingPathComponent(".config/chat-client")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    try text.write(to: directory.appendingPathComponent("config.toml"), atomically: true, encoding: .utf8)
+}
+
+extension TerminalTests {
+    /// Windows that own their lines, scrollback, the config file and logs, in a real terminal.
+    @Suite struct Windows {
+        @Test func windowsOwnTheirLinesAndPageUpScrollsBack() async throws {
+            try await TerminalTests.start(rooms: ["general", "dev"]) { _, tmux, bob, _ in
+                for index in 1...40 { try await bob.say("line \(index)") }
+                try await tmux.waitFor("<bob> line 40")
+                try await tmux.press("PPage")
+                try await tmux.waitFor("alice -- more -- |")
+                try await tmux.waitForScreen("an earlier page") { rows in
+                    rows.contains { $0.hasSuffix("<bob> line 15") } && !rows.contains { $0.hasSuffix("<bob> line 40") }
+                }
+                try await bob.say("while scrolled back")
+                try await tmux.waitFor("alice -- more -- |")
+                #expect(try await !tmux.screen().contains { $0.contains("while scrolled back") }, "the view stays where it was")
+                try await tmux.press("NPage")
+                try await tmux.press("NPage")
+                try await tmux.waitFor("<bob> while scrolled back")
+                try await tmux.waitForScreen("the status line without -- more --") { rows in
+                    rows.contains { $0.hasPrefix("alice | [1:#general]") }
+                }
+
+                try await bob.join("dev")
+                try await bob.say("only in dev", in: "dev")
+                try await tmux.waitFor("alice | [1:#general] 2:#dev(1)")
+                try await tmux.press("M-2")
+                try await tmux.waitFor("<bob> only in dev")
+                #expect(try await !tmux.screen().contains { $0.contains("<bob> line 40") }, "#general's lines are not in #dev's window")
+                try await tmux.press("M-1")
+                try await tmux.waitFor("<bob> while scrolled back")
+                #expect(try await !tmux.screen().contains { $0.contains("only in dev") })
+
+                try await tmux.type("/lastlog LINE 3")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("lastlog: 11 lines contain \"LINE 3\":")
+                try await tmux.type("/clear")
+                try await tmux.press("Enter")
+                try await tmux.waitForScreen("an empty window") { rows in !rows.contains { $0.contains("<bob>") } }
+                #expect(try await tmux.format("#{history_size}") == "0",
+                        "the alternate screen keeps redraws out of the terminal's scrollback")
+            }
+        }
+
+        @Test func aResizeStormWhileScrolledBackKeepsTheViewAndTheLine() async throws {
+            try await TerminalTests.start { _, tmux, bob, _ in
+                for index in 1...60 { try await bob.say("storm \(index)") }
+                try await tmux.waitFor("<bob> storm 60")
+                try await tmux.type("half typed")
+                try await tmux.press("PPage")
+                try await tmux.waitFor("alice -- more -- |")
+                for round in 0..<30 {
+                    try await tmux.tmux(["resize-window", "-x", "\(40 + round % 7 * 10)", "-y", "\(12 + round % 5 * 4)"])
+                }
+                try await tmux.tmux(["resize-window", "-x", "80", "-y", "24"])
+                try await tmux.waitForInput("half typed", prompt: TerminalTests.prompt)
+                try await tmux.waitFor("alice -- more -- |")
+                #expect(try await !tmux.screen().contains { $0.contains("<bob> storm 60") }, "still scrolled back after the storm")
+                try await tmux.press("NPage", "NPage", "NPage", "NPage")
+                try await tmux.waitFor("<bob> storm 60")
+                try await tmux.press("Enter")
+                #expect(await bob.waitFor(TerminalTests.said("half typed", by: "alice")))
+            }
+        }
+
+        @Test func aHiddenWindowTakesAFloodAndAHundredWindowsFitTheStatusLine() async throws {
+            let rooms = (1...100).map { "room\($0)" }
+            try await TerminalTests.start(serverArguments: ["--no-rate-limits", "--max-rooms-per-client", "200"], rooms: ["general"] + rooms,
+                                          clientArguments: []) { server, tmux, bob, home in
+                try await tmux.waitForScreen("a status line that counts the windows left out") { rows in
+                    rows.contains { $0.hasPrefix("alice | [1:#general]") && $0.range(of: #" \+\d+$"#, options: .regularExpression) != nil }
+                }
+                let flooder = try await Peer(nick: "flood", port: server.port, room: "room100")
+                defer { flooder.close() }
+                for index in 1...3000 { try await flooder.say("flood \(index)", in: "room100") }
+                try await tmux.waitForScreen("3000 unread in the hidden window") { rows in
+                    rows.contains { $0.contains("101:#room100(3000)") }
+                }
+                try await bob.say("general still works")
+                try await tmux.waitFor("<bob> general still works")
+                try await tmux.type("/window 101")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("<flood> flood 3000")
+                _ = home
+            }
+        }
+
+        @Test func connectionCommandsListingsAndCompletion() async throws {
+            try await TerminalTests.start { server, tmux, bob, _ in
+                try await tmux.type("/who #nosuch")
+                try await tmux.press("Enter")
+                try await tmux.waitForScreen("an error for a room that is not there") { rows in
+                    rows.contains { $0.contains("!! ") && $0.contains("nosuch") } && !rows.contains { $0.contains("members (0)") }
+                }
+                try await bob.join("dev")
+                try await tmux.type("/list")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-- 2 rooms:")
+                try await tmux.waitFor("-- #dev      1 member")
+                try await tmux.waitFor("-- #general  2 members")
+                try await tmux.type("/join #d")
+                try await tmux.press("Tab")
+                try await tmux.waitForInput("/join #dev ", prompt: TerminalTests.prompt)
+                try await tmux.press("C-u")
+                try await tmux.type("/msg b")
+                try await tmux.press("Tab")
+                try await tmux.waitForInput("/msg bob ", prompt: TerminalTests.prompt)
+                try await tmux.press("C-u")
+
+                try await tmux.type("/disconnect")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("disconnected from 127.0.0.1:\(server.port); /reconnect connects again")
+                try await tmux.waitFor("alice | [1:#general] | offline")
+                try await bob.say("while you were out")
+                try await tmux.type("/reconnect")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-- reconnected to 127.0.0.1:\(server.port): 1 room, 1 new message")
+                try await tmux.waitFor("<bob> while you were out")
+                try await tmux.type("/names")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-!- members (2): ")
+                try await tmux.type("/whois bob")
+                try await tmux.press("Enter")
+                try await tmux.waitFor("-- bob is in #general")
+            }
+        }
+
+        @Test func aConfigFileSetsTheClientUpAndLogsAreWritten() async throws {
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            try writeConfig("""
+                nick = "alice"
+                servers = ["127.0.0.1:\(server.port)"]
+                autojoin = ["#general", "#dev"]
+                timestamp_format = "%H:%M:%S"
+                highlight = ["deploy"]
+                log = true
+
+                [aliases]
+                wc = "window close"
+                """, home: home)
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", home: home, rooms: []).replacingOccurrences(of: "'--nick' 'alice'", with: ""))
+            defer { tmux.stop() }
+            try await tmux.waitFor("alice | [1:#general] 2:#dev")
+            let bob = try await Peer(nick: "bob", port: server.port, room: "dev")
+            defer { bob.close() }
+            try await bob.say("the deploy is done", in: "dev")
+            try await tmux.waitFor("alice | [1:#general] 2:#dev(1!)")
+            try await tmux.press("M-2")
+            try await tmux.waitForScreen("a timestamp with seconds") { rows in
+                rows.contains { $0.range(of: #"^\d\d:\d\d:\d\d #dev <bob> the deploy is done$"#, options: .regularExpression) != nil }
+            }
+            let log = home.appendingPathComponent(".local/share/chat-client/logs/127.0.0.1:\(server.port)/#dev.log")
+            #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" #dev <bob> the deploy is done") },
+                    "the log has the line")
+            let mode = try FileManager.default.attributesOfItem(atPath: log.path)[.posixPermissions] as? Int
+            #expect(mode == 0o600, "the log is private: \(String(mode ?? 0, radix: 8))")
+            let logged = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            #expect(logged.range(of: #"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "#, options: .regularExpression) != nil, "lines carry date and time: \(logged)")
+
+            try await tmux.type("/set buffer_lines 50")
+            try await tmux.press("Enter")
+            try await tmux.waitFor("buffer_lines = 50 for this session")
+            try await tmux.type("/save")
+            try await tmux.press("Enter")
+            try await tmux.waitFor("settings saved to")
+            let saved = try String(contentsOf: home.appendingPathComponent(".config/chat-client/config.toml"), encoding: .utf8)
+            #expect(saved.contains("buffer_lines = 50") && saved.contains("wc = \"window close\""), "\(saved)")
+            try await tmux.type("/wc")
+            try await tmux.press("Enter")
+            try await tmux.waitFor("alice | [1:#general]")
+        }
+
+        @Test func theMergedWindowShowsEveryWindowsLines() async throws {
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            try writeConfig("merged_window = true\n", home: home)
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home, rooms: ["general", "dev"]))
+            defer { tmux.stop() }
+            try await tmux.waitFor("alice | [1:(all)] 2:#general 3:#dev")
+            let bob = try await Peer(nick: "bob", port: server.port, room: "dev")
+            defer { bob.close() }
+            try await bob.say("said in dev", in: "dev")
+            try await bob.tell("alice", "and in private")
+            try await tmux.waitFor("#dev <bob> said in dev")
+            try await tmux.waitFor("*bob* and in private")
+            try await tmux.waitFor("alice | [1:(all)] 2:#general 3:#dev 4:bob")
+            try await tmux.press("M-2")
+            try await tmux.waitForInput("", prompt: "[#general] ")
+            #expect(try await !tmux.screen().contains { $0.contains("said in dev") }, "#general shows only its own lines")
+        }
+
+        @Test func aMalformedConfigNamesTheLineAndStartsNothing() async throws {
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            try writeConfig("nick = \"alice\"\n\nbuffer_lines = lots\n", home: home)
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: 1, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("EXIT=1")
+            try await tmux.waitForLogicalLine(containing: "config.toml line 3: \"lots\" is not a value")
+            try await TerminalTests.expectSaneTerminal(tmux)
+        }
+
+        @Test func anUnwritableLogDirectoryGivesOneNoteAndChatGoesOn() async throws {
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            try writeConfig("log = true\nlog_directory = \"/proc/chat-client-logs\"\n", home: home)
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("cannot write the log")
+            let bob = try await Peer(nick: "bob", port: server.port)
+            defer { bob.close() }
+            try await bob.say("still chatting")
+            try await tmux.waitFor("<bob> still chatting")
+            #expect(try await tmux.screen().filter { $0.contains("cannot write the log") }.count == 1, "one note")
+        }
+
+        @Test func aConfigNamingFiveHundredRoomsJoinsThemAll() async throws {
+            let server = try await ChatServerProcess(arguments: ["--no-rate-limits", "--max-rooms-per-client", "600"])
+            defer { server.stop() }
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            let rooms = (1...500).map { "\"#r\($0)\"" }.joined(separator: ", ")
+            try writeConfig("autojoin = [\(rooms)]\n", home: home)
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home, rooms: []))
+            defer { tmux.stop() }
+            try await tmux.waitForScreen("500 windows, most of them left out") { rows in
+                rows.contains { $0.hasPrefix("alice | [1:#r1]") && $0.range(of: #" \+4\d\d$"#, options: .regularExpression) != nil }
+            }
+            let bob = try await Peer(nick: "bob", port: server.port, room: "r500")
+            defer { bob.close() }
+            #expect(await bob.waitFor { frame in
+                switch frame {
+                case .joined("r500", _, _, "alice"): true
+                case .members("r500", let nicks), .membersPage("r500", _, let nicks): nicks.contains("alice")
+                default: false
+                }
+            }, "alice's 500th join went through")
+            try await bob.say("alice: in the last room", in: "r500")
+            try await tmux.waitFor("500:#r500(1!)")
+        }
+    }
+}
