@@ -57,8 +57,9 @@ struct PasswordHashingTests {
             if ok { accepted += 1 } else { refused += 1 }
             #expect(pool.pending <= 10, "at most the workers and the queue: \(pool.pending)")
         }
-        // A job handed to a worker that has not yet taken it still holds its place in the queue.
-        #expect(accepted > pool.queueCapacity, "accepted \(accepted)")
+        // A job handed to a worker that has not yet started still holds its place in the queue,
+        // so under load as few as `queueCapacity` are taken.
+        #expect(accepted >= pool.queueCapacity, "accepted \(accepted)")
         #expect(accepted < 1_000 && refused == 1_000 - accepted, "accepted \(accepted), refused \(refused)")
         var answered = 0
         for _ in 0..<600 where answered < accepted {

@@ -33,7 +33,9 @@ import TestSupport
         let missed = (1...20).map { "missed \($0)" }
         for text in missed { try await carol.say(text) }
         #expect(await bot.waitForOutput("<carol> missed 20", timeout: .seconds(60)), "the client catches up on the second node: \(bot.output)")
-        #expect(await bot.waitForOutput("reconnected to 127.0.0.1:\(second.port): 1 room, 20 new messages"), "\(bot.output)")
+        // The summary counts what the catch-up brought; lines said after the rejoin arrive live,
+        // and which those are depends on when the client redialled.
+        #expect(await bot.waitForOutput("reconnected to 127.0.0.1:\(second.port): 1 room"), "\(bot.output)")
         try await carol.say("live after")
         #expect(await bot.waitForOutput("<carol> live after"), "and follows the room live: \(bot.output)")
 

@@ -41,10 +41,13 @@ struct DurableAttackTests {
     }
 
     /// Joins `room` as a version 2 client: up to the last page of its members.
+    /// Joins `room` as the version 2 `client` and reads the join's replies through its replay
+    /// (the history page after the members), so that what the client reads next answers what
+    /// it asks next — not a replay still on its way.
     private static func join(_ room: String, _ client: TestClient) async throws {
         try await client.send(.join(room: room))
-        _ = try await client.waitFor("the members of #\(room)") { frame -> Bool? in
-            if case .membersPage(room, true, _) = frame { return true }
+        _ = try await client.waitFor("the replay of #\(room)") { frame -> Bool? in
+            if case .historyPage(room, _, _, _) = frame { return true }
             return nil
         }
     }
