@@ -44,12 +44,16 @@ public struct TerminalInput: Sendable {
     ///
     /// A terminal without bracketed paste sends pasted lines as text and Enter keys; nobody
     /// types a line break and more text within one read, so a read that holds only text, line
-    /// breaks and tabs, with text after a line break, is taken for a paste.
+    /// breaks and tabs, with text after a line break, is taken for a paste. Line breaks at the
+    /// start of such a read stay keys: they end the line typed before (lines typed ahead over a
+    /// slow link arrive together, and the Enter of the line already in the editor is one).
     public mutating func feed(_ bytes: some Collection<UInt8>) -> [Event] {
         let startedOutsidePaste = paste == nil && pending.isEmpty
         pending.append(contentsOf: bytes)
         let events = decode(final: false)
-        if startedOutsidePaste, let paste = Self.unbracketedPaste(events) { return [paste] }
+        guard startedOutsidePaste else { return events }
+        let enters = events.prefix { $0 == .character("\r") || $0 == .character("\n") }
+        if let paste = Self.unbracketedPaste(events.dropFirst(enters.count)) { return Array(enters) + [paste] }
         return events
     }
 
@@ -155,7 +159,7 @@ public struct TerminalInput: Sendable {
     }
 
     /// `events` as one paste when they can only be one (see `feed`); nil otherwise.
-    private static func unbracketedPaste(_ events: [Event]) -> Event? {
+    private static func unbracketedPaste(_ events: ArraySlice<Event>) -> Event? {
         var text = ""
         var sawBreak = false
         var sawBreakThenText = false

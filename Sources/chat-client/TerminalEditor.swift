@@ -413,7 +413,13 @@ final class TerminalEditor: @unchecked Sendable {
         switch event {
         case .character(let scalar):
             if question != nil, sequence == .none {
-                return answer(scalar == "y" || scalar == "Y")
+                // Only y or n answer: a key typed ahead of the question must not decline it, or
+                // the lines it asks about would be dropped without the user ever seeing it.
+                switch scalar {
+                case "y", "Y": return answer(true)
+                case "n", "N": return answer(false)
+                default: return nil
+                }
             }
             if scalar.value >= 0x20, scalar.value != 0x7F, sequence == .none, !fits(additionalBytes: UTF8.width(scalar)) {
                 if !fullNoted {

@@ -50,4 +50,13 @@ import Testing
         #expect(input.feed(Array("one\r/part\rthree".utf8)) == [.paste("one\n/part\nthree")])
         #expect(input.feed(Array("typed\r".utf8)) == characters("typed\r"), "a line and Enter is typing")
     }
+
+    /// Lines typed ahead over a slow link arrive in one read, led by the Enter of the line already
+    /// typed: that Enter sends it, and only what follows is taken for a paste (it once swallowed
+    /// the Enter, and the line waited in the editor while the next key declined the "paste").
+    @Test func theEnterThatLeadsARead() {
+        var input = TerminalInput()
+        #expect(input.feed(Array("\rchatter 5\rchatter 6\r".utf8)) == [.character("\r"), .paste("chatter 5\nchatter 6\n")])
+        #expect(input.feed(Array("\r".utf8)) == [.character("\r")])
+    }
 }
