@@ -142,18 +142,7 @@ public struct MessageRenderer: Sendable {
 
     /// The cells `line` takes on screen: its text without the escape codes this renderer adds.
     public static func visibleWidth(of line: String) -> Int {
-        var width = 0
-        var inEscape = false
-        for scalar in line.unicodeScalars {
-            if inEscape {
-                if (0x40...0x7E).contains(scalar.value), scalar != "[" { inEscape = false }
-            } else if scalar == "\u{1B}" {
-                inEscape = true
-            } else {
-                width += TerminalText.cellWidth(of: scalar)
-            }
-        }
-        return width
+        TerminalText.plain(line).unicodeScalars.reduce(0) { $0 + TerminalText.cellWidth(of: $1) }
     }
 
     /// `time` in `timestampFormat` (`HH:MM` by default), in the renderer's time zone.

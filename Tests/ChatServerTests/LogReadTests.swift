@@ -107,54 +107,70 @@ struct LogReadTests {
     // MARK: End to end
 
     @Test func aJoinWaitingForTheDiskHoldsUpNoOneElseAndKeepsItsClientsOrder() async throws {
-        let data = try TemporaryDirectory(prefix: "chat-reads")
-        defer { data.remove() }
-        try await storeRoomOld(in: data)
-        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
-        defer { store.close() }
-        let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
-        server.start()
-        let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
-        _ = try await bob.joinRoom("live")
-        let alice = try await TestClient.connect(port: server.port, nick: "alice", version: 2)
+        try await withRoomOldOnDisk { store, server in
+            let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
+            _ = try await bob.joinRoom("live")
+            let alice = try await TestClient.connect(port: server.port, nick: "alice", version: 2)
 
-        store.shutReads()
-        try await alice.send(.join(room: "old"))
-        // Served before the join is answered, this would be refused: alice is not in #old yet.
-        try await alice.send(.say(room: "old", text: "after the join"))
-        #expect(await eventually { store.readsWaiting == 1 }, "alice's join waits for its read")
-        for number in 0..<20 { try await bob.send(.say(room: "live", text: "\(number)")) }
-        let echoes = try await bob.collect(20, "bob's echoes while alice's read waits") { frame -> String? in
-            if case .message("live", _, _, "bob", let text) = frame { return text }
-            return nil
-        }
-        #expect(echoes == (0..<20).map(String.init), "the loop serves bob while the disk keeps alice waiting")
-        #expect(store.readsWaiting == 1, "and alice's read is still waiting")
-
-        store.openReads()
-        var order: [String] = []
-        var replay: [String] = []
-        while !order.contains("message") {
-            let frame = try await alice.expectFrame("alice's join, history and message, in order")
-            switch frame {
-            case .joined("old", _, _, "alice"): order.append("joined")
-            case .historyPage("old", _, _, let entries):
-                order.append("history")
-                replay = entries.map(\.text)
-            case .message("old", _, _, "alice", "after the join"): order.append("message")
-            case .error(let code, _, let type, let reason): Issue.record("alice was refused: \(code) \(type) \(reason)")
-            default: break
+            store.shutReads()
+            try await alice.send(.join(room: "old"))
+            // Served before the join is answered, this would be refused: alice is not in #old yet.
+            try await alice.send(.say(room: "old", text: "after the join"))
+            #expect(await eventually { store.readsWaiting == 1 }, "alice's join waits for its read")
+            for number in 0..<20 { try await bob.send(.say(room: "live", text: "\(number)")) }
+            let echoes = try await bob.collect(20, "bob's echoes while alice's read waits") { frame -> String? in
+                if case .message("live", _, _, "bob", let text) = frame { return text }
+                return nil
             }
-            if order.count > 3 { break }
+            #expect(echoes == (0..<20).map(String.init), "the loop serves bob while the disk keeps alice waiting")
+            #expect(store.readsWaiting == 1, "and alice's read is still waiting")
+
+            store.openReads()
+            var order: [String] = []
+            var replay: [String] = []
+            while !order.contains("message") {
+                let frame = try await alice.expectFrame("alice's join, history and message, in order")
+                switch frame {
+                case .joined("old", _, _, "alice"): order.append("joined")
+                case .historyPage("old", _, _, let entries):
+                    order.append("history")
+                    replay = entries.map(\.text)
+                case .message("old", _, _, "alice", "after the join"): order.append("message")
+                case .error(let code, _, let type, let reason): Issue.record("alice was refused: \(code) \(type) \(reason)")
+                default: break
+                }
+                if order.count > 3 { break }
+            }
+            #expect(order == ["joined", "history", "message"])
+            #expect(replay == ["stored 1", "stored 2"], "the room came back from the disk")
+            alice.close()
+            bob.close()
+            await server.shutdown()
         }
-        #expect(order == ["joined", "history", "message"])
-        #expect(replay == ["stored 1", "stored 2"], "the room came back from the disk")
-        alice.close()
-        bob.close()
-        await server.shutdown()
     }
 
     @Test func aJoinWhoseReadFailsIsRefusedAndTheNextOneSucceeds() async throws {
+        try await withRoomOldOnDisk { store, server in
+            let alice = try await TestClient.connect(port: server.port, nick: "alice", version: 2)
+            store.failReads(with: StorageError("disk I/O error"))
+            try await alice.send(.join(room: "old"))
+            let reason = try await alice.waitFor("the refused join") { frame -> String? in
+                if case .error(.storageFailed, false, .join, let reason) = frame { return reason }
+                return nil
+            }
+            #expect(reason.contains("disk I/O error"), "\(reason)")
+            store.failReads(with: nil)
+            let (_, lastSeq, replay) = try await alice.joinRoom("old")
+            // Seq 1 to 4 stored, 5 her join.
+            #expect(replay.map(\.text) == ["stored 1", "stored 2"] && lastSeq == 5, "lastSeq \(lastSeq), replay \(replay)")
+            alice.close()
+            await server.shutdown()
+        }
+    }
+
+    /// Runs `body` with a server on a gated real SQLite store that holds room `old` on disk and
+    /// not in memory (`storeRoomOld`); removes the data directory afterwards.
+    private func withRoomOldOnDisk(_ body: (GatedRoomStore, ChatServer) async throws -> Void) async throws {
         let data = try TemporaryDirectory(prefix: "chat-reads")
         defer { data.remove() }
         try await storeRoomOld(in: data)
@@ -162,20 +178,7 @@ struct LogReadTests {
         defer { store.close() }
         let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
         server.start()
-        let alice = try await TestClient.connect(port: server.port, nick: "alice", version: 2)
-        store.failReads(with: StorageError("disk I/O error"))
-        try await alice.send(.join(room: "old"))
-        let reason = try await alice.waitFor("the refused join") { frame -> String? in
-            if case .error(.storageFailed, false, .join, let reason) = frame { return reason }
-            return nil
-        }
-        #expect(reason.contains("disk I/O error"), "\(reason)")
-        store.failReads(with: nil)
-        let (_, lastSeq, replay) = try await alice.joinRoom("old")
-        // Seq 1 to 4 stored, 5 her join.
-        #expect(replay.map(\.text) == ["stored 1", "stored 2"] && lastSeq == 5, "lastSeq \(lastSeq), replay \(replay)")
-        alice.close()
-        await server.shutdown()
+        try await body(store, server)
     }
 
     /// Stores room `old` (joined, "stored 1", "stored 2", left: seq 1 to 4) in `data` with a
