@@ -43,11 +43,12 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 /// lets it read while the others commit, and the server's queue never waits for the disk to
 /// read.
 ///
+/// Retention and the log's background sync are `upkeep`'s, an object of its own (see
+/// `StoreUpkeep` for why).
+///
 /// `@unchecked Sendable`: `staged`, `uncommitted`, `loopConnection`, `runningFinished` and `handedOff`
-/// are used on the server's queue only; `writer` and `retentionTimer` on `writerQueue` only;
-/// `reader` on `readQueue` only; `logSyncTimer`,
-/// `logDescriptor` and `logSyncFailing` on `syncQueue` only; `finished`, `occupied`, `ledger`
-/// and `fileCap` are behind their locks.
+/// are used on the server's queue only; `writer` on `writerQueue` only; `reader` on `readQueue`
+/// only; `finished` and `fileCap` are behind their locks.
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The directory, locked for this store's lifetime.
     public let directory: DataDirectory
@@ -69,7 +70,6 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private var stagedIndex: [String: Int] = [:]
     /// Per room, how many commits in flight (or staged) hold a change of it.
     private var uncommitted: [String: Int] = [:]
-    private var retentionTimer: DispatchSourceTimer?
     /// Commits the writer has finished, oldest first, each with what to run for it on the
     /// server's queue: handed over through a lock, so the server can take them between requests
     /// (`runFinishedCommits`) rather than after everything already queued.
@@ -79,29 +79,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// With `.eventLoop`: commits handed to the writer queue and not yet completed (on the
     /// server's queue). While there are any, later commits follow them there.
     private var handedOff = 0
-    /// The rooms that have members (`occupancyChanged`): written on the server's queue, read by
-    /// retention on the writer's.
-    private let occupied = Locked<Set<String>>([])
-    /// With `.eventLoop`: what the loop's commits changed since retention last took it in. A
-    /// commit and its report happen under the lock, so retention, counting the total afresh
-    /// under it, counts each commit once (`RoomDatabase.absorb`).
-    private let ledger = Locked(Ledger())
+    /// Retention and the log's background sync.
+    private let upkeep: StoreUpkeep
     /// With `.eventLoop`: a file cap (`capFileSize`) the loop's connection takes at its next commit.
     private let fileCap = Locked<Int?>(nil)
-
-    private let syncQueue = DispatchQueue(label: "ChatServer.storage.sync")
-    private var logSyncTimer: DispatchSourceTimer?
-    /// The write-ahead log, opened read-only for `fdatasync` once it exists; -1 before.
-    private var logDescriptor: Int32 = -1
-    private var logSyncFailing = false
 
     /// How often, with `Durability.normal`, the write-ahead log is synced in the background: what
     /// a power loss can lose, and what keeps each checkpoint's own sync short.
     public static let logSyncInterval: Duration = .milliseconds(100)
-
-    /// Events and rooms retention deletes per transaction: few, so a commit waiting behind it
-    /// waits little.
-    static let retentionStep = 256
 
     /// How often retention runs by default: how late the per-room, age and empty-room bounds
     /// may take effect. The total does not wait for it: a commit that passes it is trimmed at
@@ -155,22 +140,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             loopConnection = nil
             checkpointer = nil
         }
-        if retention != .keepAll {
-            let interval = DispatchTimeInterval.milliseconds(max(1, Int(retentionInterval.milliseconds)))
-            retentionTimer = writerQueue.startRepeatingTimer(every: interval, firstAfter: .nanoseconds(0)) { [weak self] in
-                self?.applyRetention()
-            }
-        }
-        if durability == .normal {
-            // SQLite syncs the log only at a checkpoint, all 4 MiB at once: inside the commit that
-            // triggers it (`.writerThread`), a stall of ~10 ms for every message behind it.
-            // Syncing every 100 ms off the writer leaves the checkpoint little to sync, and
-            // bounds what a power loss can take to the last 100 ms (docs/SERVER.md, "Durability").
-            let interval = DispatchTimeInterval.milliseconds(Int(Self.logSyncInterval.milliseconds))
-            logSyncTimer = syncQueue.startRepeatingTimer(every: interval, leeway: .milliseconds(10)) { [weak self] in
-                self?.syncLog()
-            }
-        }
+        upkeep = StoreUpkeep(
+            retention: retention, placement: commitPlacement, writer: writer, writerQueue: writerQueue,
+            databasePath: directory.databasePath, logger: logger)
+        upkeep.start(retentionInterval: retentionInterval, logSyncInterval: Self.logSyncInterval, durability: durability)
     }
 
     /// Caps the database file at about `bytes` (`PRAGMA max_page_count`): past it, commits fail
@@ -250,9 +223,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// See `RoomStore.occupancyChanged(of:occupied:)`.
     public func occupancyChanged(of room: String, occupied: Bool) {
-        self.occupied.withLock { rooms in
-            if occupied { rooms.insert(room) } else { rooms.remove(room) }
-        }
+        upkeep.occupancyChanged(of: room, occupied: occupied)
     }
 
     /// See `RoomStore.hasUncommittedWrites(in:)`.
@@ -296,7 +267,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             // A commit that takes everything past the total is trimmed back at once, after its
             // completion is handed over: the disk then exceeds the bound by one commit at most,
             // whatever clients manage to write between two timed passes.
-            trimIfOverTotal()
+            upkeep.trimIfOverTotal()
         }
     }
 
@@ -322,16 +293,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     public func close() {
         checkpointer?.stop()
         readQueue.sync {}
-        writerQueue.sync {
-            retentionTimer?.cancel()
-            retentionTimer = nil
-        }
-        syncQueue.sync {
-            logSyncTimer?.cancel()
-            logSyncTimer = nil
-            if logDescriptor >= 0 { Glibc.close(logDescriptor) }
-            logDescriptor = -1
-        }
+        upkeep.stop()
         directory.unlock()
     }
 
@@ -361,7 +323,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         if retention == .keepAll {
             committed = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
         } else {
-            committed = ledger.withLock { ledger in
+            committed = upkeep.ledger.withLock { ledger in
                 let result = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
                 if case .success(let changes) = result { ledger.changes.add(changes) }
                 return result
@@ -369,13 +331,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
         switch committed {
         case .success(let changes):
-            // Past the total, retention trims at once rather than at its next pass, after this
-            // commit is delivered: the disk exceeds the bound by a commit or so at most.
-            if retention.maxTotalBytes > 0, changes.grownBytes > 0,
-                ledger.withLock({ ledger in defer { ledger.totalCheckScheduled = true }; return !ledger.totalCheckScheduled })
-            {
-                writerQueue.async { [weak self] in self?.trimIfOverTotal() }
-            }
+            upkeep.loopCommitGrew(by: changes.grownBytes)
             return .success(())
         case .failure(let error) where error.isBusy:
             return nil
@@ -387,37 +343,6 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// Why `batch` was not stored, with its events, whose senders are told.
     private static func failure(of batch: RoomBatch, _ error: SQLiteError) -> CommitFailure {
         CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events)
-    }
-
-    /// What the loop's commits changed since retention last took it in (`.eventLoop`).
-    private struct Ledger {
-        var changes = CommittedChanges()
-        /// Whether a `trimIfOverTotal` is queued.
-        var totalCheckScheduled = false
-    }
-
-    /// Takes in the loop's commits for retention's counts (on `writerQueue`, outside a
-    /// transaction: the loop may be waiting on the lock to commit).
-    private func absorbLoopCommits() throws(SQLiteError) {
-        guard placement == .eventLoop else { return }
-        let result: Result<Void, SQLiteError> = ledger.withLock { ledger in
-            defer { ledger.changes = CommittedChanges() }
-            return Result { () throws(SQLiteError) in
-                try writer.absorb(ledger.changes, countingTotal: retention.maxTotalBytes > 0)
-            }
-        }
-        try result.get()
-    }
-
-    /// Runs retention if commits took everything past the total (on `writerQueue`).
-    private func trimIfOverTotal() {
-        ledger.withLock { $0.totalCheckScheduled = false }
-        do throws(SQLiteError) {
-            try absorbLoopCommits()
-            if try writer.isOverTotal(retention) { applyRetention() }
-        } catch {
-            logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
-        }
     }
 
     /// Logs a checkpoint run at debug level: a test kills the server between the two lines.
@@ -451,50 +376,6 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             uncommitted[record.name, default: 1] -= 1
             if uncommitted[record.name] == 0 { uncommitted[record.name] = nil }
         }
-    }
-
-    /// Pushes what the writer appended to the log since the last sync to the disk (on `syncQueue`).
-    private func syncLog() {
-        if logDescriptor < 0 {
-            // SQLite creates the log with the first write and removes it only when the last
-            // connection closes, so once open the descriptor stays the log's.
-            logDescriptor = open(directory.databasePath + "-wal", O_RDONLY | O_CLOEXEC)
-            guard logDescriptor >= 0 else { return }
-        }
-        // Said once when syncing starts failing and once when it works again, not every 100 ms.
-        if fdatasync(logDescriptor) != 0 {
-            guard !logSyncFailing else { return }
-            logSyncFailing = true
-            let reason = String(cString: strerror(errno))
-            logger.error(
-                "cannot sync the write-ahead log: a power loss may lose more than the last 100 ms",
-                metadata: ["storage.error": "\(reason)"])
-        } else if logSyncFailing {
-            logSyncFailing = false
-            logger.notice("the write-ahead log is synced again")
-        }
-    }
-
-    /// Deletes what `retention` no longer keeps, a step at a time, each step its own transaction
-    /// on the writer queue so commits interleave.
-    private func applyRetention() {
-        do throws(SQLiteError) {
-            try absorbLoopCommits()
-            let deleted = try writer.applyRetention(retention, now: Self.wallMillis(), maxDeletions: Self.retentionStep) { room in
-                occupied.withLock { $0.contains(room) }
-            }
-            if deleted == Self.retentionStep {
-                writerQueue.async { [weak self] in self?.applyRetention() }
-            }
-        } catch {
-            logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
-        }
-    }
-
-    private static func wallMillis() -> UInt64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return UInt64(now.tv_sec) * 1000 + UInt64(now.tv_nsec) / 1_000_000
     }
 }
 

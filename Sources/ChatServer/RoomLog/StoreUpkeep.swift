@@ -1,0 +1,186 @@
+import ChatStorage
+import Dispatch
+import Glibc
+import Logging
+import SocketCore
+
+/// What `SQLiteRoomStore` does besides committing and reading: retention, in small steps on
+/// the writer queue, and the write-ahead log's background sync, on a queue of its own.
+///
+/// Its own object so that its timers and queued steps can hold it weakly without the store
+/// being weakly referenced: a weak reference gives an object a side table, and then every
+/// retain and release of it takes the runtime's slow path. The server retains the store a few
+/// times per request; with the side table on the store, that was 2% of durable mode's CPU at
+/// 50 clients (`perf`, docs/BENCHMARKS.md).
+///
+/// `@unchecked Sendable`: `writer`, `retentionTimer` are used on `writerQueue` only;
+/// `logSyncTimer`, `logDescriptor` and `logSyncFailing` on `syncQueue` only; `occupied` and
+/// `ledger` are behind their locks.
+final class StoreUpkeep: @unchecked Sendable {
+    /// What the loop's commits changed since retention last took it in (`.eventLoop`).
+    struct Ledger {
+        var changes = CommittedChanges()
+        /// Whether a `trimIfOverTotal` is queued.
+        var totalCheckScheduled = false
+    }
+
+    /// Events and rooms retention deletes per transaction: few, so a commit waiting behind it
+    /// waits little.
+    static let retentionStep = 256
+
+    let retention: RetentionPolicy
+    /// With `.eventLoop`: what the loop's commits changed since retention last took it in. A
+    /// commit and its report happen under the lock, so retention, counting the total afresh
+    /// under it, counts each commit once (`RoomDatabase.absorb`).
+    let ledger = Locked(Ledger())
+    private let placement: CommitPlacement
+    private let writer: RoomDatabase
+    private let writerQueue: DispatchQueue
+    private let logPath: String
+    private let logger: Logger
+    /// The rooms that have members (`occupancyChanged`): written on the server's queue, read by
+    /// retention on the writer's.
+    private let occupied = Locked<Set<String>>([])
+    private var retentionTimer: DispatchSourceTimer?
+
+    private let syncQueue = DispatchQueue(label: "ChatServer.storage.sync")
+    private var logSyncTimer: DispatchSourceTimer?
+    /// The write-ahead log, opened read-only for `fdatasync` once it exists; -1 before.
+    private var logDescriptor: Int32 = -1
+    private var logSyncFailing = false
+
+    /// Upkeep for the database at `databasePath`, run through `writer` on `writerQueue`. Starts
+    /// nothing: see `start`.
+    init(
+        retention: RetentionPolicy, placement: CommitPlacement, writer: RoomDatabase, writerQueue: DispatchQueue,
+        databasePath: String, logger: Logger
+    ) {
+        self.retention = retention
+        self.placement = placement
+        self.writer = writer
+        self.writerQueue = writerQueue
+        logPath = databasePath + "-wal"
+        self.logger = logger
+    }
+
+    /// Starts retention's passes every `retentionInterval` (unless everything is kept) and, with
+    /// `Durability.normal`, the log's sync every `logSyncInterval`.
+    func start(retentionInterval: Duration, logSyncInterval: Duration, durability: Durability) {
+        if retention != .keepAll {
+            let interval = DispatchTimeInterval.milliseconds(max(1, Int(retentionInterval.milliseconds)))
+            retentionTimer = writerQueue.startRepeatingTimer(every: interval, firstAfter: .nanoseconds(0)) { [weak self] in
+                self?.applyRetention()
+            }
+        }
+        if durability == .normal {
+            // SQLite syncs the log only at a checkpoint, all 4 MiB at once: inside the commit that
+            // triggers it (`.writerThread`), a stall of ~10 ms for every message behind it.
+            // Syncing every 100 ms off the writer leaves the checkpoint little to sync, and
+            // bounds what a power loss can take to the last 100 ms (docs/SERVER.md, "Durability").
+            let interval = DispatchTimeInterval.milliseconds(Int(logSyncInterval.milliseconds))
+            logSyncTimer = syncQueue.startRepeatingTimer(every: interval, leeway: .milliseconds(10)) { [weak self] in
+                self?.syncLog()
+            }
+        }
+    }
+
+    /// Stops the timers and closes the log's descriptor, once the writer queue's and the sync
+    /// queue's current work is done.
+    func stop() {
+        writerQueue.sync {
+            retentionTimer?.cancel()
+            retentionTimer = nil
+        }
+        syncQueue.sync {
+            logSyncTimer?.cancel()
+            logSyncTimer = nil
+            if logDescriptor >= 0 { Glibc.close(logDescriptor) }
+            logDescriptor = -1
+        }
+    }
+
+    /// Notes whether `room` has members: retention does not delete an occupied room.
+    func occupancyChanged(of room: String, occupied: Bool) {
+        self.occupied.withLock { rooms in
+            if occupied { rooms.insert(room) } else { rooms.remove(room) }
+        }
+    }
+
+    /// After a loop commit that grew the database by `grownBytes`: past the total, retention
+    /// trims at once rather than at its next pass, after this commit is delivered, so the disk
+    /// exceeds the bound by a commit or so at most.
+    func loopCommitGrew(by grownBytes: Int) {
+        guard retention.maxTotalBytes > 0, grownBytes > 0,
+            ledger.withLock({ ledger in defer { ledger.totalCheckScheduled = true }; return !ledger.totalCheckScheduled })
+        else { return }
+        writerQueue.async { [weak self] in self?.trimIfOverTotal() }
+    }
+
+    /// Runs retention if commits took everything past the total (on `writerQueue`).
+    func trimIfOverTotal() {
+        ledger.withLock { $0.totalCheckScheduled = false }
+        do throws(SQLiteError) {
+            try absorbLoopCommits()
+            if try writer.isOverTotal(retention) { applyRetention() }
+        } catch {
+            logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
+        }
+    }
+
+    /// Takes in the loop's commits for retention's counts (on `writerQueue`, outside a
+    /// transaction: the loop may be waiting on the lock to commit).
+    private func absorbLoopCommits() throws(SQLiteError) {
+        guard placement == .eventLoop else { return }
+        let result: Result<Void, SQLiteError> = ledger.withLock { ledger in
+            defer { ledger.changes = CommittedChanges() }
+            return Result { () throws(SQLiteError) in
+                try writer.absorb(ledger.changes, countingTotal: retention.maxTotalBytes > 0)
+            }
+        }
+        try result.get()
+    }
+
+    /// Deletes what `retention` no longer keeps, a step at a time, each step its own transaction
+    /// on the writer queue so commits interleave.
+    private func applyRetention() {
+        do throws(SQLiteError) {
+            try absorbLoopCommits()
+            let deleted = try writer.applyRetention(retention, now: Self.wallMillis(), maxDeletions: Self.retentionStep) { room in
+                occupied.withLock { $0.contains(room) }
+            }
+            if deleted == Self.retentionStep {
+                writerQueue.async { [weak self] in self?.applyRetention() }
+            }
+        } catch {
+            logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
+        }
+    }
+
+    /// Pushes what the writer appended to the log since the last sync to the disk (on `syncQueue`).
+    private func syncLog() {
+        if logDescriptor < 0 {
+            // SQLite creates the log with the first write and removes it only when the last
+            // connection closes, so once open the descriptor stays the log's.
+            logDescriptor = open(logPath, O_RDONLY | O_CLOEXEC)
+            guard logDescriptor >= 0 else { return }
+        }
+        // Said once when syncing starts failing and once when it works again, not every 100 ms.
+        if fdatasync(logDescriptor) != 0 {
+            guard !logSyncFailing else { return }
+            logSyncFailing = true
+            let reason = String(cString: strerror(errno))
+            logger.error(
+                "cannot sync the write-ahead log: a power loss may lose more than the last 100 ms",
+                metadata: ["storage.error": "\(reason)"])
+        } else if logSyncFailing {
+            logSyncFailing = false
+            logger.notice("the write-ahead log is synced again")
+        }
+    }
+
+    private static func wallMillis() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return UInt64(now.tv_sec) * 1000 + UInt64(now.tv_nsec) / 1_000_000
+    }
+}
