@@ -76,14 +76,17 @@ public final class SocketChannel: @unchecked Sendable {
     private let socket: Socket
     private let readBuffer: ReadBuffer
     /// The epoll set the descriptor is in from `start()` until `close()`.
-    private var poller: SocketPoller?
-    // The flags sit together so that they pack into one word of the object.
+    @exclusivity(unchecked) private var poller: SocketPoller?
+    // The flags sit together so that they pack into one word of the object. Like every stored
+    // property the read and write paths touch, they are used on `queue` only, never with
+    // overlapping accesses: run-time exclusivity checks (a thread-local lookup each) would buy
+    // nothing there (see `outbound`).
     @exclusivity(unchecked) private var state = State.idle
-    private var readPaused = false
-    private var readEnded = false
-    private var waitingForWritable = false
-    private var writeShutdownRequested = false
-    private var writeShutDown = false
+    @exclusivity(unchecked) private var readPaused = false
+    @exclusivity(unchecked) private var readEnded = false
+    @exclusivity(unchecked) private var waitingForWritable = false
+    @exclusivity(unchecked) private var writeShutdownRequested = false
+    @exclusivity(unchecked) private var writeShutDown = false
     // A ring buffer: a sent chunk leaves the queue (and is released) at once, and the storage is
     // reused, so a queue that never fully drains does not grow. The write path runs once per
     // queued chunk (millions of times a second in the server), and every access here happens on
@@ -124,14 +127,14 @@ public final class SocketChannel: @unchecked Sendable {
     /// channels can add up what queues cost beyond the chunks themselves (which a chunk's own
     /// `MemoryMeter` counts once, however many queues share it). Updated once per `flush`, not per
     /// chunk, to stay off the hot path. Set it before `start()`.
-    public var slotMeter: MemoryMeter?
+    @exclusivity(unchecked) public var slotMeter: MemoryMeter?
     /// Counts the TLS session's ciphertext buffers (`TLSSession.bufferedCiphertextCapacity`) while
     /// they exist, so an owner of many channels can add them to what its queues pin: up to one
     /// encrypt batch per connection that the peer is not reading. Updated once per `flush`. Set it
     /// before `start()`; ignored without TLS.
-    public var ciphertextMeter: MemoryMeter?
+    @exclusivity(unchecked) public var ciphertextMeter: MemoryMeter?
     /// The ciphertext buffer bytes `ciphertextMeter` was last told of.
-    private var reportedCiphertextBytes = 0
+    @exclusivity(unchecked) private var reportedCiphertextBytes = 0
 
     /// Slot bytes taken or given back since the meter was last told.
     @exclusivity(unchecked) private var unreportedSlotBytes = 0

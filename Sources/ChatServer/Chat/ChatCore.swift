@@ -812,6 +812,10 @@ public struct ChatCore: Sendable {
         // Read in place (`withRoom` lends the room): `rooms.values[index].epoch` copies the whole
         // room, retaining and releasing its members and history, once per field read.
         guard let store else { return }
+        // A message or an action changes only the room's last seq and activity: with the room's
+        // record staged last, the store moves those in place, and the record is not built anew
+        // (a lookup of the room and copies of its name and topic, per message).
+        if let event, event.kind != .topic, store.stage(event, advancing: name, at: now.wallMillis) { return }
         let record = withRoom(name) { room in
             RoomRecord(
                 name: name, epoch: room.epoch, lastSeq: room.lastSeq,

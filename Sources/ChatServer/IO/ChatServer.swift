@@ -71,8 +71,13 @@ public final class ChatServer: @unchecked Sendable {
     /// much before its refusal is drained in a sweep or two, not held until its deadline (and
     /// then reset) as the connections' 4 KiB reads would.
     private let refusalScratch = ReadBuffer(capacity: 64 << 10)
-    private var state = State.idle
-    private var core: ChatCore
+    // The fields the request and delivery paths use skip run-time exclusivity checks: they
+    // are used on `queue` only, and no access overlaps another (the debug builds the tests run
+    // check that statically where they can). Each check is a call and a thread-local lookup;
+    // with SocketChannel's and ClientConnection's they cost about 9% of the server's
+    // instructions in memory mode (callgrind, docs/BENCHMARKS.md).
+    @exclusivity(unchecked) private var state = State.idle
+    @exclusivity(unchecked) private var core: ChatCore
     /// Where rooms are kept beyond memory; nil when they are not.
     private let store: (any RoomStore)?
     /// In cluster mode, this node's side of the cluster; nil for a server on its own.
@@ -88,17 +93,17 @@ public final class ChatServer: @unchecked Sendable {
     private let ciphertextMeter = MemoryMeter()
 
     /// Open connections, indexed by `ClientID.slot`; a slot is reused only after its channel closed.
-    private var connections: [ClientConnection?] = []
-    private var freeSlots: [Int] = []
-    private var openConnections = 0
+    @exclusivity(unchecked) private var connections: [ClientConnection?] = []
+    @exclusivity(unchecked) private var freeSlots: [Int] = []
+    @exclusivity(unchecked) private var openConnections = 0
     private var nextSerial: UInt64 = 1
 
     /// Reused for every batch of actions, so the hot path allocates no arrays.
-    private var actions: [ChatAction] = []
-    private var encodeBuffer: [UInt8] = []
-    private var dirty: [ClientConnection] = []
-    private var flushing: [ClientConnection] = []
-    private var flushScheduled = false
+    @exclusivity(unchecked) private var actions: [ChatAction] = []
+    @exclusivity(unchecked) private var encodeBuffer: [UInt8] = []
+    @exclusivity(unchecked) private var dirty: [ClientConnection] = []
+    @exclusivity(unchecked) private var flushing: [ClientConnection] = []
+    @exclusivity(unchecked) private var flushScheduled = false
     /// Clients whose requests wait for their address's rate, in the order they are served again
     /// (round robin among an address's connections); each waits until its `throttledUntil`.
     private var throttled = Deque<ClientConnection>()
@@ -108,20 +113,20 @@ public final class ChatServer: @unchecked Sendable {
     private var throttleTimerDeadline: UInt64?
 
     /// Actions held for the next commit, in order: those produced while a commit is in flight.
-    private var heldActions: [HeldAction] = []
+    @exclusivity(unchecked) private var heldActions: [HeldAction] = []
     /// What `heldActions` costs, by `HeldAction.cost`.
-    private var heldActionsCost = 0
+    @exclusivity(unchecked) private var heldActionsCost = 0
     /// What the held actions and those of the commit in flight cost: their encoded frames (also
     /// counted by `chunkMeter`, as queued frames are) and their recipient lists.
-    private var heldCost = 0
+    @exclusivity(unchecked) private var heldCost = 0
     /// Whether a commit is in flight; there is at most one, and what arrives meanwhile goes into
     /// the next (group commit: the busier the server, the more each commit holds).
-    private var commitInFlight = false
+    @exclusivity(unchecked) private var commitInFlight = false
     /// Whether a commit is scheduled for the end of this turn (`scheduleCommit`).
-    private var commitScheduled = false
+    @exclusivity(unchecked) private var commitScheduled = false
     /// Commits handed to the store so far, and of those, how many are done.
-    private var submittedCommits = 0
-    private var completedCommits = 0
+    @exclusivity(unchecked) private var submittedCommits = 0
+    @exclusivity(unchecked) private var completedCommits = 0
     /// Slots of closed connections that held actions may still name, with the commit after
     /// which they are free (in increasing order).
     private var slotsAwaitingCommit = Deque<(slot: Int, after: Int)>()
@@ -142,7 +147,7 @@ public final class ChatServer: @unchecked Sendable {
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
     /// What `/metrics` counts, once `startRecordingMetrics()` is called; nil until then.
-    private var metrics: ServerMetrics?
+    @exclusivity(unchecked) private var metrics: ServerMetrics?
     /// When the server was made (uptime nanoseconds), for the status page's uptime.
     private let startedAt = DispatchTime.now().uptimeNanoseconds
 

@@ -25,40 +25,43 @@ final class ClientConnection {
     /// The peer's IP address, for logs and limits.
     let address: String
     let channel: SocketChannel
-    var decoder: FrameDecoder
+    @exclusivity(unchecked) var decoder: FrameDecoder
+    // Every stored property is used on the server's queue only, several times per delivery,
+    // never with overlapping accesses: run-time exclusivity checks would buy nothing but a
+    // thread-local lookup each (`ChatServer`'s fields say more).
     // Ten thousand idle connections keep ten thousand of these: the flags follow `phase` to fill
     // the padding after its tag, the two optional times are stored without an Optional's extra
     // byte (and its padding), and the rare departure is boxed.
-    var phase = Phase.active
+    @exclusivity(unchecked) var phase = Phase.active
     /// Whether the client completed the handshake (its disconnection is then always logged).
-    var welcomed = false
+    @exclusivity(unchecked) var welcomed = false
     /// Whether the client's requests wait (its connection is not read, its decoded-but-unserved
     /// frames stay in the decoder) because too much is queued for it.
-    var requestsPaused = false
+    @exclusivity(unchecked) var requestsPaused = false
     /// Whether the client's requests wait (its connection is not read) because the storage
     /// writer lags: what it would say could not be acknowledged before the backlog commits.
-    var waitingForWriter = false
+    @exclusivity(unchecked) var waitingForWriter = false
     /// Whether the client's requests wait (its connection is not read) for the answer to an
     /// earlier one: a read of the store (a join of a room not in memory, a page of older
     /// history), or the cluster's — a nick claim or a join, whose outcome later requests depend
     /// on, or a read, one at a time — or, in a cluster, it is let go and waits for the answers
     /// it is owed (`ChatCore.endSession`).
-    var waitingForAnswer = false
+    @exclusivity(unchecked) var waitingForAnswer = false
     /// Whether the connection is in the server's list of channels to flush.
-    var isDirty = false
+    @exclusivity(unchecked) var isDirty = false
     /// Whether bytes arrived since the last tick; an idle decoder is replaced to give back its buffer.
-    var readSinceTick = false
+    @exclusivity(unchecked) var readSinceTick = false
     /// Whether the decoder may hold a grown buffer.
-    var decoderHasGrown = false
+    @exclusivity(unchecked) var decoderHasGrown = false
     /// Bytes of replies to this client held for a commit (durable mode): they count with its
     /// queue against the reply high-water mark, or a client that never reads could have the
     /// server prepare replies without bound while commits are in flight.
-    var heldReplyBytes = 0
+    @exclusivity(unchecked) var heldReplyBytes = 0
     /// `throttledUntil`, or `UInt64.max` for nil (an uptime in milliseconds never gets there).
-    private var storedThrottledUntil = UInt64.max
+    @exclusivity(unchecked) private var storedThrottledUntil = UInt64.max
     /// `lagSince`, or `UInt64.max` for nil.
-    private var storedLagSince = UInt64.max
-    private var departureBox: DepartureBox?
+    @exclusivity(unchecked) private var storedLagSince = UInt64.max
+    @exclusivity(unchecked) private var departureBox: DepartureBox?
 
     /// Until when (uptime milliseconds) the client's requests wait, its connection not read,
     /// because its address has used its shared rate; nil when they do not.

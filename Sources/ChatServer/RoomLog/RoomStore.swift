@@ -22,6 +22,12 @@ public protocol RoomStore: AnyObject, Sendable {
     /// Adds to the next commit the room's new record and, if the change is a stored event, the event.
     func stage(_ record: RoomRecord, event: HistoryEntry?)
 
+    /// Adds `event`, a message or an action numbered `room`'s latest, to the next commit, moving
+    /// the room's staged record's `lastSeq` to it and `lastActive` to `time` — if that record is
+    /// the one staged last. Otherwise stages nothing and returns false, and the caller stages the
+    /// whole record (`stage(_:event:)`).
+    func stage(_ event: HistoryEntry, advancing room: String, at time: UInt64) -> Bool
+
     /// Whether `room` has changes staged or not yet committed.
     func hasUncommittedWrites(in room: String) -> Bool
 
@@ -54,6 +60,9 @@ public protocol RoomStore: AnyObject, Sendable {
 }
 
 extension RoomStore {
+    /// Stages nothing: the caller stages the whole record.
+    public func stage(_ event: HistoryEntry, advancing room: String, at time: UInt64) -> Bool { false }
+
     /// Does nothing: a store without retention deletes no room.
     public func occupancyChanged(of room: String, occupied: Bool) {}
 

@@ -65,20 +65,25 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let loopConnection: RoomDatabase?
     private let readQueue = DispatchQueue(label: "ChatServer.storage.read")
     private let reader: RoomDatabase
-    private var staged = RoomBatch()
+    // The fields the server's queue uses skip run-time exclusivity checks: no access overlaps
+    // another, and `stage` runs once per stored event (as in `ChatServer`).
+    @exclusivity(unchecked) private var staged = RoomBatch()
     /// Index of each room's record in `staged.rooms`.
-    private var stagedIndex: [String: Int] = [:]
+    @exclusivity(unchecked) private var stagedIndex: [String: Int] = [:]
+    /// The index in `staged.rooms` of the room staged last: a busy room stages event after event,
+    /// and finds itself here without hashing its name.
+    @exclusivity(unchecked) private var lastStaged = 0
     /// Per room, how many commits in flight (or staged) hold a change of it.
-    private var uncommitted: [String: Int] = [:]
+    @exclusivity(unchecked) private var uncommitted: [String: Int] = [:]
     /// Commits the writer has finished, oldest first, each with what to run for it on the
     /// server's queue: handed over through a lock, so the server can take them between requests
     /// (`runFinishedCommits`) rather than after everything already queued.
     private let finished = Locked<[@Sendable () -> Void]>([])
     /// Whether `runFinishedCommits` is running (on the server's queue).
-    private var runningFinished = false
+    @exclusivity(unchecked) private var runningFinished = false
     /// With `.eventLoop`: commits handed to the writer queue and not yet completed (on the
     /// server's queue). While there are any, later commits follow them there.
-    private var handedOff = 0
+    @exclusivity(unchecked) private var handedOff = 0
     /// Retention and the log's background sync.
     private let upkeep: StoreUpkeep
     /// With `.eventLoop`: a file cap (`capFileSize`) the loop's connection takes at its next commit.
@@ -211,14 +216,28 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// See `RoomStore.stage(_:event:)`.
     public func stage(_ record: RoomRecord, event: HistoryEntry?) {
-        if let index = stagedIndex[record.name] {
+        if lastStaged < staged.rooms.count, staged.rooms[lastStaged].name == record.name {
+            staged.rooms[lastStaged] = record
+        } else if let index = stagedIndex[record.name] {
             staged.rooms[index] = record
+            lastStaged = index
         } else {
-            stagedIndex[record.name] = staged.rooms.count
+            lastStaged = staged.rooms.count
+            stagedIndex[record.name] = lastStaged
             staged.rooms.append(record)
             uncommitted[record.name, default: 0] += 1
         }
         if let event { staged.events.append(StoredEvent(room: record.name, entry: event)) }
+    }
+
+    /// See `RoomStore.stage(_:advancing:at:)`: a busy room's messages, one after another in a
+    /// commit, update its staged record in place.
+    public func stage(_ event: HistoryEntry, advancing room: String, at time: UInt64) -> Bool {
+        guard lastStaged < staged.rooms.count, staged.rooms[lastStaged].name == room else { return false }
+        staged.rooms[lastStaged].lastSeq = event.seq
+        staged.rooms[lastStaged].lastActive = time
+        staged.events.append(StoredEvent(room: room, entry: event))
+        return true
     }
 
     /// See `RoomStore.occupancyChanged(of:occupied:)`.
