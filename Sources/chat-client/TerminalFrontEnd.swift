@@ -188,9 +188,9 @@ final class TerminalFrontEnd: ClientDisplay {
         fresh.highlightWords = settings.highlight
         renderer = fresh
         for key in buffers.keys { buffers[key]?.limit = settings.bufferLines }
-        if settings.log, logs == nil {
-            logs = WindowLogs(directory: settings.logDirectory.map(ClientPaths.expandingTilde) ?? ClientPaths.logDirectory())
-        }
+        // A new log_directory takes the next line there (the files are opened for each line).
+        let directory = settings.logDirectory.map(ClientPaths.expandingTilde) ?? ClientPaths.logDirectory()
+        if settings.log, logs?.directory != directory { logs = WindowLogs(directory: directory) }
     }
 
     private func set(name: String?, value: String?) {
