@@ -149,11 +149,6 @@ public struct MessageRenderer: Sendable {
         return "\(stamp) \(style(.dim, "#" + clean(room))) \(body)"
     }
 
-    /// The cells `line` takes on screen: its text without the escape codes this renderer adds.
-    public static func visibleWidth(of line: String) -> Int {
-        TerminalText.plain(line).unicodeScalars.reduce(0) { $0 + TerminalText.cellWidth(of: $1) }
-    }
-
     /// `time` in `timestampFormat` (`HH:MM` by default), in the renderer's time zone.
     public func timestamp(_ time: UInt64) -> String {
         format(time, timestampFormat)
