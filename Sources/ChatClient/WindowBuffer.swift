@@ -60,7 +60,7 @@ public struct WindowBuffer: Sendable {
                     break
                 }
                 guard index > 0 else {
-                    hidden = above - 1 + hidden
+                    hidden = height(index, columns) - 1  // the first line's first row
                     break
                 }
                 remaining -= above
@@ -75,11 +75,10 @@ public struct WindowBuffer: Sendable {
                 shown += height(top, columns)
             }
             if shown < screenRows {
-                let end = Self.position(after: screenRows - shown, from: index, hidden: hidden, in: self, columns: columns)
-                (index, hidden) = end
+                (index, hidden) = position(after: screenRows - shown, from: index, hidden: hidden, columns: columns)
             }
         } else {
-            (index, hidden) = Self.position(after: -count, from: index, hidden: hidden, in: self, columns: columns)
+            (index, hidden) = position(after: -count, from: index, hidden: hidden, columns: columns)
         }
         offset = lines.count - 1 - index
         hiddenRows = hidden
@@ -87,7 +86,7 @@ public struct WindowBuffer: Sendable {
 
     /// The view's bottom row moved `count` rows forward from row `height - 1 - hidden` of
     /// `lines[index]`, stopping at the last row of the last line.
-    private static func position(after count: Int, from index: Int, hidden: Int, in buffer: WindowBuffer, columns: Int) -> (Int, Int) {
+    private func position(after count: Int, from index: Int, hidden: Int, columns: Int) -> (Int, Int) {
         var index = index
         var hidden = hidden
         var remaining = count
@@ -96,9 +95,9 @@ public struct WindowBuffer: Sendable {
                 let step = min(hidden, remaining)
                 hidden -= step
                 remaining -= step
-            } else if index < buffer.lines.count - 1 {
+            } else if index < lines.count - 1 {
                 index += 1
-                hidden = buffer.height(index, columns) - 1
+                hidden = height(index, columns) - 1
                 remaining -= 1
             } else {
                 break
