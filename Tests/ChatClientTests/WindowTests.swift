@@ -269,6 +269,22 @@ import Testing
         #expect(renderer.dayChange(time) == "-- day changed to 2026-05-12 (Tuesday)")
         #expect(renderer.day(of: time + 86_400_000) == renderer.day(of: time) + 1)
     }
+
+    @Test func daysAndWeekdaysAgreeWithFoundationsCalendarFor1970To2100() {
+        let utc = TimeZone(identifier: "UTC")!
+        let renderer = MessageRenderer(colour: false, timeZone: utc)
+        let formatter = DateFormatter()
+        formatter.timeZone = utc
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.dateFormat = "yyyy-MM-dd (EEEE)"
+        // Noon of every 37th day: every weekday, month and leap rule (2000 is one, 2100 is not).
+        for day in stride(from: 0, to: 47_482, by: 37) {
+            let time = UInt64(day) * 86_400_000 + 43_200_000
+            #expect(renderer.day(of: time) == day)
+            let expected = "-- day changed to " + formatter.string(from: Date(timeIntervalSince1970: Double(time) / 1000))
+            #expect(renderer.dayChange(time) == expected)
+        }
+    }
 }
 
 /// The log files: where they go, their mode, the day's rotation, and a directory that cannot be written.
