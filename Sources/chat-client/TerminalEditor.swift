@@ -46,7 +46,8 @@ enum EditorRequest: Sendable {
 /// - Enter (our `chat-submit`) takes the line out the same way and lets `el_wgets` return, so
 ///   libedit resets its history position for the next line.
 /// - A new screen (another window, a page back, a resize) and Ctrl-L clear the screen, write
-///   the lines that fit above the bottom rows and `EL_REFRESH`. The client draws on the
+///   the rows that fit above the bottom rows (a line too tall for them shows its last rows) and
+///   `EL_REFRESH`. The client draws on the
 ///   terminal's alternate screen (`RawTerminal`), so none of this reaches its scrollback.
 /// - Bracketed pastes are cut out by `TerminalInput` before libedit sees a byte of them.
 /// - While libedit reads inside a command (its incremental search, a key sequence half typed),
@@ -237,8 +238,9 @@ final class TerminalEditor: @unchecked Sendable {
         post { $0.question = question }
     }
 
-    /// Draws the screen anew with `lines` (the newest last) above the bottom rows, in place of
-    /// what was there and of lines posted before; `resized` when the terminal changed size.
+    /// Draws the screen anew with `lines` (the newest last; the front end gives the rows of the
+    /// window's view, `WindowBuffer.view`) above the bottom rows, in place of what was there and
+    /// of lines posted before; `resized` when the terminal changed size.
     func redraw(_ lines: [String], resized: Bool) {
         post {
             $0.lines = []
