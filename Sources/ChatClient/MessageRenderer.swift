@@ -21,15 +21,24 @@ public struct MessageRenderer: Sendable {
     public var timestampFormat = "%H:%M"
     /// Words highlighted like our nick (the `highlight` setting).
     public var highlightWords: [String] = []
-    private let calendar: Calendar
+    /// The zone times are shown in; nil for the C library's local time.
+    private let calendar: Calendar?
 
-    /// A renderer that shows times in `timeZone`.
-    public init(colour: Bool, ownNick: String? = nil, timeZone: TimeZone = .current) {
+    /// A renderer that shows times in `timeZone`, or when it is nil in local time as the C
+    /// library has it (`localtime_r`), the time `date` shows in the same shell.
+    ///
+    /// Local time is the C library's, not Foundation's `TimeZone.current`: Foundation reads only
+    /// a zone name from `TZ` and ignores the POSIX forms, so `TZ=:Europe/Paris` and
+    /// `TZ=CET-1CEST,M3.5.0,M10.5.0/3` left the client on UTC while the shell was not, and it
+    /// reads `TZ=GMT+5` as five hours east where POSIX (and `date`) means five hours west.
+    public init(colour: Bool, ownNick: String? = nil, timeZone: TimeZone? = nil) {
         self.colour = colour
         self.ownNick = ownNick
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = timeZone
-        self.calendar = calendar
+        calendar = timeZone.map { zone in
+            var calendar = Calendar(identifier: .gregorian)
+            calendar.timeZone = zone
+            return calendar
+        }
     }
 
     /// Whether a client should colour its output: only on a terminal, and never when the
@@ -140,11 +149,6 @@ public struct MessageRenderer: Sendable {
         return "\(stamp) \(style(.dim, "#" + clean(room))) \(body)"
     }
 
-    /// The cells `line` takes on screen: its text without the escape codes this renderer adds.
-    public static func visibleWidth(of line: String) -> Int {
-        TerminalText.plain(line).unicodeScalars.reduce(0) { $0 + TerminalText.cellWidth(of: $1) }
-    }
-
     /// `time` in `timestampFormat` (`HH:MM` by default), in the renderer's time zone.
     public func timestamp(_ time: UInt64) -> String {
         format(time, timestampFormat)
@@ -152,9 +156,8 @@ public struct MessageRenderer: Sendable {
 
     /// `time` written in `pattern`: `%H` `%M` `%S` `%d` `%m` `%Y` and `%%`.
     public func format(_ time: UInt64, _ pattern: String) -> String {
-        let date = Date(timeIntervalSince1970: Double(time) / 1000)
-        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func two(_ value: Int?) -> String { let value = value ?? 0; return (value < 10 ? "0" : "") + String(value) }
+        let parts = civilTime(time)
+        func two(_ value: Int) -> String { (value < 10 ? "0" : "") + String(value) }
         var out = ""
         var percent = false
         for character in pattern {
@@ -166,7 +169,7 @@ public struct MessageRenderer: Sendable {
                 case "S": out += two(parts.second)
                 case "d": out += two(parts.day)
                 case "m": out += two(parts.month)
-                case "Y": out += String(parts.year ?? 0)
+                case "Y": out += String(parts.year)
                 case "%": out += "%"
                 default: out += "%" + String(character)
                 }
@@ -181,15 +184,39 @@ public struct MessageRenderer: Sendable {
 
     /// The calendar day `time` falls on, as a number that grows by one a day.
     public func day(of time: UInt64) -> Int {
-        let date = Date(timeIntervalSince1970: Double(time) / 1000)
-        return calendar.ordinality(of: .day, in: .era, for: date) ?? 0
+        let parts = civilTime(time)
+        return Self.daysSinceEpoch(year: parts.year, month: parts.month, day: parts.day)
+    }
+
+    /// The date and time of `time` (milliseconds since 1970) on the wall clock of the zone.
+    private func civilTime(_ time: UInt64) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
+        if let calendar {
+            let parts = calendar.dateComponents(
+                [.year, .month, .day, .hour, .minute, .second], from: Date(timeIntervalSince1970: Double(time) / 1000))
+            return (parts.year ?? 0, parts.month ?? 0, parts.day ?? 0, parts.hour ?? 0, parts.minute ?? 0, parts.second ?? 0)
+        }
+        var seconds = time_t(time / 1000)
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return (1970, 1, 1, 0, 0, 0) }
+        return (Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec))
+    }
+
+    /// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (Howard Hinnant's
+    /// `days_from_civil`), so days are counted the same in any zone.
+    static func daysSinceEpoch(year: Int, month: Int, day: Int) -> Int {
+        let year = month <= 2 ? year - 1 : year
+        let era = (year >= 0 ? year : year - 399) / 400
+        let yearOfEra = year - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
     }
 
     /// The line that marks a new day in a window: `-- day changed to 2026-05-12 (Tuesday)`.
     public func dayChange(_ time: UInt64) -> String {
-        let date = Date(timeIntervalSince1970: Double(time) / 1000)
-        // English names whatever the locale, as the rest of the client's text is.
-        let weekday = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"][calendar.component(.weekday, from: date) - 1]
+        // 1970-01-01 was a Thursday. English names whatever the locale, as the rest of the
+        // client's text is.
+        let weekday = ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"][((day(of: time) % 7) + 7) % 7]
         return style(.notice, "-- day changed to \(format(time, "%Y-%m-%d")) (\(weekday))")
     }
 }

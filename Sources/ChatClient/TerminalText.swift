@@ -118,6 +118,55 @@ public enum TerminalText {
         }
     }
 
+    /// `line` cut into the rows a terminal `columns` cells wide wraps it over, each at most
+    /// `columns` cells: the first rows of a line taller than the screen, or its last, can then
+    /// be drawn alone.
+    ///
+    /// Cut as the terminal wraps, code point by code point (as `cellWidth` measures): a
+    /// double-width character that does not fit in the last cell of a row starts the next, and a
+    /// zero-width one stays with the character before it. The colour and style codes
+    /// `MessageRenderer` puts in go with the text they style: a row cut inside a style ends with
+    /// a reset and the next row starts with the codes in effect, so each row draws alone.
+    public static func rows(of line: String, columns: Int) -> [String] {
+        let columns = max(1, columns)
+        var rows: [String] = []
+        var row = String.UnicodeScalarView()
+        var used = 0
+        // The codes since the last reset: what a row cut here must start with.
+        var style = String.UnicodeScalarView()
+        var escape: String.UnicodeScalarView?
+        for scalar in line.unicodeScalars {
+            if var sequence = escape {
+                sequence.append(scalar)
+                if (0x40...0x7E).contains(scalar.value), scalar != "[" {
+                    escape = nil
+                    row.append(contentsOf: sequence)
+                    let code = String(sequence)
+                    if code == "\u{1B}[0m" || code == "\u{1B}[m" { style = String.UnicodeScalarView() } else { style.append(contentsOf: sequence) }
+                } else {
+                    escape = sequence
+                }
+                continue
+            }
+            if scalar == "\u{1B}" {
+                escape = "\u{1B}".unicodeScalars
+                continue
+            }
+            let width = cellWidth(of: scalar)
+            if used + width > columns, used > 0 {
+                if !style.isEmpty { row.append(contentsOf: "\u{1B}[0m".unicodeScalars) }
+                rows.append(String(row))
+                row = style
+                used = 0
+            }
+            row.append(scalar)
+            used += width
+        }
+        if let escape { row.append(contentsOf: escape) }
+        rows.append(String(row))
+        return rows
+    }
+
     /// `line` without the colour and style codes `MessageRenderer` puts in (CSI sequences):
     /// the text the user sees, for searching and for logs.
     public static func plain(_ line: String) -> String {

@@ -46,7 +46,8 @@ enum EditorRequest: Sendable {
 /// - Enter (our `chat-submit`) takes the line out the same way and lets `el_wgets` return, so
 ///   libedit resets its history position for the next line.
 /// - A new screen (another window, a page back, a resize) and Ctrl-L clear the screen, write
-///   the lines that fit above the bottom rows and `EL_REFRESH`. The client draws on the
+///   the rows that fit above the bottom rows (a line too tall for them shows its last rows) and
+///   `EL_REFRESH`. The client draws on the
 ///   terminal's alternate screen (`RawTerminal`), so none of this reaches its scrollback.
 /// - Bracketed pastes are cut out by `TerminalInput` before libedit sees a byte of them.
 /// - While libedit reads inside a command (its incremental search, a key sequence half typed),
@@ -237,8 +238,9 @@ final class TerminalEditor: @unchecked Sendable {
         post { $0.question = question }
     }
 
-    /// Draws the screen anew with `lines` (the newest last) above the bottom rows, in place of
-    /// what was there and of lines posted before; `resized` when the terminal changed size.
+    /// Draws the screen anew with `lines` (the newest last; the front end gives the rows of the
+    /// window's view, `WindowBuffer.view`) above the bottom rows, in place of what was there and
+    /// of lines posted before; `resized` when the terminal changed size.
     func redraw(_ lines: [String], resized: Bool) {
         post {
             $0.lines = []
@@ -612,24 +614,23 @@ final class TerminalEditor: @unchecked Sendable {
         return nil
     }
 
-    /// Clears the screen, writes the recent lines that fit above the prompt (the prompt at the
-    /// bottom, as in irssi), and has libedit draw.
+    /// Clears the screen, writes the rows of the recent lines that fit above the prompt (the
+    /// prompt at the bottom, as in irssi), and has libedit draw.
+    ///
+    /// Row by row: a line taller than the space left shows its last rows (as irssi shows the
+    /// part that fits), where skipping it whole would leave the newest line off the screen.
     private func redrawScreen() {
         remember(toPrint)
         toPrint = []
         var size = winsize()
         let columns = ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0 && size.ws_col > 0 ? Int(size.ws_col) : 80
-        let rows = size.ws_row > 0 ? Int(size.ws_row) : 24
+        let space = max(0, (size.ws_row > 0 ? Int(size.ws_row) : 24) - 2)
         var shown: [String] = []
-        var used = 0
-        for line in recent.reversed() {
-            let height = max(1, (MessageRenderer.visibleWidth(of: line) + columns - 1) / columns)
-            if used + height > rows - 2 { break }
-            used += height
-            shown.insert(line, at: 0)
+        for line in recent.reversed() where shown.count < space {
+            shown.insert(contentsOf: TerminalText.rows(of: line, columns: columns).suffix(space - shown.count), at: 0)
         }
         setPromptText(blank: false)
-        let padding = String(repeating: "\r\n", count: max(0, rows - 2 - used))
+        let padding = String(repeating: "\r\n", count: space - shown.count)
         writeOut("\u{1B}[H\u{1B}[2J" + padding + shown.map { $0 + "\r\n" }.joined())
         _ = chat_el_refresh(editLine)
     }

@@ -110,20 +110,26 @@ final class TerminalFrontEnd: ClientDisplay {
 
     private var currentWindow: ChatWindow? { driver?.session.currentWindow }
 
-    /// A page back (positive) or forward in the current window: the screen's height less two
-    /// lines, so each page overlaps the last.
+    /// A page back (positive) or forward in the current window, by screen rows: the rows above
+    /// the status line less one, which stays on screen to read on from.
     private func scroll(pages: Int) {
-        let page = max(1, RawTerminal.size().rows - 4)
-        buffers[currentWindow, default: WindowBuffer(limit: settings.bufferLines)].scroll(by: pages * page)
+        let size = RawTerminal.size()
+        let visible = Self.visibleRows(size.rows)
+        buffers[currentWindow, default: WindowBuffer(limit: settings.bufferLines)]
+            .scroll(rows: pages * max(1, visible - 1), screenRows: visible, columns: size.columns)
         drawWindow(resized: false)
         sessionChanged()
     }
 
-    /// Draws the current window's lines (up to where it is scrolled) above the bottom rows.
+    /// The rows above the status line and the input line.
+    private static func visibleRows(_ rows: Int) -> Int { max(1, rows - 2) }
+
+    /// Draws the current window's rows (up to where it is scrolled) above the bottom rows.
     private func drawWindow(resized: Bool) {
         guard active else { return }
         drawnWindow = .some(currentWindow)
-        editor.redraw(buffers[currentWindow]?.view(count: RawTerminal.size().rows) ?? [], resized: resized)
+        let size = RawTerminal.size()
+        editor.redraw(buffers[currentWindow]?.view(rows: Self.visibleRows(size.rows), columns: size.columns) ?? [], resized: resized)
     }
 
     /// Files `lines` in `window`'s buffer (with a day-change line first when `time` is on a new
@@ -182,9 +188,9 @@ final class TerminalFrontEnd: ClientDisplay {
         fresh.highlightWords = settings.highlight
         renderer = fresh
         for key in buffers.keys { buffers[key]?.limit = settings.bufferLines }
-        if settings.log, logs == nil {
-            logs = WindowLogs(directory: settings.logDirectory.map(ClientPaths.expandingTilde) ?? ClientPaths.logDirectory())
-        }
+        // A new log_directory takes the next line there (the files are opened for each line).
+        let directory = settings.logDirectory.map(ClientPaths.expandingTilde) ?? ClientPaths.logDirectory()
+        if settings.log, logs?.directory != directory { logs = WindowLogs(directory: directory) }
     }
 
     private func set(name: String?, value: String?) {

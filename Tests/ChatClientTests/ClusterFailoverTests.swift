@@ -18,7 +18,7 @@ import TestSupport
         for server in [first, second] {
             #expect(await server.child.waitFor(timeout: .seconds(60)) { output, _ in output.contains("cluster link up") }, "\(server.child.output)")
         }
-        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), [
+        let bot = try pipeClient([
             "--nick", "bot", "--server", "127.0.0.1:\(first.port)", "--server", "127.0.0.1:\(second.port)",
         ])
         defer { bot.stop() }

@@ -68,16 +68,17 @@ final class Peer: @unchecked Sendable {
     deinit { close() }
 }
 
-/// A tmux server of our own (its own `-L` socket) with one 80×24 window running a command.
+/// A tmux server of our own (its own `-L` socket) with one window (80×24 unless told) running
+/// a command.
 ///
 /// `kill-server` on that socket, in `stop()`, ends only what this session started.
 final class TmuxSession {
     let socket = "chat-client-test-\(getpid())-\(UUID().uuidString.prefix(8))"
     private(set) var stopped = false
 
-    /// Starts `command` (a shell command line) in a new detached session.
-    init(_ command: String) async throws {
-        try await tmux(["-f", "/dev/null", "new-session", "-d", "-x", "80", "-y", "24", command])
+    /// Starts `command` (a shell command line) in a new detached session `columns`×`rows` big.
+    init(_ command: String, columns: Int = 80, rows: Int = 24) async throws {
+        try await tmux(["-f", "/dev/null", "new-session", "-d", "-x", "\(columns)", "-y", "\(rows)", command])
     }
 
     /// Runs tmux on our socket, waits for it, and returns its stdout.
@@ -211,8 +212,12 @@ func temporaryDirectory() throws -> URL {
 
 /// The shell command that runs chat-client in a terminal and, after it exits, reports its exit
 /// status and the terminal modes, then reads one line through the restored terminal.
-/// `port` is given as `--port`; `servers` as `--server`s, in order.
-func clientInTerminal(nick: String, port: Int? = nil, servers: [String] = [], home: URL, rooms: [String] = ["general"], extra: [String] = []) throws -> String {
+/// `port` is given as `--port`; `servers` as `--server`s, in order; `environment` is set for
+/// the client beside HOME (e.g. `TZ`).
+func clientInTerminal(
+    nick: String, port: Int? = nil, servers: [String] = [], home: URL, rooms: [String] = ["general"], extra: [String] = [],
+    environment: [String: String] = [:]
+) throws -> String {
     // CHAT_CLIENT_EXECUTABLE runs another build of the client, e.g. the AddressSanitizer one
     // (Scripts/test.sh).
     let client = try ProcessInfo.processInfo.environment["CHAT_CLIENT_EXECUTABLE"]
@@ -232,7 +237,25 @@ func clientInTerminal(nick: String, port: Int? = nil, servers: [String] = [], ho
         """.write(to: wrapper, atomically: true, encoding: .utf8)
     let arguments = ["--nick", nick] + (port.map { ["--port", "\($0)"] } ?? []) + servers.flatMap { ["--server", $0] }
         + rooms.flatMap { ["--room", $0] } + extra
-    return "env HOME='\(home.path)' LANG=C.UTF-8 sh '\(wrapper.path)' '\(client)' " + arguments.map { "'\($0)'" }.joined(separator: " ")
+    // The XDG variables too: a developer's own would otherwise win over HOME, and their config
+    // file, logs and history would apply to the test.
+    let isolated = "HOME='\(home.path)' XDG_CONFIG_HOME='\(home.path)/.config' XDG_DATA_HOME='\(home.path)/.local/share' "
+        + "XDG_STATE_HOME='\(home.path)/.local/state'" + environment.map { " \($0.key)='\($0.value)'" }.joined()
+    return "env \(isolated) LANG=C.UTF-8 sh '\(wrapper.path)' '\(client)' " + arguments.map { "'\($0)'" }.joined(separator: " ")
+}
+
+/// chat-client in pipe mode (stdin and stdout on pipes) with `arguments`, in a home of its own.
+///
+/// HOME and the XDG directories point at a directory that does not exist, so no developer's
+/// config file (`nick`, `servers`, `autojoin`, `log`…) applies to a test, and nothing is written
+/// anywhere: in pipe mode the client keeps no history and no logs.
+func pipeClient(_ arguments: [String]) throws -> ChildProcess {
+    let home = FileManager.default.temporaryDirectory.appendingPathComponent("chat-client-no-home-\(UUID().uuidString)").path
+    let isolated = [
+        "HOME": home, "XDG_CONFIG_HOME": home + "/.config", "XDG_DATA_HOME": home + "/.local/share",
+        "XDG_STATE_HOME": home + "/.local/state",
+    ]
+    return try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), arguments, environment: isolated)
 }
 
 /// A TCP relay on a loopback port in front of a server, so a test can cut the client's

@@ -10,7 +10,7 @@ import TestSupport
 /// move to the same chat loses and repeats nothing.
 @Suite(.serialized) struct FailoverTests {
     private func client(_ arguments: [String]) throws -> ChildProcess {
-        try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), arguments)
+        try pipeClient(arguments)
     }
 
     /// A loopback port nothing listens on (a server's, after it stopped): connecting is refused.

@@ -10,11 +10,10 @@ import TestSupport
     @Test func twoPipedClientsExchangeMessages() async throws {
         let server = try await ChatServerProcess()
         defer { server.stop() }
-        let client = try ChildProcess.builtExecutable(named: "chat-client")
-        let ann = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)", "--room", "#General"])
+        let ann = try pipeClient(["--nick", "ann", "--port", "\(server.port)", "--room", "#General"])
         defer { ann.stop() }
         #expect(await ann.waitForOutput("#general -!- ann joined"), "ann joins #general: \(ann.output)")
-        let ben = try ChildProcess(client, ["--nick", "ben", "--port", "\(server.port)", "--room", "general"])
+        let ben = try pipeClient(["--nick", "ben", "--port", "\(server.port)", "--room", "general"])
         defer { ben.stop() }
         #expect(await ann.waitForOutput("-!- ben joined"), "ann sees ben arrive: \(ann.output)")
 
@@ -40,7 +39,7 @@ import TestSupport
         let watcher = try await Peer(nick: "watcher", port: server.port)
         defer { watcher.close() }
         // The shell form: printf 'hi\n/quit\n' | chat-client --nick bot --room general
-        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(server.port)", "--room", "general"])
+        let bot = try pipeClient(["--nick", "bot", "--port", "\(server.port)", "--room", "general"])
         defer { bot.stop() }
         bot.send("hi")
         bot.send("/quit")
@@ -55,7 +54,7 @@ import TestSupport
         let server = try await ChatServerProcess()
         let port = server.port
         server.stop()
-        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(port)"])
+        let bot = try pipeClient(["--nick", "bot", "--port", "\(port)"])
         defer { bot.stop() }
         #expect(await bot.waitForExit() == 1, "exit status 1 when nothing listens")
         #expect(bot.output.contains("cannot reach 127.0.0.1:\(port)"), "says why: \(bot.output)")
@@ -65,7 +64,7 @@ import TestSupport
 /// `--version`, and `--help` and docs/CLIENT.md naming the same commands and options.
 @Suite struct ClientDocumentationTests {
     private func run(_ arguments: [String]) async throws -> (Int32?, String) {
-        let child = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), arguments)
+        let child = try pipeClient(arguments)
         defer { child.stop() }
         let status = await child.waitForExit()
         return (status, child.output)
@@ -141,7 +140,7 @@ import TestSupport
     @Test func aServerThatWelcomesAndDropsIsRedialledWithGrowingDelays() async throws {
         let server = try WelcomeAndDrop()
         defer { server.stop() }
-        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), ["--nick", "bot", "--port", "\(server.port)"])
+        let bot = try pipeClient(["--nick", "bot", "--port", "\(server.port)"])
         defer { bot.stop() }
         #expect(await bot.waitForOutput("(attempt 4)"), "the client keeps redialling: \(bot.output)")
         let attempts = bot.lines.filter { $0.contains("reconnecting in") }
@@ -157,7 +156,7 @@ import TestSupport
         defer { live.stop() }
         let watcher = try await Peer(nick: "watcher", port: live.port)
         defer { watcher.close() }
-        let bot = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), [
+        let bot = try pipeClient([
             "--nick", "bot", "--server", "127.0.0.1:\(flaky.port)", "--server", "127.0.0.1:\(live.port)",
         ])
         defer { bot.stop() }

@@ -180,6 +180,14 @@ extension TerminalTests {
             try await tmux.waitFor("settings saved to")
             let saved = try String(contentsOf: home.appendingPathComponent(".config/chat-client/config.toml"), encoding: .utf8)
             #expect(saved.contains("buffer_lines = 50") && saved.contains("wc = \"window close\""), "\(saved)")
+            // A new log directory takes the next line.
+            try await tmux.type("/set log_directory \(home.path)/elsewhere")
+            try await tmux.press("Enter")
+            try await tmux.waitForLogicalLine(containing: "log_directory = \"\(home.path)/elsewhere\" for this session")
+            try await bob.say("logged elsewhere", in: "dev")
+            let moved = home.appendingPathComponent("elsewhere/127.0.0.1:\(server.port)/#dev.log")
+            #expect(await eventually { ((try? String(contentsOf: moved, encoding: .utf8)) ?? "").contains(" #dev <bob> logged elsewhere") },
+                    "the line is logged in the new directory")
             try await tmux.type("/wc")
             try await tmux.press("Enter")
             try await tmux.waitFor("alice | [1:#general]")

@@ -10,20 +10,64 @@ import Testing
         var buffer = WindowBuffer(limit: 5)
         for index in 1...8 { buffer.append("line \(index)") }
         #expect(Array(buffer.lines) == (4...8).map { "line \($0)" }, "the oldest lines go past the limit")
-        #expect(buffer.view(count: 2) == ["line 7", "line 8"])
-        buffer.scroll(by: 2)
+        #expect(buffer.view(rows: 2, columns: 80) == ["line 7", "line 8"])
+        buffer.scroll(rows: 2, screenRows: 2, columns: 80)
         #expect(buffer.isScrolledBack)
-        #expect(buffer.view(count: 2) == ["line 5", "line 6"])
+        #expect(buffer.view(rows: 2, columns: 80) == ["line 5", "line 6"])
         buffer.append("line 9")
-        #expect(buffer.view(count: 2) == ["line 5", "line 6"], "a new line does not move a scrolled-back view")
-        buffer.scroll(by: 100)
-        #expect(buffer.view(count: 2) == ["line 5"], "scrolling stops at the first line")
-        buffer.scroll(by: -100)
-        #expect(!buffer.isScrolledBack && buffer.view(count: 1) == ["line 9"])
+        #expect(buffer.view(rows: 2, columns: 80) == ["line 5", "line 6"], "a new line does not move a scrolled-back view")
+        buffer.scroll(rows: 100, screenRows: 2, columns: 80)
+        #expect(buffer.view(rows: 2, columns: 80) == ["line 5", "line 6"], "scrolling stops with the first line at the top of a full screen")
+        buffer.scroll(rows: -100, screenRows: 2, columns: 80)
+        #expect(!buffer.isScrolledBack && buffer.view(rows: 1, columns: 80) == ["line 9"])
         buffer.limit = 2
         #expect(Array(buffer.lines) == ["line 8", "line 9"], "a smaller limit drops the oldest at once")
         buffer.clear()
-        #expect(buffer.lines.isEmpty && buffer.view(count: 3).isEmpty)
+        #expect(buffer.lines.isEmpty && buffer.view(rows: 3, columns: 80).isEmpty)
+    }
+
+    @Test func scrollingCountsTheRowsAWrappedLineTakes() {
+        var buffer = WindowBuffer(limit: 10)
+        buffer.append("one")
+        buffer.append("aaaaabbbbbccccc")  // three rows at 5 columns
+        buffer.append("two")
+        #expect(buffer.view(rows: 3, columns: 5) == ["bbbbb", "ccccc", "two"])
+        buffer.scroll(rows: 2, screenRows: 3, columns: 5)
+        #expect(buffer.offset == 1 && buffer.hiddenRows == 1, "the view ends inside the wrapped line")
+        #expect(buffer.view(rows: 3, columns: 5) == ["one", "aaaaa", "bbbbb"])
+        buffer.scroll(rows: 1, screenRows: 3, columns: 5)
+        #expect(buffer.view(rows: 3, columns: 5) == ["one", "aaaaa", "bbbbb"], "the first line stays at the top of a full screen")
+        buffer.scroll(rows: -1, screenRows: 3, columns: 5)
+        #expect(buffer.view(rows: 3, columns: 5) == ["aaaaa", "bbbbb", "ccccc"])
+        buffer.append("three")
+        #expect(buffer.view(rows: 3, columns: 5) == ["aaaaa", "bbbbb", "ccccc"], "a new line leaves a row-scrolled view in place")
+        buffer.scroll(rows: -2, screenRows: 3, columns: 5)
+        #expect(buffer.view(rows: 3, columns: 5) == ["ccccc", "two", "three"] && !buffer.isScrolledBack)
+        // At 15 columns the same line is one row: a resize keeps the view within the line.
+        buffer.scroll(rows: 3, screenRows: 3, columns: 5)
+        #expect(buffer.view(rows: 2, columns: 15) == ["one", "aaaaabbbbbccccc"])
+    }
+
+    @Test func aLineTallerThanTheViewShowsItsLastRowsOrThoseScrolledTo() {
+        var buffer = WindowBuffer(limit: 10)
+        buffer.append("before")
+        buffer.append(String(repeating: "x", count: 8) + String(repeating: "y", count: 8))  // 8 rows at 2 columns
+        #expect(buffer.view(rows: 3, columns: 2) == ["yy", "yy", "yy"])
+        buffer.scroll(rows: 5, screenRows: 3, columns: 2)
+        #expect(buffer.view(rows: 3, columns: 2) == ["xx", "xx", "xx"], "the rows scrolled to")
+        buffer.scroll(rows: 3, screenRows: 3, columns: 2)
+        #expect(buffer.view(rows: 3, columns: 2) == ["be", "fo", "re"], "the line before it, three rows")
+    }
+
+    @Test func rowsAreCutAsTheTerminalWrapsAndKeepTheirColours() {
+        #expect(TerminalText.rows(of: "abcdef", columns: 3) == ["abc", "def"])
+        #expect(TerminalText.rows(of: "", columns: 3) == [""])
+        #expect(TerminalText.rows(of: "ab日本", columns: 3) == ["ab", "日", "本"], "a wide character that does not fit starts the next row")
+        #expect(TerminalText.rows(of: "abe\u{301}d", columns: 3) == ["abe\u{301}", "d"], "a combining mark stays with its character")
+        let red = "\u{1B}[1;31m"
+        let reset = "\u{1B}[0m"
+        #expect(TerminalText.rows(of: "a\(red)bcd\(reset)ef", columns: 2) == ["a\(red)b\(reset)", "\(red)cd\(reset)", "ef"],
+                "a row cut inside a style ends with a reset and the next starts with the style")
     }
 
     @Test func aHundredThousandLineLimitIsReachedAndHeld() {
@@ -224,6 +268,22 @@ import Testing
         #expect(renderer.format(time, "%Y-%m-%d %%") == "2026-05-12 %")
         #expect(renderer.dayChange(time) == "-- day changed to 2026-05-12 (Tuesday)")
         #expect(renderer.day(of: time + 86_400_000) == renderer.day(of: time) + 1)
+    }
+
+    @Test func daysAndWeekdaysAgreeWithFoundationsCalendarFor1970To2100() {
+        let utc = TimeZone(identifier: "UTC")!
+        let renderer = MessageRenderer(colour: false, timeZone: utc)
+        let formatter = DateFormatter()
+        formatter.timeZone = utc
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.dateFormat = "yyyy-MM-dd (EEEE)"
+        // Noon of every 37th day: every weekday, month and leap rule (2000 is one, 2100 is not).
+        for day in stride(from: 0, to: 47_482, by: 37) {
+            let time = UInt64(day) * 86_400_000 + 43_200_000
+            #expect(renderer.day(of: time) == day)
+            let expected = "-- day changed to " + formatter.string(from: Date(timeIntervalSince1970: Double(time) / 1000))
+            #expect(renderer.dayChange(time) == expected)
+        }
     }
 }
 
