@@ -4,7 +4,10 @@ import Synchronization
 ///
 /// The unit of every outbound queue: the server encodes a room message once into a `ByteChunk` and
 /// queues the same chunk for every member (a retain, not a copy), and a gather write hands the
-/// chunks' addresses straight to `sendmsg`. Immutable after creation, hence `Sendable`.
+/// chunks' addresses straight to `sendmsg`. Immutable after creation, hence `Sendable` — except
+/// a chunk made with `init(capacity:meter:)`, which its maker fills in parts (`fill(from:at:)`),
+/// each part before any reader is given its range, on one queue: a room's events encoded one
+/// after another, each queued for the members as soon as it is written.
 ///
 /// A chunk made with a `MemoryMeter` adds what it really costs (`cost(ofBytes:)`) to the meter for
 /// as long as it lives, wherever it is queued and however many queues share it: an owner that
@@ -44,6 +47,20 @@ public final class ByteChunk: @unchecked Sendable {
     /// Copies `source`.
     public convenience init(copying source: UnsafeRawBufferPointer, meter: MemoryMeter? = nil) {
         self.init(count: source.count, meter: meter) { $0.copyMemory(from: source) }
+    }
+
+    /// A chunk of `capacity` bytes whose contents are written later, in parts (`fill(from:at:)`).
+    public convenience init(capacity: Int, meter: MemoryMeter? = nil) {
+        self.init(count: capacity, meter: meter) { _ in }
+    }
+
+    /// Copies `source` into the bytes at `offset`. Only for a chunk made with
+    /// `init(capacity:meter:)`, and only into bytes no reader has been given: readers rely on
+    /// what they were given never changing.
+    public func fill(from source: UnsafeRawBufferPointer, at offset: Int) {
+        precondition(offset >= 0 && offset + source.count <= count, "a fill past the chunk's end")
+        guard let base = source.baseAddress, !source.isEmpty else { return }
+        (storage + offset).copyMemory(from: base, byteCount: source.count)
     }
 
     deinit {

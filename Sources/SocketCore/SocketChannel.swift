@@ -31,8 +31,10 @@ public final class ReadBuffer: @unchecked Sendable {
 /// (Set the callbacks before `start()`.) This is what lets the server keep all chat state on one
 /// queue without locks.
 ///
-/// Writes are queued as `ByteChunk`s and leave in gather writes (`sendmsg` with up to 64 buffers):
-/// `enqueue` many, then `flush` once. When the kernel's send buffer is full the channel waits for the
+/// Writes are queued as `ByteChunk`s, or ranges of them, and leave in gather writes (`sendmsg`
+/// with up to 64 buffers): `enqueue` many, then `flush` once. A range that continues the last one
+/// queued, in the same chunk, extends it: a room's events, encoded one after another into a shared
+/// chunk, take one queue slot however many there are (`enqueue(_:bytes:)`). When the kernel's send buffer is full the channel waits for the
 /// epoll set to report the socket writable and sends the rest then. `outboundBytes` tells the owner how much is waiting and
 /// `outboundCost` what it pins in memory, so the owner can bound it.
 ///
@@ -92,8 +94,8 @@ public final class SocketChannel: @unchecked Sendable {
     // queued chunk (millions of times a second in the server), and every access here happens on
     // `queue` without overlapping, so the run-time exclusivity checks, about 6% of the server's
     // CPU in a profile, buy nothing.
-    @exclusivity(unchecked) private var outbound = Deque<ByteChunk>()
-    /// Bytes of the first queued chunk already sent.
+    @exclusivity(unchecked) private var outbound = Deque<QueuedBytes>()
+    /// Bytes of the first queued range already sent.
     @exclusivity(unchecked) private var headOffset = 0
 
     /// Bytes queued but not yet accepted by the kernel: with TLS, plaintext not yet encrypted plus
@@ -112,6 +114,9 @@ public final class SocketChannel: @unchecked Sendable {
         guard let tls else { return queuedCost }
         return queuedCost + tls.pendingCiphertext.count
     }
+    /// How many slots the queue holds: one per chunk queued, or per run of ranges that continue
+    /// one another (`enqueue(_:bytes:)`).
+    public var queuedSlots: Int { outbound.count }
     /// Bytes of the queued chunks not yet sent (with TLS: not yet encrypted).
     @exclusivity(unchecked) private var queuedBytes = 0
     /// What the queued chunks pin: `outboundCost` without TLS's buffers.
@@ -120,8 +125,8 @@ public final class SocketChannel: @unchecked Sendable {
     /// does not pile up ahead of a slow socket (it would only double the queue's memory).
     static let encryptBatchBytes = 64 * 1024
 
-    /// What one queue slot costs beyond its chunk: the reference in the ring buffer.
-    public static let slotBytes = MemoryLayout<ByteChunk>.stride
+    /// What one queue slot costs beyond its chunk: the reference and the range in the ring buffer.
+    public static let slotBytes = MemoryLayout<QueuedBytes>.stride
 
     /// Counts this queue's slots (`slotBytes` each) while they are taken, so an owner of many
     /// channels can add up what queues cost beyond the chunks themselves (which a chunk's own
@@ -340,11 +345,30 @@ public final class SocketChannel: @unchecked Sendable {
     /// Queues `chunk` without sending it yet; call `flush()` after queuing a batch.
     /// Ignored once the channel is closing or writing was shut down.
     public func enqueue(_ chunk: ByteChunk) {
+        enqueue(chunk, bytes: 0..<chunk.count)
+    }
+
+    /// Queues the bytes `range` of `chunk`, as `enqueue(_:)` queues a whole chunk. A range that
+    /// starts where the last queued one ends, in the same chunk, extends that slot instead of
+    /// taking one: no reference, no slot, and one buffer of the gather write for the lot.
+    ///
+    /// The cost counted (`outboundCost`) is the chunk's overhead and a slot once per slot, plus the
+    /// bytes of every range, as if no other queue shared the chunk.
+    public func enqueue(_ chunk: ByteChunk, bytes range: Range<Int>) {
         assertOnQueue()
-        guard state == .open, !writeShutdownRequested, chunk.count > 0 else { return }
-        outbound.append(chunk)
-        queuedBytes += chunk.count
-        queuedCost += ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+        guard state == .open, !writeShutdownRequested, !range.isEmpty else { return }
+        assert(range.lowerBound >= 0 && range.upperBound <= chunk.count)
+        queuedBytes += range.count
+        if !outbound.isEmpty {
+            let last = outbound.count - 1
+            if outbound[last].chunk === chunk, outbound[last].end == range.lowerBound {
+                outbound[last].end = range.upperBound
+                queuedCost += range.count
+                return
+            }
+        }
+        outbound.append(QueuedBytes(chunk: chunk, start: range.lowerBound, end: range.upperBound))
+        queuedCost += ByteChunk.cost(ofBytes: range.count) + Self.slotBytes
         unreportedSlotBytes += Self.slotBytes
     }
 
@@ -361,8 +385,9 @@ public final class SocketChannel: @unchecked Sendable {
         unreportedSlotBytes = 0
     }
 
-    /// Drops every queued chunk that has not started to leave, keeping the one partly sent (so
-    /// the peer never sees half a frame), and returns how many bytes were dropped. For an owner
+    /// Drops every queued range that has not started to leave, keeping the one partly sent (so
+    /// the peer never sees half a frame: a range holds whole frames), and returns how many bytes
+    /// were dropped. For an owner
     /// that gives up on a peer: it can then queue a last word (`enqueue`) and shut down.
     @discardableResult
     public func discardUnsent() -> Int {
@@ -371,9 +396,9 @@ public final class SocketChannel: @unchecked Sendable {
         guard outbound.count > keep else { return 0 }
         var dropped = 0
         while outbound.count > keep {
-            let chunk = outbound.removeLast()
-            dropped += chunk.count
-            queuedCost -= ByteChunk.cost(ofBytes: chunk.count) + Self.slotBytes
+            let slot = outbound.removeLast()
+            dropped += slot.count
+            queuedCost -= ByteChunk.cost(ofBytes: slot.count) + Self.slotBytes
             unreportedSlotBytes -= Self.slotBytes
         }
         queuedBytes -= dropped
@@ -479,7 +504,7 @@ public final class SocketChannel: @unchecked Sendable {
         }
     }
 
-    /// The queued chunks from the first unsent byte on, for `TLSSession.encrypt`.
+    /// The queued ranges from the first unsent byte on, for `TLSSession.encrypt`.
     private var queuedPlaintext: some Sequence<UnsafeRawBufferPointer> {
         outbound.indices.lazy.map { [self] index in
             let bytes = outbound[index].bytes
@@ -507,11 +532,11 @@ public final class SocketChannel: @unchecked Sendable {
             var count = 0
             var index = 0
             while count < maxVectors, index < outbound.count {
-                let chunk = outbound[index].bytes
+                let bytes = outbound[index].bytes
                 let skip = index == 0 ? headOffset : 0
                 vectors[count] = iovec(
-                    iov_base: UnsafeMutableRawPointer(mutating: chunk.baseAddress! + skip),
-                    iov_len: chunk.count - skip)
+                    iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress! + skip),
+                    iov_len: bytes.count - skip)
                 count += 1
                 index += 1
             }
@@ -600,4 +625,29 @@ public final class SocketChannel: @unchecked Sendable {
     private func assertOnQueue() {
         assert({ dispatchPrecondition(condition: .onQueue(queue)); return true }())
     }
+}
+
+/// A queued range of a chunk: the bytes `start..<end` of `chunk`.
+struct QueuedBytes {
+    let chunk: ByteChunk
+    // 32 bits each, so a slot is 16 bytes: a chunk holds at most a frame or a segment of frames,
+    // far below 4 GiB.
+    private var storedStart: UInt32
+    private var storedEnd: UInt32
+
+    init(chunk: ByteChunk, start: Int, end: Int) {
+        self.chunk = chunk
+        storedStart = UInt32(start)
+        storedEnd = UInt32(end)
+    }
+
+    var start: Int { Int(storedStart) }
+    var end: Int {
+        get { Int(storedEnd) }
+        set { storedEnd = UInt32(newValue) }
+    }
+    /// How many bytes the range holds.
+    var count: Int { Int(storedEnd &- storedStart) }
+    /// The range's bytes; valid while the chunk lives.
+    var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: chunk.bytes.baseAddress! + start, count: count) }
 }

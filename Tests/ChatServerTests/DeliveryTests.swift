@@ -1,6 +1,7 @@
 import ChatClient
 import ChatProtocol
 import ChatServer
+import TestSupport
 import Testing
 
 /// One room message as a receiver saw it.
@@ -123,6 +124,40 @@ struct DeliveryTests {
             alice.close()
             bob.close()
             stalled.close()
+        }
+    }
+}
+
+extension DeliveryTests {
+    /// The room log's memory promise for a member that stops reading: its queue holds a slot per
+    /// segment of the room's encoded events (`RoomSegments`), not a chunk per event.
+    @Test func aMemberThatStopsReadingCostsASlotPerSegmentNotPerMessage() async throws {
+        try await withServer(testConfiguration()) { server in
+            let alice = try await TestClient.connect(server, nick: "alice")
+            try await alice.join("r")
+            let stalled = try BlockingSocket(port: server.port, receiveBuffer: 4096)
+            defer { stalled.close() }
+            _ = await stalled.send([.hello(version: 1, nick: "stalled", password: nil), .join(room: "r")])
+            _ = try await alice.waitFor("stalled to join") { if case .joined("r", _, _, "stalled") = $0 { true } else { nil } }
+
+            // 20,000 lines, about 3 MB of frames: far more than the stalled client's kernel buffers
+            // take, less than the slow-consumer bound (8 MiB).
+            let batches = 200
+            let perBatch = 100
+            let padding = String(repeating: "-", count: 140)
+            for batch in 0..<batches {
+                try await alice.send((0..<perBatch).map { Frame.say(room: "r", text: "line \(batch * perBatch + $0) \(padding)") })
+                _ = try await alice.collect(perBatch, "echoes") { frame -> Bool? in
+                    if case .message = frame { return true }
+                    return nil
+                }
+            }
+            let (queued, slots) = (server.queuedBytes, server.queuedSlots)
+            print("stalled member: \(queued) bytes queued in \(slots) slots")
+            #expect(queued > 256 << 10, "the stalled member's queue holds much of the burst: \(queued) bytes")
+            // A chunk per line would be a slot per 160 bytes; a segment holds up to 64 KiB.
+            #expect(slots <= 2 + queued / (16 << 10), "\(slots) slots for \(queued) bytes queued")
+            alice.close()
         }
     }
 }

@@ -117,6 +117,43 @@ struct ChannelQueueTests {
         pair.queue.sync { pair.channel.close() }
     }
 
+    /// Ranges of a chunk filled in parts, as the server queues a room's events: a range that
+    /// continues the last one extends its slot; anything queued between starts a new one.
+    @Test func aRangeThatContinuesTheLastOneExtendsItsSlot() async throws {
+        let pair = try await Pair.make()
+        defer { pair.client.close() }
+        let segment = ByteChunk(capacity: 64)
+        let reply = ByteChunk(Array("reply".utf8))
+        let (slotsAfterRun, costAfterRun, costAfterAll) = pair.queue.sync {
+            var offset = 0
+            func queuePart(_ text: String) {
+                let part = Array(text.utf8)
+                part.withUnsafeBytes { segment.fill(from: $0, at: offset) }
+                pair.channel.enqueue(segment, bytes: offset..<offset + part.count)
+                offset += part.count
+            }
+            for word in ["one ", "two ", "three "] { queuePart(word) }
+            let slotsAfterRun = pair.channel.queuedSlots
+            let costAfterRun = pair.channel.outboundCost
+            pair.channel.enqueue(reply)
+            queuePart("four ")
+            // A range that does not continue the last one, in the same chunk, takes its own slot.
+            pair.channel.enqueue(segment, bytes: 0..<4)
+            return (slotsAfterRun, costAfterRun, pair.channel.outboundCost)
+        }
+        #expect(slotsAfterRun == 1, "three parts in a row take one slot")
+        #expect(costAfterRun == ByteChunk.overheadBytes + SocketChannel.slotBytes + 14, "the bytes, and one overhead")
+        let expectedCost = costAfterRun + 3 * (ByteChunk.overheadBytes + SocketChannel.slotBytes) + 5 + 5 + 4
+        #expect(costAfterAll == expectedCost, "the reply and the parts after it take slots of their own")
+        pair.queue.sync {
+            pair.channel.shutdownWrite()
+            pair.channel.flush()
+        }
+        let received = try await pair.readToEnd()
+        #expect(String(decoding: received, as: UTF8.self) == "one two three replyfour one ", "in the order queued")
+        pair.queue.sync { pair.channel.close() }
+    }
+
     @Test func afterThePeersEndTheQueuedReplyLeavesAndTheChannelClosesItself() async throws {
         let pair = try await Pair.make()
         defer { pair.client.close() }

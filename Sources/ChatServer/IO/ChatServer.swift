@@ -101,6 +101,8 @@ public final class ChatServer: @unchecked Sendable {
     /// Reused for every batch of actions, so the hot path allocates no arrays.
     @exclusivity(unchecked) private var actions: [ChatAction] = []
     @exclusivity(unchecked) private var encodeBuffer: [UInt8] = []
+    /// Where room events are encoded, a segment per room (`RoomSegments`).
+    @exclusivity(unchecked) private var roomSegments = RoomSegments()
     @exclusivity(unchecked) private var dirty: [ClientConnection] = []
     @exclusivity(unchecked) private var flushing: [ClientConnection] = []
     @exclusivity(unchecked) private var flushScheduled = false
@@ -298,6 +300,10 @@ public final class ChatServer: @unchecked Sendable {
 
     /// What the server's output queues pin now: chunks counted once, plus queue slots.
     public var queuedBytes: Int { queue.sync { outputInUse } }
+    /// How many queue slots the output queues hold now, all clients together: a slot is a frame
+    /// for one client, or a run of a room's events (`RoomSegments`). What a member that stops
+    /// reading costs beyond the bytes themselves.
+    public var queuedSlots: Int { queue.sync { slotMeter.bytes / SocketChannel.slotBytes } }
 
     private var outputInUse: Int { chunkMeter.bytes + slotMeter.bytes + ciphertextMeter.bytes }
 
@@ -708,7 +714,8 @@ public final class ChatServer: @unchecked Sendable {
                 held = .sendShared(shared, to: connection)
                 connection.heldReplyBytes += held.cost
             case .broadcast(let frame, let recipients):
-                held = .broadcast(encode(frame), to: recipients, event: StoredEventKey(frame))
+                let (chunk, range) = encodeEvent(frame)
+                held = .broadcast(chunk, range, to: recipients, event: StoredEventKey(frame))
             case .disconnect(let id, let disconnection, let nick):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 if disconnection.code == .slowConsumer {
@@ -812,9 +819,9 @@ public final class ChatServer: @unchecked Sendable {
                 for chunk in shared.encoded ?? [] { connection.channel.enqueue(chunk) }
                 metrics?.queued(shared)
                 markDirty(connection)
-            case .broadcast(let chunk, let recipients, let event):
+            case .broadcast(let chunk, let range, let recipients, let event):
                 if let event, failed.contains(event) { continue }
-                fanOut(chunk, to: recipients)
+                fanOut(chunk, range, to: recipients)
             case .disconnect(let id, let disconnection, let nick):
                 execute([.disconnect(id, disconnection, nick: nick)])
             }
@@ -839,7 +846,8 @@ public final class ChatServer: @unchecked Sendable {
                 metrics?.queued(shared)
                 markDirty(connection)
             case .broadcast(let frame, let recipients):
-                fanOut(encode(frame), to: recipients)
+                let (chunk, range) = encodeEvent(frame)
+                fanOut(chunk, range, to: recipients)
             case .disconnect(let id, let disconnection, let nick):
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 connection.departure = nil
@@ -896,6 +904,18 @@ public final class ChatServer: @unchecked Sendable {
         return encode(frame, meter: chunkMeter)
     }
 
+    /// Encodes `frame`, which goes to several clients: a room event into its room's segment
+    /// (`RoomSegments`), anything else (a direct message) into a chunk of its own.
+    private func encodeEvent(_ frame: Frame) -> (ByteChunk, Range<Int>) {
+        guard let room = ChatCore.room(of: frame) else {
+            let chunk = encode(frame)
+            return (chunk, 0..<chunk.count)
+        }
+        encodeBuffer.removeAll(keepingCapacity: encodeBuffer.capacity <= 64 << 10)
+        FrameEncoder.encode(frame, into: &encodeBuffer)
+        return encodeBuffer.withUnsafeBytes { roomSegments.append($0, room: room, meter: chunkMeter) }
+    }
+
     private func encode(_ frame: Frame, meter: MemoryMeter?) -> ByteChunk {
         encodeBuffer.removeAll(keepingCapacity: encodeBuffer.capacity <= 64 << 10)
         FrameEncoder.encode(frame, into: &encodeBuffer)
@@ -908,8 +928,8 @@ public final class ChatServer: @unchecked Sendable {
     /// most of the quarter of the server's CPU that reference counting took at 500 members
     /// (docs/BENCHMARKS.md). The table holds every connection until it is removed, which never
     /// happens inside this loop.
-    private func fanOut(_ chunk: ByteChunk, to recipients: [ClientID]) {
-        metrics?.delivered(chunk, to: recipients.count)
+    private func fanOut(_ chunk: ByteChunk, _ range: Range<Int>, to recipients: [ClientID]) {
+        metrics?.delivered(bytes: range.count, to: recipients.count)
         connections.withUnsafeBufferPointer { table in
             // `Optional<ClientConnection>` and `Optional<Unmanaged<ClientConnection>>` are both one
             // nullable pointer.
@@ -918,7 +938,7 @@ public final class ChatServer: @unchecked Sendable {
                     guard let slot = slots[id.slot] else { continue }
                     slot._withUnsafeGuaranteedRef { connection in
                         guard connection.isActive else { return }
-                        connection.channel.enqueue(chunk)
+                        connection.channel.enqueue(chunk, bytes: range)
                         markDirty(connection)
                     }
                 }
@@ -1082,6 +1102,7 @@ public final class ChatServer: @unchecked Sendable {
     /// decoder buffers of idle connections, and writes the summaries of suppressed log lines.
     private func tick() {
         let now = Self.now()
+        roomSegments.prune()
         if state == .running {
             core.tick(at: now, into: &actions)
             perform()
@@ -1221,7 +1242,7 @@ private enum HeldAction: @unchecked Sendable {
     /// A history replay (encoded) for one client.
     case sendShared(SharedFrames, to: ClientConnection)
     /// A frame for every client in `to`; `event` names it if it delivers a stored event.
-    case broadcast(ByteChunk, to: [ClientID], event: StoredEventKey?)
+    case broadcast(ByteChunk, Range<Int>, to: [ClientID], event: StoredEventKey?)
     /// The end of a client's session.
     case disconnect(ClientID, Disconnection, nick: String?)
 
@@ -1231,7 +1252,7 @@ private enum HeldAction: @unchecked Sendable {
         switch self {
         case .send(let chunk, _, _, _): ByteChunk.cost(ofBytes: chunk.count)
         case .sendShared(let shared, _): (shared.encoded ?? []).reduce(0) { $0 + ByteChunk.cost(ofBytes: $1.count) }
-        case .broadcast(let chunk, let recipients, _): ByteChunk.cost(ofBytes: chunk.count) + 8 * recipients.count
+        case .broadcast(_, let range, let recipients, _): ByteChunk.cost(ofBytes: range.count) + 8 * recipients.count
         case .disconnect(_, let disconnection, _): 128 + disconnection.reason.utf8.count
         }
     }

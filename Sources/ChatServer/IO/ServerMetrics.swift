@@ -90,13 +90,13 @@ final class ServerMetrics: @unchecked Sendable {
         for chunk in shared.encoded ?? [] { queued(chunk) }
     }
 
-    /// Counts a room event queued for `recipients` members: one multiplication per event, not
+    /// Counts a room event of `bytes` bytes queued for `recipients` members: one multiplication per event, not
     /// an add per member.
     @inline(__always)
-    func delivered(_ chunk: ByteChunk, to recipients: Int) {
+    func delivered(bytes: Int, to recipients: Int) {
         deliveries += recipients
         framesQueued += recipients
-        bytesQueued += chunk.count * recipients
+        bytesQueued += bytes * recipients
     }
 
     /// Counts an `error` frame sent with `code`.
