@@ -142,7 +142,13 @@ struct CloseAndCancelTests {
         // instead of accepting connections only to drop them.
         try await waitUntil("the listening socket is closed") { (try? socketDescriptors(port: port)) == 0 }
         let error = await #expect(throws: SocketError.self) {
-            _ = try await SocketConnector.connect(host: "127.0.0.1", port: port)
+            let socket = try await SocketConnector.connect(host: "127.0.0.1", port: port)
+            // With nothing listening, the kernel may pick the port itself as the connection's
+            // source port (it is in the ephemeral range): a TCP simultaneous open with itself,
+            // which succeeds. That too says nobody listens.
+            let connectedToItself = (try? socket.localAddress().port) == port
+            socket.close()
+            if connectedToItself { throw SocketError(.posix(ECONNREFUSED), operation: "connect", target: "itself") }
         }
         #expect(error?.errno == ECONNREFUSED)
         listener.close()
