@@ -146,8 +146,14 @@ struct TLSServerTests {
         defer { server.stop() }
         let client = try ChildProcess.builtExecutable(named: "chat-client")
         let common = ["--host", "localhost", "--port", "\(server.port)", "--room", "general"]
+        // A home that does not exist, so a developer's config.toml and logs never apply.
+        let home = "/tmp/chat-client-no-home-\(getpid())"
+        let isolated = [
+            "HOME": home, "XDG_CONFIG_HOME": home + "/.config", "XDG_DATA_HOME": home + "/.local/share",
+            "XDG_STATE_HOME": home + "/.local/state",
+        ]
 
-        let ann = try ChildProcess(client, ["--nick", "ann", "--tls-ca", certificates.caFile] + common)
+        let ann = try ChildProcess(client, ["--nick", "ann", "--tls-ca", certificates.caFile] + common, environment: isolated)
         defer { ann.stop() }
         #expect(await ann.waitForOutput("-!- ann joined"), "ann joins over TLS: \(ann.output)")
         #expect(ann.output.contains("encrypted: TLS 1.3"), "the client says the connection is encrypted: \(ann.output)")
@@ -156,11 +162,11 @@ struct TLSServerTests {
         #expect(await ann.waitForOutput("<ann> hello over TLS"), "\(ann.output)")
 
         // The system's CAs do not include the dev CA: one clear error, no retrying, exit 1.
-        let eve = try ChildProcess(client, ["--nick", "eve", "--tls"] + common)
+        let eve = try ChildProcess(client, ["--nick", "eve", "--tls"] + common, environment: isolated)
         #expect(await eve.waitForExit() == 1, "\(eve.output)")
         #expect(eve.output.contains("--tls-ca FILE"), "the error says which flag helps: \(eve.output)")
 
-        let tess = try ChildProcess(client, ["--nick", "tess", "--tls-insecure"] + common)
+        let tess = try ChildProcess(client, ["--nick", "tess", "--tls-insecure"] + common, environment: isolated)
         defer { tess.stop() }
         #expect(await tess.waitForOutput("-!- tess joined"), "\(tess.output)")
         #expect(tess.output.contains("WARNING: --tls-insecure"), "the warning cannot be missed: \(tess.output)")
