@@ -160,6 +160,30 @@ extension DeliveryTests {
             alice.close()
         }
     }
+
+    /// A room's segment is let go once every member has sent it: after a busy room falls quiet
+    /// and its members have read everything, the output queues pin nothing.
+    @Test func aQuietRoomsSegmentsAreLetGoOnceSent() async throws {
+        try await withServer(testConfiguration()) { server in
+            let alice = try await TestClient.connect(server, nick: "alice")
+            let bob = try await TestClient.connect(server, nick: "bob")
+            try await alice.join("r")
+            try await bob.join("r")
+            _ = try await alice.waitFor("bob to join") { if case .joined("r", _, _, "bob") = $0 { true } else { nil } }
+            let lines = 2_000
+            try await alice.send((0..<lines).map { Frame.say(room: "r", text: "line \($0) with some words") })
+            for client in [alice, bob] {
+                _ = try await client.collect(lines, "lines") { frame -> Bool? in
+                    if case .message = frame { return true }
+                    return nil
+                }
+            }
+            let released = await eventually(timeout: .seconds(10)) { server.queuedBytes == 0 }
+            #expect(released, "the segments are let go at a tick: \(server.queuedBytes) bytes still pinned")
+            alice.close()
+            bob.close()
+        }
+    }
 }
 
 /// The reasons of `quit` events seen by the readers (who read one at a time).
