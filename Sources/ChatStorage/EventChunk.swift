@@ -101,8 +101,13 @@ public struct EventChunk: Sendable, Equatable {
     }
 
     private static func append(_ string: String, to out: inout [UInt8]) {
-        appendVarint(UInt64(string.utf8.count), to: &out)
-        out.append(contentsOf: string.utf8)
+        // Through the string's contiguous UTF-8 (a native string's own storage): appending its
+        // `utf8` view goes byte by byte through the generic path, once per event stored.
+        var string = string
+        string.withUTF8 { bytes in
+            appendVarint(UInt64(bytes.count), to: &out)
+            out.append(contentsOf: bytes)
+        }
     }
 
     /// Bounds-checked reading of the blob: every accessor returns nil past its end.
