@@ -74,6 +74,8 @@ public struct ClientSession: Sendable {
     public private(set) var activity: [ChatWindow: WindowActivity] = [:]
     /// Our away message, nil when we are not away.
     public private(set) var awayMessage: String?
+    /// The account the session is logged in as (version 3), nil for a guest.
+    public internal(set) var account: String?
     /// The rate limits the server announced (version 2), or nil.
     public private(set) var limits: RateLimits?
     /// The nicks whose messages we do not show (as typed by the user).
@@ -627,8 +629,11 @@ public struct ClientSession: Sendable {
             return serverError(code: code, fatal: fatal, frameType: frameType, reason: reason)
         case .goodbye(let reason):
             return [notice(reason.isEmpty ? "server said goodbye" : "server said goodbye: \(reason)")]
+        case .registered, .loggedIn, .passwordChanged, .accountDropped:
+            return accountAnswer(frame)  // ClientSession+Accounts.swift
         case .welcome, .pong, .unknown, .hello, .changeNick, .join, .part, .say, .emote, .tell,
-            .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway:
+            .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway, .register, .login,
+            .changePassword, .dropAccount:
             // Skippable or misdirected frames carry nothing to show.
             return []
         }
@@ -930,8 +935,8 @@ public struct ClientSession: Sendable {
         membersByRoom[room]?.removeAll { ChatName.nickKey($0) == ChatName.nickKey(who) }
     }
 
-    private func notice(_ text: String) -> SessionAction { .show(.notice(time: clock(), text: text)) }
-    private func error(_ text: String) -> SessionAction { .show(.error(time: clock(), text: text)) }
+    func notice(_ text: String) -> SessionAction { .show(.notice(time: clock(), text: text)) }
+    func error(_ text: String) -> SessionAction { .show(.error(time: clock(), text: text)) }
     private func noRoom() -> SessionAction { error("you are not in a room; /join #room first") }
 
     private func help(_ topic: String?) -> [SessionAction] {
