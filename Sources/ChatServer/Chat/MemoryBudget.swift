@@ -105,7 +105,7 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     public var problem: String? {
         guard remainder < Self.minimumRemainder else { return nil }
         let link = (clusterLink > 0 ? ", its cluster link \(Self.mebibytes(clusterLink))," : "")
-            + (accounts > 0 ? " its accounts \(Self.mebibytes(accounts))," : "")
+            + (accounts > 0 ? (clusterLink > 0 ? " " : ", ") + "its accounts \(Self.mebibytes(accounts))," : "")
         return "--max-memory \(Self.mebibytes(total)) is too small: the process needs \(Self.mebibytes(baseline))\(link) and "
             + "each of --max-clients connections up to \(Self.kibibytes(perConnection)), which leaves "
             + "\(Self.mebibytes(max(0, remainder))) of the \(Self.mebibytes(Self.minimumRemainder)) needed for history and "
