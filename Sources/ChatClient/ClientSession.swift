@@ -19,6 +19,8 @@ public enum SessionAction: Equatable, Sendable {
     case display(DisplayRequest)
     /// Something only the driver can do: the connection itself.
     case connection(ConnectionRequest)
+    /// An account request, which needs the password only the driver holds.
+    case account(AccountRequest)
 }
 
 /// What the session asks of the display (the terminal keeps each window's lines and the settings).
@@ -41,6 +43,15 @@ public enum ConnectionRequest: Equatable, Sendable {
     case server(String)
     /// Leave the server and stay offline until `/reconnect` (`/disconnect`).
     case disconnect
+}
+
+/// What the session asks of the driver for an account (`/register`, `/login`): the driver holds
+/// the password, never the session (AccountCommands.swift).
+public enum AccountRequest: Equatable, Sendable {
+    /// Register the current nick with the account password.
+    case register
+    /// Log in to `account` (nil: the configured `--account`, else the current nick).
+    case login(account: String?)
 }
 
 /// The client's view of the chat, as a value: who we are, which rooms and direct-message
@@ -440,6 +451,10 @@ public struct ClientSession: Sendable {
             return [.connection(.server(address))]
         case .disconnect:
             return [.connection(.disconnect)]
+        case .register:
+            return [.account(.register)]
+        case .login(let account):
+            return [.account(.login(account: account))]
         case .whois(let other):
             let shared = rooms.filter { room in members(of: room).contains { ChatName.nickKey($0) == ChatName.nickKey(other) } }
             let query = queryWindow(with: other).map { _ in "; you have a query window with \(other)" } ?? ""

@@ -156,6 +156,21 @@ struct ChatCoreAccountTests {
         #expect(chat.core.nick(of: owner) == "alice", "the owner keeps its nick")
     }
 
+    @Test func aVersion3GuestForAReservedNickIsRefusedWhenNoLoginFollowsItsHello() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        let guest = chat.open()
+        #expect(chat.send(.hello(version: 3, nick: "alice", password: nil), from: guest).isEmpty)
+        var actions: [ChatAction] = []
+        chat.now.uptimeMillis += chat.core.configuration.accounts.loginWait.milliseconds - 1
+        chat.core.tick(at: chat.now, into: &actions)
+        #expect(disconnected(guest, in: actions) == nil, "the login may still come")
+        chat.now.uptimeMillis += 1
+        chat.core.tick(at: chat.now, into: &actions)
+        #expect(disconnected(guest, in: actions)?.code == .nickReserved)
+    }
+
     @Test func aLoginAfterWelcomeTakesTheAccountsNick() {
         var chat = AccountHarness()
         let owner = chat.connect("alice")

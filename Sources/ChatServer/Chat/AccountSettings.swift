@@ -21,6 +21,10 @@ public struct AccountSettings: Sendable, Equatable {
     public var registrationsPerAddress = 3
     /// The window registrations are counted in.
     public var registrationWindow: Duration = .seconds(3600)
+    /// How long a version 3 `hello` for a reserved nick waits for the `login` that its client
+    /// sends with it (in the same write); without one by then, it is refused `nickReserved`. A
+    /// guest has no login to send, and must not wait for the whole handshake timeout.
+    public var loginWait: Duration = .seconds(1)
     /// Whether a password may come over plain TCP from a non-loopback address.
     public var allowPlainPasswords = false
     /// Password hashes computed at once, off the event loop.

@@ -483,10 +483,17 @@ extension ChatCore {
             disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
             return true
         }
-        clients[id.slot]!.pendingHello = (nick, version)
+        clients[id.slot]!.pendingHello = (nick, version, now.uptimeMillis)
         // Its next frame, the login, is decoded with version 3's types.
         clients[id.slot]!.version = min(version, WireProtocol.version)
         return true
+    }
+
+    /// No login came within `AccountSettings.loginWait` of a `hello` for the reserved `nick`: the
+    /// client is a guest (a version 3 client that wants the nick sends its login with the hello).
+    mutating func loginNeverCame(_ id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        let reason = "\(nick) is a registered nick; log in to its account to use it (send login with hello)"
+        disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
     }
 
     /// The frame after a `hello` for a reserved nick: it must be the login to that account.

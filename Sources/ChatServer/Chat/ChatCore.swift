@@ -280,6 +280,12 @@ public struct ChatCore: Sendable {
                 continue
             }
             if client.nick == nil {
+                if let pending = client.pendingHello, accounts.waiting[id] == nil,
+                    now.uptimeMillis &- pending.since >= configuration.accounts.loginWait.milliseconds
+                {
+                    loginNeverCame(id, nick: pending.nick, at: now, into: &actions)
+                    continue
+                }
                 if now.uptimeMillis &- client.connectedAt >= handshakeTimeout {
                     let reason = "no hello within \(configuration.handshakeTimeout)"
                     disconnect(id, Disconnection(code: .handshakeTimeout, reason: reason), at: now, into: &actions)
@@ -1172,8 +1178,8 @@ struct ClientState: Sendable {
         /// The key of the account the client is logged in as (ChatCore+Accounts.swift).
         var account: String?
         /// A version 3 `hello` for a reserved nick, waiting for the `login` that proves it
-        /// (ChatCore+Accounts.swift): the nick and the client's version.
-        var pendingHello: (nick: String, version: UInt16)?
+        /// (ChatCore+Accounts.swift): the nick, the client's version, and since when (uptime ms).
+        var pendingHello: (nick: String, version: UInt16, since: UInt64)?
 
         var isEmpty: Bool { away == nil && pendingRefusal == nil && account == nil && pendingHello == nil }
     }
@@ -1204,7 +1210,7 @@ struct ClientState: Sendable {
     }
 
     /// A handshake waiting for its `login` (a version 3 `hello` for a reserved nick).
-    var pendingHello: (nick: String, version: UInt16)? {
+    var pendingHello: (nick: String, version: UInt16, since: UInt64)? {
         get { seldomSet?.values.pendingHello }
         set { changeSeldom { $0.pendingHello = newValue } }
     }
