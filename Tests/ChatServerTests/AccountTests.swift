@@ -141,8 +141,7 @@ struct AccountTests {
         }
         #expect(answers[.authenticationFailed] == 5, "checked guesses: \(answers)")
         #expect(answers[.throttled] == 145, "\(answers)")
-        // The owner is not locked out by the guessers: its right password is not a guess past
-        // the limit, but it waits for the window like everyone — it gets `throttled` too.
+        // The guessing cost the owner's session nothing: it is still served.
         try await owner.send(.ping(token: 1))
         #expect(try await owner.waitFor("pong") { if case .pong(1) = $0 { true } else { nil } })
         owner.close()
