@@ -134,7 +134,7 @@ struct ChatClientCommand: AsyncParsableCommand {
         for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
             throw Self.configError(configPath, "autojoin: \(CommandError.invalidRoom(room).description)")
         }
-        let password = try (passwordFile ?? settings.passwordFile.map(ClientPaths.expandingTilde)).map(Self.readPassword)
+        let password = try (passwordFile ?? settings.passwordFile.map(ClientPaths.expandingTilde)).map { try Self.readPassword($0) }
         let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
         var configuration = ChatClientDriver.Configuration(
             servers: try serverAddresses(settings, configPath: configPath), password: password, exitIfFirstConnectFails: !interactive,
@@ -145,7 +145,7 @@ struct ChatClientCommand: AsyncParsableCommand {
             let name = account ?? nick
             guard ChatName.isValidNick(name) else { throw ValidationError("--account \(name) is not a valid nick") }
             configuration.account = AccountLogin(
-                name: name, password: try Self.readPassword(accountPasswordFile), withHello: account != nil)
+                name: name, password: try Self.readPassword(accountPasswordFile, flag: "--account-password-file"), withHello: account != nil)
         } else if account != nil {
             throw ValidationError("--account needs --account-password-file")
         }
@@ -213,12 +213,12 @@ struct ChatClientCommand: AsyncParsableCommand {
         }
     }
 
-    private static func readPassword(_ path: String) throws -> String {
+    private static func readPassword(_ path: String, flag: String = "--password-file") throws -> String {
         do {
             let contents = try String(contentsOfFile: path, encoding: .utf8)
             return String(contents.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
         } catch {
-            throw ValidationError("cannot read --password-file \(path): \(error.localizedDescription)")
+            throw ValidationError("cannot read \(flag) \(path): \(error.localizedDescription)")
         }
     }
 

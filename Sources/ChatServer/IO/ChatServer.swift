@@ -1442,9 +1442,4 @@ extension ChatServer {
             connection.updateReading()
         }
     }
-
-    /// How many accounts the server keeps (for tests and the status page).
-    public func accountCount(completion: @escaping @Sendable (Int) -> Void) {
-        queue.async { [self] in completion(core.accountCount) }
-    }
 }
