@@ -122,7 +122,7 @@ let package = Package(
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
         .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
-        .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "TestSupport"]),
+        .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol", "TestSupport"]),
         .testTarget(
             name: "ChatServerTests",
