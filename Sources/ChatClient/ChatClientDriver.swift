@@ -387,11 +387,15 @@ public final class ChatClientDriver {
                 try await run(connection, on: server)
                 if let deadReason { lostReason = deadReason }
             } catch let refusal as ChatConnection.HandshakeError {
-                if case .refused(.nickTaken, _) = refusal, !hasConnected {
-                    // Someone holds our nick at the start: take nick_, as IRC clients do.
+                if case .refused(let code, _) = refusal, code == .nickTaken || (code == .nickReserved && configuration.account == nil),
+                    !hasConnected
+                {
+                    // Someone holds our nick at the start, or it is someone's account: take nick_,
+                    // as IRC clients do.
                     fallbackAttempt += 1
                     if let fallback = ClientSession.fallbackNick(for: requestedNick, attempt: fallbackAttempt) {
-                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) is taken; trying \(fallback)"))
+                        let why = code == .nickReserved ? "is a registered nick" : "is taken"
+                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) \(why); trying \(fallback)"))
                         session.useNick(fallback)
                         closeConnection()
                         continue
