@@ -73,18 +73,22 @@ let package = Package(
         // libsodium from Debian's libsodium-dev, for Argon2id password hashes (docs/ARCHITECTURE.md).
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         // Accounts: Argon2id password hashes and the bounded pool that computes them off the event loop.
-        .target(name: "ChatAccounts", dependencies: ["CSodium", "SocketCore"]),
+        // and the account records behind one seam (AccountStore): memory, or SQLite in the data directory.
+        .target(name: "ChatAccounts", dependencies: ["CSodium", "SocketCore", "ChatStorage"]),
 
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(
             name: "ChatServer",
             dependencies: [
-                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", "RedisProtocol", logging, metrics,
+                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", "RedisProtocol", "ChatAccounts", logging,
+                metrics,
                 .product(name: "DequeModule", package: "swift-collections"),
             ]),
         .executableTarget(
             name: "chat-server",
-            dependencies: ["ChatServer", "ChatStorage", "SocketCore", "SocketTLS", argumentParser, logging, metrics, prometheus]),
+            dependencies: [
+                "ChatServer", "ChatStorage", "ChatAccounts", "SocketCore", "SocketTLS", argumentParser, logging, metrics, prometheus,
+            ]),
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(
@@ -118,11 +122,13 @@ let package = Package(
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
         .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
-        .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts"]),
+        .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol", "TestSupport"]),
         .testTarget(
             name: "ChatServerTests",
-            dependencies: ["ChatServer", "ChatStorage", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport"]),
+            dependencies: [
+                "ChatServer", "ChatStorage", "ChatAccounts", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport",
+            ]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),
     ],

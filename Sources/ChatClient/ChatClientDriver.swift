@@ -53,6 +53,9 @@ public final class ChatClientDriver {
         /// Whose certificates to accept when speaking TLS, or nil for plain text; the same for
         /// every server, each verified against its own host name.
         public var tls: TLSTrust?
+        /// The account to log in to with every `hello` (`--account`), and its password; nil for a
+        /// guest (AccountCommands.swift).
+        public var account: AccountLogin?
 
         /// A configuration for `servers` (at least one), tried in order.
         public init(
@@ -86,7 +89,7 @@ public final class ChatClientDriver {
     /// Pastes of more lines than this ask before they are sent.
     public static let pasteLinesWithoutAsking = 3
 
-    private let configuration: Configuration
+    let configuration: Configuration
     private weak var display: (any ClientDisplay)?
     private var connection: ChatConnection?
     private var outbound: AsyncStream<[Frame]>.Continuation?
@@ -260,12 +263,14 @@ public final class ChatClientDriver {
                 display?.perform(request)
             case .connection(let request):
                 requestConnection(request)
+            case .account(let request):
+                performAccount(request)  // AccountCommands.swift
             }
         }
         display?.sessionChanged()
     }
 
-    private func send(_ frames: [Frame], fromUser: Bool) {
+    func send(_ frames: [Frame], fromUser: Bool) {
         guard let outbound else {
             if fromUser { show(.error(time: ClientClock.now(), text: "not connected; not sent (reconnecting)")) }
             return
@@ -284,7 +289,7 @@ public final class ChatClientDriver {
         if !allowed.isEmpty { outbound.yield(allowed) }
     }
 
-    private func show(_ event: ChatEvent) { display?.show(event) }
+    func show(_ event: ChatEvent) { display?.show(event) }
 
     private func now() -> Duration { ContinuousClock.now - started }
 
@@ -375,17 +380,22 @@ public final class ChatClientDriver {
                 let connection = try await ChatConnection.connect(
                     host: server.host, port: server.port, nick: session.nick,
                     password: configuration.password, version: WireProtocol.version,
-                    timeout: configuration.handshakeTimeout, handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext)
+                    timeout: configuration.handshakeTimeout, handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext,
+                    login: loginBehindHello(to: server, encrypted: tlsContext != nil))
                 let began = ContinuousClock.now
                 defer { sessionLasted = ContinuousClock.now - began }
                 try await run(connection, on: server)
                 if let deadReason { lostReason = deadReason }
             } catch let refusal as ChatConnection.HandshakeError {
-                if case .refused(.nickTaken, _) = refusal, !hasConnected {
-                    // Someone holds our nick at the start: take nick_, as IRC clients do.
+                if case .refused(let code, _) = refusal, code == .nickTaken || (code == .nickReserved && configuration.account == nil),
+                    !hasConnected
+                {
+                    // Someone holds our nick at the start, or it is someone's account: take nick_,
+                    // as IRC clients do.
                     fallbackAttempt += 1
                     if let fallback = ClientSession.fallbackNick(for: requestedNick, attempt: fallbackAttempt) {
-                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) is taken; trying \(fallback)"))
+                        let why = code == .nickReserved ? "is a registered nick" : "is taken"
+                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) \(why); trying \(fallback)"))
                         session.useNick(fallback)
                         closeConnection()
                         continue
@@ -525,6 +535,8 @@ public final class ChatClientDriver {
     private func mustGiveUp(_ code: ErrorCode) -> Bool {
         switch code {
         case .invalidNick, .badPassword, .unsupportedVersion: true
+        // Retrying with the same nick and password cannot go otherwise.
+        case .nickReserved, .authenticationFailed, .plainPasswordRefused, .ghosted: true
         case .nickTaken: !hasConnected
         default: false
         }
@@ -569,6 +581,9 @@ public final class ChatClientDriver {
         }
         for try await frame in connection.frames {
             lastHeard = ContinuousClock.now
+            // Ghosted: our account logged in elsewhere. Reconnecting would ghost that session in
+            // turn, and so on for ever: stay offline until /reconnect.
+            if case .error(.ghosted, true, _, _) = frame { connectionRequest = .disconnect }
             perform(session.receive(frame), fromUser: false)
             if case .limits = frame, let limits = session.limits { pacer = PastePacer(limits: limits, now: now()) }
         }

@@ -62,7 +62,8 @@ public final class ChatConnection: Sendable {
     /// certificate against `host`; the TLS handshake counts against `handshakeTimeout` too.
     public static func connect(
         host: String, port: Int, nick: String, password: String? = nil, version: UInt16 = 1,
-        timeout: Duration = .seconds(10), handshakeTimeout: Duration = .seconds(10), tls: TLSContext? = nil
+        timeout: Duration = .seconds(10), handshakeTimeout: Duration = .seconds(10), tls: TLSContext? = nil,
+        login: AccountLogin? = nil
     ) async throws -> ChatConnection {
         let connection = try await SocketConnection.connect(host: host, port: port, timeout: timeout, tls: tls)
         let deadline = ContinuousClock.now + handshakeTimeout
@@ -75,6 +76,11 @@ public final class ChatConnection: Sendable {
         do {
             var hello: [UInt8] = []
             FrameEncoder.encode(.hello(version: version, nick: nick, password: password), into: &hello)
+            // Version 3: the login rides right behind the hello, so a reserved nick is welcomed
+            // (docs/PROTOCOL.md, "Version 3"); an older server skips it as an unknown frame.
+            if let login, version >= 3 {
+                FrameEncoder.encode(.login(account: login.name, password: login.password), into: &hello)
+            }
             try await connection.write(hello)
             var reader = FrameStream(connection: connection)
             let first: Frame?

@@ -62,6 +62,10 @@ public enum ClientCommand: Equatable, Sendable {
     case disconnect
     /// `/whois nick`: which of our rooms `nick` is in.
     case whois(String)
+    /// `/register`: make the current nick an account (version 3), with the account password.
+    case register
+    /// `/login [account]`: log in to an account (version 3) and take its nick.
+    case login(account: String?)
 
     /// What `/window` acts on.
     public enum WindowTarget: Equatable, Sendable {
@@ -151,6 +155,8 @@ public struct CommandSpec: Sendable, Equatable {
         CommandSpec(name: "lastlog", usage: "/lastlog text", summary: "show the current window's lines containing text", argument: .text),
         CommandSpec(name: "set", usage: "/set [name [value]]", summary: "list, show or change a setting for this session", argument: .text),
         CommandSpec(name: "save", usage: "/save", summary: "write the settings to the config file", argument: .text),
+        CommandSpec(name: "register", usage: "/register", summary: "make your nick an account, with the --account-password-file password", argument: .text),
+        CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account (default: --account, else your nick) and take its nick", argument: .nick),
         CommandSpec(name: "reconnect", usage: "/reconnect", summary: "connect again now", argument: .text),
         CommandSpec(name: "server", usage: "/server HOST:PORT", summary: "move to another server", argument: .text),
         CommandSpec(name: "disconnect", usage: "/disconnect", summary: "leave the server and stay offline (/reconnect)", argument: .text),
@@ -253,6 +259,13 @@ public enum CommandParser {
             return .set(name: setting, value: value.isEmpty ? nil : value)
         case "save":
             return .save
+        case "register":
+            guard rest.isEmpty else { throw usage }
+            return .register
+        case "login":
+            if rest.isEmpty { return .login(account: nil) }
+            guard let account = singleWord(rest) else { throw usage }
+            return .login(account: try validNick(account))
         case "reconnect":
             return .reconnect
         case "server":

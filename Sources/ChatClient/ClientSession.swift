@@ -19,6 +19,8 @@ public enum SessionAction: Equatable, Sendable {
     case display(DisplayRequest)
     /// Something only the driver can do: the connection itself.
     case connection(ConnectionRequest)
+    /// An account request, which needs the password only the driver holds.
+    case account(AccountRequest)
 }
 
 /// What the session asks of the display (the terminal keeps each window's lines and the settings).
@@ -41,6 +43,15 @@ public enum ConnectionRequest: Equatable, Sendable {
     case server(String)
     /// Leave the server and stay offline until `/reconnect` (`/disconnect`).
     case disconnect
+}
+
+/// What the session asks of the driver for an account (`/register`, `/login`): the driver holds
+/// the password, never the session (AccountCommands.swift).
+public enum AccountRequest: Equatable, Sendable {
+    /// Register the current nick with the account password.
+    case register
+    /// Log in to `account` (nil: the configured `--account`, else the current nick).
+    case login(account: String?)
 }
 
 /// The client's view of the chat, as a value: who we are, which rooms and direct-message
@@ -74,6 +85,8 @@ public struct ClientSession: Sendable {
     public private(set) var activity: [ChatWindow: WindowActivity] = [:]
     /// Our away message, nil when we are not away.
     public private(set) var awayMessage: String?
+    /// The account the session is logged in as (version 3), nil for a guest.
+    public internal(set) var account: String?
     /// The rate limits the server announced (version 2), or nil.
     public private(set) var limits: RateLimits?
     /// The nicks whose messages we do not show (as typed by the user).
@@ -438,6 +451,10 @@ public struct ClientSession: Sendable {
             return [.connection(.server(address))]
         case .disconnect:
             return [.connection(.disconnect)]
+        case .register:
+            return [.account(.register)]
+        case .login(let account):
+            return [.account(.login(account: account))]
         case .whois(let other):
             let shared = rooms.filter { room in members(of: room).contains { ChatName.nickKey($0) == ChatName.nickKey(other) } }
             let query = queryWindow(with: other).map { _ in "; you have a query window with \(other)" } ?? ""
@@ -627,8 +644,11 @@ public struct ClientSession: Sendable {
             return serverError(code: code, fatal: fatal, frameType: frameType, reason: reason)
         case .goodbye(let reason):
             return [notice(reason.isEmpty ? "server said goodbye" : "server said goodbye: \(reason)")]
+        case .registered, .loggedIn, .passwordChanged, .accountDropped:
+            return accountAnswer(frame)  // ClientSession+Accounts.swift
         case .welcome, .pong, .unknown, .hello, .changeNick, .join, .part, .say, .emote, .tell,
-            .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway:
+            .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway, .register, .login,
+            .changePassword, .dropAccount:
             // Skippable or misdirected frames carry nothing to show.
             return []
         }
@@ -930,8 +950,8 @@ public struct ClientSession: Sendable {
         membersByRoom[room]?.removeAll { ChatName.nickKey($0) == ChatName.nickKey(who) }
     }
 
-    private func notice(_ text: String) -> SessionAction { .show(.notice(time: clock(), text: text)) }
-    private func error(_ text: String) -> SessionAction { .show(.error(time: clock(), text: text)) }
+    func notice(_ text: String) -> SessionAction { .show(.notice(time: clock(), text: text)) }
+    func error(_ text: String) -> SessionAction { .show(.error(time: clock(), text: text)) }
     private func noRoom() -> SessionAction { error("you are not in a room; /join #room first") }
 
     private func help(_ topic: String?) -> [SessionAction] {

@@ -61,9 +61,31 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
     /// was asked; the reason says why. Not fatal, except in answer to `hello`: later requests may
     /// succeed, on this node once it reconnects or on another.
     public static let unavailable = ErrorCode(rawValue: 23)
+    /// Version 3: the server cannot take another password check now (its hashing queue is full);
+    /// the request was not looked at. Not fatal: try again in a moment.
+    public static let busy = ErrorCode(rawValue: 24)
+    /// Version 3: the account does not exist or the password is wrong. Fatal only in the handshake.
+    public static let authenticationFailed = ErrorCode(rawValue: 25)
+    /// The nick belongs to an account the client is not logged in as (sent to clients of every
+    /// version, which show it by its reason).
+    public static let nickReserved = ErrorCode(rawValue: 26)
+    /// Version 3: too many password guesses for this account or from this address, or too many
+    /// registrations from this address; the request was not looked at. The reason says when to retry.
+    public static let throttled = ErrorCode(rawValue: 27)
+    /// Version 3: the nick is already a registered account.
+    public static let accountExists = ErrorCode(rawValue: 28)
+    /// Version 3: the server holds as many accounts as it allows.
+    public static let tooManyAccounts = ErrorCode(rawValue: 29)
+    /// Version 3: a password over plain TCP from a non-loopback address; use TLS.
+    public static let plainPasswordRefused = ErrorCode(rawValue: 30)
+    /// Version 3: the request needs a login (`changePassword`, `dropAccount`).
+    public static let notLoggedIn = ErrorCode(rawValue: 31)
+    /// Fatal: the account's owner logged in from another connection and took the nick back; a
+    /// client should not reconnect to take it again.
+    public static let ghosted = ErrorCode(rawValue: 32)
 
     /// Every code this version defines, in numeric order.
-    public static let allKnown: [ErrorCode] = (1...23).map(ErrorCode.init(rawValue:))
+    public static let allKnown: [ErrorCode] = (1...32).map(ErrorCode.init(rawValue:))
 
     /// The code's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
     public var name: String? {
@@ -73,6 +95,8 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
             "rateLimited", "frameTooLarge", "malformedFrame", "tooManyRooms", "notInRoom",
             "invalidRoom", "noSuchNick", "idleTimeout", "slowConsumer", "shuttingDown",
             "internal", "unexpectedFrame", "alreadyInRoom", "storageFailed", "unavailable",
+            "busy", "authenticationFailed", "nickReserved", "throttled", "accountExists",
+            "tooManyAccounts", "plainPasswordRefused", "notLoggedIn", "ghosted",
         ]
         let index = Int(rawValue) - 1
         return names.indices.contains(index) ? names[index] : nil

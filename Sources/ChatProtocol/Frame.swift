@@ -39,6 +39,19 @@ public enum Frame: Hashable, Sendable {
     /// Client → server (version 2): marks the client away with `text`, or back when `text` is
     /// empty. Answered by `away` with the client's own nick.
     case setAway(text: String)
+    /// Client → server (version 3): registers the client's current nick as an account with
+    /// `password`, and logs the client in as it. Answered by `registered` or an error.
+    case register(password: String)
+    /// Client → server (version 3): logs in as `account` with `password`; on success the client
+    /// holds the account's nick (a stale connection holding it is ghosted). Answered by
+    /// `loggedIn` (after `nickAccepted` if the nick changed) or an error.
+    case login(account: String, password: String)
+    /// Client → server (version 3): replaces the logged-in account's password. Answered by
+    /// `passwordChanged` or an error.
+    case changePassword(old: String, new: String)
+    /// Client → server (version 3): deletes the logged-in account; its nick is no longer
+    /// reserved. Answered by `accountDropped` or an error.
+    case dropAccount(password: String)
 
     // MARK: Server → client
 
@@ -95,6 +108,16 @@ public enum Frame: Hashable, Sendable {
     /// to this client, so it can pace what it sends. `requestRate` is in thousandths of a
     /// request per second and `byteRate` in bytes per second; 0 means no limit.
     case limits(requestRate: UInt32, requestBurst: UInt32, byteRate: UInt32, byteBurst: UInt32)
+    /// Server → client (version 3), answer to `register`: `account` exists and the client is
+    /// logged in as it.
+    case registered(account: String)
+    /// Server → client (version 3), answer to `login`: the client is logged in as `account`.
+    case loggedIn(account: String)
+    /// Server → client (version 3), answer to `changePassword`: `account`'s password is the new one.
+    case passwordChanged(account: String)
+    /// Server → client (version 3), answer to `dropAccount`: `account` no longer exists; the
+    /// client keeps its nick as a guest.
+    case accountDropped(account: String)
 
     // MARK: Either direction
 
@@ -130,6 +153,14 @@ public enum Frame: Hashable, Sendable {
         case .requestHistory: .requestHistory
         case .fetchHistory: .fetchHistory
         case .setAway: .setAway
+        case .register: .register
+        case .login: .login
+        case .changePassword: .changePassword
+        case .dropAccount: .dropAccount
+        case .registered: .registered
+        case .loggedIn: .loggedIn
+        case .passwordChanged: .passwordChanged
+        case .accountDropped: .accountDropped
         case .welcome: .welcome
         case .message: .message
         case .action: .action

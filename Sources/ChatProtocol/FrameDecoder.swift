@@ -106,7 +106,7 @@ public struct FrameDecoder: Sendable {
         let type = FrameType(rawValue: body[0])
         var reader = FrameReader(UnsafeBufferPointer(rebasing: body[1...]))
         if let introduced = type.introducedIn, introduced > version {
-            // Every later type is skippable (docs/PROTOCOL.md, "Version 2").
+            // Every later type is skippable (docs/PROTOCOL.md, "Version 2", "Version 3").
             return .unknown(type: type, payload: reader.rest())
         }
         let frame: Frame
@@ -145,6 +145,22 @@ public struct FrameDecoder: Sendable {
                 limit: try reader.uint32(.historyCount))
         case .setAway:
             frame = .setAway(text: try reader.text(.text))
+        case .register:
+            frame = .register(password: try reader.string(.password))
+        case .login:
+            frame = .login(account: try reader.nick(.account), password: try reader.string(.password))
+        case .changePassword:
+            frame = .changePassword(old: try reader.string(.password), new: try reader.string(.newPassword))
+        case .dropAccount:
+            frame = .dropAccount(password: try reader.string(.password))
+        case .registered:
+            frame = .registered(account: try reader.nick(.account))
+        case .loggedIn:
+            frame = .loggedIn(account: try reader.nick(.account))
+        case .passwordChanged:
+            frame = .passwordChanged(account: try reader.nick(.account))
+        case .accountDropped:
+            frame = .accountDropped(account: try reader.nick(.account))
         case .welcome:
             frame = .welcome(
                 version: try reader.uint16(.version), nick: try reader.nick(.nick),

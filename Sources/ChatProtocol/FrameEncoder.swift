@@ -63,6 +63,16 @@ public enum FrameEncoder {
             out.appendVarint(UInt64(limit))
         case let .setAway(text):
             out.appendText(text)
+        case let .register(password), let .dropAccount(password):
+            out.appendString(password)
+        case let .login(account, password):
+            out.appendString(account)
+            out.appendString(password)
+        case let .changePassword(old, new):
+            out.appendString(old)
+            out.appendString(new)
+        case let .registered(account), let .loggedIn(account), let .passwordChanged(account), let .accountDropped(account):
+            out.appendString(account)
         case let .welcome(version, nick, maxFrameSize, motd):
             out.appendVarint(UInt64(version))
             out.appendString(nick)

@@ -37,6 +37,10 @@ public enum Field: String, Hashable, Sendable, CaseIterable {
     case nick
     /// `hello.password`.
     case password
+    /// An account name (version 3): a nick, by the nick rules.
+    case account
+    /// The new password of `changePassword` (version 3).
+    case newPassword
     /// A room name.
     case room
     /// Message, action, topic or direct-message text.

@@ -44,6 +44,14 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     public static let fetchHistory = FrameType(rawValue: 0x0C)
     /// Client → server (version 2): marks the client away or back.
     public static let setAway = FrameType(rawValue: 0x0D)
+    /// Client → server (version 3): registers the current nick as an account.
+    public static let register = FrameType(rawValue: 0x0E)
+    /// Client → server (version 3): logs in to an account.
+    public static let login = FrameType(rawValue: 0x0F)
+    /// Client → server (version 3): changes the account's password.
+    public static let changePassword = FrameType(rawValue: 0x10)
+    /// Client → server (version 3): deletes the account.
+    public static let dropAccount = FrameType(rawValue: 0x11)
 
     /// Server → client: accepts the session.
     public static let welcome = FrameType(rawValue: 0x20)
@@ -83,6 +91,14 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     public static let away = FrameType(rawValue: 0x31)
     /// Server → client (version 2): the rate limits that apply to the receiver.
     public static let limits = FrameType(rawValue: 0x32)
+    /// Server → client (version 3): a registration succeeded.
+    public static let registered = FrameType(rawValue: 0x33)
+    /// Server → client (version 3): a login succeeded.
+    public static let loggedIn = FrameType(rawValue: 0x34)
+    /// Server → client (version 3): a password change succeeded.
+    public static let passwordChanged = FrameType(rawValue: 0x35)
+    /// Server → client (version 3): an account was deleted.
+    public static let accountDropped = FrameType(rawValue: 0x36)
 
     /// Either direction: asks the peer to answer with `pong`.
     public static let ping = FrameType(rawValue: 0x40)
@@ -96,13 +112,14 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     /// Every type this version of the protocol defines, in wire order.
     public static let allKnown: [FrameType] = [
         .hello, .changeNick, .join, .part, .say, .emote, .tell, .listRooms, .who, .setTopic,
-        .requestHistory, .fetchHistory, .setAway, .welcome, .message, .action, .direct, .joined,
+        .requestHistory, .fetchHistory, .setAway, .register, .login, .changePassword, .dropAccount, .welcome, .message, .action, .direct, .joined,
         .left, .quit, .nickChanged, .nickAccepted, .roomList, .members, .topic, .history,
-        .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits, .ping, .pong,
+        .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits, .registered, .loggedIn,
+        .passwordChanged, .accountDropped, .ping, .pong,
         .error, .goodbye,
     ]
 
-    /// The protocol version that defined this type (1 or 2), or nil if this version does not
+    /// The protocol version that defined this type (1, 2 or 3), or nil if this version does not
     /// define it. A peer that agreed on an earlier version treats the type as unknown: skipped
     /// when skippable, as docs/PROTOCOL.md's forward-compatibility rule says.
     ///
@@ -111,6 +128,7 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
         switch rawValue {
         case 0x01...0x0B, 0x20...0x2C, 0x40...0x43: 1
         case 0x0C...0x0D, 0x2D...0x32: 2
+        case 0x0E...0x11, 0x33...0x36: 3
         default: nil
         }
     }
@@ -123,12 +141,14 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     private static let names: [UInt8: String] = [
         0x01: "hello", 0x02: "changeNick", 0x03: "join", 0x04: "part", 0x05: "say",
         0x06: "emote", 0x07: "tell", 0x08: "listRooms", 0x09: "who", 0x0A: "setTopic",
-        0x0B: "requestHistory", 0x0C: "fetchHistory", 0x0D: "setAway", 0x20: "welcome",
+        0x0B: "requestHistory", 0x0C: "fetchHistory", 0x0D: "setAway", 0x0E: "register", 0x0F: "login",
+        0x10: "changePassword", 0x11: "dropAccount", 0x20: "welcome",
         0x21: "message", 0x22: "action",
         0x23: "direct", 0x24: "joined", 0x25: "left", 0x26: "quit", 0x27: "nickChanged",
         0x28: "nickAccepted", 0x29: "roomList", 0x2A: "members", 0x2B: "topic",
         0x2C: "history", 0x2D: "roomState", 0x2E: "historyPage", 0x2F: "roomListPage",
-        0x30: "membersPage", 0x31: "away", 0x32: "limits", 0x40: "ping", 0x41: "pong", 0x42: "error", 0x43: "goodbye",
+        0x30: "membersPage", 0x31: "away", 0x32: "limits", 0x33: "registered", 0x34: "loggedIn",
+        0x35: "passwordChanged", 0x36: "accountDropped", 0x40: "ping", 0x41: "pong", 0x42: "error", 0x43: "goodbye",
     ]
 }
 

@@ -67,6 +67,11 @@ public enum WireComparison {
         case let .requestHistory(room, _), let .fetchHistory(room, _, _, _), let .roomState(room, _, _, _):
             return bytes(room)
         case let .setAway(text): return bytes(text)
+        case let .register(password), let .dropAccount(password): return bytes(password)
+        case let .login(account, password): return bytes(account, password)
+        case let .changePassword(old, new): return bytes(old, new)
+        case let .registered(account), let .loggedIn(account), let .passwordChanged(account), let .accountDropped(account):
+            return bytes(account)
         case let .away(nick, text): return bytes(nick, text)
         case let .welcome(_, nick, _, motd): return bytes(nick, motd)
         case let .message(room, _, _, sender, text), let .action(room, _, _, sender, text):

@@ -68,6 +68,12 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "A file whose first line is the server password.")
     var passwordFile: String?
 
+    @Option(help: "An account to log in to with every connection (protocol version 3), taking its nick; its password comes from the account password file.")
+    var account: String?
+
+    @Option(help: "A file whose first line is the account password, for the account option, /register and /login (never typed, so never echoed or kept in the history).")
+    var accountPasswordFile: String?
+
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")
     var historyFile: String?
 
@@ -128,12 +134,21 @@ struct ChatClientCommand: AsyncParsableCommand {
         for room in rooms where (try? ChatName.normalizedRoom(room)) == nil {
             throw Self.configError(configPath, "autojoin: \(CommandError.invalidRoom(room).description)")
         }
-        let password = try (passwordFile ?? settings.passwordFile.map(ClientPaths.expandingTilde)).map(Self.readPassword)
+        let password = try (passwordFile ?? settings.passwordFile.map(ClientPaths.expandingTilde)).map { try Self.readPassword($0) }
         let interactive = isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1
-        let configuration = ChatClientDriver.Configuration(
+        var configuration = ChatClientDriver.Configuration(
             servers: try serverAddresses(settings, configPath: configPath), password: password, exitIfFirstConnectFails: !interactive,
             handshakeTimeout: .milliseconds(Int(handshakeTimeout * 1000)), pingInterval: .milliseconds(Int(pingInterval * 1000)),
             tls: trust(settings))
+        if let accountPasswordFile {
+            // Without --account: the nick's own account, for /register and /login.
+            let name = account ?? nick
+            guard ChatName.isValidNick(name) else { throw ValidationError("--account \(name) is not a valid nick") }
+            configuration.account = AccountLogin(
+                name: name, password: try Self.readPassword(accountPasswordFile, flag: "--account-password-file"), withHello: account != nil)
+        } else if account != nil {
+            throw ValidationError("--account needs --account-password-file")
+        }
         var session = ClientSession(nick: nick, rooms: rooms)
         session.highlightWords = settings.highlight
         if settings.mergedWindow, interactive { session.addMergedWindow() }
@@ -146,6 +161,8 @@ struct ChatClientCommand: AsyncParsableCommand {
 
     /// `--nick`, else the config file's, else `$USER`.
     private func chosenNick(_ settings: ClientSettings) throws -> String {
+        // The account's nick is the one to hold; the login behind the hello takes it.
+        if let account { return account }
         if let nick { return nick }
         if let configured = settings.nick {
             guard ChatName.isValidNick(configured) else { throw ValidationError("the config file's nick: \(CommandError.invalidNick(configured).description)") }
@@ -196,12 +213,12 @@ struct ChatClientCommand: AsyncParsableCommand {
         }
     }
 
-    private static func readPassword(_ path: String) throws -> String {
+    private static func readPassword(_ path: String, flag: String = "--password-file") throws -> String {
         do {
             let contents = try String(contentsOfFile: path, encoding: .utf8)
             return String(contents.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
         } catch {
-            throw ValidationError("cannot read --password-file \(path): \(error.localizedDescription)")
+            throw ValidationError("cannot read \(flag) \(path): \(error.localizedDescription)")
         }
     }
 

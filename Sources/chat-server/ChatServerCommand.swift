@@ -1,4 +1,5 @@
 import ArgumentParser
+import ChatAccounts
 import ChatServer
 import ChatStorage
 import CoreMetrics
@@ -181,6 +182,27 @@ struct ChatServerCommand: ParsableCommand {
     @Option(help: "Seconds an address that guessed wrong --password-attempts times is refused.")
     var passwordLockout: Double = 60
 
+    @Option(help: "The most accounts the server keeps; one more register is refused with tooManyAccounts.")
+    var maxAccounts = 10_000
+
+    @Option(help: "Password checks per account per minute (login, change-password, drop-account), from all addresses together; more are answered throttled.")
+    var loginAttemptsPerAccount = 5
+
+    @Option(help: "Password checks per address (IPv6: per /64) per minute, for all accounts together; more are answered throttled.")
+    var loginAttemptsPerAddress = 20
+
+    @Option(help: "Registrations per address (IPv6: per /64) per hour; more are answered throttled.")
+    var registrationsPerAddress = 3
+
+    @Option(help: "Password hashes (Argon2id, 19 MiB and ~12 ms each) computed at once, off the event loop: 1...8.")
+    var hashingWorkers = 1
+
+    @Option(help: "Password checks that may wait for a hashing worker; past them, logins are answered busy at once.")
+    var hashingQueue = 32
+
+    @Flag(help: "Accept passwords (register, login) over plain TCP from non-loopback addresses, where anyone on the path can read them.")
+    var allowPlainPasswords = false
+
     @Option(
         help: ArgumentHelp(
             "The directory rooms are stored in (created if missing; one server at a time). Default: $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.",
@@ -317,6 +339,20 @@ struct ChatServerCommand: ParsableCommand {
         }
     }
 
+    /// Opens the accounts' file in the rooms' data directory (durable mode); nil — accounts in
+    /// memory, lost at exit — without one.
+    private func openAccounts(beside store: SQLiteRoomStore?, logger: Logger) throws -> (any AccountStore)? {
+        guard let store else { return nil }
+        do {
+            let accounts = try SQLiteAccountStore(directory: store.directory.path)
+            logger.info("accounts stored", metadata: ["accounts.path": "\(accounts.path)"])
+            return accounts
+        } catch {
+            StandardError.write("chat-server: \(error)\n")
+            throw ExitCode(1)
+        }
+    }
+
     func run() throws {
         if status, let metrics {
             guard let page = StatusClient.fetch(host: metrics.host, port: metrics.port, path: "/status") else {
@@ -336,9 +372,11 @@ struct ChatServerCommand: ParsableCommand {
         let logger = Logger(label: "chat-server")
         let cluster = try clusterConfiguration()
         let store = cluster == nil ? try openStore(logger: logger) : nil
+        let accounts = try openAccounts(beside: store, logger: logger)
         let server: ChatServer
         do {
-            server = try ChatServer(configuration: try serverConfiguration(), store: store, cluster: cluster, logger: logger)
+            server = try ChatServer(
+                configuration: try serverConfiguration(), store: store, cluster: cluster, accounts: accounts, logger: logger)
         } catch let error as TLSError {
             // The sentence names the file and what to do; a stack of ArgumentParser text would not.
             StandardError.write("chat-server: \(error)\n")
@@ -399,6 +437,13 @@ struct ChatServerCommand: ParsableCommand {
             configuration.plainPort = plainPort
         }
         configuration.maxClients = maxClients
+        configuration.accounts.maxAccounts = maxAccounts
+        configuration.accounts.loginAttemptsPerAccount = loginAttemptsPerAccount
+        configuration.accounts.loginAttemptsPerAddress = loginAttemptsPerAddress
+        configuration.accounts.registrationsPerAddress = registrationsPerAddress
+        configuration.accounts.hashingWorkers = hashingWorkers
+        configuration.accounts.hashingQueue = hashingQueue
+        configuration.accounts.allowPlainPasswords = allowPlainPasswords
         configuration.maxClientsPerAddress = maxClientsPerAddress
         configuration.maxFrameSize = maxFrameSize
         configuration.maxRoomsPerClient = maxRoomsPerClient

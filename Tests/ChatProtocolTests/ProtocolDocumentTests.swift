@@ -99,10 +99,11 @@ struct ProtocolDocumentTests {
 
     @Test func theVersionThatIntroducedEachTypeIsTheDocumentsAndUnknownTypesHaveNone() {
         for type in FrameType.allKnown {
-            // "### fetchHistory (0x0C, C→S, v2)", or "### ping (0x40, both) and pong (0x41, both)".
+            // "### fetchHistory (0x0C, C→S, v2)", "### login (0x0F, C→S, v3)", or "### ping (0x40, both) and pong (0x41, both)".
             let heading = document.text.split(separator: "\n").lazy.filter { $0.hasPrefix("### ") }
                 .compactMap { line in line.range(of: "\(type.name!) (0x").map { line[$0.upperBound...] } }.first
-            let documented: UInt16 = heading?.prefix { $0 != ")" }.hasSuffix(", v2") == true ? 2 : 1
+            let inParentheses = heading?.prefix { $0 != ")" }
+            let documented: UInt16 = inParentheses?.hasSuffix(", v3") == true ? 3 : inParentheses?.hasSuffix(", v2") == true ? 2 : 1
             #expect(heading != nil, "no section for \(type)")
             #expect(type.introducedIn == documented, "\(type) is version \(documented) in docs/PROTOCOL.md")
         }

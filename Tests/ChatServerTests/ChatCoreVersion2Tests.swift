@@ -16,7 +16,7 @@ struct ChatCoreVersion2Tests {
         let (newer, _) = chat.open()
         #expect(
             chat.send(.hello(version: 7, nick: "alice", password: nil), from: newer) == [
-                .send(.welcome(version: 2, nick: "alice", maxFrameSize: 16_384, motd: ""), to: newer),
+                .send(.welcome(version: WireProtocol.version, nick: "alice", maxFrameSize: 16_384, motd: ""), to: newer),
                 .send(.limits(requestRate: 2_500, requestBurst: 40, byteRate: 4_096, byteBurst: 20_000), to: newer),
             ])
         let (older, _) = chat.open()

@@ -256,7 +256,7 @@ struct DurabilityTests {
         defer { store.close() }
         let small = testConfiguration {
             $0.historySize = 1_000
-            $0.maxMemory = 64 << 20
+            $0.maxMemory = 88 << 20
             $0.maxClients = 100
         }
         let server = try ChatServer(configuration: small, store: store, logger: quietLogger)
@@ -461,7 +461,7 @@ extension DurabilityTests {
         defer { data.remove() }
         let configuration = testConfiguration {
             $0.maxClients = 10
-            $0.maxMemory = 60 << 20
+            $0.maxMemory = 84 << 20
         }
         let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
         defer { store.close() }

@@ -16,7 +16,7 @@ struct MetricsPortTests {
     /// The control chat sends faster than a client's default rate: the attack here is on the
     /// metrics port, not the chat's limits.
     static let flags = [
-        "--max-memory", "128M", "--max-clients", "1000", "--log-level", "warning", "--no-rate-limits", "--metrics", "127.0.0.1:0",
+        "--max-memory", "152M", "--max-clients", "1000", "--log-level", "warning", "--no-rate-limits", "--metrics", "127.0.0.1:0",
     ]
     /// `MetricsEndpoint.Limits().maxConnections`, the endpoint's default.
     static let connectionLimit = 16

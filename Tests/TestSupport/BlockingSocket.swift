@@ -25,7 +25,11 @@ public final class BlockingSocket: @unchecked Sendable {
     /// Connects to `host:port` (IPv4 or IPv6 literal). `receiveBuffer` shrinks the kernel's
     /// receive buffer, so a client that does not read backs the server up sooner. With `tls` the
     /// connection speaks TLS and verifies the server's certificate against `host`.
-    public init(host: String = "127.0.0.1", port: Int, receiveBuffer: Int32? = nil, tls: TLSContext? = nil) throws {
+    /// `source`, an IPv4 literal, is the local address to connect from (any of 127.0.0.0/8 reaches
+    /// a server on 127.0.0.1), so one test can play clients from many addresses.
+    public init(
+        host: String = "127.0.0.1", port: Int, receiveBuffer: Int32? = nil, tls: TLSContext? = nil, source: String? = nil
+    ) throws {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_flags = AI_NUMERICHOST
@@ -38,6 +42,22 @@ public final class BlockingSocket: @unchecked Sendable {
         guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         if var size = receiveBuffer {
             setsockopt(descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            guard inet_pton(AF_INET, source, &local.sin_addr) == 1 else {
+                Glibc.close(descriptor)
+                throw POSIXError(.EINVAL)
+            }
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else {
+                let code = errno
+                Glibc.close(descriptor)
+                throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+            }
         }
         guard connect(descriptor, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else {
             let code = errno

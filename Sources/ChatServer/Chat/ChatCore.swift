@@ -65,6 +65,8 @@ public struct ChatCore: Sendable {
 
     /// Wrong passwords by address, for the delay and the lockout.
     private var passwordFailures: [String: PasswordFailures] = [:]
+    /// The accounts, and the account work in flight (ChatCore+Accounts.swift).
+    var accounts = AccountDirectory()
 
     /// In cluster mode, what this node knows of the rooms its clients are in and what it waits
     /// for from the cluster (ChatCore+Cluster.swift); nil for a server on its own.
@@ -95,8 +97,9 @@ public struct ChatCore: Sendable {
 
     /// A connection from `address` opened as `id`: registers it and returns `nil`, or, when the
     /// server or the address is at its limit, returns why it is refused and registers nothing (the
-    /// caller turns it away without ever reading from it).
-    public mutating func clientConnected(_ id: ClientID, address: String, at now: ServerTime) -> Disconnection? {
+    /// caller turns it away without ever reading from it). `encrypted`: it speaks TLS (passwords
+    /// from afar are accepted only then, ChatCore+Accounts.swift).
+    public mutating func clientConnected(_ id: ClientID, address: String, encrypted: Bool = false, at now: ServerTime) -> Disconnection? {
         precondition(id.slot >= 0, "slots are non-negative")
         if clientCount >= configuration.maxClients {
             let reason = "the server is full (\(configuration.maxClients) connections)"
@@ -121,6 +124,8 @@ public struct ChatCore: Sendable {
         precondition(clients[id.slot] == nil, "slot \(id.slot) reused while in use")
         clients[id.slot] = ClientState(
             address: address, burst: configuration.messageBurst, byteBurst: configuration.byteBurst, now: now.uptimeMillis)
+        clients[id.slot]!.passwordsAllowed = Self.acceptsPassword(
+            from: address, encrypted: encrypted, allowPlain: configuration.accounts.allowPlainPasswords)
         state.connections += 1
         addresses[address] = state
         clientCount += 1
@@ -164,6 +169,7 @@ public struct ChatCore: Sendable {
         if let introduced = frame.type.introducedIn, introduced > clients[id.slot]!.version { return }
         let firstAction = actions.count
         defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
+        if accountRequest(frame, from: id, nick: nick, at: now, into: &actions) { return }
         if cluster != nil, clusterReceived(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
         switch frame {
         case .changeNick(let newNick):
@@ -196,7 +202,8 @@ public struct ChatCore: Sendable {
             actions.append(.send(.away(nick: nick, text: text), to: id))
         case .ping(let token):
             actions.append(.send(.pong(token: token), to: id))
-        case .pong, .unknown:
+        case .pong, .unknown, .register, .login, .changePassword, .dropAccount:
+            // Account requests were served above (`accountRequest`).
             // A pong has done its job by arriving; unknown skippable frames are ignored by design.
             break
         case .goodbye(let reason):
@@ -209,7 +216,8 @@ public struct ChatCore: Sendable {
             let violation = Disconnection(code: .unexpectedFrame, frameType: .hello, reason: "the handshake is already done")
             endSession(id, violation, at: now, into: &actions)
         case .welcome, .message, .action, .direct, .joined, .left, .quit, .nickChanged, .nickAccepted, .roomList,
-            .members, .topic, .history, .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits:
+            .members, .topic, .history, .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits,
+            .registered, .loggedIn, .passwordChanged, .accountDropped:
             let violation = Disconnection(
                 code: .unexpectedFrame, frameType: frame.type, reason: "a client may not send \(frame.type)")
             endSession(id, violation, at: now, into: &actions)
@@ -239,6 +247,7 @@ public struct ChatCore: Sendable {
         guard id.slot < clients.count, let client = clients[id.slot] else { return }
         clients[id.slot] = nil
         reads.forget(id)
+        accounts.waiting[id] = nil
         clientCount -= 1
         addresses[client.address]?.connections -= 1
         if cluster != nil {
@@ -271,6 +280,12 @@ public struct ChatCore: Sendable {
                 continue
             }
             if client.nick == nil {
+                if let pending = client.pendingHello, accounts.waiting[id] == nil,
+                    now.uptimeMillis &- pending.since >= configuration.accounts.loginWait.milliseconds
+                {
+                    loginNeverCame(id, nick: pending.nick, at: now, into: &actions)
+                    continue
+                }
                 if now.uptimeMillis &- client.connectedAt >= handshakeTimeout {
                     let reason = "no hello within \(configuration.handshakeTimeout)"
                     disconnect(id, Disconnection(code: .handshakeTimeout, reason: reason), at: now, into: &actions)
@@ -301,6 +316,7 @@ public struct ChatCore: Sendable {
         passwordFailures = passwordFailures.filter { _, failures in
             failures.lockedUntil > now.uptimeMillis || now.uptimeMillis &- failures.lastFailure < lockout
         }
+        forgetEndedAccountWindows(at: now)
     }
 
     // MARK: Queries
@@ -334,6 +350,10 @@ public struct ChatCore: Sendable {
     // MARK: Handshake
 
     private mutating func handshake(_ frame: Frame, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]) {
+        if clients[id.slot]!.pendingHello != nil {
+            pendingHelloFrame(frame, from: id, at: now, into: &actions)
+            return
+        }
         guard case .hello(let version, let nick, let password) = frame else {
             let violation = Disconnection(
                 code: .handshakeRequired, frameType: frame.type, reason: "the first frame must be hello, not \(frame.type)")
@@ -352,6 +372,9 @@ public struct ChatCore: Sendable {
             } else {
                 disconnect(id, problem.refusal, at: now, into: &actions)
             }
+            return
+        } else if helloForReservedNick(nick, version: version, from: id, at: now, into: &actions) {
+            // Refused, or waiting for the login that proves the nick is the client's.
             return
         } else if nicks[ChatName.nickKey(nick)] != nil {
             refusal = Disconnection(code: .nickTaken, frameType: .hello, reason: "nick \(nick) is taken")
@@ -573,11 +596,21 @@ public struct ChatCore: Sendable {
             refuse(.changeNick, .nickTaken, "nick \(newNick) is taken", to: id, into: &actions)
             return
         }
+        if let reason = reservation(of: newNick, for: id) {
+            refuse(.changeNick, .nickReserved, reason, to: id, into: &actions)
+            return
+        }
         if cluster != nil {
             // The cluster's nick registry decides: claimed there, then announced (`renamed`).
             clusterChangeNick(of: id, from: oldNick, to: newNick, into: &actions)
             return
         }
+        rename(id, from: oldNick, to: newNick, at: now, into: &actions)
+    }
+
+    /// `id` is now `newNick` (free, or its account's): `nickAccepted` to it, `nickChanged` to its rooms.
+    mutating func rename(_ id: ClientID, from oldNick: String, to newNick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        let newKey = ChatName.nickKey(newNick)
         nicks[ChatName.nickKey(oldNick)] = nil
         nicks[newKey] = id
         clients[id.slot]!.nick = newNick
@@ -1138,27 +1171,52 @@ struct ClientState: Sendable {
     var version: UInt16 = 1
     var pinged = false
 
+    /// Whether a password frame from this client may be looked at: it came over TLS or from a
+    /// loopback address, or the operator allows plain passwords (ChatCore+Accounts.swift).
+    var passwordsAllowed = false
+
+    /// What few clients have, kept together out of line.
+    struct Seldom: Sendable {
+        var away: String?
+        var pendingRefusal: (Disconnection, UInt64)?
+        /// The key of the account the client is logged in as (ChatCore+Accounts.swift).
+        var account: String?
+        /// A version 3 `hello` for a reserved nick, waiting for the `login` that proves it
+        /// (ChatCore+Accounts.swift): the nick, the client's version, and since when (uptime ms).
+        var pendingHello: (nick: String, version: UInt16, since: UInt64)?
+
+        var isEmpty: Bool { away == nil && pendingRefusal == nil && account == nil && pendingHello == nil }
+    }
+
     /// Immutable, so copies of a `ClientState` that share one stay independent values.
     private final class SeldomSet: Sendable {
-        let away: String?
-        let pendingRefusal: (Disconnection, UInt64)?
+        let values: Seldom
 
-        init(away: String?, pendingRefusal: (Disconnection, UInt64)?) {
-            self.away = away
-            self.pendingRefusal = pendingRefusal
-        }
+        init(_ values: Seldom) { self.values = values }
     }
 
     /// The away message set with `setAway`; nil when present.
     var away: String? {
-        get { seldomSet?.away }
-        set { setSeldom(away: newValue, pendingRefusal: pendingRefusal) }
+        get { seldomSet?.values.away }
+        set { changeSeldom { $0.away = newValue } }
     }
 
     /// A refusal held back until the uptime given (a wrong password).
     var pendingRefusal: (Disconnection, UInt64)? {
-        get { seldomSet?.pendingRefusal }
-        set { setSeldom(away: away, pendingRefusal: newValue) }
+        get { seldomSet?.values.pendingRefusal }
+        set { changeSeldom { $0.pendingRefusal = newValue } }
+    }
+
+    /// The key of the account the client is logged in as; nil for a guest.
+    var account: String? {
+        get { seldomSet?.values.account }
+        set { changeSeldom { $0.account = newValue } }
+    }
+
+    /// A handshake waiting for its `login` (a version 3 `hello` for a reserved nick).
+    var pendingHello: (nick: String, version: UInt16, since: UInt64)? {
+        get { seldomSet?.values.pendingHello }
+        set { changeSeldom { $0.pendingHello = newValue } }
     }
 
     /// Frames refused in a row for exceeding a rate.
@@ -1168,8 +1226,10 @@ struct ClientState: Sendable {
         set { storedRefusedInARow = UInt32(clamping: newValue) }
     }
 
-    private mutating func setSeldom(away: String?, pendingRefusal: (Disconnection, UInt64)?) {
-        seldomSet = away == nil && pendingRefusal == nil ? nil : SeldomSet(away: away, pendingRefusal: pendingRefusal)
+    private mutating func changeSeldom(_ change: (inout Seldom) -> Void) {
+        var values = seldomSet?.values ?? Seldom()
+        change(&values)
+        seldomSet = values.isEmpty ? nil : SeldomSet(values)
     }
 
     init(address: String, burst: Int, byteBurst: Int, now: UInt64) {

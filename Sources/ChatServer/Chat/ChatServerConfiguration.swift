@@ -121,6 +121,8 @@ public struct ChatServerConfiguration: Sendable {
     public var passwordDelay: Duration = .seconds(1)
     /// The message of the day sent in `welcome`.
     public var motd = ""
+    /// Accounts: their cap, throttles and password hashing (AccountSettings.swift).
+    public var accounts = AccountSettings()
 
     /// The largest `maxFrameSize` allowed: a delivery adds up to this many bytes (seq, time, sender)
     /// to what a client sent, and every frame must stay within the protocol's 1 MiB.
@@ -144,7 +146,8 @@ public struct ChatServerConfiguration: Sendable {
     public var memoryBudget: MemoryBudget {
         MemoryBudget(
             total: maxMemory, maxClients: maxClients, maxFrameSize: maxFrameSize,
-            extraPerConnection: tls == nil ? 0 : Self.tlsConnectionBytes, clusterLink: isClusterNode ? clusterLinkBytes : 0)
+            extraPerConnection: tls == nil ? 0 : Self.tlsConnectionBytes, clusterLink: isClusterNode ? clusterLinkBytes : 0,
+            accounts: accounts.memoryReserve)
     }
 
     /// Returns a description of the first setting that cannot work, or nil if all can.
@@ -181,6 +184,7 @@ public struct ChatServerConfiguration: Sendable {
         if addressConnectionBurst < 1 { return "the address connection burst must be at least 1" }
         if rateAbuseLimit < 1 { return "the abuse limit must be at least 1" }
         if historySize < 0 { return "the history size must be 0 or more" }
+        if let problem = accounts.problem { return problem }
         if let problem = memoryBudget.problem { return problem }
         if passwordAttempts < 1 { return "the password attempts must be at least 1" }
         if passwordDelay < .zero { return "the password delay must be 0 or more" }

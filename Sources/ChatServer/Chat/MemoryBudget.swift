@@ -9,6 +9,7 @@ import ChatProtocol
 /// | --- | --- |
 /// | the process itself: code, runtime, Dispatch, allocator arenas | `baseline` |
 /// | a cluster node's Redis link: commands waiting for replies, replies being parsed | `clusterLink` |
+/// | accounts: the password hashing workers' memory, their queue, the account records | `accounts` |
 /// | connections: state, away text, and what a decoder may hold (a partial frame and one read) | `perConnection` × `maxClients` |
 /// | room history (entries) | `history` in all |
 /// | history replays encoded once and shared (at most two per room) | up to 2 × `history` |
@@ -25,6 +26,9 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     public let baseline: Int
     /// What a cluster node's Redis link may hold (0 when not a node).
     public let clusterLink: Int
+    /// What accounts may cost (`AccountSettings.memoryReserve`): Argon2id's memory per hashing
+    /// worker, the queued jobs and the records.
+    public let accounts: Int
     /// The most one connection costs without its output queue: its state (about 2 KiB, measured),
     /// its away text, and a decoder holding a partial frame of the largest allowed size plus one
     /// read's worth of frames not yet served (`readBytes`).
@@ -72,14 +76,15 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     /// Divides `total` for a server of `maxClients` connections accepting frames up to
     /// `maxFrameSize` bytes; `extraPerConnection` adds what a connection's transport costs (TLS
     /// state, say); `clusterLink` reserves what a cluster node's Redis link may hold.
-    public init(total: Int, maxClients: Int, maxFrameSize: Int, extraPerConnection: Int = 0, clusterLink: Int = 0) {
+    public init(total: Int, maxClients: Int, maxFrameSize: Int, extraPerConnection: Int = 0, clusterLink: Int = 0, accounts: Int = 0) {
         self.total = total
         baseline = Self.baselineBytes
         self.clusterLink = clusterLink
+        self.accounts = accounts
         perConnection =
             Self.connectionStateBytes + Self.awayTextBytes + maxFrameSize + WireProtocol.maxVarintLength + Self.readBytes
             + extraPerConnection
-        remainder = total - baseline - clusterLink - perConnection * maxClients
+        remainder = total - baseline - clusterLink - accounts - perConnection * maxClients
         let usable = max(0, remainder)
         history = usable / 8
         historyPerRoom = max(64 << 10, history / 16)
@@ -99,7 +104,8 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     /// Why the total is too small for the connections it must hold, or nil.
     public var problem: String? {
         guard remainder < Self.minimumRemainder else { return nil }
-        let link = clusterLink > 0 ? ", its cluster link \(Self.mebibytes(clusterLink))," : ""
+        let link = (clusterLink > 0 ? ", its cluster link \(Self.mebibytes(clusterLink))," : "")
+            + (accounts > 0 ? (clusterLink > 0 ? " " : ", ") + "its accounts \(Self.mebibytes(accounts))," : "")
         return "--max-memory \(Self.mebibytes(total)) is too small: the process needs \(Self.mebibytes(baseline))\(link) and "
             + "each of --max-clients connections up to \(Self.kibibytes(perConnection)), which leaves "
             + "\(Self.mebibytes(max(0, remainder))) of the \(Self.mebibytes(Self.minimumRemainder)) needed for history and "
@@ -110,6 +116,7 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         "max-memory \(Self.mebibytes(total)): process \(Self.mebibytes(baseline)), "
             + (clusterLink > 0 ? "cluster link \(Self.mebibytes(clusterLink)), " : "")
+            + (accounts > 0 ? "accounts \(Self.mebibytes(accounts)), " : "")
             + "\(Self.kibibytes(perConnection)) per connection, history \(Self.mebibytes(history)) "
             + "(\(Self.kibibytes(historyPerRoom)) per room), output \(Self.mebibytes(output)) "
             + "(\(Self.mebibytes(outputPerClient)) per client)"

@@ -1,3 +1,4 @@
+import ChatAccounts
 import ChatProtocol
 import ChatStorage
 import DequeModule
@@ -82,6 +83,12 @@ public final class ChatServer: @unchecked Sendable {
     private let store: (any RoomStore)?
     /// In cluster mode, this node's side of the cluster; nil for a server on its own.
     private let clusterNode: ClusterNode?
+    /// Where accounts are kept, and the workers that hash their passwords off this queue
+    /// ("Account work" below).
+    private let accountStore: any AccountStore
+    private let hashingPool: PasswordHashingPool
+    /// Clients whose requests wait for account work (`ChatCore.isAwaitingAccount`).
+    private var accountWaiters: [ClientConnection] = []
 
     /// What every chunk the server encodes for its queues costs while it lives, however many
     /// queues share it. (History replays, shared until the history changes, belong to the
@@ -162,9 +169,11 @@ public final class ChatServer: @unchecked Sendable {
     ///
     /// With `cluster`, the server is a node of that cluster (docs/CLUSTER.md): rooms, nicks and
     /// history are the cluster's, in its Redis, and `store` must be nil.
+    ///
+    /// Accounts are kept in `accounts` (read whole here); by default in memory, lost at exit.
     public init(
         configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, cluster: ClusterConfiguration? = nil,
-        logger: Logger = Logger(label: "chat-server")
+        accounts: (any AccountStore)? = nil, logger: Logger = Logger(label: "chat-server")
     ) throws {
         if let problem = configuration.problem() { throw ChatServerError.invalidConfiguration(problem) }
         if cluster != nil, store != nil {
@@ -179,6 +188,15 @@ public final class ChatServer: @unchecked Sendable {
         budget = configuration.memoryBudget
         readBuffer = ReadBuffer(capacity: MemoryBudget.readBytes)
         core = ChatCore(configuration: configuration, store: store, clustered: cluster != nil)
+        accountStore = accounts ?? MemoryAccountStore()
+        do {
+            core.loadAccounts(try accountStore.loadAll())
+        } catch {
+            throw ChatServerError.invalidConfiguration("cannot read the accounts: \(error)")
+        }
+        hashingPool = PasswordHashingPool(
+            workers: configuration.accounts.hashingWorkers, queueCapacity: configuration.accounts.hashingQueue,
+            hashing: configuration.accounts.hashing)
         let queue = self.queue
         clusterNode = cluster.map { ClusterNode(configuration: $0, chat: configuration, queue: queue, logger: logger) }
         // Loaded before binding, so a bad certificate never leaves a port open that cannot serve.
@@ -319,7 +337,7 @@ public final class ChatServer: @unchecked Sendable {
         let address = (try? socket.remoteAddress().ip) ?? "unknown"
         let slot = freeSlots.last ?? connections.count
         let now = Self.now()
-        if let refusal = core.clientConnected(ClientID(slot), address: address, at: now) {
+        if let refusal = core.clientConnected(ClientID(slot), address: address, encrypted: tls && tlsContext != nil, at: now) {
             if tls, tlsContext != nil {
                 refuseAfterHandshake(socket, address: address, refusal: refusal, now: now)
             } else {
@@ -448,6 +466,10 @@ public final class ChatServer: @unchecked Sendable {
                 }
                 if core.isAwaitingLog(connection.id) {
                     waitForRead(connection)
+                    return
+                }
+                if core.isAwaitingAccount(connection.id) {
+                    waitForAccount(connection)
                     return
                 }
                 if replyBytes(of: connection) > budget.replyHighWater {
@@ -659,6 +681,7 @@ public final class ChatServer: @unchecked Sendable {
             if !requests.isEmpty { clusterNode.carryOut(requests) }
         }
         if let store { carryOutReads(on: store) }
+        carryOutAccountWork()
         guard !actions.isEmpty else { return }
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             hold(actions)
@@ -1386,5 +1409,63 @@ extension ChatServer {
             budget: budgetUse,
             storage: databasePath.map { .init(databasePath: $0, failure: core.storageFailure) },
             cluster: clusterNode.map { .init(nodeID: $0.configuration.nodeID, linkUp: $0.linkIsUp, linkProblem: $0.linkProblem) })
+    }
+}
+
+// MARK: - Account work
+//
+// The core asks for password hashes and account writes (ChatCore+Accounts.swift); they run here,
+// off the event loop — hashes on the bounded `hashingPool`, writes on the account store's own
+// queue — and each answer comes back on the server's queue, where the client that waited for it
+// is served again. A full pool answers `busy` at once, without queueing.
+
+extension ChatServer {
+    /// Carries out the account work the core asked for.
+    private func carryOutAccountWork() {
+        for work in core.takeAccountWork() {
+            let ticket = work.ticket
+            switch work.job {
+            case .hash(let password):
+                submitHashing(.hash(password: password), ticket: ticket)
+            case .verify(let password, let stored):
+                submitHashing(.verify(password: password, stored: stored), ticket: ticket)
+            case .save(let record):
+                accountStore.save(record, replyOn: queue) { [weak self] result in self?.accountAnswered(ticket, .stored(result)) }
+            case .delete(let key):
+                accountStore.delete(key: key, replyOn: queue) { [weak self] result in self?.accountAnswered(ticket, .stored(result)) }
+            }
+        }
+    }
+
+    private func submitHashing(_ job: PasswordHashingPool.Job, ticket: UInt64) {
+        let queued = hashingPool.submit(job, replyOn: queue) { [weak self] outcome in self?.accountAnswered(ticket, .hashing(outcome)) }
+        // Answered on a later turn, as a queued job would be: the core expects answers after it asked.
+        if !queued { queue.async { [weak self] in self?.accountAnswered(ticket, .busy) } }
+    }
+
+    private func waitForAccount(_ connection: ClientConnection) {
+        guard !connection.waitingForAnswer else { return }
+        connection.waitingForAnswer = true
+        accountWaiters.append(connection)
+        connection.updateReading()
+    }
+
+    /// Account work was answered: the core takes the answer, what it did is carried out, and the
+    /// clients whose requests waited for it are served again.
+    private func accountAnswered(_ ticket: UInt64, _ answer: AccountAnswer) {
+        core.accountAnswered(ticket, answer, at: Self.now(), into: &actions)
+        perform()
+        guard !accountWaiters.isEmpty else { return }
+        var answered: [ClientConnection] = []
+        accountWaiters.removeAll { connection in
+            guard !connection.isActive || !core.isAwaitingAccount(connection.id) else { return false }
+            connection.waitingForAnswer = false
+            answered.append(connection)
+            return true
+        }
+        for connection in answered where connection.isActive {
+            serveRequests(of: connection)
+            connection.updateReading()
+        }
     }
 }

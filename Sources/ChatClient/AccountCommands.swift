@@ -1,0 +1,74 @@
+import ChatProtocol
+import SocketCore
+
+// MARK: - Accounts in the client (protocol version 3)
+//
+// `--account NAME` with `--account-password-file PATH` logs in with every hello (the login rides
+// behind it, so a registered nick is welcomed); `/register` and `/login [account]` send the
+// same password from the file. The password is never typed into the input line: a line typed
+// there is echoed and lands in the editor's history. Before a password leaves without TLS for a
+// host that is not loopback, the client says so (the server will refuse it unless its operator
+// allows plain passwords).
+
+/// An account name and its password, as read from `--account-password-file`.
+public struct AccountLogin: Sendable, Equatable {
+    /// The account: a nick.
+    public var name: String
+    /// The password (the file's first line).
+    public var password: String
+    /// Whether to log in with every hello (`--account`), or only on `/login` and `/register`.
+    public var withHello: Bool
+
+    /// Describes a login.
+    public init(name: String, password: String, withHello: Bool = true) {
+        self.name = name
+        self.password = password
+        self.withHello = withHello
+    }
+
+    /// Whether `host` is a loopback address or name, where a password in plain text does not
+    /// travel over a network.
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.") || host == "[::1]"
+    }
+}
+
+extension ChatClientDriver {
+    /// The login to send behind the hello to `server`, if an account is configured; warns first
+    /// when it would go in plain text to a host that is not loopback.
+    func loginBehindHello(to server: ServerAddress, encrypted: Bool) -> AccountLogin? {
+        guard let login = configuration.account, login.withHello else { return nil }
+        warnIfPlain(to: server.host, encrypted: encrypted)
+        return login
+    }
+
+    /// Carries out `/register` or `/login` with the configured password.
+    func performAccount(_ request: AccountRequest) {
+        guard let login = configuration.account else {
+            show(.error(time: ClientClock.now(), text:
+                "no account password: start chat-client with --account-password-file PATH (a password typed here would be echoed and kept in the history)"))
+            return
+        }
+        guard session.version >= 3 else {
+            show(.error(time: ClientClock.now(), text: "this server speaks protocol version \(session.version): it has no accounts"))
+            return
+        }
+        if let host = serverHost { warnIfPlain(to: host, encrypted: configuration.tls != nil) }
+        switch request {
+        case .register:
+            send([.register(password: login.password)], fromUser: true)
+        case .login(let account):
+            send([.login(account: account ?? login.name, password: login.password)], fromUser: true)
+        }
+    }
+
+    private var serverHost: String? {
+        (try? ServerAddress(parsing: serverName))?.host
+    }
+
+    private func warnIfPlain(to host: String, encrypted: Bool) {
+        guard !encrypted, !AccountLogin.isLoopback(host) else { return }
+        show(.error(time: ClientClock.now(), text:
+            "warning: sending the account password to \(host) without TLS: anyone on the way can read it (use --tls)"))
+    }
+}

@@ -1,0 +1,562 @@
+import ChatAccounts
+import ChatProtocol
+import Glibc
+
+// MARK: - Accounts
+//
+// Register, log in, change the password, drop the account (protocol version 3), and the rule
+// that a registered nick is reserved: a guest can take it neither in `hello` nor by `changeNick`.
+//
+// The records live in memory (`AccountDirectory.records`), loaded from the `AccountStore` at
+// start-up, so whether a nick is reserved is known at once. What is slow runs elsewhere, asked
+// for like the store's reads (ChatCore+Reads.swift): the core appends `AccountWork` — a hash to
+// compute or check on the hashing pool, a record to save or delete in the store — the server
+// carries it out and hands the answer back (`accountAnswered`). The asking client is served
+// nothing more until its answer comes (`isAwaitingAccount`), so its replies keep request order.
+//
+// Accounts are kept in memory and durable modes. A cluster node answers account requests with
+// `unavailable`: the cluster's Redis-side accounts are not built yet (docs/CLUSTER.md).
+
+/// Work the core asks the server to carry out for an account request.
+public struct AccountWork: Sendable {
+    /// What to do.
+    public enum Job: Sendable {
+        /// Hash `password` on the hashing pool (`PasswordHashingPool.Job.hash`).
+        case hash(password: String)
+        /// Check `password` against `stored` on the hashing pool.
+        case verify(password: String, stored: String)
+        /// Keep `record` in the account store.
+        case save(AccountRecord)
+        /// Delete the account `key` from the account store.
+        case delete(key: String)
+    }
+
+    /// Tells the answer which work it answers.
+    public let ticket: UInt64
+    /// What to do.
+    public let job: Job
+}
+
+/// The answer to an `AccountWork`.
+public enum AccountAnswer: Sendable {
+    /// The pool's outcome of a `hash` or `verify`.
+    case hashing(PasswordHashingPool.Outcome)
+    /// The pool's queue was full: nothing was computed.
+    case busy
+    /// The store kept (or failed to keep) a `save` or `delete`.
+    case stored(Result<Void, AccountStoreError>)
+}
+
+/// Attempts counted in one fixed window.
+struct AttemptWindow: Sendable {
+    /// When the window opened (uptime milliseconds).
+    var start: UInt64
+    var count: Int
+}
+
+/// The accounts the core knows and the account work in flight.
+struct AccountDirectory: Sendable {
+    /// Every account, by key (`ChatName.nickKey` of its name).
+    var records: [String: AccountRecord] = [:]
+    /// Registrations hashing now: counted against the cap with the records.
+    var registering = 0
+
+    /// What an answer is for.
+    enum Purpose: Sendable {
+        case registerHashed(ClientID, name: String)
+        case registerSaved(ClientID, AccountRecord)
+        /// `handshake`: a login that completes a `hello` for the account's nick.
+        case login(ClientID, key: String, address: String, handshake: Bool)
+        case changeVerified(ClientID, key: String, newPassword: String)
+        case changeHashed(ClientID, key: String)
+        case changeSaved(ClientID, key: String)
+        case dropVerified(ClientID, key: String)
+        case dropDeleted(ClientID, key: String)
+        /// A background write (a rehash after a login): nobody waits.
+        case quiet
+    }
+
+    var outbox: [AccountWork] = []
+    var nextTicket: UInt64 = 1
+    var purposes: [UInt64: Purpose] = [:]
+    /// The ticket each waiting client waits for.
+    var waiting: [ClientID: UInt64] = [:]
+
+    /// Login attempts per account key, per address key; registrations per address key.
+    var accountAttempts: [String: AttemptWindow] = [:]
+    var addressAttempts: [String: AttemptWindow] = [:]
+    var registrations: [String: AttemptWindow] = [:]
+
+    /// Asks for `job`, for `purpose`; returns its ticket.
+    mutating func ask(_ job: AccountWork.Job, for purpose: Purpose) -> UInt64 {
+        let ticket = nextTicket
+        nextTicket += 1
+        outbox.append(AccountWork(ticket: ticket, job: job))
+        purposes[ticket] = purpose
+        return ticket
+    }
+}
+
+extension ChatCore {
+    // MARK: The server's side
+
+    /// Puts `records` (read from the account store at start-up) in the core. Call before serving.
+    public mutating func loadAccounts(_ records: [AccountRecord]) {
+        for record in records { accounts.records[record.key] = record }
+    }
+
+    /// How many accounts exist.
+    public var accountCount: Int { accounts.records.count }
+
+    /// Takes the account work asked for since the last call, in order.
+    public mutating func takeAccountWork() -> [AccountWork] {
+        guard !accounts.outbox.isEmpty else { return [] }
+        defer { accounts.outbox.removeAll() }
+        return accounts.outbox
+    }
+
+    /// Whether `id` waits for an account answer: the server serves it no further request until then.
+    public func isAwaitingAccount(_ id: ClientID) -> Bool { accounts.waiting[id] != nil }
+
+    /// The account `id` is logged in as, or nil.
+    public func account(of id: ClientID) -> String? {
+        id.slot < clients.count ? clients[id.slot]?.account.flatMap { accounts.records[$0]?.name ?? $0 } : nil
+    }
+
+    /// Whether a password from `address` over a connection that is (or is not) `encrypted` may be
+    /// looked at: over TLS, or from loopback, or when the operator allows plain passwords.
+    /// Anything else could have been read on the way, so it is refused unread.
+    public static func acceptsPassword(from address: String, encrypted: Bool, allowPlain: Bool) -> Bool {
+        encrypted || allowPlain || isLoopback(address)
+    }
+
+    /// Whether `address` (as the server writes peers: dotted IPv4, or IPv6 text, possibly
+    /// IPv4-mapped) is a loopback address: 127.0.0.0/8 or ::1.
+    static func isLoopback(_ address: String) -> Bool {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, address, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, address, &v6) == 1 else { return false }
+        let bytes = withUnsafeBytes(of: v6) { Array($0) }
+        if bytes[0..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }
+        let mapped = bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xFF && bytes[11] == 0xFF
+        return mapped && bytes[12] == 127
+    }
+
+    /// The key that login and registration throttles count an address under: an IPv6 address by
+    /// its /64 (one host is given a whole /64), anything else as it is.
+    static func throttleKey(of address: String) -> String {
+        var v6 = in6_addr()
+        guard !address.contains("."), inet_pton(AF_INET6, address, &v6) == 1 else { return address }
+        let bytes = withUnsafeBytes(of: v6) { Array($0.prefix(8)) }
+        return stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
+            .joined(separator: ":") + "::/64"
+    }
+
+    /// The account work `ticket` was answered with `answer`.
+    public mutating func accountAnswered(_ ticket: UInt64, _ answer: AccountAnswer, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard let purpose = accounts.purposes.removeValue(forKey: ticket) else { return }
+        let id: ClientID
+        switch purpose {
+        case .quiet: return
+        case .registerHashed(let client, _), .registerSaved(let client, _), .login(let client, _, _, _),
+            .changeVerified(let client, _, _), .changeHashed(let client, _), .changeSaved(let client, _),
+            .dropVerified(let client, _), .dropDeleted(let client, _):
+            id = client
+        }
+        if case .registerHashed = purpose { accounts.registering -= 1 }
+        // The client left (or its slot is someone else's now): what it asked is dropped, except
+        // a record already made, which is kept.
+        guard accounts.waiting[id] == ticket, clients.indices.contains(id.slot), clients[id.slot] != nil else {
+            if case .registerSaved(_, let record) = purpose, case .failure = answer.storeResult {
+                if accounts.records[record.key] == record { accounts.records[record.key] = nil }
+            }
+            return
+        }
+        accounts.waiting[id] = nil
+        let firstAction = actions.count
+        defer { chargeReplies(to: id, for: actions[firstAction...]) }
+        switch purpose {
+        case .quiet:
+            break
+        case .registerHashed(_, let name):
+            registerHashed(id, name: name, answer, at: now, into: &actions)
+        case .registerSaved(_, let record):
+            if case .failure(let error) = answer.storeResult {
+                if accounts.records[record.key] == record { accounts.records[record.key] = nil }
+                refuse(.register, .storageFailed, "the account was not stored: \(error)", to: id, into: &actions)
+            } else {
+                clients[id.slot]!.account = record.key
+                actions.append(.send(.registered(account: record.name), to: id))
+            }
+        case .login(_, let key, let address, let handshake):
+            loginVerified(id, key: key, address: address, handshake: handshake, answer, at: now, into: &actions)
+        case .changeVerified(_, let key, let newPassword):
+            guard passwordMatched(answer, request: .changePassword, key: key, address: clients[id.slot]!.address, id: id, into: &actions)
+            else { return }
+            accounts.waiting[id] = accounts.ask(.hash(password: newPassword), for: .changeHashed(id, key: key))
+        case .changeHashed(_, let key):
+            guard case .hashing(.hashed(let hash?)) = answer, var record = accounts.records[key] else {
+                refuse(.changePassword, answer.isBusy ? .busy : .internal, answer.isBusy ? Self.busyReason : "the password was not changed", to: id, into: &actions)
+                return
+            }
+            record.passwordHash = hash
+            accounts.records[key] = record
+            accounts.waiting[id] = accounts.ask(.save(record), for: .changeSaved(id, key: key))
+        case .changeSaved(_, let key):
+            if case .failure(let error) = answer.storeResult {
+                refuse(.changePassword, .storageFailed, "the new password was not stored: \(error)", to: id, into: &actions)
+            } else {
+                actions.append(.send(.passwordChanged(account: accounts.records[key]?.name ?? key), to: id))
+            }
+        case .dropVerified(_, let key):
+            guard passwordMatched(answer, request: .dropAccount, key: key, address: clients[id.slot]!.address, id: id, into: &actions)
+            else { return }
+            accounts.waiting[id] = accounts.ask(.delete(key: key), for: .dropDeleted(id, key: key))
+        case .dropDeleted(_, let key):
+            if case .failure(let error) = answer.storeResult {
+                refuse(.dropAccount, .storageFailed, "the account was not deleted: \(error)", to: id, into: &actions)
+            } else {
+                let name = accounts.records.removeValue(forKey: key)?.name ?? key
+                if clients[id.slot]!.account == key { clients[id.slot]!.account = nil }
+                actions.append(.send(.accountDropped(account: name), to: id))
+            }
+        }
+    }
+
+    static let busyReason = "the server is checking too many passwords now; try again in a moment"
+
+    // MARK: Requests
+
+    /// Handles a version 3 account request from the welcomed client `id` called `nick`; false
+    /// for any other frame.
+    mutating func accountRequest(_ frame: Frame, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) -> Bool {
+        let request: FrameType
+        let passwords: [String]
+        switch frame {
+        case .register(let password): (request, passwords) = (.register, [password])
+        case .login(_, let password): (request, passwords) = (.login, [password])
+        case .changePassword(let old, let new): (request, passwords) = (.changePassword, [old, new])
+        case .dropAccount(let password): (request, passwords) = (.dropAccount, [password])
+        default: return false
+        }
+        if cluster != nil {
+            refuse(request, .unavailable, "accounts are not kept in cluster mode yet", to: id, into: &actions)
+            return true
+        }
+        if let problem = passwordProblem(passwords, from: id) {
+            refuse(request, problem.code, problem.reason, to: id, into: &actions)
+            return true
+        }
+        switch frame {
+        case .register(let password):
+            register(id, nick: nick, password: password, at: now, into: &actions)
+        case .login(let account, let password):
+            login(id, account: account, password: password, handshake: false, at: now, into: &actions)
+        case .changePassword(let old, let new):
+            guard let key = loggedInKey(of: id, request: .changePassword, into: &actions) else { return true }
+            guard let record = accounts.records[key], admitGuess(request, key: key, from: id, at: now, into: &actions) else { return true }
+            accounts.waiting[id] = accounts.ask(
+                .verify(password: old, stored: record.passwordHash), for: .changeVerified(id, key: key, newPassword: new))
+        case .dropAccount(let password):
+            guard let key = loggedInKey(of: id, request: .dropAccount, into: &actions) else { return true }
+            guard let record = accounts.records[key], admitGuess(request, key: key, from: id, at: now, into: &actions) else { return true }
+            accounts.waiting[id] = accounts.ask(.verify(password: password, stored: record.passwordHash), for: .dropVerified(id, key: key))
+        default:
+            break
+        }
+        return true
+    }
+
+    /// Why the passwords of a request from `id` are not looked at — sent in the clear from afar,
+    /// or of a length no password has — as the code and reason to refuse with; nil when they may be.
+    func passwordProblem(_ passwords: [String], from id: ClientID) -> (code: ErrorCode, reason: String)? {
+        guard clients[id.slot]!.passwordsAllowed else {
+            return (.plainPasswordRefused, "passwords are accepted only over TLS (or from this host); yours was not looked at")
+        }
+        for password in passwords where password.isEmpty || password.utf8.count > PasswordHashing.maxPasswordBytes {
+            return (.badPassword, "a password must be 1 to \(PasswordHashing.maxPasswordBytes) bytes")
+        }
+        return nil
+    }
+
+    private mutating func loggedInKey(of id: ClientID, request: FrameType, into actions: inout [ChatAction]) -> String? {
+        guard let key = clients[id.slot]!.account, accounts.records[key] != nil else {
+            refuse(request, .notLoggedIn, "log in to the account first", to: id, into: &actions)
+            return nil
+        }
+        return key
+    }
+
+    /// Registers `nick`, the client's own, as an account with `password`.
+    private mutating func register(_ id: ClientID, nick: String, password: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        let key = ChatName.nickKey(nick)
+        let limits = configuration.accounts
+        if accounts.records[key] != nil {
+            refuse(.register, .accountExists, "\(nick) is already registered", to: id, into: &actions)
+            return
+        }
+        if accounts.records.count + accounts.registering >= limits.maxAccounts {
+            refuse(.register, .tooManyAccounts, "the server holds as many accounts as it allows (\(limits.maxAccounts))", to: id, into: &actions)
+            return
+        }
+        let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+        let window = limits.registrationWindow.milliseconds
+        if let wait = Self.spend(&accounts.registrations[addressKey], limit: limits.registrationsPerAddress, window: window, now: now.uptimeMillis) {
+            let reason = "too many registrations from your address; try again in \((wait + 999) / 1000) s"
+            refuse(.register, .throttled, reason, to: id, into: &actions)
+            return
+        }
+        accounts.registering += 1
+        accounts.waiting[id] = accounts.ask(.hash(password: password), for: .registerHashed(id, name: nick))
+    }
+
+    private mutating func registerHashed(_ id: ClientID, name: String, _ answer: AccountAnswer, at now: ServerTime, into actions: inout [ChatAction]) {
+        let key = ChatName.nickKey(name)
+        guard case .hashing(.hashed(let hash?)) = answer else {
+            if answer.isBusy {
+                // Nothing was registered: the address's registration is given back.
+                Self.giveBack(&accounts.registrations[Self.throttleKey(of: clients[id.slot]!.address)])
+                refuse(.register, .busy, Self.busyReason, to: id, into: &actions)
+            } else {
+                refuse(.register, .internal, "the password could not be hashed", to: id, into: &actions)
+            }
+            return
+        }
+        // Checked again: another registration may have taken the last place meanwhile.
+        if accounts.records[key] != nil {
+            refuse(.register, .accountExists, "\(name) is already registered", to: id, into: &actions)
+            return
+        }
+        if accounts.records.count >= configuration.accounts.maxAccounts {
+            refuse(.register, .tooManyAccounts, "the server holds as many accounts as it allows", to: id, into: &actions)
+            return
+        }
+        let record = AccountRecord(name: name, key: key, passwordHash: hash, created: now.wallMillis)
+        // Reserved from now on, so that nobody takes the nick while the store writes.
+        accounts.records[key] = record
+        accounts.waiting[id] = accounts.ask(.save(record), for: .registerSaved(id, record))
+    }
+
+    /// Starts a login of `id` to `account`: throttles first, then the hash check on the pool.
+    /// `handshake`: it completes a `hello` (a refusal then ends the connection).
+    mutating func login(_ id: ClientID, account: String, password: String, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
+        let key = ChatName.nickKey(account)
+        let address = clients[id.slot]!.address
+        guard let record = accounts.records[key] else {
+            // Nothing to hash against: answered at once, but counted against the address, so
+            // that probing for accounts costs guesses too.
+            _ = Self.spend(
+                &accounts.addressAttempts[Self.throttleKey(of: address)], limit: .max,
+                window: configuration.accounts.loginWindow.milliseconds, now: now.uptimeMillis)
+            failLogin(id, handshake: handshake, .authenticationFailed, "no account \(account), or a wrong password", at: now, into: &actions)
+            return
+        }
+        guard admitGuess(.login, key: key, from: id, handshake: handshake, at: now, into: &actions) else { return }
+        accounts.waiting[id] = accounts.ask(
+            .verify(password: password, stored: record.passwordHash), for: .login(id, key: key, address: address, handshake: handshake))
+    }
+
+    /// Counts a password check of `key` from `id`'s address; refuses it `throttled` (and returns
+    /// false) when either has used its attempts in the current window.
+    private mutating func admitGuess(
+        _ request: FrameType, key: String, from id: ClientID, handshake: Bool = false, at now: ServerTime, into actions: inout [ChatAction]
+    ) -> Bool {
+        let limits = configuration.accounts
+        let window = limits.loginWindow.milliseconds
+        let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+        var accountWindow = accounts.accountAttempts[key]
+        var addressWindow = accounts.addressAttempts[addressKey]
+        let accountWait = Self.wait(accountWindow, limit: limits.loginAttemptsPerAccount, window: window, now: now.uptimeMillis)
+        let addressWait = Self.wait(addressWindow, limit: limits.loginAttemptsPerAddress, window: window, now: now.uptimeMillis)
+        if let wait = accountWait ?? addressWait {
+            let whose = accountWait != nil ? "this account" : "your address"
+            let reason = "too many password attempts for \(whose); try again in \((wait + 999) / 1000) s"
+            if handshake {
+                failLogin(id, handshake: true, .throttled, reason, at: now, into: &actions)
+            } else {
+                refuse(request, .throttled, reason, to: id, into: &actions)
+            }
+            return false
+        }
+        _ = Self.spend(&accountWindow, limit: .max, window: window, now: now.uptimeMillis)
+        _ = Self.spend(&addressWindow, limit: .max, window: window, now: now.uptimeMillis)
+        accounts.accountAttempts[key] = accountWindow
+        accounts.addressAttempts[addressKey] = addressWindow
+        return true
+    }
+
+    /// Whether a verify answer matched; when it did not (or the pool was busy), refuses `request`.
+    /// A match gives its attempt back.
+    private mutating func passwordMatched(
+        _ answer: AccountAnswer, request: FrameType, key: String, address: String, id: ClientID, into actions: inout [ChatAction]
+    ) -> Bool {
+        switch answer {
+        case .hashing(.verified(true, _)):
+            Self.giveBack(&accounts.accountAttempts[key])
+            Self.giveBack(&accounts.addressAttempts[Self.throttleKey(of: address)])
+            return true
+        case .busy:
+            Self.giveBack(&accounts.accountAttempts[key])
+            Self.giveBack(&accounts.addressAttempts[Self.throttleKey(of: address)])
+            refuse(request, .busy, Self.busyReason, to: id, into: &actions)
+        default:
+            refuse(request, .authenticationFailed, "wrong password", to: id, into: &actions)
+        }
+        return false
+    }
+
+    private mutating func loginVerified(
+        _ id: ClientID, key: String, address: String, handshake: Bool, _ answer: AccountAnswer, at now: ServerTime,
+        into actions: inout [ChatAction]
+    ) {
+        let addressKey = Self.throttleKey(of: address)
+        switch answer {
+        case .busy:
+            Self.giveBack(&accounts.accountAttempts[key])
+            Self.giveBack(&accounts.addressAttempts[addressKey])
+            failLogin(id, handshake: handshake, .busy, Self.busyReason, at: now, into: &actions)
+            return
+        case .hashing(.verified(true, let rehashed)):
+            // Dropped (or its password changed) while this was checked: the check is void.
+            guard var record = accounts.records[key] else {
+                failLogin(id, handshake: handshake, .authenticationFailed, "no account \(key), or a wrong password", at: now, into: &actions)
+                return
+            }
+            Self.giveBack(&accounts.accountAttempts[key])
+            Self.giveBack(&accounts.addressAttempts[addressKey])
+            if let rehashed {
+                record.passwordHash = rehashed
+                accounts.records[key] = record
+                _ = accounts.ask(.save(record), for: .quiet)
+            }
+            completeLogin(id, record: record, handshake: handshake, at: now, into: &actions)
+        default:
+            failLogin(id, handshake: handshake, .authenticationFailed, "no account \(key), or a wrong password", at: now, into: &actions)
+        }
+    }
+
+    /// `id` proved it owns `record`: a connection holding the nick is ghosted, and `id` takes the
+    /// nick — welcomed with it when this completes its handshake, renamed to it otherwise.
+    private mutating func completeLogin(_ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
+        if let holder = nicks[record.key], holder != id {
+            let reason = "\(record.name) logged in from another connection and took the nick back"
+            disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
+        }
+        clients[id.slot]!.account = record.key
+        if handshake, let pending = clients[id.slot]!.pendingHello {
+            clients[id.slot]!.pendingHello = nil
+            welcome(id, nick: pending.nick, version: pending.version, into: &actions)
+        } else if let current = clients[id.slot]!.nick, ChatName.nickKey(current) != record.key {
+            rename(id, from: current, to: record.name, at: now, into: &actions)
+        }
+        actions.append(.send(.loggedIn(account: record.name), to: id))
+    }
+
+    private mutating func failLogin(
+        _ id: ClientID, handshake: Bool, _ code: ErrorCode, _ reason: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        if handshake {
+            disconnect(id, Disconnection(code: code, frameType: .login, reason: reason), at: now, into: &actions)
+        } else {
+            refuse(.login, code, reason, to: id, into: &actions)
+        }
+    }
+
+    // MARK: Reserved nicks
+
+    /// Why `id` may not take `nick` — an account it is not logged in as — or nil when it may.
+    func reservation(of nick: String, for id: ClientID) -> String? {
+        let key = ChatName.nickKey(nick)
+        guard accounts.records[key] != nil, clients[id.slot]!.account != key else { return nil }
+        return "\(nick) is a registered nick; log in to its account to use it"
+    }
+
+    /// A `hello` for the reserved `nick`: a version 3 client may prove it owns it with the `login`
+    /// it sends right behind the `hello` (the handshake waits for it); any other is refused.
+    /// Returns true when the hello was handled here.
+    mutating func helloForReservedNick(
+        _ nick: String, version: UInt16, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]
+    ) -> Bool {
+        guard let reason = reservation(of: nick, for: id) else { return false }
+        guard version >= 3 else {
+            disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
+            return true
+        }
+        clients[id.slot]!.pendingHello = (nick, version, now.uptimeMillis)
+        // Its next frame, the login, is decoded with version 3's types.
+        clients[id.slot]!.version = min(version, WireProtocol.version)
+        return true
+    }
+
+    /// No login came within `AccountSettings.loginWait` of a `hello` for the reserved `nick`: the
+    /// client is a guest (a version 3 client that wants the nick sends its login with the hello).
+    mutating func loginNeverCame(_ id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        let reason = "\(nick) is a registered nick; log in to its account to use it (send login with hello)"
+        disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
+    }
+
+    /// The frame after a `hello` for a reserved nick: it must be the login to that account.
+    mutating func pendingHelloFrame(_ frame: Frame, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]) {
+        let pending = clients[id.slot]!.pendingHello!
+        guard case .login(let account, let password) = frame, ChatName.nickKey(account) == ChatName.nickKey(pending.nick) else {
+            let reason = "\(pending.nick) is a registered nick; send login for it right after hello, or choose another nick"
+            disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
+            return
+        }
+        if let problem = passwordProblem([password], from: id) {
+            disconnect(id, Disconnection(code: problem.code, frameType: .login, reason: problem.reason), at: now, into: &actions)
+            return
+        }
+        login(id, account: account, password: password, handshake: true, at: now, into: &actions)
+    }
+
+    // MARK: Windows
+
+    /// How long until `window` has room for another attempt under `limit`, or nil if it has now.
+    static func wait(_ window: AttemptWindow?, limit: Int, window length: UInt64, now: UInt64) -> UInt64? {
+        guard let window, now &- window.start < length, window.count >= limit else { return nil }
+        return length - (now &- window.start)
+    }
+
+    /// Counts one attempt in `window` (opening a new one when the last has ended), unless it is
+    /// full: then returns how long until it has room and counts nothing.
+    static func spend(_ window: inout AttemptWindow?, limit: Int, window length: UInt64, now: UInt64) -> UInt64? {
+        if let wait = wait(window, limit: limit, window: length, now: now) { return wait }
+        if let open = window, now &- open.start < length {
+            window!.count = open.count + 1
+        } else {
+            window = AttemptWindow(start: now, count: 1)
+        }
+        return nil
+    }
+
+    /// Gives one attempt back to `window` (a success, or a request the pool could not take).
+    static func giveBack(_ window: inout AttemptWindow?) {
+        if let open = window, open.count > 0 { window!.count = open.count - 1 }
+    }
+
+    /// Forgets windows that have ended, so the dictionaries hold only current ones.
+    mutating func forgetEndedAccountWindows(at now: ServerTime) {
+        let login = configuration.accounts.loginWindow.milliseconds
+        let registration = configuration.accounts.registrationWindow.milliseconds
+        let time = now.uptimeMillis
+        if !accounts.accountAttempts.isEmpty { accounts.accountAttempts = accounts.accountAttempts.filter { time &- $0.value.start < login } }
+        if !accounts.addressAttempts.isEmpty { accounts.addressAttempts = accounts.addressAttempts.filter { time &- $0.value.start < login } }
+        if !accounts.registrations.isEmpty {
+            accounts.registrations = accounts.registrations.filter { time &- $0.value.start < registration }
+        }
+    }
+}
+
+extension AccountAnswer {
+    var isBusy: Bool {
+        if case .busy = self { return true }
+        return false
+    }
+
+    var storeResult: Result<Void, AccountStoreError> {
+        if case .stored(let result) = self { return result }
+        return .failure(AccountStoreError("no answer from the store"))
+    }
+}

@@ -1,0 +1,56 @@
+import ChatClient
+import ChatProtocol
+import Foundation
+import Testing
+import TestSupport
+
+/// chat-client's accounts (AccountCommands.swift) against the real chat-server, in pipe mode:
+/// `/register` and `/login` with `--account-password-file`, `--account` logging in behind every
+/// hello, and the refusals a script must not retry.
+@Suite(.serialized) struct AccountCommandTests {
+    @Test func registersThenLogsInWithHelloAndGhostsItsOwnStaleSession() async throws {
+        let server = try await ChatServerProcess(arguments: ["--handshake-timeout", "60"])
+        defer { server.stop() }
+        let directory = try TemporaryDirectory(prefix: "chat-client-account")
+        defer { directory.remove() }
+        let passwordFile = directory.path + "/password"
+        try "hunter2\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let client = try ChildProcess.builtExecutable(named: "chat-client")
+
+        let first = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile])
+        defer { first.stop() }
+        #expect(await first.waitForOutput("joined"), "ann is in: \(first.output)")
+        first.send("/register")
+        #expect(await first.waitForOutput("registered the account ann"), "\(first.output)")
+        #expect(!first.output.contains("hunter2"), "the password is never shown")
+
+        // A guest cannot take the nick: it falls back to ann_, as for a nick that is taken.
+        let guest = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)"])
+        defer { guest.stop() }
+        #expect(await guest.waitForOutput("the nick ann is a registered nick; trying ann_"), "\(guest.output)")
+        #expect(await guest.waitForOutput("connected to 127.0.0.1:\(server.port) as ann_"), "\(guest.output)")
+        guest.send("/quit")
+        #expect(await guest.waitForExit() == 0)
+
+        // The owner again, logging in behind its hello: the first session is ghosted and stays offline.
+        let second = try ChildProcess(client, ["--account", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile])
+        defer { second.stop() }
+        #expect(await second.waitForOutput("logged in as ann"), "second: \(second.output) first: \(first.output)")
+        #expect(await first.waitForOutput("/reconnect connects again"), "the ghosted session stays offline: \(first.output)")
+        second.send("/quit")
+        #expect(await second.waitForExit() == 0)
+    }
+
+    @Test func parsesTheAccountCommands() throws {
+        #expect(try CommandParser.parse("/register") == .register)
+        #expect(try CommandParser.parse("/login") == .login(account: nil))
+        #expect(try CommandParser.parse("/login Ann") == .login(account: "Ann"))
+        #expect(throws: CommandError.usage("/register")) { try CommandParser.parse("/register secret") }
+        #expect(throws: CommandError.invalidNick("9ann")) { try CommandParser.parse("/login 9ann") }
+    }
+
+    @Test func onlyLoopbackHostsAreSparedThePlainTextWarning() {
+        for host in ["127.0.0.1", "127.8.9.10", "localhost", "::1"] { #expect(AccountLogin.isLoopback(host), "\(host)") }
+        for host in ["10.0.0.1", "chat.example.org", "2001:db8::1"] { #expect(!AccountLogin.isLoopback(host), "\(host)") }
+    }
+}

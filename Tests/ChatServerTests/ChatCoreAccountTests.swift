@@ -1,0 +1,373 @@
+import ChatAccounts
+import ChatProtocol
+import Testing
+
+@testable import ChatServer
+
+/// A chat without sockets whose account work is carried out at the end of every turn, as the
+/// server does it later: hashes with cheap parameters (the rules, not Argon2id's cost, are
+/// under test), saves and deletes that succeed — or a pool that answers `busy`.
+private struct AccountHarness {
+    var core: ChatCore
+    var now = ServerTime(wallMillis: 1_700_000_000_000, uptimeMillis: 1_000_000)
+    var nextSlot = 0
+    /// Whether the hashing pool refuses every job, as a full one does.
+    var poolFull = false
+    /// Password checks (verify jobs) computed so far: the guesses that got through.
+    var verified = 0
+    /// Work asked for and not carried out when `holdWork` is set.
+    var holdWork = false
+    var held: [AccountWork] = []
+    let hashing = PasswordHashing(passes: 1, memoryBytes: 8 << 10)
+
+    init(clustered: Bool = false, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
+        var configuration = ChatServerConfiguration()
+        configuration.turnOffRateLimits()
+        adjust(&configuration)
+        core = ChatCore(configuration: configuration, clustered: clustered)
+        if clustered { core.clusterAvailability(true) }
+    }
+
+    mutating func open(from address: String = "127.0.0.1", encrypted: Bool = false) -> ClientID {
+        let id = ClientID(nextSlot)
+        nextSlot += 1
+        #expect(core.clientConnected(id, address: address, encrypted: encrypted, at: now) == nil)
+        return id
+    }
+
+    mutating func connect(_ nick: String, version: UInt16 = 3, from address: String = "127.0.0.1") -> ClientID {
+        let id = open(from: address)
+        let actions = send(.hello(version: version, nick: nick, password: nil), from: id)
+        #expect(frames(to: id, in: actions).first.map { if case .welcome = $0 { true } else { false } } == true, "a welcome for \(nick)")
+        return id
+    }
+
+    @discardableResult
+    mutating func send(_ frame: Frame, from id: ClientID) -> [ChatAction] {
+        var actions: [ChatAction] = []
+        core.received(frame, size: FrameEncoder.encode(frame).count, from: id, at: now, into: &actions)
+        carryOut(&actions)
+        return actions
+    }
+
+    mutating func advance(_ milliseconds: UInt64) {
+        now.uptimeMillis += milliseconds
+        now.wallMillis += milliseconds
+        var actions: [ChatAction] = []
+        core.tick(at: now, into: &actions)
+    }
+
+    /// Carries out the work held back by `holdWork`.
+    mutating func release() -> [ChatAction] {
+        holdWork = false
+        var actions: [ChatAction] = []
+        let work = held
+        held = []
+        for item in work { answer(item, into: &actions) }
+        carryOut(&actions)
+        return actions
+    }
+
+    private mutating func carryOut(_ actions: inout [ChatAction]) {
+        var work = core.takeAccountWork()
+        while !work.isEmpty {
+            for item in work {
+                if holdWork { held.append(item) } else { answer(item, into: &actions) }
+            }
+            work = core.takeAccountWork()
+        }
+    }
+
+    private mutating func answer(_ work: AccountWork, into actions: inout [ChatAction]) {
+        let answer: AccountAnswer
+        switch work.job {
+        case .hash(let password):
+            answer = poolFull ? .busy : .hashing(.hashed(hashing.hash(password)))
+        case .verify(let password, let stored):
+            if !poolFull { verified += 1 }
+            answer = poolFull ? .busy : .hashing(.verified(PasswordHashing.verify(password, against: stored), rehashed: nil))
+        case .save, .delete:
+            answer = .stored(.success(()))
+        }
+        core.accountAnswered(work.ticket, answer, at: now, into: &actions)
+    }
+}
+
+private func errorCode(to id: ClientID, in actions: [ChatAction]) -> ErrorCode? {
+    for frame in frames(to: id, in: actions) { if case .error(let code, _, _, _) = frame { return code } }
+    for case .disconnect(id, let disconnection, _) in actions { return disconnection.code }
+    return nil
+}
+
+private func disconnected(_ id: ClientID, in actions: [ChatAction]) -> Disconnection? {
+    for case .disconnect(id, let disconnection, _) in actions { return disconnection }
+    return nil
+}
+
+@Suite("Account rules without sockets (ChatCore+Accounts)")
+struct ChatCoreAccountTests {
+    @Test func registeringReservesTheNickFromGuestsInEveryLetterCase() {
+        var chat = AccountHarness()
+        let alice = chat.connect("Alice")
+        #expect(frames(to: alice, in: chat.send(.register(password: "hunter2"), from: alice)) == [.registered(account: "Alice")])
+        #expect(chat.core.account(of: alice) == "Alice")
+        _ = chat.send(.goodbye(reason: ""), from: alice)
+        // A version 1 guest cannot log in, so it is refused at once.
+        let old = chat.open()
+        #expect(disconnected(old, in: chat.send(.hello(version: 1, nick: "aLICE", password: nil), from: old))?.code == .nickReserved)
+        let guest = chat.connect("bob")
+        #expect(errorCode(to: guest, in: chat.send(.changeNick(nick: "alice"), from: guest)) == .nickReserved)
+        #expect(chat.core.nick(of: guest) == "bob")
+    }
+
+    @Test func aVersion3HelloForAReservedNickWaitsForItsLoginAndIsWelcomedThen() {
+        var chat = AccountHarness()
+        let first = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: first)
+        chat.send(.join(room: "general"), from: first)
+        let watcher = chat.connect("bob")
+        chat.send(.join(room: "general"), from: watcher)
+        // A second connection of the owner: the stale first one is ghosted.
+        let second = chat.open()
+        #expect(chat.send(.hello(version: 3, nick: "alice", password: nil), from: second).isEmpty, "nothing before the login")
+        let actions = chat.send(.login(account: "alice", password: "hunter2"), from: second)
+        let toSecond = frames(to: second, in: actions)
+        #expect(toSecond.first == .welcome(version: 3, nick: "alice", maxFrameSize: 16_384, motd: ""))
+        #expect(toSecond.last == .loggedIn(account: "alice"))
+        #expect(disconnected(first, in: actions)?.code == .ghosted)
+        #expect(frames(to: watcher, in: actions).contains { if case .quit(_, _, _, "alice", _) = $0 { true } else { false } })
+        #expect(chat.core.nick(of: second) == "alice")
+    }
+
+    @Test func aHelloForAReservedNickFollowedByAnythingButItsLoginIsRefused() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        let other = chat.open()
+        chat.send(.hello(version: 3, nick: "alice", password: nil), from: other)
+        #expect(disconnected(other, in: chat.send(.join(room: "general"), from: other))?.code == .nickReserved)
+        let wrongAccount = chat.open()
+        chat.send(.hello(version: 3, nick: "alice", password: nil), from: wrongAccount)
+        #expect(disconnected(wrongAccount, in: chat.send(.login(account: "bob", password: "x"), from: wrongAccount))?.code == .nickReserved)
+        let wrongPassword = chat.open()
+        chat.send(.hello(version: 3, nick: "alice", password: nil), from: wrongPassword)
+        let refusal = disconnected(wrongPassword, in: chat.send(.login(account: "alice", password: "nope"), from: wrongPassword))
+        #expect(refusal?.code == .authenticationFailed)
+        #expect(chat.core.nick(of: owner) == "alice", "the owner keeps its nick")
+    }
+
+    @Test func aVersion3GuestForAReservedNickIsRefusedWhenNoLoginFollowsItsHello() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        let guest = chat.open()
+        #expect(chat.send(.hello(version: 3, nick: "alice", password: nil), from: guest).isEmpty)
+        var actions: [ChatAction] = []
+        chat.now.uptimeMillis += chat.core.configuration.accounts.loginWait.milliseconds - 1
+        chat.core.tick(at: chat.now, into: &actions)
+        #expect(disconnected(guest, in: actions) == nil, "the login may still come")
+        chat.now.uptimeMillis += 1
+        chat.core.tick(at: chat.now, into: &actions)
+        #expect(disconnected(guest, in: actions)?.code == .nickReserved)
+    }
+
+    @Test func aLoginAfterWelcomeTakesTheAccountsNick() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        chat.send(.goodbye(reason: ""), from: owner)
+        let later = chat.connect("guest1")
+        chat.send(.join(room: "general"), from: later)
+        let actions = chat.send(.login(account: "ALICE", password: "hunter2"), from: later)
+        let seen = frames(to: later, in: actions)
+        #expect(seen.contains(.nickAccepted(nick: "alice")))
+        #expect(seen.contains { if case .nickChanged(_, _, _, "guest1", "alice") = $0 { true } else { false } })
+        #expect(seen.last == .loggedIn(account: "alice"))
+        #expect(chat.core.nick(of: later) == "alice")
+    }
+
+    @Test func wrongPasswordsAndUnknownAccountsGetTheSameAnswer() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        let guest = chat.connect("bob")
+        #expect(errorCode(to: guest, in: chat.send(.login(account: "alice", password: "wrong"), from: guest)) == .authenticationFailed)
+        #expect(errorCode(to: guest, in: chat.send(.login(account: "nobody", password: "wrong"), from: guest)) == .authenticationFailed)
+        #expect(chat.core.nick(of: guest) == "bob")
+    }
+
+    @Test func guessesAtOneAccountFromFiftyAddressesAreHeldToTheAccountsLimitPerWindow() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        let limit = chat.core.configuration.accounts.loginAttemptsPerAccount
+        var throttled = 0
+        for host in 2...51 {
+            let guesser = chat.connect("guess\(host)", from: "127.0.0.\(host)")
+            for attempt in 0..<3 {
+                let code = errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "guess\(attempt)"), from: guesser))
+                if code == .throttled { throttled += 1 } else { #expect(code == .authenticationFailed) }
+            }
+        }
+        #expect(chat.verified == limit, "exactly \(limit) guesses were checked in the window")
+        #expect(throttled == 150 - limit)
+        // The window ends; the owner (from anywhere) gets in, and its success gives its attempt back.
+        chat.advance(chat.core.configuration.accounts.loginWindow.milliseconds)
+        let back = chat.connect("carol", from: "127.0.0.77")
+        #expect(frames(to: back, in: chat.send(.login(account: "alice", password: "hunter2"), from: back)).last == .loggedIn(account: "alice"))
+    }
+
+    @Test func guessesFromOneIPv6Slash64AreHeldToTheAddressLimitAcrossAccounts() {
+        var chat = AccountHarness {
+            $0.accounts.loginAttemptsPerAddress = 4
+            $0.accounts.registrationsPerAddress = 100
+        }
+        for name in ["a1", "a2", "a3"] {
+            let owner = chat.connect(name)
+            chat.send(.register(password: "right"), from: owner)
+        }
+        var checked = 0
+        for host in 1...6 {
+            // Different addresses in one /64: one host's.
+            let guesser = chat.open(from: "2001:db8:1:2::\(host)")
+            chat.send(.hello(version: 3, nick: "g\(host)", password: nil), from: guesser)
+            _ = chat.send(.login(account: "a\(host % 3 + 1)", password: "wrong"), from: guesser)
+            checked = chat.verified
+        }
+        #expect(checked == 0, "passwords from a non-loopback address over plain TCP are not even checked")
+        var tls = AccountHarness {
+            $0.accounts.loginAttemptsPerAddress = 4
+            $0.accounts.registrationsPerAddress = 100
+        }
+        for name in ["a1", "a2", "a3"] {
+            let owner = tls.connect(name)
+            tls.send(.register(password: "right"), from: owner)
+        }
+        var codes: [ErrorCode?] = []
+        for host in 1...6 {
+            let guesser = tls.open(from: "2001:db8:1:2::\(host)", encrypted: true)
+            tls.send(.hello(version: 3, nick: "g\(host)", password: nil), from: guesser)
+            codes.append(errorCode(to: guesser, in: tls.send(.login(account: "a\(host % 3 + 1)", password: "wrong"), from: guesser)))
+        }
+        #expect(tls.verified == 4)
+        #expect(codes == [.authenticationFailed, .authenticationFailed, .authenticationFailed, .authenticationFailed, .throttled, .throttled])
+        #expect(ChatCore.throttleKey(of: "2001:db8:1:2::1") == ChatCore.throttleKey(of: "2001:db8:1:2:ffff::9"))
+        #expect(ChatCore.throttleKey(of: "2001:db8:1:3::1") != ChatCore.throttleKey(of: "2001:db8:1:2::1"))
+    }
+
+    @Test func registrationsAreRateLimitedPerAddressAndTheCapHolds() {
+        var chat = AccountHarness {
+            $0.accounts.registrationsPerAddress = 3
+            $0.accounts.maxAccounts = 4
+        }
+        var codes: [ErrorCode?] = []
+        for index in 0..<5 {
+            let id = chat.connect("flood\(index)", from: "127.0.0.9")
+            codes.append(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)))
+        }
+        #expect(codes == [nil, nil, nil, .throttled, .throttled])
+        var more: [ErrorCode?] = []
+        for index in 0..<3 {
+            let id = chat.connect("other\(index)", from: "127.0.1.\(index)")
+            more.append(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)))
+        }
+        #expect(more == [nil, .tooManyAccounts, .tooManyAccounts])
+        #expect(chat.core.accountCount == 4)
+    }
+
+    @Test func aFullHashingPoolAnswersBusyAndCostsNoAttempt() {
+        var chat = AccountHarness { $0.accounts.loginAttemptsPerAccount = 1 }
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        chat.send(.goodbye(reason: ""), from: owner)
+        let guest = chat.connect("bob")
+        chat.poolFull = true
+        #expect(errorCode(to: guest, in: chat.send(.login(account: "alice", password: "hunter2"), from: guest)) == .busy)
+        chat.poolFull = false
+        #expect(frames(to: guest, in: chat.send(.login(account: "alice", password: "hunter2"), from: guest)).last == .loggedIn(account: "alice"))
+    }
+
+    @Test func theAskingClientWaitsForItsAnswerAndOthersGoOn() {
+        var chat = AccountHarness()
+        let alice = chat.connect("alice")
+        let bob = chat.connect("bob")
+        chat.send(.join(room: "general"), from: bob)
+        chat.holdWork = true
+        #expect(chat.send(.register(password: "pw"), from: alice).isEmpty)
+        #expect(chat.core.isAwaitingAccount(alice))
+        #expect(!chat.core.isAwaitingAccount(bob))
+        #expect(frames(to: bob, in: chat.send(.say(room: "general", text: "hi"), from: bob)).count == 1)
+        #expect(frames(to: alice, in: chat.release()) == [.registered(account: "alice")])
+        #expect(!chat.core.isAwaitingAccount(alice))
+    }
+
+    @Test func changingThePasswordAndDroppingTheAccountNeedTheLoginAndThePassword() {
+        var chat = AccountHarness()
+        let alice = chat.connect("alice")
+        #expect(errorCode(to: alice, in: chat.send(.changePassword(old: "a", new: "b"), from: alice)) == .notLoggedIn)
+        #expect(errorCode(to: alice, in: chat.send(.dropAccount(password: "a"), from: alice)) == .notLoggedIn)
+        chat.send(.register(password: "old-pw"), from: alice)
+        #expect(errorCode(to: alice, in: chat.send(.changePassword(old: "wrong", new: "new-pw"), from: alice)) == .authenticationFailed)
+        #expect(frames(to: alice, in: chat.send(.changePassword(old: "old-pw", new: "new-pw"), from: alice)) == [.passwordChanged(account: "alice")])
+        #expect(errorCode(to: alice, in: chat.send(.dropAccount(password: "old-pw"), from: alice)) == .authenticationFailed)
+        #expect(frames(to: alice, in: chat.send(.dropAccount(password: "new-pw"), from: alice)) == [.accountDropped(account: "alice")])
+        #expect(chat.core.accountCount == 0)
+        #expect(chat.core.nick(of: alice) == "alice", "the nick stays, as a guest's")
+        let later = chat.connect("bob")
+        _ = chat.send(.goodbye(reason: ""), from: alice)
+        #expect(frames(to: later, in: chat.send(.changeNick(nick: "alice"), from: later)) == [.nickAccepted(nick: "alice")])
+    }
+
+    @Test func aPasswordOverPlainTCPFromAfarIsRefusedUnread() {
+        var chat = AccountHarness()
+        let far = chat.open(from: "203.0.113.5")
+        chat.send(.hello(version: 3, nick: "far", password: nil), from: far)
+        #expect(errorCode(to: far, in: chat.send(.register(password: "pw"), from: far)) == .plainPasswordRefused)
+        #expect(chat.core.accountCount == 0)
+        let farTLS = chat.open(from: "203.0.113.6", encrypted: true)
+        chat.send(.hello(version: 3, nick: "farTLS", password: nil), from: farTLS)
+        #expect(frames(to: farTLS, in: chat.send(.register(password: "pw"), from: farTLS)) == [.registered(account: "farTLS")])
+        var allowed = AccountHarness { $0.accounts.allowPlainPasswords = true }
+        let farAllowed = allowed.open(from: "203.0.113.5")
+        allowed.send(.hello(version: 3, nick: "far", password: nil), from: farAllowed)
+        #expect(frames(to: farAllowed, in: allowed.send(.register(password: "pw"), from: farAllowed)) == [.registered(account: "far")])
+    }
+
+    @Test(arguments: [
+        ("127.0.0.1", true), ("127.0.0.51", true), ("127.255.255.254", true), ("::1", true), ("::ffff:127.0.0.1", true),
+        ("10.0.0.1", false), ("128.0.0.1", false), ("::2", false), ("::ffff:10.0.0.1", false), ("2001:db8::1", false),
+        ("unknown", false),
+    ])
+    func theLoopbackTestOfThePlainPasswordRule(_ address: String, _ loopback: Bool) {
+        #expect(ChatCore.acceptsPassword(from: address, encrypted: false, allowPlain: false) == loopback, "\(address)")
+        #expect(ChatCore.acceptsPassword(from: address, encrypted: true, allowPlain: false))
+        #expect(ChatCore.acceptsPassword(from: address, encrypted: false, allowPlain: true))
+    }
+
+    @Test func aVersion2SessionSkipsAccountFramesAsAVersion2ServerWould() {
+        var chat = AccountHarness()
+        let old = chat.connect("old", version: 2)
+        #expect(chat.send(.register(password: "pw"), from: old).isEmpty)
+        #expect(chat.core.accountCount == 0)
+    }
+
+    @Test func passwordsOfNoPlausibleLengthAreRefused() {
+        var chat = AccountHarness()
+        let alice = chat.connect("alice")
+        #expect(errorCode(to: alice, in: chat.send(.register(password: ""), from: alice)) == .badPassword)
+        let long = String(repeating: "x", count: PasswordHashing.maxPasswordBytes + 1)
+        #expect(errorCode(to: alice, in: chat.send(.register(password: long), from: alice)) == .badPassword)
+    }
+
+    @Test func aClusterNodeSaysAccountsAreUnavailable() {
+        var chat = AccountHarness(clustered: true)
+        let id = chat.open()
+        var actions: [ChatAction] = []
+        chat.core.received(.hello(version: 3, nick: "alice", password: nil), size: 10, from: id, at: chat.now, into: &actions)
+        _ = chat.core.takeClusterRequests()
+        // The registry's answer: the nick is this node's now.
+        chat.core.clusterNickClaimed(id, nick: "alice", .success(true), at: chat.now, into: &actions)
+        #expect(chat.core.nick(of: id) == "alice")
+        #expect(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)) == .unavailable)
+    }
+}
