@@ -414,9 +414,12 @@ public final class ChatClientDriver {
                 show(.error(time: ClientClock.now(), text: "\(error)\(error.tlsError.map(Self.hint) ?? "")"))
                 finish(1)
                 return
-            } catch let error as SocketError where error.operation == "send to" && error.code == .posix(EPIPE) {
+            } catch let error as SocketError
+                where (error.operation == "send to" && error.code == .posix(EPIPE)) || error.code == .posix(ECONNRESET)
+            {
                 // A server that closes at once can be seen to do so by a write (the quiet
-                // `listRooms` after the welcome) before the read sees its end: the same event.
+                // `listRooms` after the welcome) before the read sees its end, or, if it closed
+                // with that request unread, by a reset instead of an end: the same event.
                 lostReason = deadReason ?? "the server closed the connection"
             } catch let error as SocketError where error.operation == "connect" && error.code == .posix(ETIMEDOUT) {
                 // A host that drops packets (a machine that died) is given up on as soon as a
