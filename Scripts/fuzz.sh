@@ -122,7 +122,8 @@ for target in "${targets[@]}"; do
             module=ChatCoreFuzz
             links=(-I "$core_build/release/Modules" -Xcc "-fmodule-map-file=$core_build/release/CSocketShims.build/module.modulemap"
                 -Xcc -I -Xcc "$root/Sources/CSocketShims/include" -Xcc "-fmodule-map-file=$root/Sources/COpenSSL/module.modulemap"
-                -Xcc "-fmodule-map-file=$root/Sources/CSQLite/module.modulemap" "${core_objects[@]}" -lsqlite3 -lssl -lcrypto) ;;
+                -Xcc "-fmodule-map-file=$root/Sources/CSQLite/module.modulemap" -Xcc "-fmodule-map-file=$root/Sources/CSodium/module.modulemap"
+                "${core_objects[@]}" -lsqlite3 -lsodium -lssl -lcrypto) ;;
     esac
     echo "building $target ..."
     swiftc -sanitize=fuzzer,address -parse-as-library -O -g -D FUZZING \
