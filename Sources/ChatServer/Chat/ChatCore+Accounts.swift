@@ -622,7 +622,10 @@ extension ChatCore {
             clusterChangeNick(of: id, from: current, to: record.name, as: .ghost, into: &actions)
         } else {
             actions.append(.send(.loggedIn(account: record.name), to: id))
+            return
         }
+        // Claiming (not refused at once for want of Redis): `loggedIn` follows the claim.
+        if cluster!.awaiting[id] != nil { cluster!.loggingIn[id] = record.name }
     }
 
     private mutating func changeGuessed(

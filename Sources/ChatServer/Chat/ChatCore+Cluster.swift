@@ -785,7 +785,6 @@ extension ChatCore {
         cluster!.awaiting[id] = .hello(nick: nick, version: version)
         cluster!.sessions[id.slot] = cluster!.nextSession
         cluster!.nextSession += 1
-        if claimant == .ghost { cluster!.loggingIn[id] = nick }
         ask(.claimNick(id, nick: nick, claimant: claimant))
     }
 
@@ -812,7 +811,6 @@ extension ChatCore {
         }
         nicks[newKey] = id
         cluster!.awaiting[id] = .nickChange(newNick)
-        if claimant == .ghost { cluster!.loggingIn[id] = newNick }
         ask(.claimNick(id, nick: newNick, claimant: claimant))
     }
 
