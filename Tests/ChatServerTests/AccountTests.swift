@@ -154,7 +154,7 @@ struct AccountTests {
     /// — never left unanswered — control clients keep chatting meanwhile, and the server's peak
     /// resident memory stays within `--max-memory`. (Latency under the flood is measured by
     /// Scripts/login-flood.sh, not asserted here.)
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func aFloodOfAThousandWrongLoginsIsAnsweredClearlyWhileChatGoesOn(_ mode: ServerMode) async throws {
         let maxMemory = 192
         let server = try await ChatServerProcess(
