@@ -90,8 +90,8 @@ public struct ClusterAccounts: Sendable {
         }
     }
 
-    /// Drops the account `key`: its record and its place under the cap, in one transaction-free
-    /// script step (`DEL` and `SREM` run together).
+    /// Drops the account `key`: its record and its place under the cap, in one script, so the
+    /// cap's count and the records never disagree.
     public func drop(key: String, completion: @escaping (Result<Void, ClusterError>) -> Void) {
         let script = "redis.call('DEL', KEYS[1]) redis.call('SREM', KEYS[2], ARGV[1]) return 1"
         eval(script, keys: [Self.accountKey(key), "chat:accounts"], arguments: [key]) { reply in
