@@ -3,9 +3,9 @@ import RedisProtocol
 
 /// The cluster's accounts, in Redis, so that every node sees every registration at once
 /// (docs/CLUSTER.md, "Accounts"): a hash per account (`chat:account:{key}`: name, hash,
-/// created), the set of keys (`chat:accounts`, whose size the cap counts), and the guess windows
-/// of login throttling as expiring counters (`chat:guesses:account:{key}`,
-/// `chat:guesses:address:{address}`).
+/// created), the set of keys (`chat:accounts`, whose size the cap counts), and the windows of
+/// login and registration throttling as expiring counters (`chat:guesses:account:{key}`,
+/// `chat:guesses:address:{address}`, `chat:registrations:address:{address}`).
 ///
 /// Nodes keep no copy: a node reads an account when a password is checked against it, in the
 /// same script that counts the guess, so a registration, a new password or a drop on one node
@@ -179,9 +179,39 @@ public struct ClusterAccounts: Sendable {
         eval(Self.giveBackScript, keys: [Self.accountGuesses(key), Self.addressGuesses(address)], arguments: []) { _ in }
     }
 
+    /// KEYS: the address's registration counter. ARGV: the limit, the window in ms. Returns -1
+    /// when it counted the registration, or the ms until the window ends when it is full (and
+    /// counted nothing).
+    static let registrationScript = """
+        if tonumber(redis.call('GET', KEYS[1]) or '0') >= tonumber(ARGV[1]) then return math.max(0, redis.call('PTTL', KEYS[1])) end
+        if redis.call('INCR', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+        return -1
+        """
+
+    /// Counts a registration from `address` (a throttle key), within `limit` per
+    /// `windowMilliseconds` for the whole cluster: nil when counted, or how long until the
+    /// window has room.
+    public func countRegistration(
+        address: String, limit: Int, windowMilliseconds: UInt64, completion: @escaping (Result<UInt64?, ClusterError>) -> Void
+    ) {
+        eval(Self.registrationScript, keys: [Self.addressRegistrations(address)], arguments: [String(limit), String(windowMilliseconds)]) {
+            reply in
+            completion(reply.flatMap { value in
+                guard let wait = value.integer else { return .failure(.malformedReply("registration count returned \(value)")) }
+                return .success(wait < 0 ? nil : UInt64(wait))
+            })
+        }
+    }
+
+    /// Gives back a registration counted against `address`.
+    public func giveBackRegistration(address: String) {
+        eval(Self.giveBackScript, keys: [Self.addressRegistrations(address)], arguments: []) { _ in }
+    }
+
     static func accountKey(_ key: String) -> String { "chat:account:\(key)" }
     static func accountGuesses(_ key: String) -> String { "chat:guesses:account:\(key)" }
     static func addressGuesses(_ address: String) -> String { "chat:guesses:address:\(address)" }
+    static func addressRegistrations(_ address: String) -> String { "chat:registrations:address:\(address)" }
 
     private func eval(_ script: String, keys: [String], arguments: [String], completion: @escaping (Result<RESPValue, ClusterError>) -> Void) {
         let command = [Array("EVAL".utf8), Array(script.utf8), Array(String(keys.count).utf8)] + (keys + arguments).map { Array($0.utf8) }

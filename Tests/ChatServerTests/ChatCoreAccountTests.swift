@@ -98,6 +98,10 @@ private struct AccountHarness {
         case .giveBack(let key, _):
             redisGuesses[key, default: 0] -= 1
             return
+        case .countRegistration:
+            answer = .registrationCounted(.success(nil))
+        case .giveBackRegistration:
+            return
         case .create(let record):
             let exists = redisAccounts[record.key] != nil
             if !exists { redisAccounts[record.key] = record }

@@ -133,6 +133,25 @@ struct ClusterAccountTests {
         #expect(try await cluster.redisCLI("SCARD", "chat:accounts") == ["3"])
     }
 
+    /// `--registrations-per-address` (3 an hour) counts an address's registrations through
+    /// every node together.
+    @Test func anAddressRegisteringThroughBothNodesIsHeldToItsLimitInTotal() async throws {
+        let cluster = try await Nodes(arguments: ["--address-connection-rate", "0"])
+        defer { cluster.stop() }
+        var sockets: [BlockingSocket] = []
+        defer { for socket in sockets { socket.close() } }
+        for index in 0..<10 {
+            let socket = try BlockingSocket(port: cluster.nodes[index % 2].port, source: "127.0.0.9")
+            sockets.append(socket)
+            await socket.send([.hello(version: 3, nick: "r\(index)", password: nil), .register(password: "pw")])
+        }
+        var answers: [Frame] = []
+        for socket in sockets { answers.append(await answer(from: socket)) }
+        #expect(answers.filter { if case .registered = $0 { true } else { false } }.count == 3, "\(answers)")
+        #expect(answers.filter { if case .error(.throttled, false, .register, _) = $0 { true } else { false } }.count == 7, "\(answers)")
+        #expect(try await cluster.redisCLI("GET", "chat:registrations:address:127.0.0.9") == ["3"])
+    }
+
     @Test func accountsOutliveTheNodesBecauseTheyAreInRedis() async throws {
         let redis = try await RedisServerProcess()
         defer { redis.stop() }

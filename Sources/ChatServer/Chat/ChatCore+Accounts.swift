@@ -17,7 +17,8 @@ import Glibc
 // A cluster node keeps no records (`accounts.records` stays empty): they are in Redis, where
 // every node sees a change at once (docs/CLUSTER.md, "Accounts"). There a password check starts
 // with `AccountWork.Job.guess`, which counts the guess in the cluster-wide windows and reads the
-// record in one step; a registration is `create`, which checks the cap in the same step; and
+// record in one step; a registration is counted against its address (`countRegistration`), then
+// made by `create`, which checks the cap in the same step; and
 // whether a nick is reserved is the cluster nick claim's answer (`clusterNickReserved`).
 
 /// Work the core asks the server to carry out for an account request.
@@ -38,6 +39,12 @@ public struct AccountWork: Sendable {
         /// Cluster mode: give back a guess counted by `guess` (a right password, or one the pool
         /// could not check). Nobody waits for it.
         case giveBack(key: String, address: String)
+        /// Cluster mode: count a registration from the throttle key `address` in the cluster's
+        /// window → `AccountAnswer.registrationCounted`.
+        case countRegistration(address: String)
+        /// Cluster mode: give back a registration counted by `countRegistration` (the pool could
+        /// not hash its password). Nobody waits for it.
+        case giveBackRegistration(address: String)
         /// Cluster mode: make `record` unless its key exists or the cluster holds
         /// `AccountSettings.maxAccounts` accounts → `AccountAnswer.created`.
         case create(AccountRecord)
@@ -61,6 +68,9 @@ public enum AccountAnswer: Sendable {
     case guessed(Result<AccountGuess, AccountStoreError>)
     /// What a `create` came to.
     case created(Result<AccountCreation, AccountStoreError>)
+    /// What a `countRegistration` found: nil when counted, or how long (ms) until the address's
+    /// window has room, when it is full (nothing counted).
+    case registrationCounted(Result<UInt64?, AccountStoreError>)
 }
 
 /// What counting a password guess in the cluster found (`AccountWork.Job.guess`).
@@ -101,6 +111,8 @@ struct AccountDirectory: Sendable {
     /// What an answer is for.
     enum Purpose: Sendable {
         case registerHashed(ClientID, name: String)
+        /// Cluster mode: the registration of `name` was counted against the address.
+        case registerCounted(ClientID, name: String, password: String)
         case registerSaved(ClientID, AccountRecord)
         /// `handshake`: a login that completes a `hello` for the account's nick.
         case login(ClientID, key: String, address: String, handshake: Bool)
@@ -203,7 +215,7 @@ extension ChatCore {
         let id: ClientID
         switch purpose {
         case .quiet: return
-        case .registerHashed(let client, _), .registerSaved(let client, _), .login(let client, _, _, _),
+        case .registerHashed(let client, _), .registerSaved(let client, _), .login(let client, _, _, _), .registerCounted(let client, _, _),
             .changeVerified(let client, _, _), .changeHashed(let client, _), .changeSaved(let client, _),
             .dropVerified(let client, _), .dropDeleted(let client, _), .loginGuessed(let client, _, _, _),
             .changeGuessed(let client, _, _, _), .clusterLogin(let client, _, _, _):
@@ -226,6 +238,19 @@ extension ChatCore {
             break
         case .registerHashed(_, let name):
             registerHashed(id, name: name, answer, at: now, into: &actions)
+        case .registerCounted(_, let name, let password):
+            switch answer {
+            case .registrationCounted(.success(nil)):
+                accounts.registering += 1
+                accounts.waiting[id] = accounts.ask(.hash(password: password), for: .registerHashed(id, name: name))
+            case .registrationCounted(.success(let wait?)):
+                let reason = "too many registrations from your address; try again in \((wait + 999) / 1000) s"
+                refuse(.register, .throttled, reason, to: id, into: &actions)
+            case .registrationCounted(.failure(let error)):
+                refuse(.register, .unavailable, "cannot register now: \(error); try again", to: id, into: &actions)
+            default:
+                refuse(.register, .internal, "no answer from the cluster", to: id, into: &actions)
+            }
         case .registerSaved(_, let record):
             if case .created(let result) = answer {
                 registerCreated(id, record: record, result, into: &actions)
@@ -363,6 +388,12 @@ extension ChatCore {
             return
         }
         let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+        if cluster != nil {
+            // The address's window is the cluster's: counted in Redis before anything is hashed.
+            accounts.waiting[id] = accounts.ask(
+                .countRegistration(address: addressKey), for: .registerCounted(id, name: nick, password: password))
+            return
+        }
         let window = limits.registrationWindow.milliseconds
         if let wait = Self.spend(&accounts.registrations[addressKey], limit: limits.registrationsPerAddress, window: window, now: now.uptimeMillis) {
             let reason = "too many registrations from your address; try again in \((wait + 999) / 1000) s"
@@ -378,7 +409,12 @@ extension ChatCore {
         guard case .hashing(.hashed(let hash?)) = answer else {
             if answer.isBusy {
                 // Nothing was registered: the address's registration is given back.
-                Self.giveBack(&accounts.registrations[Self.throttleKey(of: clients[id.slot]!.address)])
+                let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+                if cluster != nil {
+                    _ = accounts.ask(.giveBackRegistration(address: addressKey), for: .quiet)
+                } else {
+                    Self.giveBack(&accounts.registrations[addressKey])
+                }
                 refuse(.register, .busy, Self.busyReason, to: id, into: &actions)
             } else {
                 refuse(.register, .internal, "the password could not be hashed", to: id, into: &actions)

@@ -1430,7 +1430,7 @@ extension ChatServer {
                 continue
             }
             switch work.job {
-            case .guess, .giveBack, .create:
+            case .guess, .giveBack, .create, .countRegistration, .giveBackRegistration:
                 // Asked only in cluster mode.
                 break
             case .hash(let password):

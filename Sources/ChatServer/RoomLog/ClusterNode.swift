@@ -408,8 +408,9 @@ final class ClusterNode: @unchecked Sendable {
     // MARK: Accounts
 
     /// Carries out account work that Redis does in cluster mode (`ClusterAccounts`): a
-    /// registration, a guess, a new password hash, a drop. `completion` gets the answer on the
-    /// queue, never during this call; `giveBack` answers nothing.
+    /// registration and its count against the address, a guess, a new password hash, a drop.
+    /// `completion` gets the answer on the queue, never during this call; the give-backs answer
+    /// nothing.
     func carryOut(_ work: AccountWork, limits: AccountSettings, completion: @escaping @Sendable (AccountAnswer) -> Void) {
         guard let commands = link.commands else {
             let reason = AccountStoreError("\(down.reason)")
@@ -417,9 +418,13 @@ final class ClusterNode: @unchecked Sendable {
                 switch work.job {
                 case .guess: .guessed(.failure(reason))
                 case .create: .created(.failure(reason))
+                case .countRegistration: .registrationCounted(.failure(reason))
                 default: .stored(.failure(reason))
                 }
-            if case .giveBack = work.job { return }
+            switch work.job {
+            case .giveBack, .giveBackRegistration: return
+            default: break
+            }
             return queue.async { completion(refusal) }
         }
         let accounts = ClusterAccounts(commands: commands)
@@ -454,6 +459,14 @@ final class ClusterNode: @unchecked Sendable {
             }
         case .giveBack(let key, let address):
             accounts.giveBack(key: key, address: address)
+        case .countRegistration(let address):
+            accounts.countRegistration(
+                address: address, limit: limits.registrationsPerAddress, windowMilliseconds: limits.registrationWindow.milliseconds
+            ) { result in
+                completion(.registrationCounted(result.mapError(error)))
+            }
+        case .giveBackRegistration(let address):
+            accounts.giveBackRegistration(address: address)
         case .save(let record):
             accounts.setPasswordHash(key: record.key, record.passwordHash) { result in
                 completion(.stored(result.mapError(error).flatMap { kept in
