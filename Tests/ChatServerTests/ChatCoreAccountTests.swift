@@ -438,6 +438,21 @@ struct ChatCoreAccountTests {
         #expect(chat.core.takeClusterRequests().isEmpty)
     }
 
+    @Test func aLoginAfterWelcomeOnANodeTakesTheNickAsAGhostAndRepliesNameTheAccountAsRegistered() {
+        var chat = AccountHarness(clustered: true)
+        chat.redisAccounts["gina"] = AccountRecord(name: "Gina", key: "gina", passwordHash: chat.hashing.hash("pw")!, created: 0)
+        let guest = welcomeOnNode(&chat, "guest")
+        var actions = chat.send(.login(account: "GINA", password: "pw"), from: guest)
+        #expect(chat.core.takeClusterRequests() == [.claimNick(guest, nick: "Gina", claimant: .ghost)])
+        #expect(frames(to: guest, in: actions).isEmpty, "loggedIn waits for the claim")
+        actions = []
+        chat.core.clusterNickClaimed(guest, nick: "Gina", .success(true), at: chat.now, into: &actions)
+        let sent = frames(to: guest, in: actions)
+        #expect(sent.first == .nickAccepted(nick: "Gina") && sent.last == .loggedIn(account: "Gina"), "\(sent)")
+        #expect(frames(to: guest, in: chat.send(.changePassword(old: "pw", new: "new"), from: guest)) == [.passwordChanged(account: "Gina")])
+        #expect(chat.core.account(of: guest) == "Gina")
+    }
+
     @Test func aGhostNoticeFromAnotherNodeDisconnectsOnlyAWelcomedHolder() {
         var chat = AccountHarness(clustered: true)
         let holder = welcomeOnNode(&chat, "dave")

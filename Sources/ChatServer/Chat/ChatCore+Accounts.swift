@@ -107,6 +107,13 @@ struct AccountDirectory: Sendable {
     var records: [String: AccountRecord] = [:]
     /// Registrations hashing now: counted against the cap with the records.
     var registering = 0
+    /// Cluster mode: the names (case kept) of the accounts read from Redis, by key, for the
+    /// replies that name an account. Not a record: a node never decides a reservation by it. At
+    /// most one per account, so within the records' share of the memory budget.
+    var clusterNames: [String: String] = [:]
+
+    /// The name of the account `key`: as registered, when known here.
+    func name(of key: String) -> String { records[key]?.name ?? clusterNames[key] ?? key }
 
     /// What an answer is for.
     enum Purpose: Sendable {
@@ -176,7 +183,7 @@ extension ChatCore {
 
     /// The account `id` is logged in as, or nil.
     public func account(of id: ClientID) -> String? {
-        id.slot < clients.count ? clients[id.slot]?.account.flatMap { accounts.records[$0]?.name ?? $0 } : nil
+        id.slot < clients.count ? clients[id.slot]?.account.map { accounts.name(of: $0) } : nil
     }
 
     /// Whether a password from `address` over a connection that is (or is not) `encrypted` may be
@@ -275,7 +282,7 @@ extension ChatCore {
             accounts.waiting[id] = accounts.ask(.hash(password: newPassword), for: .changeHashed(id, key: key))
         case .changeHashed(_, let key):
             // A node keeps no records: Redis replaces the hash of the account by its key.
-            let kept = cluster == nil ? accounts.records[key] : AccountRecord(name: key, key: key, passwordHash: "", created: 0)
+            let kept = cluster == nil ? accounts.records[key] : AccountRecord(name: accounts.name(of: key), key: key, passwordHash: "", created: 0)
             guard case .hashing(.hashed(let hash?)) = answer, var record = kept else {
                 refuse(.changePassword, answer.isBusy ? .busy : .internal, answer.isBusy ? Self.busyReason : "the password was not changed", to: id, into: &actions)
                 return
@@ -287,7 +294,7 @@ extension ChatCore {
             if case .failure(let error) = answer.storeResult {
                 refuse(.changePassword, .storageFailed, "the new password was not stored: \(error)", to: id, into: &actions)
             } else {
-                actions.append(.send(.passwordChanged(account: accounts.records[key]?.name ?? key), to: id))
+                actions.append(.send(.passwordChanged(account: accounts.name(of: key)), to: id))
             }
         case .dropVerified(_, let key):
             guard passwordMatched(answer, request: .dropAccount, key: key, address: clients[id.slot]!.address, id: id, into: &actions)
@@ -297,7 +304,9 @@ extension ChatCore {
             if case .failure(let error) = answer.storeResult {
                 refuse(.dropAccount, .storageFailed, "the account was not deleted: \(error)", to: id, into: &actions)
             } else {
-                let name = accounts.records.removeValue(forKey: key)?.name ?? key
+                let name = accounts.name(of: key)
+                accounts.records[key] = nil
+                accounts.clusterNames[key] = nil
                 if clients[id.slot]!.account == key { clients[id.slot]!.account = nil }
                 actions.append(.send(.accountDropped(account: name), to: id))
             }
@@ -614,6 +623,7 @@ extension ChatCore {
             failLogin(id, handshake: handshake, problem.code, problem.reason, at: now, into: &actions)
             return
         }
+        accounts.clusterNames[key] = record.name
         let address = clients[id.slot]!.address
         accounts.waiting[id] = accounts.ask(
             .verify(password: password, stored: record.passwordHash), for: .clusterLogin(id, record, address: address, handshake: handshake))
@@ -678,6 +688,7 @@ extension ChatCore {
             refuse(request, problem.code, problem.reason, to: id, into: &actions)
             return
         }
+        accounts.clusterNames[key] = record.name
         let verify = AccountWork.Job.verify(password: password, stored: record.passwordHash)
         if let newPassword {
             accounts.waiting[id] = accounts.ask(verify, for: .changeVerified(id, key: key, newPassword: newPassword))
@@ -691,6 +702,7 @@ extension ChatCore {
     ) {
         switch result {
         case .success(.created):
+            accounts.clusterNames[record.key] = record.name
             clients[id.slot]!.account = record.key
             actions.append(.send(.registered(account: record.name), to: id))
         case .success(.exists):
