@@ -453,6 +453,24 @@ struct ChatCoreAccountTests {
         #expect(chat.core.account(of: guest) == "Gina")
     }
 
+    @Test func aLoginWhoseClientLeftBeforeItsClaimTellsTheNextClientInItsSlotNothing() {
+        var chat = AccountHarness(clustered: true)
+        chat.redisAccounts["hal"] = AccountRecord(name: "hal", key: "hal", passwordHash: chat.hashing.hash("pw")!, created: 0)
+        let leaver = welcomeOnNode(&chat, "guest")
+        _ = chat.send(.login(account: "hal", password: "pw"), from: leaver)
+        #expect(chat.core.takeClusterRequests() == [.claimNick(leaver, nick: "hal", claimant: .ghost)])
+        var actions: [ChatAction] = []
+        chat.core.disconnect(leaver, Disconnection(code: nil, reason: "connection lost"), at: chat.now, into: &actions)
+        _ = chat.core.takeClusterRequests()
+        // The same slot, a guest with the same nick; the old claim's answer comes first.
+        chat.nextSlot = leaver.slot
+        let newcomer = chat.open()
+        actions = []
+        chat.core.received(.hello(version: 3, nick: "hal", password: nil), size: 10, from: newcomer, at: chat.now, into: &actions)
+        chat.core.clusterNickClaimed(newcomer, nick: "hal", .success(true), at: chat.now, into: &actions)
+        #expect(!frames(to: newcomer, in: actions).contains(.loggedIn(account: "hal")), "\(actions)")
+    }
+
     @Test func aGhostNoticeFromAnotherNodeDisconnectsOnlyAWelcomedHolder() {
         var chat = AccountHarness(clustered: true)
         let holder = welcomeOnNode(&chat, "dave")

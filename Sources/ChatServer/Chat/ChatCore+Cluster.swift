@@ -896,6 +896,8 @@ extension ChatCore {
     ) {
         let departed = asker(id)
         let awaited = cluster!.awaiting.removeValue(forKey: id)
+        // A newcomer in its slot must not be told of its login.
+        cluster!.loggingIn[id] = nil
         cluster!.sessions[id.slot] = nil
         cluster!.owed[id] = nil
         cluster!.departures[id] = nil
