@@ -56,11 +56,12 @@ public final class NickRegistry: @unchecked Sendable {
     }
 
     /// KEYS: the nick's key. ARGV: node id, nick, and whether the claimer logged in to the nick's
-    /// account and takes the nick back from whoever holds it ('ghost') or not (''). Returns 1 when the node holds the nick now, 0 when a live node holds it, 2
-    /// when it is a registered nick (`chat:account:<nick>`, ClusterAccounts) and the claimer is
-    /// no owner: the reservation is checked in the same step as the claim, so a registration on
-    /// one node holds on every node from the next claim. A ghost claim tells the holder's node,
-    /// on its direct channel, `ghost <nick>`, which disconnects its client.
+    /// account and takes the nick back from whoever holds it ('ghost') or not (''). Returns 1
+    /// when the node holds the nick now, 0 when a live node holds it, 2 when it is a registered
+    /// nick (`chat:account:<nick>`, ClusterAccounts) and the claimer a guest: the reservation is
+    /// checked in the same step as the claim, so a registration on one node holds on every node
+    /// from the next claim. A ghost claim tells the holder's node, on its direct channel,
+    /// `ghost <nick>`, which disconnects its client there.
     static let claimScript = """
         if ARGV[3] == '' and redis.call('EXISTS', 'chat:account:' .. ARGV[2]) == 1 then return 2 end
         local owner = redis.call('GET', KEYS[1])
