@@ -55,12 +55,19 @@ public final class NickRegistry: @unchecked Sendable {
         public var wasRegistered: Bool
     }
 
-    /// KEYS: the nick's key. ARGV: node id, nick. Returns 1 when the node holds the nick now, 0
-    /// when a live node holds it.
+    /// KEYS: the nick's key. ARGV: node id, nick, and whether the claimer logged in to the nick's
+    /// account and takes the nick back from whoever holds it ('ghost') or not (''). Returns 1
+    /// when the node holds the nick now, 0 when a live node holds it, 2 when it is a registered
+    /// nick (`chat:account:<nick>`, ClusterAccounts) and the claimer a guest: the reservation is
+    /// checked in the same step as the claim, so a registration on one node holds on every node
+    /// from the next claim. A ghost claim tells the holder's node, on its direct channel,
+    /// `ghost <nick>`, which disconnects its client there.
     static let claimScript = """
+        if ARGV[3] == '' and redis.call('EXISTS', 'chat:account:' .. ARGV[2]) == 1 then return 2 end
         local owner = redis.call('GET', KEYS[1])
         if owner and owner ~= ARGV[1] and redis.call('EXISTS', 'chat:node:' .. owner) == 1 then
-            return 0
+            if ARGV[3] ~= 'ghost' then return 0 end
+            redis.call('PUBLISH', 'chat:node:' .. owner .. ':direct', 'ghost ' .. ARGV[2])
         end
         if owner and owner ~= ARGV[1] then
             redis.call('SREM', 'chat:node:' .. owner .. ':nicks', ARGV[2])
@@ -160,10 +167,35 @@ public final class NickRegistry: @unchecked Sendable {
         }
     }
 
-    /// Claims `nick` for this node: true when it is this node's now, false when a live node holds it.
-    public func claim(_ nick: String, completion: @escaping (Result<Bool, ClusterError>) -> Void) {
-        run(scripts.claim, keys: ["chat:nick:\(nick)"], arguments: [nodeID, nick]) { reply in
-            completion(reply.flatMap(Self.flag))
+    /// Who claims a nick, as far as its account goes.
+    public enum Claimant: String, Sendable {
+        /// Logged in to no account of that nick: a registered nick is refused.
+        case guest = ""
+        /// Logged in to the nick's account and taking it back: a live holder is ghosted.
+        case ghost
+    }
+
+    /// What a claim came to.
+    public enum Claim: Sendable, Equatable {
+        /// The nick is this node's now.
+        case claimed
+        /// A live node holds it.
+        case taken
+        /// It is a registered nick and the claimant a guest.
+        case reserved
+    }
+
+    /// Claims `nick` for this node as `claimant`.
+    public func claim(_ nick: String, as claimant: Claimant = .guest, completion: @escaping (Result<Claim, ClusterError>) -> Void) {
+        run(scripts.claim, keys: ["chat:nick:\(nick)"], arguments: [nodeID, nick, claimant.rawValue]) { reply in
+            completion(reply.flatMap { value in
+                switch value.integer {
+                case 1: .success(.claimed)
+                case 0: .success(.taken)
+                case 2: .success(.reserved)
+                default: .failure(.malformedReply("expected 0, 1 or 2, got \(value)"))
+                }
+            })
         }
     }
 

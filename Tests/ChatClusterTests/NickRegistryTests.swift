@@ -34,9 +34,14 @@ private final class RegistryNode: @unchecked Sendable {
         }
     }
 
+    /// Claims `nick` as a guest: true when this node holds it now.
     func claim(_ nick: String) async throws -> Bool {
+        try await claim(nick, as: .guest) == .claimed
+    }
+
+    func claim(_ nick: String, as claimant: NickRegistry.Claimant) async throws -> NickRegistry.Claim {
         try await withCheckedThrowingContinuation { continuation in
-            queue.async { [registry] in registry.claim(nick) { continuation.resume(with: $0) } }
+            queue.async { [registry] in registry.claim(nick, as: claimant) { continuation.resume(with: $0) } }
         }
     }
 
@@ -79,6 +84,19 @@ struct NickRegistryTests {
             }
             #expect(wins == 1, "\(nick): \(wins) nodes think they hold it")
         }
+    }
+
+    @Test func aRegisteredNickIsRefusedToGuestsAndAGhostClaimTakesItFromALiveHolder() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await RegistryNode("a", port: redis.port)
+        let b = try await RegistryNode("b", port: redis.port)
+        #expect(try await a.claim("eve", as: .guest) == .claimed)
+        _ = try await a.command("HSET", "chat:account:eve", "name", "eve", "hash", "h", "created", "1")
+        #expect(try await b.claim("eve", as: .guest) == .reserved, "a guest never gets a registered nick")
+        #expect(try await b.claim("eve", as: .ghost) == .claimed, "a ghost claim takes it from the live holder")
+        #expect(try await a.command("GET", "chat:nick:eve") == .bulkString(Array("b".utf8)), "node b holds it now")
+        #expect(try await a.command("SMEMBERS", "chat:node:a:nicks") == .array([]), "node a no longer lists it")
     }
 
     @Test func aReleasedNickCanBeClaimedElsewhere() async throws {

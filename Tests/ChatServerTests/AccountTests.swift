@@ -3,16 +3,19 @@ import Glibc
 import Testing
 import TestSupport
 
-/// Accounts against the real `chat-server`, in memory and durable modes (cluster nodes answer
-/// account requests `unavailable` for now: docs/CLUSTER.md): register, log in, the reserved nick,
-/// ghosting, restarts, and the hostile cases of docs/SECURITY.md with their figures. Guessers
+/// Accounts against the real `chat-server`, in memory and durable modes and on a cluster node
+/// (its own Redis) where the behaviour is the same: register, log in, the reserved nick,
+/// ghosting, restarts, and the hostile cases of docs/SECURITY.md with their figures. What only a
+/// cluster has — two nodes — is ClusterAccountTests. Guessers
 /// connect from many loopback addresses (127.0.0.2 …), which the server counts as different
 /// addresses and still lets send passwords in plain text (loopback).
 @Suite("Accounts against the real server", .serialized)
 struct AccountTests {
     static let modes: [ServerMode] = [.memory, .durable]
+    /// The modes a behaviour is the same in, a cluster node included.
+    static let everyMode: [ServerMode] = [.memory, .durable, .cluster]
 
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func registerReserveLoginWithHelloGhostChangeAndDrop(_ mode: ServerMode) async throws {
         let server = try await ChatServerProcess(mode, arguments: ["--handshake-timeout", "60"])
         defer { server.stop() }
@@ -49,7 +52,7 @@ struct AccountTests {
         anyone.close()
     }
 
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func aLoginAfterWelcomeTakesTheNickAndVersion1And2ClientsChatWithVersion3Ones(_ mode: ServerMode) async throws {
         let server = try await ChatServerProcess(mode, arguments: ["--handshake-timeout", "60"])
         defer { server.stop() }
@@ -119,7 +122,7 @@ struct AccountTests {
 
     /// docs/SECURITY.md: at most `--login-attempts-per-account` (5) password checks per account
     /// per minute, from however many addresses.
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func aBruteForceFromFiftyAddressesIsHeldToTheStatedGuessesPerMinute(_ mode: ServerMode) async throws {
         let server = try await ChatServerProcess(mode, arguments: ["--handshake-timeout", "60"])
         defer { server.stop() }
@@ -151,7 +154,7 @@ struct AccountTests {
     /// — never left unanswered — control clients keep chatting meanwhile, and the server's peak
     /// resident memory stays within `--max-memory`. (Latency under the flood is measured by
     /// Scripts/login-flood.sh, not asserted here.)
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func aFloodOfAThousandWrongLoginsIsAnsweredClearlyWhileChatGoesOn(_ mode: ServerMode) async throws {
         let maxMemory = 192
         let server = try await ChatServerProcess(
@@ -203,7 +206,7 @@ struct AccountTests {
 
     /// docs/SECURITY.md: `--registrations-per-address` (3) per hour from one address, and never
     /// more than `--max-accounts`.
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func aRegistrationFloodFromOneAddressIsRateLimitedAndTheCapHolds(_ mode: ServerMode) async throws {
         let server = try await ChatServerProcess(
             mode, arguments: ["--handshake-timeout", "60", "--max-accounts", "4", "--address-connection-rate", "0"])

@@ -18,6 +18,10 @@ private struct AccountHarness {
     /// Work asked for and not carried out when `holdWork` is set.
     var holdWork = false
     var held: [AccountWork] = []
+    /// Cluster mode: the accounts Redis holds, and the guesses it counted per account key (no
+    /// limit: the windows' figures are the real scripts', tested against a real Redis).
+    var redisAccounts: [String: AccountRecord] = [:]
+    var redisGuesses: [String: Int] = [:]
     let hashing = PasswordHashing(passes: 1, memoryBytes: 8 << 10)
 
     init(clustered: Bool = false, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
@@ -88,6 +92,20 @@ private struct AccountHarness {
             answer = poolFull ? .busy : .hashing(.verified(PasswordHashing.verify(password, against: stored), rehashed: nil))
         case .save, .delete:
             answer = .stored(.success(()))
+        case .guess(let key, _):
+            redisGuesses[key, default: 0] += 1
+            answer = .guessed(.success(redisAccounts[key].map { .admitted($0) } ?? .noAccount))
+        case .giveBack(let key, _):
+            redisGuesses[key, default: 0] -= 1
+            return
+        case .countRegistration:
+            answer = .registrationCounted(.success(nil))
+        case .giveBackRegistration:
+            return
+        case .create(let record):
+            let exists = redisAccounts[record.key] != nil
+            if !exists { redisAccounts[record.key] = record }
+            answer = .created(.success(exists ? .exists : .created))
         }
         core.accountAnswered(work.ticket, answer, at: now, into: &actions)
     }
@@ -359,15 +377,116 @@ struct ChatCoreAccountTests {
         #expect(errorCode(to: alice, in: chat.send(.register(password: long), from: alice)) == .badPassword)
     }
 
-    @Test func aClusterNodeSaysAccountsAreUnavailable() {
-        var chat = AccountHarness(clustered: true)
+    // MARK: Cluster mode: records in Redis, the claim decides reservations
+
+    /// Welcomes `nick` on a node: its hello's claim, answered `claimed`.
+    private func welcomeOnNode(_ chat: inout AccountHarness, _ nick: String, version: UInt16 = 3) -> ClientID {
         let id = chat.open()
         var actions: [ChatAction] = []
-        chat.core.received(.hello(version: 3, nick: "alice", password: nil), size: 10, from: id, at: chat.now, into: &actions)
+        chat.core.received(.hello(version: version, nick: nick, password: nil), size: 10, from: id, at: chat.now, into: &actions)
+        #expect(chat.core.takeClusterRequests() == [.claimNick(id, nick: nick)])
+        chat.core.clusterNickClaimed(id, nick: nick, .success(true), at: chat.now, into: &actions)
+        #expect(chat.core.nick(of: id) == nick)
+        return id
+    }
+
+    @Test func aNodeRegistersInRedisAndKeepsNoRecordOfItsOwn() {
+        var chat = AccountHarness(clustered: true)
+        let alice = welcomeOnNode(&chat, "alice")
+        #expect(frames(to: alice, in: chat.send(.register(password: "pw"), from: alice)) == [.registered(account: "alice")])
+        #expect(chat.redisAccounts["alice"]?.name == "alice")
+        #expect(chat.core.accountCount == 0, "a node keeps no records: another node may drop the account")
+        // Redis says it exists (registered on another node meanwhile): refused as on one server.
+        let other = welcomeOnNode(&chat, "Bob")
+        chat.redisAccounts["bob"] = AccountRecord(name: "bob", key: "bob", passwordHash: "x", created: 0)
+        #expect(errorCode(to: other, in: chat.send(.register(password: "pw"), from: other)) == .accountExists)
+    }
+
+    @Test func aReservedClaimHoldsAVersion3HelloForItsLoginAndRefusesOlderOnes() {
+        var chat = AccountHarness(clustered: true)
+        chat.redisAccounts["alice"] = AccountRecord(name: "Alice", key: "alice", passwordHash: chat.hashing.hash("pw")!, created: 0)
+        let old = chat.open()
+        var actions: [ChatAction] = []
+        chat.core.received(.hello(version: 1, nick: "alice", password: nil), size: 10, from: old, at: chat.now, into: &actions)
         _ = chat.core.takeClusterRequests()
-        // The registry's answer: the nick is this node's now.
-        chat.core.clusterNickClaimed(id, nick: "alice", .success(true), at: chat.now, into: &actions)
-        #expect(chat.core.nick(of: id) == "alice")
-        #expect(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)) == .unavailable)
+        chat.core.clusterNickReserved(old, nick: "alice", at: chat.now, into: &actions)
+        #expect(disconnected(old, in: actions)?.code == .nickReserved)
+
+        let owner = chat.open()
+        actions = []
+        chat.core.received(.hello(version: 3, nick: "alice", password: nil), size: 10, from: owner, at: chat.now, into: &actions)
+        _ = chat.core.takeClusterRequests()
+        chat.core.clusterNickReserved(owner, nick: "alice", at: chat.now, into: &actions)
+        #expect(actions.isEmpty, "waits for the login sent with the hello: \(actions)")
+        actions = chat.send(.login(account: "alice", password: "pw"), from: owner)
+        #expect(chat.redisGuesses["alice"] == 0, "counted in Redis, and given back for the right password")
+        // The nick is claimed as its owner's, which ghosts a holder on another node.
+        #expect(chat.core.takeClusterRequests() == [.claimNick(owner, nick: "alice", claimant: .ghost)])
+        actions = []
+        chat.core.clusterNickClaimed(owner, nick: "alice", .success(true), at: chat.now, into: &actions)
+        let sent = frames(to: owner, in: actions)
+        #expect(sent.first.map { if case .welcome(3, "alice", _, _) = $0 { true } else { false } } == true, "\(sent)")
+        #expect(sent.last == .loggedIn(account: "Alice"), "\(sent)")
+    }
+
+    @Test func aWrongPasswordOnANodeCountsItsGuessAndClaimsNothing() {
+        var chat = AccountHarness(clustered: true)
+        chat.redisAccounts["carol"] = AccountRecord(name: "carol", key: "carol", passwordHash: chat.hashing.hash("pw")!, created: 0)
+        let guest = welcomeOnNode(&chat, "guest")
+        #expect(errorCode(to: guest, in: chat.send(.login(account: "carol", password: "no"), from: guest)) == .authenticationFailed)
+        #expect(chat.redisGuesses["carol"] == 1)
+        #expect(chat.core.takeClusterRequests().isEmpty)
+    }
+
+    @Test func aLoginAfterWelcomeOnANodeTakesTheNickAsAGhostAndRepliesNameTheAccountAsRegistered() {
+        var chat = AccountHarness(clustered: true)
+        chat.redisAccounts["gina"] = AccountRecord(name: "Gina", key: "gina", passwordHash: chat.hashing.hash("pw")!, created: 0)
+        let guest = welcomeOnNode(&chat, "guest")
+        var actions = chat.send(.login(account: "GINA", password: "pw"), from: guest)
+        #expect(chat.core.takeClusterRequests() == [.claimNick(guest, nick: "Gina", claimant: .ghost)])
+        #expect(frames(to: guest, in: actions).isEmpty, "loggedIn waits for the claim")
+        actions = []
+        chat.core.clusterNickClaimed(guest, nick: "Gina", .success(true), at: chat.now, into: &actions)
+        let sent = frames(to: guest, in: actions)
+        #expect(sent.first == .nickAccepted(nick: "Gina") && sent.last == .loggedIn(account: "Gina"), "\(sent)")
+        #expect(frames(to: guest, in: chat.send(.changePassword(old: "pw", new: "new"), from: guest)) == [.passwordChanged(account: "Gina")])
+        #expect(chat.core.account(of: guest) == "Gina")
+    }
+
+    @Test func aLoginWhoseClientLeftBeforeItsClaimTellsTheNextClientInItsSlotNothing() {
+        var chat = AccountHarness(clustered: true)
+        chat.redisAccounts["hal"] = AccountRecord(name: "hal", key: "hal", passwordHash: chat.hashing.hash("pw")!, created: 0)
+        let leaver = welcomeOnNode(&chat, "guest")
+        _ = chat.send(.login(account: "hal", password: "pw"), from: leaver)
+        #expect(chat.core.takeClusterRequests() == [.claimNick(leaver, nick: "hal", claimant: .ghost)])
+        var actions: [ChatAction] = []
+        chat.core.disconnect(leaver, Disconnection(code: nil, reason: "connection lost"), at: chat.now, into: &actions)
+        _ = chat.core.takeClusterRequests()
+        // The same slot, a guest with the same nick; the old claim's answer comes first.
+        chat.nextSlot = leaver.slot
+        let newcomer = chat.open()
+        actions = []
+        chat.core.received(.hello(version: 3, nick: "hal", password: nil), size: 10, from: newcomer, at: chat.now, into: &actions)
+        chat.core.clusterNickClaimed(newcomer, nick: "hal", .success(true), at: chat.now, into: &actions)
+        #expect(!frames(to: newcomer, in: actions).contains(.loggedIn(account: "hal")), "\(actions)")
+    }
+
+    @Test func aGhostNoticeFromAnotherNodeDisconnectsOnlyAWelcomedHolder() {
+        var chat = AccountHarness(clustered: true)
+        let holder = welcomeOnNode(&chat, "dave")
+        var actions: [ChatAction] = []
+        chat.core.clusterGhost(nickKey: "erin", at: chat.now, into: &actions)
+        #expect(actions.isEmpty, "nobody here holds erin")
+        chat.core.clusterGhost(nickKey: "dave", at: chat.now, into: &actions)
+        #expect(disconnected(holder, in: actions)?.code == .ghosted)
+    }
+
+    @Test func aLocalHolderLoggedInToTheNickMakesItReservedOnItsNode() {
+        var chat = AccountHarness(clustered: true)
+        let owner = welcomeOnNode(&chat, "frank")
+        _ = chat.send(.register(password: "pw"), from: owner)
+        let guest = chat.open()
+        let actions = chat.send(.hello(version: 1, nick: "FRANK", password: nil), from: guest)
+        #expect(disconnected(guest, in: actions)?.code == .nickReserved, "not nickTaken: \(actions)")
     }
 }

@@ -364,7 +364,7 @@ struct SingleNodeRedis {
 
     private mutating func carryOut(_ request: ClusterRequest, for core: inout ChatCore, at now: ServerTime, into actions: inout [ChatAction]) {
         switch request {
-        case .claimNick(let id, let nick):
+        case .claimNick(let id, let nick, _):
             // One node: a claim fails only against another node's holder, and there is none.
             nicks.insert(ChatName.nickKey(nick))
             core.clusterNickClaimed(id, nick: nick, .success(true), at: now, into: &actions)

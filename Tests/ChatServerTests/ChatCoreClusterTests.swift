@@ -80,7 +80,7 @@ private struct FakeCluster {
         defer { sent[node] += actions }
         let failure = ClusterFailure(reason: "Redis is down")
         switch request {
-        case .claimNick(let id, let nick):
+        case .claimNick(let id, let nick, _):
             let key = ChatName.nickKey(nick)
             let outcome: Result<Bool, ClusterFailure>
             if !available {

@@ -14,8 +14,12 @@ import Glibc
 // carries it out and hands the answer back (`accountAnswered`). The asking client is served
 // nothing more until its answer comes (`isAwaitingAccount`), so its replies keep request order.
 //
-// Accounts are kept in memory and durable modes. A cluster node answers account requests with
-// `unavailable`: the cluster's Redis-side accounts are not built yet (docs/CLUSTER.md).
+// A cluster node keeps no records (`accounts.records` stays empty): they are in Redis, where
+// every node sees a change at once (docs/CLUSTER.md, "Accounts"). There a password check starts
+// with `AccountWork.Job.guess`, which counts the guess in the cluster-wide windows and reads the
+// record in one step; a registration is counted against its address (`countRegistration`), then
+// made by `create`, which checks the cap in the same step; and
+// whether a nick is reserved is the cluster nick claim's answer (`clusterNickReserved`).
 
 /// Work the core asks the server to carry out for an account request.
 public struct AccountWork: Sendable {
@@ -29,6 +33,21 @@ public struct AccountWork: Sendable {
         case save(AccountRecord)
         /// Delete the account `key` from the account store.
         case delete(key: String)
+        /// Cluster mode: count a password guess against the account `key` and the throttle key
+        /// `address` in the cluster's windows, and read the account → `AccountAnswer.guessed`.
+        case guess(key: String, address: String)
+        /// Cluster mode: give back a guess counted by `guess` (a right password, or one the pool
+        /// could not check). Nobody waits for it.
+        case giveBack(key: String, address: String)
+        /// Cluster mode: count a registration from the throttle key `address` in the cluster's
+        /// window → `AccountAnswer.registrationCounted`.
+        case countRegistration(address: String)
+        /// Cluster mode: give back a registration counted by `countRegistration` (the pool could
+        /// not hash its password). Nobody waits for it.
+        case giveBackRegistration(address: String)
+        /// Cluster mode: make `record` unless its key exists or the cluster holds
+        /// `AccountSettings.maxAccounts` accounts → `AccountAnswer.created`.
+        case create(AccountRecord)
     }
 
     /// Tells the answer which work it answers.
@@ -45,6 +64,34 @@ public enum AccountAnswer: Sendable {
     case busy
     /// The store kept (or failed to keep) a `save` or `delete`.
     case stored(Result<Void, AccountStoreError>)
+    /// What a `guess` found.
+    case guessed(Result<AccountGuess, AccountStoreError>)
+    /// What a `create` came to.
+    case created(Result<AccountCreation, AccountStoreError>)
+    /// What a `countRegistration` found: nil when counted, or how long (ms) until the address's
+    /// window has room, when it is full (nothing counted).
+    case registrationCounted(Result<UInt64?, AccountStoreError>)
+}
+
+/// What counting a password guess in the cluster found (`AccountWork.Job.guess`).
+public enum AccountGuess: Sendable, Equatable {
+    /// Counted: check the password against this record.
+    case admitted(AccountRecord)
+    /// No such account; the guess was counted against the address.
+    case noAccount
+    /// The account's (`account` true) or the address's window is full for `waitMilliseconds`
+    /// more; nothing was counted.
+    case throttled(account: Bool, waitMilliseconds: UInt64)
+}
+
+/// What a registration in the cluster came to (`AccountWork.Job.create`).
+public enum AccountCreation: Sendable, Equatable {
+    /// The account exists now.
+    case created
+    /// An account of that name existed already.
+    case exists
+    /// The cluster holds as many accounts as it allows.
+    case full
 }
 
 /// Attempts counted in one fixed window.
@@ -60,13 +107,29 @@ struct AccountDirectory: Sendable {
     var records: [String: AccountRecord] = [:]
     /// Registrations hashing now: counted against the cap with the records.
     var registering = 0
+    /// Cluster mode: the names (case kept) of the accounts read from Redis, by key, for the
+    /// replies that name an account. Not a record: a node never decides a reservation by it. At
+    /// most one per account, so within the records' share of the memory budget.
+    var clusterNames: [String: String] = [:]
+
+    /// The name of the account `key`: as registered, when known here.
+    func name(of key: String) -> String { records[key]?.name ?? clusterNames[key] ?? key }
 
     /// What an answer is for.
     enum Purpose: Sendable {
         case registerHashed(ClientID, name: String)
+        /// Cluster mode: the registration of `name` was counted against the address.
+        case registerCounted(ClientID, name: String, password: String)
         case registerSaved(ClientID, AccountRecord)
         /// `handshake`: a login that completes a `hello` for the account's nick.
         case login(ClientID, key: String, address: String, handshake: Bool)
+        /// Cluster mode: the guess of a login (with its password) was counted and the record read.
+        case loginGuessed(ClientID, key: String, password: String, handshake: Bool)
+        /// Cluster mode: a login's password checked against `record`, read from Redis.
+        case clusterLogin(ClientID, AccountRecord, address: String, handshake: Bool)
+        /// Cluster mode: the guess of a `changePassword` (`newPassword` set) or a `dropAccount`
+        /// was counted and the record read.
+        case changeGuessed(ClientID, key: String, password: String, newPassword: String?)
         case changeVerified(ClientID, key: String, newPassword: String)
         case changeHashed(ClientID, key: String)
         case changeSaved(ClientID, key: String)
@@ -120,7 +183,7 @@ extension ChatCore {
 
     /// The account `id` is logged in as, or nil.
     public func account(of id: ClientID) -> String? {
-        id.slot < clients.count ? clients[id.slot]?.account.flatMap { accounts.records[$0]?.name ?? $0 } : nil
+        id.slot < clients.count ? clients[id.slot]?.account.map { accounts.name(of: $0) } : nil
     }
 
     /// Whether a password from `address` over a connection that is (or is not) `encrypted` may be
@@ -159,9 +222,10 @@ extension ChatCore {
         let id: ClientID
         switch purpose {
         case .quiet: return
-        case .registerHashed(let client, _), .registerSaved(let client, _), .login(let client, _, _, _),
+        case .registerHashed(let client, _), .registerSaved(let client, _), .login(let client, _, _, _), .registerCounted(let client, _, _),
             .changeVerified(let client, _, _), .changeHashed(let client, _), .changeSaved(let client, _),
-            .dropVerified(let client, _), .dropDeleted(let client, _):
+            .dropVerified(let client, _), .dropDeleted(let client, _), .loginGuessed(let client, _, _, _),
+            .changeGuessed(let client, _, _, _), .clusterLogin(let client, _, _, _):
             id = client
         }
         if case .registerHashed = purpose { accounts.registering -= 1 }
@@ -181,8 +245,23 @@ extension ChatCore {
             break
         case .registerHashed(_, let name):
             registerHashed(id, name: name, answer, at: now, into: &actions)
+        case .registerCounted(_, let name, let password):
+            switch answer {
+            case .registrationCounted(.success(nil)):
+                accounts.registering += 1
+                accounts.waiting[id] = accounts.ask(.hash(password: password), for: .registerHashed(id, name: name))
+            case .registrationCounted(.success(let wait?)):
+                let reason = "too many registrations from your address; try again in \((wait + 999) / 1000) s"
+                refuse(.register, .throttled, reason, to: id, into: &actions)
+            case .registrationCounted(.failure(let error)):
+                refuse(.register, .unavailable, "cannot register now: \(error); try again", to: id, into: &actions)
+            default:
+                refuse(.register, .internal, "no answer from the cluster", to: id, into: &actions)
+            }
         case .registerSaved(_, let record):
-            if case .failure(let error) = answer.storeResult {
+            if case .created(let result) = answer {
+                registerCreated(id, record: record, result, into: &actions)
+            } else if case .failure(let error) = answer.storeResult {
                 if accounts.records[record.key] == record { accounts.records[record.key] = nil }
                 refuse(.register, .storageFailed, "the account was not stored: \(error)", to: id, into: &actions)
             } else {
@@ -191,23 +270,31 @@ extension ChatCore {
             }
         case .login(_, let key, let address, let handshake):
             loginVerified(id, key: key, address: address, handshake: handshake, answer, at: now, into: &actions)
+        case .loginGuessed(_, let key, let password, let handshake):
+            loginGuessed(id, key: key, password: password, handshake: handshake, answer, at: now, into: &actions)
+        case .clusterLogin(_, let record, let address, let handshake):
+            clusterLoginVerified(id, record: record, address: address, handshake: handshake, answer, at: now, into: &actions)
+        case .changeGuessed(_, let key, let password, let newPassword):
+            changeGuessed(id, key: key, password: password, newPassword: newPassword, answer, into: &actions)
         case .changeVerified(_, let key, let newPassword):
             guard passwordMatched(answer, request: .changePassword, key: key, address: clients[id.slot]!.address, id: id, into: &actions)
             else { return }
             accounts.waiting[id] = accounts.ask(.hash(password: newPassword), for: .changeHashed(id, key: key))
         case .changeHashed(_, let key):
-            guard case .hashing(.hashed(let hash?)) = answer, var record = accounts.records[key] else {
+            // A node keeps no records: Redis replaces the hash of the account by its key.
+            let kept = cluster == nil ? accounts.records[key] : AccountRecord(name: accounts.name(of: key), key: key, passwordHash: "", created: 0)
+            guard case .hashing(.hashed(let hash?)) = answer, var record = kept else {
                 refuse(.changePassword, answer.isBusy ? .busy : .internal, answer.isBusy ? Self.busyReason : "the password was not changed", to: id, into: &actions)
                 return
             }
             record.passwordHash = hash
-            accounts.records[key] = record
+            if cluster == nil { accounts.records[key] = record }
             accounts.waiting[id] = accounts.ask(.save(record), for: .changeSaved(id, key: key))
         case .changeSaved(_, let key):
             if case .failure(let error) = answer.storeResult {
                 refuse(.changePassword, .storageFailed, "the new password was not stored: \(error)", to: id, into: &actions)
             } else {
-                actions.append(.send(.passwordChanged(account: accounts.records[key]?.name ?? key), to: id))
+                actions.append(.send(.passwordChanged(account: accounts.name(of: key)), to: id))
             }
         case .dropVerified(_, let key):
             guard passwordMatched(answer, request: .dropAccount, key: key, address: clients[id.slot]!.address, id: id, into: &actions)
@@ -217,7 +304,9 @@ extension ChatCore {
             if case .failure(let error) = answer.storeResult {
                 refuse(.dropAccount, .storageFailed, "the account was not deleted: \(error)", to: id, into: &actions)
             } else {
-                let name = accounts.records.removeValue(forKey: key)?.name ?? key
+                let name = accounts.name(of: key)
+                accounts.records[key] = nil
+                accounts.clusterNames[key] = nil
                 if clients[id.slot]!.account == key { clients[id.slot]!.account = nil }
                 actions.append(.send(.accountDropped(account: name), to: id))
             }
@@ -240,10 +329,6 @@ extension ChatCore {
         case .dropAccount(let password): (request, passwords) = (.dropAccount, [password])
         default: return false
         }
-        if cluster != nil {
-            refuse(request, .unavailable, "accounts are not kept in cluster mode yet", to: id, into: &actions)
-            return true
-        }
         if let problem = passwordProblem(passwords, from: id) {
             refuse(request, problem.code, problem.reason, to: id, into: &actions)
             return true
@@ -255,11 +340,19 @@ extension ChatCore {
             login(id, account: account, password: password, handshake: false, at: now, into: &actions)
         case .changePassword(let old, let new):
             guard let key = loggedInKey(of: id, request: .changePassword, into: &actions) else { return true }
+            if cluster != nil {
+                askGuess(key: key, from: id, for: .changeGuessed(id, key: key, password: old, newPassword: new))
+                return true
+            }
             guard let record = accounts.records[key], admitGuess(request, key: key, from: id, at: now, into: &actions) else { return true }
             accounts.waiting[id] = accounts.ask(
                 .verify(password: old, stored: record.passwordHash), for: .changeVerified(id, key: key, newPassword: new))
         case .dropAccount(let password):
             guard let key = loggedInKey(of: id, request: .dropAccount, into: &actions) else { return true }
+            if cluster != nil {
+                askGuess(key: key, from: id, for: .changeGuessed(id, key: key, password: password, newPassword: nil))
+                return true
+            }
             guard let record = accounts.records[key], admitGuess(request, key: key, from: id, at: now, into: &actions) else { return true }
             accounts.waiting[id] = accounts.ask(.verify(password: password, stored: record.passwordHash), for: .dropVerified(id, key: key))
         default:
@@ -281,7 +374,9 @@ extension ChatCore {
     }
 
     private mutating func loggedInKey(of id: ClientID, request: FrameType, into actions: inout [ChatAction]) -> String? {
-        guard let key = clients[id.slot]!.account, accounts.records[key] != nil else {
+        // A node has no records to look in: Redis says whether the account still exists when the
+        // password is checked (`changeGuessed`).
+        guard let key = clients[id.slot]!.account, cluster != nil || accounts.records[key] != nil else {
             refuse(request, .notLoggedIn, "log in to the account first", to: id, into: &actions)
             return nil
         }
@@ -296,11 +391,18 @@ extension ChatCore {
             refuse(.register, .accountExists, "\(nick) is already registered", to: id, into: &actions)
             return
         }
-        if accounts.records.count + accounts.registering >= limits.maxAccounts {
+        // A node counts no accounts: Redis checks the cap when it makes the record (`create`).
+        if cluster == nil, accounts.records.count + accounts.registering >= limits.maxAccounts {
             refuse(.register, .tooManyAccounts, "the server holds as many accounts as it allows (\(limits.maxAccounts))", to: id, into: &actions)
             return
         }
         let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+        if cluster != nil {
+            // The address's window is the cluster's: counted in Redis before anything is hashed.
+            accounts.waiting[id] = accounts.ask(
+                .countRegistration(address: addressKey), for: .registerCounted(id, name: nick, password: password))
+            return
+        }
         let window = limits.registrationWindow.milliseconds
         if let wait = Self.spend(&accounts.registrations[addressKey], limit: limits.registrationsPerAddress, window: window, now: now.uptimeMillis) {
             let reason = "too many registrations from your address; try again in \((wait + 999) / 1000) s"
@@ -316,11 +418,21 @@ extension ChatCore {
         guard case .hashing(.hashed(let hash?)) = answer else {
             if answer.isBusy {
                 // Nothing was registered: the address's registration is given back.
-                Self.giveBack(&accounts.registrations[Self.throttleKey(of: clients[id.slot]!.address)])
+                let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+                if cluster != nil {
+                    _ = accounts.ask(.giveBackRegistration(address: addressKey), for: .quiet)
+                } else {
+                    Self.giveBack(&accounts.registrations[addressKey])
+                }
                 refuse(.register, .busy, Self.busyReason, to: id, into: &actions)
             } else {
                 refuse(.register, .internal, "the password could not be hashed", to: id, into: &actions)
             }
+            return
+        }
+        let record = AccountRecord(name: name, key: key, passwordHash: hash, created: now.wallMillis)
+        if cluster != nil {
+            accounts.waiting[id] = accounts.ask(.create(record), for: .registerSaved(id, record))
             return
         }
         // Checked again: another registration may have taken the last place meanwhile.
@@ -332,7 +444,6 @@ extension ChatCore {
             refuse(.register, .tooManyAccounts, "the server holds as many accounts as it allows", to: id, into: &actions)
             return
         }
-        let record = AccountRecord(name: name, key: key, passwordHash: hash, created: now.wallMillis)
         // Reserved from now on, so that nobody takes the nick while the store writes.
         accounts.records[key] = record
         accounts.waiting[id] = accounts.ask(.save(record), for: .registerSaved(id, record))
@@ -343,6 +454,10 @@ extension ChatCore {
     mutating func login(_ id: ClientID, account: String, password: String, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
         let key = ChatName.nickKey(account)
         let address = clients[id.slot]!.address
+        if cluster != nil {
+            askGuess(key: key, from: id, for: .loginGuessed(id, key: key, password: password, handshake: handshake))
+            return
+        }
         guard let record = accounts.records[key] else {
             // Nothing to hash against: answered at once, but counted against the address, so
             // that probing for accounts costs guesses too.
@@ -393,12 +508,10 @@ extension ChatCore {
     ) -> Bool {
         switch answer {
         case .hashing(.verified(true, _)):
-            Self.giveBack(&accounts.accountAttempts[key])
-            Self.giveBack(&accounts.addressAttempts[Self.throttleKey(of: address)])
+            giveBackGuess(key: key, address: address)
             return true
         case .busy:
-            Self.giveBack(&accounts.accountAttempts[key])
-            Self.giveBack(&accounts.addressAttempts[Self.throttleKey(of: address)])
+            giveBackGuess(key: key, address: address)
             refuse(request, .busy, Self.busyReason, to: id, into: &actions)
         default:
             refuse(request, .authenticationFailed, "wrong password", to: id, into: &actions)
@@ -463,12 +576,154 @@ extension ChatCore {
         }
     }
 
+    // MARK: Cluster mode
+
+    /// Asks Redis to count a password guess of `id` against `key` (and `id`'s address) and read
+    /// the account, for `purpose`; `id` waits for the answer.
+    private mutating func askGuess(key: String, from id: ClientID, for purpose: AccountDirectory.Purpose) {
+        let address = Self.throttleKey(of: clients[id.slot]!.address)
+        accounts.waiting[id] = accounts.ask(.guess(key: key, address: address), for: purpose)
+    }
+
+    /// Gives back a guess of `key` from `address`: to the windows here, or to the cluster's.
+    private mutating func giveBackGuess(key: String, address: String) {
+        let addressKey = Self.throttleKey(of: address)
+        if cluster != nil {
+            _ = accounts.ask(.giveBack(key: key, address: addressKey), for: .quiet)
+        } else {
+            Self.giveBack(&accounts.accountAttempts[key])
+            Self.giveBack(&accounts.addressAttempts[addressKey])
+        }
+    }
+
+    /// Why a guess counted in the cluster goes no further — Redis's refusal, an account that does
+    /// not exist, a full window — as a code and reason; nil when it was admitted.
+    private func guessProblem(_ answer: AccountAnswer, key: String) -> (code: ErrorCode, reason: String)? {
+        switch answer {
+        case .guessed(.success(.admitted)):
+            return nil
+        case .guessed(.success(.noAccount)):
+            return (.authenticationFailed, "no account \(key), or a wrong password")
+        case .guessed(.success(.throttled(let account, let wait))):
+            let whose = account ? "this account" : "your address"
+            return (.throttled, "too many password attempts for \(whose); try again in \((wait + 999) / 1000) s")
+        case .guessed(.failure(let error)):
+            return (.unavailable, "cannot check the password now: \(error); try again")
+        default:
+            return (.internal, "no answer from the cluster")
+        }
+    }
+
+    private mutating func loginGuessed(
+        _ id: ClientID, key: String, password: String, handshake: Bool, _ answer: AccountAnswer, at now: ServerTime,
+        into actions: inout [ChatAction]
+    ) {
+        guard case .guessed(.success(.admitted(let record))) = answer else {
+            let problem = guessProblem(answer, key: key) ?? (.internal, "")
+            failLogin(id, handshake: handshake, problem.code, problem.reason, at: now, into: &actions)
+            return
+        }
+        accounts.clusterNames[key] = record.name
+        let address = clients[id.slot]!.address
+        accounts.waiting[id] = accounts.ask(
+            .verify(password: password, stored: record.passwordHash), for: .clusterLogin(id, record, address: address, handshake: handshake))
+    }
+
+    private mutating func clusterLoginVerified(
+        _ id: ClientID, record: AccountRecord, address: String, handshake: Bool, _ answer: AccountAnswer, at now: ServerTime,
+        into actions: inout [ChatAction]
+    ) {
+        switch answer {
+        case .busy:
+            giveBackGuess(key: record.key, address: address)
+            failLogin(id, handshake: handshake, .busy, Self.busyReason, at: now, into: &actions)
+        case .hashing(.verified(true, let rehashed)):
+            giveBackGuess(key: record.key, address: address)
+            var record = record
+            if let rehashed {
+                record.passwordHash = rehashed
+                _ = accounts.ask(.save(record), for: .quiet)
+            }
+            clusterCompleteLogin(id, record: record, handshake: handshake, at: now, into: &actions)
+        default:
+            failLogin(id, handshake: handshake, .authenticationFailed, "no account \(record.key), or a wrong password", at: now, into: &actions)
+        }
+    }
+
+    /// `completeLogin` on a node: a local holder of the nick is ghosted here; the nick is then
+    /// claimed in the cluster as its owner's, which ghosts a holder on another node
+    /// (`clusterGhost`), and `loggedIn` follows the claim (`clusterNickClaimed`).
+    private mutating func clusterCompleteLogin(
+        _ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        if let holder = nicks[record.key], holder != id {
+            let reason = "\(record.name) logged in from another connection and took the nick back"
+            disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
+        }
+        clients[id.slot]!.account = record.key
+        if handshake, let pending = clients[id.slot]!.pendingHello {
+            clients[id.slot]!.pendingHello = nil
+            clusterClaim(pending.nick, for: id, version: pending.version, as: .ghost, at: now, into: &actions)
+        } else if let current = clients[id.slot]!.nick, ChatName.nickKey(current) != record.key {
+            clusterChangeNick(of: id, from: current, to: record.name, as: .ghost, into: &actions)
+        } else {
+            actions.append(.send(.loggedIn(account: record.name), to: id))
+            return
+        }
+        // Claiming (not refused at once for want of Redis): `loggedIn` follows the claim.
+        if cluster!.awaiting[id] != nil { cluster!.loggingIn[id] = record.name }
+    }
+
+    private mutating func changeGuessed(
+        _ id: ClientID, key: String, password: String, newPassword: String?, _ answer: AccountAnswer, into actions: inout [ChatAction]
+    ) {
+        let request: FrameType = newPassword == nil ? .dropAccount : .changePassword
+        guard case .guessed(.success(.admitted(let record))) = answer else {
+            if case .guessed(.success(.noAccount)) = answer {
+                clients[id.slot]!.account = nil
+                refuse(request, .notLoggedIn, "the account \(key) no longer exists", to: id, into: &actions)
+                return
+            }
+            let problem = guessProblem(answer, key: key) ?? (.internal, "")
+            refuse(request, problem.code, problem.reason, to: id, into: &actions)
+            return
+        }
+        accounts.clusterNames[key] = record.name
+        let verify = AccountWork.Job.verify(password: password, stored: record.passwordHash)
+        if let newPassword {
+            accounts.waiting[id] = accounts.ask(verify, for: .changeVerified(id, key: key, newPassword: newPassword))
+        } else {
+            accounts.waiting[id] = accounts.ask(verify, for: .dropVerified(id, key: key))
+        }
+    }
+
+    private mutating func registerCreated(
+        _ id: ClientID, record: AccountRecord, _ result: Result<AccountCreation, AccountStoreError>, into actions: inout [ChatAction]
+    ) {
+        switch result {
+        case .success(.created):
+            accounts.clusterNames[record.key] = record.name
+            clients[id.slot]!.account = record.key
+            actions.append(.send(.registered(account: record.name), to: id))
+        case .success(.exists):
+            refuse(.register, .accountExists, "\(record.name) is already registered", to: id, into: &actions)
+        case .success(.full):
+            let limit = configuration.accounts.maxAccounts
+            refuse(.register, .tooManyAccounts, "the cluster holds as many accounts as it allows (\(limit))", to: id, into: &actions)
+        case .failure(let error):
+            refuse(.register, .storageFailed, "the account was not stored: \(error)", to: id, into: &actions)
+        }
+    }
+
     // MARK: Reserved nicks
 
     /// Why `id` may not take `nick` — an account it is not logged in as — or nil when it may.
+    /// A node keeps no records, but a client of its own logged in to the nick's account shows
+    /// it is registered (Redis's claim decides every other case: `clusterNickReserved`).
     func reservation(of nick: String, for id: ClientID) -> String? {
         let key = ChatName.nickKey(nick)
-        guard accounts.records[key] != nil, clients[id.slot]!.account != key else { return nil }
+        let heldByOwner = cluster != nil && nicks[key].flatMap { clients[$0.slot]?.account } == key
+        guard accounts.records[key] != nil || heldByOwner, clients[id.slot]!.account != key else { return nil }
         return "\(nick) is a registered nick; log in to its account to use it"
     }
 
@@ -545,6 +800,17 @@ extension ChatCore {
         if !accounts.addressAttempts.isEmpty { accounts.addressAttempts = accounts.addressAttempts.filter { time &- $0.value.start < login } }
         if !accounts.registrations.isEmpty {
             accounts.registrations = accounts.registrations.filter { time &- $0.value.start < registration }
+        }
+    }
+}
+
+extension AccountWork.Job {
+    /// Whether the hashing pool does it (`hash`, `verify`); everything else is the store's, or
+    /// in cluster mode Redis's.
+    public var isHashing: Bool {
+        switch self {
+        case .hash, .verify: true
+        default: false
         }
     }
 }

@@ -15,8 +15,9 @@ import DequeModule
 /// What a clustered `ChatCore` asks of the cluster. The server carries each out and reports the
 /// outcome through the `cluster…` method named.
 public enum ClusterRequest: Sendable, Equatable {
-    /// Claim `nick` for this node → `clusterNickClaimed`.
-    case claimNick(ClientID, nick: String)
+    /// Claim `nick` for this node as `claimant` → `clusterNickClaimed`, or `clusterNickReserved`
+    /// when it is a registered nick and the claimant a guest.
+    case claimNick(ClientID, nick: String, claimant: NickClaimant = .guest)
     /// Let `nick` go (its holder left, or changed it).
     case releaseNick(String)
     /// Follow `room` (if not yet) and append `joined` for `nick` with the membership →
@@ -45,6 +46,14 @@ public enum ClusterRequest: Sendable, Equatable {
     /// Keep `nick`'s away message (empty: none) where `tell`s from other nodes find it — now, or
     /// once the cluster is reachable again (the latest one wins).
     case setAway(nick: String, text: String)
+}
+
+/// Who claims a nick in the cluster, as far as the nick's account goes.
+public enum NickClaimant: Sendable, Equatable {
+    /// Not logged in to an account of that nick: a registered nick is refused.
+    case guest
+    /// Logged in to the nick's account, taking it back: a holder on another node is ghosted.
+    case ghost
 }
 
 /// Who asked for an answer that comes later: the client, and its session, which tells it from a
@@ -421,6 +430,9 @@ struct ClusterState: Sendable {
     /// share, which only durable mode's commits use otherwise. Past it a gate that would be
     /// orphaned is dropped, its frames with it.
     var orphanedBytes = 0
+    /// Clients that logged in and wait for the claim of their account's nick, with the account's
+    /// name: `loggedIn` follows the claim.
+    var loggingIn: [ClientID: String] = [:]
 }
 
 extension ChatCore {
@@ -759,7 +771,11 @@ extension ChatCore {
 
     /// Claims `nick` for the handshaking `id` in the cluster; it is reserved here meanwhile, so two
     /// clients of this node cannot both get it (the cluster's claim is per node).
-    mutating func clusterClaim(_ nick: String, for id: ClientID, version: UInt16, at now: ServerTime, into actions: inout [ChatAction]) {
+    /// `claimant` `.ghost`: `id` logged in to the nick's account (`clusterCompleteLogin`).
+    mutating func clusterClaim(
+        _ nick: String, for id: ClientID, version: UInt16, as claimant: NickClaimant = .guest, at now: ServerTime,
+        into actions: inout [ChatAction]
+    ) {
         guard cluster!.available else {
             let refusal = Disconnection(code: .unavailable, frameType: .hello, reason: unavailableText("cannot check the nick \(nick) now"))
             disconnect(id, refusal, at: now, into: &actions)
@@ -769,15 +785,23 @@ extension ChatCore {
         cluster!.awaiting[id] = .hello(nick: nick, version: version)
         cluster!.sessions[id.slot] = cluster!.nextSession
         cluster!.nextSession += 1
-        ask(.claimNick(id, nick: nick))
+        ask(.claimNick(id, nick: nick, claimant: claimant))
     }
 
     /// `changeNick` on a cluster node, for a nick no client of this node holds: claimed in the
     /// cluster first.
-    mutating func clusterChangeNick(of id: ClientID, from oldNick: String, to newNick: String, into actions: inout [ChatAction]) {
+    /// `claimant` `.ghost`: `id` logged in to `newNick`'s account, which takes it.
+    mutating func clusterChangeNick(
+        of id: ClientID, from oldNick: String, to newNick: String, as claimant: NickClaimant = .guest, into actions: inout [ChatAction]
+    ) {
         let newKey = ChatName.nickKey(newNick)
         guard cluster!.available else {
-            refuse(.changeNick, .unavailable, unavailableText("cannot change your nick now"), to: id, into: &actions)
+            if claimant == .ghost {
+                clients[id.slot]!.account = nil
+                refuse(.login, .unavailable, unavailableText("cannot take the nick \(newNick) now"), to: id, into: &actions)
+            } else {
+                refuse(.changeNick, .unavailable, unavailableText("cannot change your nick now"), to: id, into: &actions)
+            }
             return
         }
         if newKey == ChatName.nickKey(oldNick) {
@@ -787,7 +811,7 @@ extension ChatCore {
         }
         nicks[newKey] = id
         cluster!.awaiting[id] = .nickChange(newNick)
-        ask(.claimNick(id, nick: newNick))
+        ask(.claimNick(id, nick: newNick, claimant: claimant))
     }
 
     /// `id` is called `newNick` now: tells it, and its rooms through the cluster.
@@ -872,6 +896,8 @@ extension ChatCore {
     ) {
         let departed = asker(id)
         let awaited = cluster!.awaiting.removeValue(forKey: id)
+        // A newcomer in its slot must not be told of its login.
+        cluster!.loggingIn[id] = nil
         cluster!.sessions[id.slot] = nil
         cluster!.owed[id] = nil
         cluster!.departures[id] = nil
@@ -976,11 +1002,19 @@ extension ChatCore {
             return
         }
         cluster!.awaiting[id] = nil
+        let loggingIn = cluster!.loggingIn.removeValue(forKey: id)
         // A nick change's answer goes after the events of the requests before it, and before
         // its own `nickChanged`s (their appends, asked below, take the next places).
         let firstAction = actions.count
         let place = cluster!.gates[id]?.issued ?? 0
         defer { clusterOrder(&actions, from: firstAction, for: id, after: place) }
+        if loggingIn != nil, case .nickChange = awaited, case .failure(let failure) = outcome {
+            nicks[key] = nil
+            clients[id.slot]!.account = nil
+            refuse(.login, .unavailable, "cannot take the nick \(nick) now: \(failure.reason); try again", to: id, into: &actions)
+            departIfPaid(id, into: &actions)
+            return
+        }
         switch (awaited, outcome) {
         case (.hello(_, let version), .success(true)):
             welcome(id, nick: nick, version: version, into: &actions)
@@ -1004,7 +1038,51 @@ extension ChatCore {
         case (.join, _), (.read, _):
             break
         }
+        if let loggingIn, case .success(true) = outcome {
+            // After the welcome or the nick change, as on a server on its own.
+            actions.append(.send(.loggedIn(account: loggingIn), to: id))
+        }
         departIfPaid(id, into: &actions)
+    }
+
+    /// The cluster refused `id`'s claim of `nick`: it is a registered nick and `id` a guest. A
+    /// version 3 `hello` waits for the login its client sends with it (`helloForReservedNick`
+    /// decides that on a server on its own, which knows its accounts); any other is refused
+    /// `nickReserved`.
+    public mutating func clusterNickReserved(_ id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        let key = ChatName.nickKey(nick)
+        guard let awaited = cluster?.awaiting[id] else { return }
+        switch awaited {
+        case .hello(let wanted, let version) where ChatName.nickKey(wanted) == key:
+            cluster!.awaiting[id] = nil
+            nicks[key] = nil
+            let reason = "\(nick) is a registered nick; log in to its account to use it"
+            guard version >= 3 else {
+                disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
+                return
+            }
+            clients[id.slot]!.pendingHello = (wanted, version, now.uptimeMillis)
+            clients[id.slot]!.version = min(version, WireProtocol.version)
+        case .nickChange(let wanted) where ChatName.nickKey(wanted) == key:
+            cluster!.awaiting[id] = nil
+            nicks[key] = nil
+            let firstAction = actions.count
+            let place = cluster!.gates[id]?.issued ?? 0
+            defer { clusterOrder(&actions, from: firstAction, for: id, after: place) }
+            refuse(.changeNick, .nickReserved, "\(wanted) is a registered nick; log in to its account to use it", to: id, into: &actions)
+            departIfPaid(id, into: &actions)
+        default:
+            break
+        }
+    }
+
+    /// Another node's client logged in to the account of the nick `key` and took it back: the
+    /// client of this node that holds it is disconnected `ghosted`.
+    public mutating func clusterGhost(nickKey key: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        // Only a client welcomed with the nick: one still claiming it here is no holder.
+        guard let holder = nicks[key], let nick = nick(of: holder), ChatName.nickKey(nick) == key else { return }
+        let reason = "\(nick) logged in from another connection and took the nick back"
+        disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
     }
 
     /// The append of `id`'s `joined` in `room` is done: nil, or why it failed (it is not in the

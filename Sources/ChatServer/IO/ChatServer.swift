@@ -1424,7 +1424,15 @@ extension ChatServer {
     private func carryOutAccountWork() {
         for work in core.takeAccountWork() {
             let ticket = work.ticket
+            // A node's accounts are in Redis: all but the hashing is the cluster's.
+            if let clusterNode, !work.job.isHashing {
+                clusterNode.carryOut(work, limits: configuration.accounts) { [weak self] answer in self?.accountAnswered(ticket, answer) }
+                continue
+            }
             switch work.job {
+            case .guess, .giveBack, .create, .countRegistration, .giveBackRegistration:
+                // Asked only in cluster mode.
+                break
             case .hash(let password):
                 submitHashing(.hash(password: password), ticket: ticket)
             case .verify(let password, let stored):

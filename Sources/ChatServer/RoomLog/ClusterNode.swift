@@ -1,3 +1,4 @@
+import ChatAccounts
 import ChatCluster
 import ChatProtocol
 import Dispatch
@@ -164,6 +165,12 @@ final class ClusterNode: @unchecked Sendable {
             answer { core, actions in core.clusterReaped(at: ChatServer.now(), into: &actions) }
         }
         link.onDirect = { [self] payload in
+            // A ghost claim's notice (`NickRegistry.claimScript`) is text no frame starts with.
+            let ghost = Array("ghost ".utf8)
+            if payload.starts(with: ghost) {
+                let key = String(decoding: payload.dropFirst(ghost.count), as: UTF8.self)
+                return self.answer { core, actions in core.clusterGhost(nickKey: key, at: ChatServer.now(), into: &actions) }
+            }
             self.answer { core, actions in core.clusterDirectReceived(payload, into: &actions) }
         }
         logger.info(
@@ -268,10 +275,18 @@ final class ClusterNode: @unchecked Sendable {
 
     private func carryOut(_ request: ClusterRequest) {
         switch request {
-        case .claimNick(let id, let nick):
+        case .claimNick(let id, let nick, let claimant):
             guard let registry = link.nicks else { return later { $0.clusterNickClaimed(id, nick: nick, .failure(self.down), at: ChatServer.now(), into: &$1) } }
-            registry.claim(ChatName.nickKey(nick)) { [self] result in
-                answer { $0.clusterNickClaimed(id, nick: nick, result.mapError(self.failure), at: ChatServer.now(), into: &$1) }
+            registry.claim(ChatName.nickKey(nick), as: claimant == .ghost ? .ghost : .guest) { [self] result in
+                answer { core, actions in
+                    switch result {
+                    case .success(.reserved): core.clusterNickReserved(id, nick: nick, at: ChatServer.now(), into: &actions)
+                    case .success(let claim):
+                        core.clusterNickClaimed(id, nick: nick, .success(claim == .claimed), at: ChatServer.now(), into: &actions)
+                    case .failure(let error):
+                        core.clusterNickClaimed(id, nick: nick, .failure(self.failure(error)), at: ChatServer.now(), into: &actions)
+                    }
+                }
             }
         case .releaseNick(let nick):
             // Its release deletes its away message: one still kept for it is moot.
@@ -387,6 +402,82 @@ final class ClusterNode: @unchecked Sendable {
             let key = ChatName.nickKey(nick)
             pendingAways[key] = (nick, text, awaysNumbered)
             sendAway(of: key)
+        }
+    }
+
+    // MARK: Accounts
+
+    /// Carries out account work that Redis does in cluster mode (`ClusterAccounts`): a
+    /// registration and its count against the address, a guess, a new password hash, a drop.
+    /// `completion` gets the answer on the queue, never during this call; the give-backs answer
+    /// nothing.
+    func carryOut(_ work: AccountWork, limits: AccountSettings, completion: @escaping @Sendable (AccountAnswer) -> Void) {
+        guard let commands = link.commands else {
+            let reason = AccountStoreError("\(down.reason)")
+            let refusal: AccountAnswer =
+                switch work.job {
+                case .guess: .guessed(.failure(reason))
+                case .create: .created(.failure(reason))
+                case .countRegistration: .registrationCounted(.failure(reason))
+                default: .stored(.failure(reason))
+                }
+            switch work.job {
+            case .giveBack, .giveBackRegistration: return
+            default: break
+            }
+            return queue.async { completion(refusal) }
+        }
+        let accounts = ClusterAccounts(commands: commands)
+        let error: (ClusterError) -> AccountStoreError = { [self] in AccountStoreError(failure($0).reason) }
+        switch work.job {
+        case .create(let record):
+            accounts.register(
+                name: record.name, key: record.key, passwordHash: record.passwordHash, created: record.created, maxAccounts: limits.maxAccounts
+            ) { result in
+                completion(.created(result.mapError(error).map { registration in
+                    switch registration {
+                    case .registered: .created
+                    case .exists: .exists
+                    case .full: .full
+                    }
+                }))
+            }
+        case .guess(let key, let address):
+            accounts.guess(
+                key: key, address: address, perAccount: limits.loginAttemptsPerAccount, perAddress: limits.loginAttemptsPerAddress,
+                windowMilliseconds: limits.loginWindow.milliseconds
+            ) { result in
+                completion(.guessed(result.mapError(error).map { guess in
+                    switch guess {
+                    case .admitted(let stored):
+                        .admitted(AccountRecord(name: stored.name, key: key, passwordHash: stored.passwordHash, created: stored.created))
+                    case .noAccount: .noAccount
+                    case .accountThrottled(let wait): .throttled(account: true, waitMilliseconds: wait)
+                    case .addressThrottled(let wait): .throttled(account: false, waitMilliseconds: wait)
+                    }
+                }))
+            }
+        case .giveBack(let key, let address):
+            accounts.giveBack(key: key, address: address)
+        case .countRegistration(let address):
+            accounts.countRegistration(
+                address: address, limit: limits.registrationsPerAddress, windowMilliseconds: limits.registrationWindow.milliseconds
+            ) { result in
+                completion(.registrationCounted(result.mapError(error)))
+            }
+        case .giveBackRegistration(let address):
+            accounts.giveBackRegistration(address: address)
+        case .save(let record):
+            accounts.setPasswordHash(key: record.key, record.passwordHash) { result in
+                completion(.stored(result.mapError(error).flatMap { kept in
+                    kept ? .success(()) : .failure(AccountStoreError("the account was dropped meanwhile"))
+                }))
+            }
+        case .delete(let key):
+            accounts.drop(key: key) { result in completion(.stored(result.mapError(error))) }
+        case .hash, .verify:
+            // The hashing pool's (`AccountWork.Job.isHashing`): never sent here.
+            break
         }
     }
 

@@ -1,0 +1,226 @@
+import RedisClient
+import RedisProtocol
+
+/// The cluster's accounts, in Redis, so that every node sees every registration at once
+/// (docs/CLUSTER.md, "Accounts"): a hash per account (`chat:account:{key}`: name, hash,
+/// created), the set of keys (`chat:accounts`, whose size the cap counts), and the windows of
+/// login and registration throttling as expiring counters (`chat:guesses:account:{key}`,
+/// `chat:guesses:address:{address}`, `chat:registrations:address:{address}`).
+///
+/// Nodes keep no copy: a node reads an account when a password is checked against it, in the
+/// same script that counts the guess, so a registration, a new password or a drop on one node
+/// holds on every other from its next request, with nothing to invalidate. Whether a nick is
+/// reserved is decided by the nick claim script (`NickRegistry.claimScript`), which looks at the
+/// account's key itself.
+///
+/// Threading: confined to the queue of its connection.
+public struct ClusterAccounts: Sendable {
+    private let commands: RedisConnection
+
+    /// Accounts read and written through `commands`.
+    public init(commands: RedisConnection) {
+        self.commands = commands
+    }
+
+    /// One account as Redis keeps it.
+    public struct Record: Sendable, Equatable {
+        /// The nick as registered.
+        public var name: String
+        /// The Argon2id hash string.
+        public var passwordHash: String
+        /// When it was registered, in milliseconds since the Unix epoch.
+        public var created: UInt64
+    }
+
+    /// KEYS: the account's hash, the set of accounts. ARGV: name, key, password hash, created,
+    /// the cap. Creates the account unless it exists (0) or the cap is reached (-1); 1 when made.
+    /// One script, so two nodes registering the last place (or one name) at once cannot both win.
+    static let registerScript = """
+        if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+        if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[5]) then return -1 end
+        redis.call('HSET', KEYS[1], 'name', ARGV[1], 'hash', ARGV[3], 'created', ARGV[4])
+        redis.call('SADD', KEYS[2], ARGV[2])
+        return 1
+        """
+
+    /// What a registration came to.
+    public enum Registration: Sendable, Equatable {
+        /// The account exists now.
+        case registered
+        /// An account of that key existed already.
+        case exists
+        /// The cluster holds as many accounts as the cap allows.
+        case full
+    }
+
+    /// Registers the account `key` called `name` with `passwordHash`, unless it exists or the
+    /// cluster holds `maxAccounts` accounts.
+    public func register(
+        name: String, key: String, passwordHash: String, created: UInt64, maxAccounts: Int,
+        completion: @escaping (Result<Registration, ClusterError>) -> Void
+    ) {
+        eval(
+            Self.registerScript, keys: [Self.accountKey(key), "chat:accounts"],
+            arguments: [name, key, passwordHash, String(created), String(maxAccounts)]
+        ) { reply in
+            switch reply.map(\.integer) {
+            case .success(1): completion(.success(.registered))
+            case .success(0): completion(.success(.exists))
+            case .success(-1): completion(.success(.full))
+            case .success: completion(.failure(.malformedReply("register returned \(reply)")))
+            case .failure(let error): completion(.failure(error))
+            }
+        }
+    }
+
+    /// KEYS: the account's hash. ARGV: the new password hash. Replaces the hash of an account that
+    /// still exists (1); 0 when it was dropped meanwhile.
+    static let setHashScript = """
+        if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+        redis.call('HSET', KEYS[1], 'hash', ARGV[1])
+        return 1
+        """
+
+    /// Replaces the password hash of the account `key`; true when it still existed.
+    public func setPasswordHash(key: String, _ passwordHash: String, completion: @escaping (Result<Bool, ClusterError>) -> Void) {
+        eval(Self.setHashScript, keys: [Self.accountKey(key)], arguments: [passwordHash]) { reply in
+            completion(reply.flatMap { value in
+                value.integer.map { .success($0 == 1) } ?? .failure(.malformedReply("set hash returned \(value)"))
+            })
+        }
+    }
+
+    /// Drops the account `key`: its record and its place under the cap, in one script, so the
+    /// cap's count and the records never disagree.
+    public func drop(key: String, completion: @escaping (Result<Void, ClusterError>) -> Void) {
+        let script = "redis.call('DEL', KEYS[1]) redis.call('SREM', KEYS[2], ARGV[1]) return 1"
+        eval(script, keys: [Self.accountKey(key), "chat:accounts"], arguments: [key]) { reply in
+            completion(reply.map { _ in () })
+        }
+    }
+
+    /// KEYS: the account's hash, its guess counter, the address's guess counter. ARGV: the
+    /// account's limit, the address's limit, the window in ms. When either counter is at its
+    /// limit, counts nothing and returns {1 (account) or 2 (address), ms until it ends}. When the
+    /// account does not exist, counts the guess against the address (probing for accounts costs
+    /// guesses too) and returns {3}. Otherwise counts it against both and returns
+    /// {0, name, hash, created}. `INCR` and `PEXPIRE` in one script: a window never outlives its
+    /// expiry, whichever node counts in it, so the limits hold across nodes.
+    static let guessScript = """
+        local function count(key)
+            if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ARGV[3]) end
+        end
+        if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[1]) then return {1, redis.call('PTTL', KEYS[2])} end
+        if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[2]) then return {2, redis.call('PTTL', KEYS[3])} end
+        local record = redis.call('HMGET', KEYS[1], 'name', 'hash', 'created')
+        if not record[1] then
+            count(KEYS[3])
+            return {3}
+        end
+        count(KEYS[2])
+        count(KEYS[3])
+        return {0, record[1], record[2], record[3]}
+        """
+
+    /// What counting a guess found.
+    public enum Guess: Sendable, Equatable {
+        /// Counted: check the password against `record`.
+        case admitted(Record)
+        /// No such account (counted against the address).
+        case noAccount
+        /// The account's window is full for `waitMilliseconds` more; nothing counted.
+        case accountThrottled(waitMilliseconds: UInt64)
+        /// The address's window is full for `waitMilliseconds` more; nothing counted.
+        case addressThrottled(waitMilliseconds: UInt64)
+    }
+
+    /// Counts a password guess against the account `key` from `address` (a throttle key), within
+    /// `perAccount` and `perAddress` guesses per `windowMilliseconds`, and reads the account.
+    public func guess(
+        key: String, address: String, perAccount: Int, perAddress: Int, windowMilliseconds: UInt64,
+        completion: @escaping (Result<Guess, ClusterError>) -> Void
+    ) {
+        eval(
+            Self.guessScript, keys: [Self.accountKey(key), Self.accountGuesses(key), Self.addressGuesses(address)],
+            arguments: [String(perAccount), String(perAddress), String(windowMilliseconds)]
+        ) { reply in
+            completion(reply.flatMap { value in
+                guard case .array(let parts?) = value, let kind = parts.first?.integer else {
+                    return .failure(.malformedReply("guess returned \(value)"))
+                }
+                let wait = parts.count > 1 ? UInt64(max(0, parts[1].integer ?? 0)) : 0
+                switch kind {
+                case 1: return .success(.accountThrottled(waitMilliseconds: wait))
+                case 2: return .success(.addressThrottled(waitMilliseconds: wait))
+                case 3: return .success(.noAccount)
+                case 0:
+                    guard parts.count == 4, let name = parts[1].text, let hash = parts[2].text, let created = parts[3].integer else {
+                        return .failure(.malformedReply("guess returned \(value)"))
+                    }
+                    return .success(.admitted(Record(name: name, passwordHash: hash, created: UInt64(max(0, created)))))
+                default:
+                    return .failure(.malformedReply("guess returned \(value)"))
+                }
+            })
+        }
+    }
+
+    /// KEYS: the guess counters. Gives one guess back to each that still counts one (a right
+    /// password, or one the node could not check), so the owner does not use up its own guesses.
+    static let giveBackScript = """
+        for _, key in ipairs(KEYS) do
+            if tonumber(redis.call('GET', key) or '0') > 0 then redis.call('DECR', key) end
+        end
+        return 1
+        """
+
+    /// Gives back a guess counted against the account `key` and `address`.
+    public func giveBack(key: String, address: String) {
+        eval(Self.giveBackScript, keys: [Self.accountGuesses(key), Self.addressGuesses(address)], arguments: []) { _ in }
+    }
+
+    /// KEYS: the address's registration counter. ARGV: the limit, the window in ms. Returns -1
+    /// when it counted the registration, or the ms until the window ends when it is full (and
+    /// counted nothing).
+    static let registrationScript = """
+        if tonumber(redis.call('GET', KEYS[1]) or '0') >= tonumber(ARGV[1]) then return math.max(0, redis.call('PTTL', KEYS[1])) end
+        if redis.call('INCR', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+        return -1
+        """
+
+    /// Counts a registration from `address` (a throttle key), within `limit` per
+    /// `windowMilliseconds` for the whole cluster: nil when counted, or how long until the
+    /// window has room.
+    public func countRegistration(
+        address: String, limit: Int, windowMilliseconds: UInt64, completion: @escaping (Result<UInt64?, ClusterError>) -> Void
+    ) {
+        eval(Self.registrationScript, keys: [Self.addressRegistrations(address)], arguments: [String(limit), String(windowMilliseconds)]) {
+            reply in
+            completion(reply.flatMap { value in
+                guard let wait = value.integer else { return .failure(.malformedReply("registration count returned \(value)")) }
+                return .success(wait < 0 ? nil : UInt64(wait))
+            })
+        }
+    }
+
+    /// Gives back a registration counted against `address`.
+    public func giveBackRegistration(address: String) {
+        eval(Self.giveBackScript, keys: [Self.addressRegistrations(address)], arguments: []) { _ in }
+    }
+
+    static func accountKey(_ key: String) -> String { "chat:account:\(key)" }
+    static func accountGuesses(_ key: String) -> String { "chat:guesses:account:\(key)" }
+    static func addressGuesses(_ address: String) -> String { "chat:guesses:address:\(address)" }
+    static func addressRegistrations(_ address: String) -> String { "chat:registrations:address:\(address)" }
+
+    private func eval(_ script: String, keys: [String], arguments: [String], completion: @escaping (Result<RESPValue, ClusterError>) -> Void) {
+        let command = [Array("EVAL".utf8), Array(script.utf8), Array(String(keys.count).utf8)] + (keys + arguments).map { Array($0.utf8) }
+        commands.send(command) { reply in
+            switch reply {
+            case .success(.error(let text)): completion(.failure(.refused(text)))
+            case .success(let value): completion(.success(value))
+            case .failure(let error): completion(.failure(.redis(error)))
+            }
+        }
+    }
+}

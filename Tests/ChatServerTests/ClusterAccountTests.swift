@@ -1,0 +1,218 @@
+import ChatProtocol
+import Foundation
+import Testing
+import TestSupport
+
+/// Accounts across the nodes of a cluster (docs/CLUSTER.md, "Accounts"): a real `redis-server`
+/// and two real `chat-server` nodes on it. What holds on one server on its own holds across the
+/// nodes — a registration on one reserves the nick on the other, a login on one ghosts the
+/// holder on the other, the guess limits and the cap count the whole cluster — and the accounts,
+/// being in Redis, outlive the nodes.
+@Suite("Accounts across cluster nodes", .serialized)
+struct ClusterAccountTests {
+    /// Redis and nodes started with `arguments`; each test stops them.
+    private final class Nodes: Sendable {
+        let redis: RedisServerProcess
+        let nodes: [ChatServerProcess]
+
+        init(_ count: Int = 2, arguments: [String] = []) async throws {
+            redis = try await RedisServerProcess()
+            var nodes: [ChatServerProcess] = []
+            for _ in 0..<count { nodes.append(try await Self.node(on: redis, arguments: arguments)) }
+            self.nodes = nodes
+        }
+
+        /// A node on `redis`, once its link is up.
+        static func node(on redis: RedisServerProcess, arguments: [String]) async throws -> ChatServerProcess {
+            let node = try await ChatServerProcess(
+                arguments: ["--cluster", "redis://127.0.0.1:\(redis.port)", "--handshake-timeout", "60"] + arguments)
+            let up = await node.child.waitFor(timeout: .seconds(60)) { output, _ in output.contains("cluster link up") }
+            #expect(up, "node on port \(node.port) did not connect to Redis:\n\(node.child.output)")
+            return node
+        }
+
+        func stop() {
+            for node in nodes { node.stop() }
+            redis.stop()
+        }
+
+        /// What `redis-cli` prints for one command, one line per item.
+        func redisCLI(_ arguments: String...) async throws -> [String] {
+            let child = try ChildProcess(URL(fileURLWithPath: "/usr/bin/redis-cli"), ["-p", "\(redis.port)"] + arguments)
+            _ = await child.waitForExit()
+            return child.lines.map(String.init)
+        }
+    }
+
+    @Test func aNickRegisteredOnOneNodeIsRefusedToGuestsOnTheOther() async throws {
+        let cluster = try await Nodes()
+        defer { cluster.stop() }
+        let owner = try await TestClient.connect(port: cluster.nodes[0].port, nick: "alice", version: 3)
+        defer { owner.close() }
+        try await owner.send(.register(password: "hunter2"))
+        #expect(try await registration(of: owner) == .registered(account: "alice"))
+
+        let guest = try BlockingSocket(port: cluster.nodes[1].port)
+        defer { guest.close() }
+        await guest.send([.hello(version: 1, nick: "Alice", password: nil)])
+        #expect(await errorCode(from: guest) == .nickReserved, "a version 1 guest on the other node")
+
+        let renamer = try await TestClient.connect(port: cluster.nodes[1].port, nick: "bob", version: 2)
+        defer { renamer.close() }
+        try await renamer.send(.changeNick(nick: "alice"))
+        let refusal = try await renamer.waitFor("the answer to changeNick") { frame -> ErrorCode? in
+            if case .error(let code, _, _, _) = frame { return code }
+            if case .nickAccepted = frame { return .internal }
+            return nil
+        }
+        #expect(refusal == .nickReserved, "a guest's changeNick to a registered nick on the other node")
+    }
+
+    @Test func aLoginOnOneNodeGhostsTheHolderOnTheOther() async throws {
+        let cluster = try await Nodes()
+        defer { cluster.stop() }
+        let first = try await TestClient.connect(port: cluster.nodes[0].port, nick: "alice", version: 3)
+        defer { first.close() }
+        try await first.send(.register(password: "hunter2"))
+        #expect(try await registration(of: first) == .registered(account: "alice"))
+
+        let second = try BlockingSocket(port: cluster.nodes[1].port, source: "127.0.0.2")
+        defer { second.close() }
+        await second.send([.hello(version: 3, nick: "alice", password: nil), .login(account: "alice", password: "hunter2")])
+        let welcomed = await frames(from: second, until: { $0 == .loggedIn(account: "alice") })
+        #expect(welcomed.first.map { if case .welcome(3, "alice", _, _) = $0 { true } else { false } } == true, "\(welcomed)")
+        #expect(welcomed.last == .loggedIn(account: "alice"), "\(welcomed)")
+        let ghosted = try await first.readUntilClosed()
+        #expect(ghosted.contains { if case .error(.ghosted, true, _, _) = $0 { true } else { false } }, "\(ghosted)")
+        #expect(try await cluster.redisCLI("GET", "chat:nick:alice").count == 1, "the nick is held")
+    }
+
+    /// docs/SECURITY.md: `--login-attempts-per-account` (5) password checks per account per
+    /// minute from the whole cluster, however many addresses and nodes the guesses come through.
+    @Test func aBruteForceThroughBothNodesIsHeldToThePerAccountLimitInTotal() async throws {
+        let cluster = try await Nodes()
+        defer { cluster.stop() }
+        let owner = try await TestClient.connect(port: cluster.nodes[0].port, nick: "victim", version: 3)
+        defer { owner.close() }
+        try await owner.send(.register(password: "the right one"))
+        #expect(try await registration(of: owner) == .registered(account: "victim"))
+        var guessers: [BlockingSocket] = []
+        defer { for guesser in guessers { guesser.close() } }
+        for host in 2...51 {
+            let guesser = try BlockingSocket(port: cluster.nodes[host % 2].port, source: "127.0.0.\(host)")
+            guessers.append(guesser)
+            await guesser.send(
+                [.hello(version: 3, nick: "g\(host)", password: nil)]
+                    + (0..<3).map { Frame.login(account: "victim", password: "guess \(host) \($0)") })
+        }
+        var answers: [ErrorCode: Int] = [:]
+        for guesser in guessers {
+            for _ in 0..<3 { answers[await errorCode(from: guesser) ?? .internal, default: 0] += 1 }
+        }
+        #expect(answers[.authenticationFailed] == 5, "checked guesses, both nodes together: \(answers)")
+        #expect(answers[.throttled] == 145, "\(answers)")
+        #expect(try await cluster.redisCLI("GET", "chat:guesses:account:victim") == ["5"])
+    }
+
+    /// `--max-accounts` counts the cluster's accounts: six registrations at once through two
+    /// nodes, from six addresses, against a cap of 3.
+    @Test func theAccountCapHoldsAcrossNodes() async throws {
+        let cluster = try await Nodes(arguments: ["--max-accounts", "3"])
+        defer { cluster.stop() }
+        var sockets: [BlockingSocket] = []
+        defer { for socket in sockets { socket.close() } }
+        for index in 0..<6 {
+            let socket = try BlockingSocket(port: cluster.nodes[index % 2].port, source: "127.0.2.\(index + 1)")
+            sockets.append(socket)
+            await socket.send([.hello(version: 3, nick: "r\(index)", password: nil), .register(password: "pw")])
+        }
+        var answers: [Frame] = []
+        for socket in sockets { answers.append(await answer(from: socket)) }
+        #expect(answers.filter { if case .registered = $0 { true } else { false } }.count == 3, "\(answers)")
+        #expect(answers.filter { if case .error(.tooManyAccounts, false, .register, _) = $0 { true } else { false } }.count == 3, "\(answers)")
+        #expect(try await cluster.redisCLI("SCARD", "chat:accounts") == ["3"])
+    }
+
+    /// `--registrations-per-address` (3 an hour) counts an address's registrations through
+    /// every node together.
+    @Test func anAddressRegisteringThroughBothNodesIsHeldToItsLimitInTotal() async throws {
+        let cluster = try await Nodes(arguments: ["--address-connection-rate", "0"])
+        defer { cluster.stop() }
+        var sockets: [BlockingSocket] = []
+        defer { for socket in sockets { socket.close() } }
+        for index in 0..<10 {
+            let socket = try BlockingSocket(port: cluster.nodes[index % 2].port, source: "127.0.0.9")
+            sockets.append(socket)
+            await socket.send([.hello(version: 3, nick: "r\(index)", password: nil), .register(password: "pw")])
+        }
+        var answers: [Frame] = []
+        for socket in sockets { answers.append(await answer(from: socket)) }
+        #expect(answers.filter { if case .registered = $0 { true } else { false } }.count == 3, "\(answers)")
+        #expect(answers.filter { if case .error(.throttled, false, .register, _) = $0 { true } else { false } }.count == 7, "\(answers)")
+        #expect(try await cluster.redisCLI("GET", "chat:registrations:address:127.0.0.9") == ["3"])
+    }
+
+    @Test func accountsOutliveTheNodesBecauseTheyAreInRedis() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        do {
+            let node = try await Nodes.node(on: redis, arguments: [])
+            defer { node.stop() }
+            let alice = try await TestClient.connect(port: node.port, nick: "alice", version: 3)
+            try await alice.send(.register(password: "hunter2"))
+            #expect(try await registration(of: alice) == .registered(account: "alice"))
+            alice.close()
+        }
+        let node = try await Nodes.node(on: redis, arguments: [])
+        defer { node.stop() }
+        let guest = try BlockingSocket(port: node.port)
+        defer { guest.close() }
+        await guest.send([.hello(version: 1, nick: "alice", password: nil)])
+        #expect(await errorCode(from: guest) == .nickReserved)
+        let owner = try BlockingSocket(port: node.port)
+        defer { owner.close() }
+        await owner.send([.hello(version: 3, nick: "alice", password: nil), .login(account: "alice", password: "hunter2")])
+        #expect(await frames(from: owner, until: { $0 == .loggedIn(account: "alice") }).last == .loggedIn(account: "alice"))
+    }
+
+    // MARK: Helpers
+
+    private func registration(of client: TestClient) async throws -> Frame {
+        try await client.waitFor("the answer to register") { frame -> Frame? in
+            switch frame {
+            case .registered, .error: frame
+            default: nil
+            }
+        }
+    }
+
+    private func errorCode(from socket: BlockingSocket) async -> ErrorCode? {
+        for _ in 0..<16 {
+            guard let frame = await socket.nextFrame() else { return nil }
+            if case .error(let code, _, _, _) = frame { return code }
+        }
+        return nil
+    }
+
+    private func answer(from socket: BlockingSocket) async -> Frame {
+        for _ in 0..<16 {
+            guard let frame = await socket.nextFrame() else { break }
+            switch frame {
+            case .registered, .loggedIn, .passwordChanged, .accountDropped, .error: return frame
+            default: continue
+            }
+        }
+        return .goodbye(reason: "no answer")
+    }
+
+    private func frames(from socket: BlockingSocket, until last: (Frame) -> Bool) async -> [Frame] {
+        var seen: [Frame] = []
+        for _ in 0..<32 {
+            guard let frame = await socket.nextFrame() else { break }
+            seen.append(frame)
+            if last(frame) { break }
+            if case .error = frame { break }
+        }
+        return seen
+    }
+}
