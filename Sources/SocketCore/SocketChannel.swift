@@ -34,9 +34,10 @@ public final class ReadBuffer: @unchecked Sendable {
 /// Writes are queued as `ByteChunk`s, or ranges of them, and leave in gather writes (`sendmsg`
 /// with up to 64 buffers): `enqueue` many, then `flush` once. A range that continues the last one
 /// queued, in the same chunk, extends it: a room's events, encoded one after another into a shared
-/// chunk, take one queue slot however many there are (`enqueue(_:bytes:)`). When the kernel's send buffer is full the channel waits for the
-/// epoll set to report the socket writable and sends the rest then. `outboundBytes` tells the owner how much is waiting and
-/// `outboundCost` what it pins in memory, so the owner can bound it.
+/// chunk, take one queue slot however many there are (`enqueue(_:bytes:)`). When the kernel's send
+/// buffer is full the channel waits for the epoll set to report the socket writable and sends the
+/// rest then. `outboundBytes` tells the owner how much is waiting and `outboundCost` what it pins
+/// in memory, so the owner can bound it.
 ///
 /// An idle channel is small on purpose (a server keeps tens of thousands): no Dispatch source of its
 /// own, no buffer (reads go to the shared `ReadBuffer`), and `releaseIdleMemory()` gives back the
@@ -387,8 +388,8 @@ public final class SocketChannel: @unchecked Sendable {
 
     /// Drops every queued range that has not started to leave, keeping the one partly sent (so
     /// the peer never sees half a frame: a range holds whole frames), and returns how many bytes
-    /// were dropped. For an owner
-    /// that gives up on a peer: it can then queue a last word (`enqueue`) and shut down.
+    /// were dropped. For an owner that gives up on a peer: it can then queue a last word
+    /// (`enqueue`) and shut down.
     @discardableResult
     public func discardUnsent() -> Int {
         assertOnQueue()
