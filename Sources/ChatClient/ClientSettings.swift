@@ -41,6 +41,10 @@ public struct ClientSettings: Equatable, Sendable {
     public var logDirectory: String?
     /// `password_file`: as `--password-file`.
     public var passwordFile: String?
+    /// `account`: as `--account`.
+    public var account: String?
+    /// `account_password_file`: as `--account-password-file`.
+    public var accountPasswordFile: String?
     /// `[tls] mode`.
     public var tlsMode = TLSMode.off
     /// `[tls] ca_file`, for `mode = "ca"`.
@@ -62,7 +66,7 @@ public struct ClientSettings: Equatable, Sendable {
     /// The settings `/set` shows and changes, by name, in the order it lists them.
     public static let names = [
         "nick", "servers", "autojoin", "timestamp_format", "colours", "buffer_lines", "highlight", "merged_window", "log", "log_directory",
-        "password_file",
+        "password_file", "account", "account_password_file",
     ]
 
     /// Settings from a config file's text; throws the first line that is wrong.
@@ -124,6 +128,8 @@ public struct ClientSettings: Equatable, Sendable {
         case ("merged_window", .boolean(let flag)): mergedWindow = flag
         case ("log_directory", .string(let path)): logDirectory = path
         case ("password_file", .string(let path)): passwordFile = path
+        case ("account", .string(let name)): account = name
+        case ("account_password_file", .string(let path)): accountPasswordFile = path
         default:
             guard Self.names.contains(name) || name == "colors" else {
                 throw SettingError("unknown setting \(name) (known: \(Self.names.joined(separator: ", ")))")
@@ -170,6 +176,8 @@ public struct ClientSettings: Equatable, Sendable {
         case "merged_window": .boolean(mergedWindow)
         case "log_directory": logDirectory.map(ConfigFile.Value.string)
         case "password_file": passwordFile.map(ConfigFile.Value.string)
+        case "account": account.map(ConfigFile.Value.string)
+        case "account_password_file": accountPasswordFile.map(ConfigFile.Value.string)
         default: nil
         }
     }

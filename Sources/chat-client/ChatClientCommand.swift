@@ -140,14 +140,16 @@ struct ChatClientCommand: AsyncParsableCommand {
             servers: try serverAddresses(settings, configPath: configPath), password: password, exitIfFirstConnectFails: !interactive,
             handshakeTimeout: .milliseconds(Int(handshakeTimeout * 1000)), pingInterval: .milliseconds(Int(pingInterval * 1000)),
             tls: trust(settings))
-        if let accountPasswordFile {
+        // The flags win over the config file's account and account_password_file.
+        let account = self.account ?? settings.account
+        if let accountPasswordFile = accountPasswordFile ?? settings.accountPasswordFile.map(ClientPaths.expandingTilde) {
             // Without --account: the nick's own account, for /register and /login.
             let name = account ?? nick
             guard ChatName.isValidNick(name) else { throw ValidationError("--account \(name) is not a valid nick") }
             configuration.account = AccountLogin(
                 name: name, password: try Self.readPassword(accountPasswordFile, flag: "--account-password-file"), withHello: account != nil)
         } else if account != nil {
-            throw ValidationError("--account needs --account-password-file")
+            throw ValidationError("--account (or the config file's account) needs --account-password-file (or account_password_file)")
         }
         var session = ClientSession(nick: nick, rooms: rooms)
         session.highlightWords = settings.highlight
@@ -162,7 +164,10 @@ struct ChatClientCommand: AsyncParsableCommand {
     /// `--nick`, else the config file's, else `$USER`.
     private func chosenNick(_ settings: ClientSettings) throws -> String {
         // The account's nick is the one to hold; the login behind the hello takes it.
-        if let account { return account }
+        if let account = account ?? settings.account {
+            guard ChatName.isValidNick(account) else { throw ValidationError("account \(account) is not a valid nick") }
+            return account
+        }
         if let nick { return nick }
         if let configured = settings.nick {
             guard ChatName.isValidNick(configured) else { throw ValidationError("the config file's nick: \(CommandError.invalidNick(configured).description)") }

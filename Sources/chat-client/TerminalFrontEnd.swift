@@ -211,7 +211,7 @@ final class TerminalFrontEnd: ClientDisplay {
         }
         applySettings()
         driver?.setHighlightWords(settings.highlight)
-        let later = ["nick", "servers", "autojoin", "password_file", "merged_window"].contains(name) ? " (used at the next start; /save keeps it)" : " for this session (/save keeps it)"
+        let later = ["nick", "servers", "autojoin", "password_file", "account", "account_password_file", "merged_window"].contains(name) ? " (used at the next start; /save keeps it)" : " for this session (/save keeps it)"
         show(.notice(time: ClientClock.now(), text: "\(name) = \(settings.shown(name) ?? "")\(later)"))
         sessionChanged()
     }

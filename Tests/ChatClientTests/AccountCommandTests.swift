@@ -15,9 +15,7 @@ import TestSupport
         defer { directory.remove() }
         let passwordFile = directory.path + "/password"
         try "hunter2\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
-        let client = try ChildProcess.builtExecutable(named: "chat-client")
-
-        let first = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile])
+        let first = try pipeClient(["--nick", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile])
         defer { first.stop() }
         #expect(await first.waitForOutput("joined"), "ann is in: \(first.output)")
         first.send("/register")
@@ -25,7 +23,7 @@ import TestSupport
         #expect(!first.output.contains("hunter2"), "the password is never shown")
 
         // A guest cannot take the nick: it falls back to ann_, as for a nick that is taken.
-        let guest = try ChildProcess(client, ["--nick", "ann", "--port", "\(server.port)"])
+        let guest = try pipeClient(["--nick", "ann", "--port", "\(server.port)"])
         defer { guest.stop() }
         #expect(await guest.waitForOutput("the nick ann is a registered nick; trying ann_"), "\(guest.output)")
         #expect(await guest.waitForOutput("connected to 127.0.0.1:\(server.port) as ann_"), "\(guest.output)")
@@ -33,12 +31,20 @@ import TestSupport
         #expect(await guest.waitForExit() == 0)
 
         // The owner again, logging in behind its hello: the first session is ghosted and stays offline.
-        let second = try ChildProcess(client, ["--account", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile])
+        let second = try pipeClient(["--account", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile])
         defer { second.stop() }
         #expect(await second.waitForOutput("logged in as ann"), "second: \(second.output) first: \(first.output)")
         #expect(await first.waitForOutput("/reconnect connects again"), "the ghosted session stays offline: \(first.output)")
-        second.send("/quit")
-        #expect(await second.waitForExit() == 0)
+
+        // The same from a config file's account and account_password_file, with no flag for them.
+        let config = directory.path + "/config.toml"
+        try "account = \"ann\"\naccount_password_file = \"\(passwordFile)\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let third = try pipeClient(["--config", config, "--port", "\(server.port)"])
+        defer { third.stop() }
+        #expect(await third.waitForOutput("logged in as ann"), "third: \(third.output)")
+        #expect(await second.waitForOutput("/reconnect connects again"), "the config's login ghosts the second session: \(second.output)")
+        third.send("/quit")
+        #expect(await third.waitForExit() == 0)
     }
 
     @Test func parsesTheAccountCommands() throws {

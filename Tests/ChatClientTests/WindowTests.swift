@@ -216,6 +216,8 @@ import Testing
             buffer_lines = 100_000
             highlight = ["deploy", "on\\u0063all"]
             log = true
+            account = "alice"
+            account_password_file = "~/.chat-account"
 
             [tls]
             mode = "ca"
@@ -227,6 +229,7 @@ import Testing
         #expect(settings.nick == "alice" && settings.servers == ["127.0.0.1:7001", "[::1]:7002"])
         #expect(settings.autojoin == ["#general", "#dev"] && settings.timestampFormat == "%H:%M:%S")
         #expect(!settings.colours && settings.bufferLines == 100_000 && settings.highlight == ["deploy", "oncall"] && settings.log)
+        #expect(settings.account == "alice" && settings.accountPasswordFile == "~/.chat-account")
         #expect(settings.tlsMode == .ca && settings.tlsCAFile == "~/ca.pem" && settings.aliases == ["wc": "window close"])
         #expect(try ClientSettings(parsing: settings.rendered()) == settings, "what /save writes reads back the same")
     }
