@@ -174,45 +174,4 @@ struct ClusterAccountTests {
         await owner.send([.hello(version: 3, nick: "alice", password: nil), .login(account: "alice", password: "hunter2")])
         #expect(await frames(from: owner, until: { $0 == .loggedIn(account: "alice") }).last == .loggedIn(account: "alice"))
     }
-
-    // MARK: Helpers
-
-    private func registration(of client: TestClient) async throws -> Frame {
-        try await client.waitFor("the answer to register") { frame -> Frame? in
-            switch frame {
-            case .registered, .error: frame
-            default: nil
-            }
-        }
-    }
-
-    private func errorCode(from socket: BlockingSocket) async -> ErrorCode? {
-        for _ in 0..<16 {
-            guard let frame = await socket.nextFrame() else { return nil }
-            if case .error(let code, _, _, _) = frame { return code }
-        }
-        return nil
-    }
-
-    private func answer(from socket: BlockingSocket) async -> Frame {
-        for _ in 0..<16 {
-            guard let frame = await socket.nextFrame() else { break }
-            switch frame {
-            case .registered, .loggedIn, .passwordChanged, .accountDropped, .error: return frame
-            default: continue
-            }
-        }
-        return .goodbye(reason: "no answer")
-    }
-
-    private func frames(from socket: BlockingSocket, until last: (Frame) -> Bool) async -> [Frame] {
-        var seen: [Frame] = []
-        for _ in 0..<32 {
-            guard let frame = await socket.nextFrame() else { break }
-            seen.append(frame)
-            if last(frame) { break }
-            if case .error = frame { break }
-        }
-        return seen
-    }
 }
