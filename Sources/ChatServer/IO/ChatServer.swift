@@ -522,10 +522,35 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     private func waitForRead(_ connection: ClientConnection) {
+        wait(connection, forAnswerIn: \.readWaiters)
+    }
+
+    /// Reads `connection` no more until the answer it waits for comes (`serveAnswered`).
+    private func wait(_ connection: ClientConnection, forAnswerIn waiters: ReferenceWritableKeyPath<ChatServer, [ClientConnection]>) {
         guard !connection.waitingForAnswer else { return }
         connection.waitingForAnswer = true
-        readWaiters.append(connection)
+        self[keyPath: waiters].append(connection)
         connection.updateReading()
+    }
+
+    /// Takes out of `waiters` the clients that no longer wait (`stillWaiting` says no, or they
+    /// left) and serves the ones still connected again.
+    private func serveAnswered(
+        _ waiters: ReferenceWritableKeyPath<ChatServer, [ClientConnection]>, stillWaiting: (ClientID) -> Bool
+    ) {
+        guard !self[keyPath: waiters].isEmpty else { return }
+        var answered: [ClientConnection] = []
+        self[keyPath: waiters].removeAll { connection in
+            guard !connection.isActive || !stillWaiting(connection.id) else { return false }
+            connection.waitingForAnswer = false
+            answered.append(connection)
+            return true
+        }
+        // Served after the list is settled: a served client may wait again and join it.
+        for connection in answered where connection.isActive {
+            serveRequests(of: connection)
+            connection.updateReading()
+        }
     }
 
     /// Carries out the reads of the store the core asked for: each on the store's own queue,
@@ -543,18 +568,7 @@ public final class ChatServer: @unchecked Sendable {
     private func answerFromStore(_ ticket: UInt64, _ answer: Result<RoomReadAnswer, StorageError>) {
         core.logReadAnswered(ticket, answer, at: Self.now(), into: &actions)
         perform()
-        guard !readWaiters.isEmpty else { return }
-        var answered: [ClientConnection] = []
-        readWaiters.removeAll { connection in
-            guard !connection.isActive || !core.isAwaitingLog(connection.id) else { return false }
-            connection.waitingForAnswer = false
-            answered.append(connection)
-            return true
-        }
-        for connection in answered where connection.isActive {
-            serveRequests(of: connection)
-            connection.updateReading()
-        }
+        serveAnswered(\.readWaiters) { core.isAwaitingLog($0) }
     }
 
     /// Serves the clients that waited for the writer, once it has caught up.
@@ -934,15 +948,19 @@ public final class ChatServer: @unchecked Sendable {
             let chunk = encode(frame)
             return (chunk, 0..<chunk.count)
         }
-        encodeBuffer.removeAll(keepingCapacity: encodeBuffer.capacity <= 64 << 10)
-        FrameEncoder.encode(frame, into: &encodeBuffer)
-        return encodeBuffer.withUnsafeBytes { roomSegments.append($0, room: room, meter: chunkMeter) }
+        return withEncoded(frame) { roomSegments.append($0, room: room, meter: chunkMeter) }
     }
 
     private func encode(_ frame: Frame, meter: MemoryMeter?) -> ByteChunk {
+        withEncoded(frame) { ByteChunk(copying: $0, meter: meter) }
+    }
+
+    /// Encodes `frame` into the buffer every encoding reuses and hands `body` its bytes, valid
+    /// during the call.
+    private func withEncoded<Result>(_ frame: Frame, _ body: (UnsafeRawBufferPointer) -> Result) -> Result {
         encodeBuffer.removeAll(keepingCapacity: encodeBuffer.capacity <= 64 << 10)
         FrameEncoder.encode(frame, into: &encodeBuffer)
-        return encodeBuffer.withUnsafeBytes { ByteChunk(copying: $0, meter: meter) }
+        return encodeBuffer.withUnsafeBytes(body)
     }
 
     /// Queues `chunk` for each active connection of `recipients`: what a room event costs per
@@ -1452,10 +1470,7 @@ extension ChatServer {
     }
 
     private func waitForAccount(_ connection: ClientConnection) {
-        guard !connection.waitingForAnswer else { return }
-        connection.waitingForAnswer = true
-        accountWaiters.append(connection)
-        connection.updateReading()
+        wait(connection, forAnswerIn: \.accountWaiters)
     }
 
     /// Account work was answered: the core takes the answer, what it did is carried out, and the
@@ -1463,17 +1478,6 @@ extension ChatServer {
     private func accountAnswered(_ ticket: UInt64, _ answer: AccountAnswer) {
         core.accountAnswered(ticket, answer, at: Self.now(), into: &actions)
         perform()
-        guard !accountWaiters.isEmpty else { return }
-        var answered: [ClientConnection] = []
-        accountWaiters.removeAll { connection in
-            guard !connection.isActive || !core.isAwaitingAccount(connection.id) else { return false }
-            connection.waitingForAnswer = false
-            answered.append(connection)
-            return true
-        }
-        for connection in answered where connection.isActive {
-            serveRequests(of: connection)
-            connection.updateReading()
-        }
+        serveAnswered(\.accountWaiters) { core.isAwaitingAccount($0) }
     }
 }

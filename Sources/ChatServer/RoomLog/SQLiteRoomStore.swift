@@ -216,7 +216,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// See `RoomStore.stage(_:event:)`.
     public func stage(_ record: RoomRecord, event: HistoryEntry?) {
-        if lastStaged < staged.rooms.count, staged.rooms[lastStaged].name == record.name {
+        if isStagedLast(record.name) {
             staged.rooms[lastStaged] = record
         } else if let index = stagedIndex[record.name] {
             staged.rooms[index] = record
@@ -233,11 +233,16 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// See `RoomStore.stage(_:advancing:at:)`: a busy room's messages, one after another in a
     /// commit, update its staged record in place.
     public func stage(_ event: HistoryEntry, advancing room: String, at time: UInt64) -> Bool {
-        guard lastStaged < staged.rooms.count, staged.rooms[lastStaged].name == room else { return false }
+        guard isStagedLast(room) else { return false }
         staged.rooms[lastStaged].lastSeq = event.seq
         staged.rooms[lastStaged].lastActive = time
         staged.events.append(StoredEvent(room: room, entry: event))
         return true
+    }
+
+    /// Whether `room`'s record is the one staged last (`lastStaged`), found without hashing.
+    private func isStagedLast(_ room: String) -> Bool {
+        lastStaged < staged.rooms.count && staged.rooms[lastStaged].name == room
     }
 
     /// See `RoomStore.occupancyChanged(of:occupied:)`.
