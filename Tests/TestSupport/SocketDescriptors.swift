@@ -22,6 +22,31 @@ public func socketDescriptors(port: Int) throws -> Int {
     }.count
 }
 
+/// The kernel identities (`socket:[inode]`) of this process's sockets listening on `port`.
+///
+/// Unlike a port, an identity is never handed to another socket while this one lives, so a test
+/// can follow one socket while other tests open sockets on the same port once it is free.
+public func listeningSocketIdentities(port: Int) throws -> Set<String> {
+    let entries = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+    return Set(entries.compactMap(Int32.init).compactMap { descriptor -> String? in
+        let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")
+        guard let link, link.hasPrefix("socket:["), socketAddressPort(of: descriptor, getsockname) == port else { return nil }
+        var listening: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(descriptor, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) == 0, listening != 0 else { return nil }
+        return link
+    })
+}
+
+/// The kernel identities (`socket:[inode]`) of every socket this process holds open.
+public func openSocketIdentities() throws -> Set<String> {
+    let entries = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+    return Set(entries.compactMap { entry -> String? in
+        let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)")
+        return link?.hasPrefix("socket:[") == true ? link : nil
+    })
+}
+
 /// `getpeername` through `getsockopt(SO_PEERNAME)`: the address a socket is connected, or still
 /// connecting, to.
 private func peerName(
