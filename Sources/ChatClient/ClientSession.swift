@@ -648,7 +648,8 @@ public struct ClientSession: Sendable {
             return accountAnswer(frame)  // ClientSession+Accounts.swift
         case .welcome, .pong, .unknown, .hello, .changeNick, .join, .part, .say, .emote, .tell,
             .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway, .register, .login,
-            .changePassword, .dropAccount:
+            .changePassword, .dropAccount, .kick, .setMode, .invite, .listBans, .serverBan, .kill, .joinWithKey,
+            .kicked, .modeChanged, .invited, .roomModes, .banList, .done:
             // Skippable or misdirected frames carry nothing to show.
             return []
         }

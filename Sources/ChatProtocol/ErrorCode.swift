@@ -84,8 +84,32 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
     /// client should not reconnect to take it again.
     public static let ghosted = ErrorCode(rawValue: 32)
 
+    /// Version 4: the request needs ops in the room (or, for a founder's change, the founder);
+    /// also the answer to a non-op's `setTopic` in a topic-locked room.
+    public static let notOperator = ErrorCode(rawValue: 33)
+    /// Version 4: a ban matches the client: its `join` of a room (not fatal), or its `hello` or
+    /// session on a server that banned it (fatal). Sent to clients of every version.
+    public static let banned = ErrorCode(rawValue: 34)
+    /// Version 4: the room is invite-only and the client was not invited.
+    public static let inviteOnly = ErrorCode(rawValue: 35)
+    /// Version 4: the room has a key and the `join` gave another (or none).
+    public static let badRoomKey = ErrorCode(rawValue: 36)
+    /// Version 4: the room has as many members as its limit allows.
+    public static let roomFull = ErrorCode(rawValue: 37)
+    /// Version 4: the room is moderated and the client is neither op nor voiced.
+    public static let moderated = ErrorCode(rawValue: 38)
+    /// Fatal: a server operator ended the session (sent to clients of every version).
+    public static let killed = ErrorCode(rawValue: 39)
+    /// Version 4: the request needs a server operator's account.
+    public static let notAdmin = ErrorCode(rawValue: 40)
+    /// Version 4: a mode this server does not know, or a mode's argument or a ban mask that is
+    /// not valid; the reason says which.
+    public static let invalidArgument = ErrorCode(rawValue: 41)
+    /// Version 4: the room (or the server) holds as many bans as it allows.
+    public static let listFull = ErrorCode(rawValue: 42)
+
     /// Every code this version defines, in numeric order.
-    public static let allKnown: [ErrorCode] = (1...32).map(ErrorCode.init(rawValue:))
+    public static let allKnown: [ErrorCode] = (1...42).map(ErrorCode.init(rawValue:))
 
     /// The code's name as used in docs/PROTOCOL.md, or nil if this version does not define it.
     public var name: String? {
@@ -96,7 +120,9 @@ public struct ErrorCode: RawRepresentable, Hashable, Sendable {
             "invalidRoom", "noSuchNick", "idleTimeout", "slowConsumer", "shuttingDown",
             "internal", "unexpectedFrame", "alreadyInRoom", "storageFailed", "unavailable",
             "busy", "authenticationFailed", "nickReserved", "throttled", "accountExists",
-            "tooManyAccounts", "plainPasswordRefused", "notLoggedIn", "ghosted",
+            "tooManyAccounts", "plainPasswordRefused", "notLoggedIn", "ghosted", "notOperator",
+            "banned", "inviteOnly", "badRoomKey", "roomFull", "moderated", "killed", "notAdmin",
+            "invalidArgument", "listFull",
         ]
         let index = Int(rawValue) - 1
         return names.indices.contains(index) ? names[index] : nil

@@ -52,6 +52,28 @@ public enum Frame: Hashable, Sendable {
     /// Client → server (version 3): deletes the logged-in account; its nick is no longer
     /// reserved. Answered by `accountDropped` or an error.
     case dropAccount(password: String)
+    /// Client → server (version 4): enters `room` with `key`, as `join` does; a room with a key
+    /// (`RoomMode.key`) needs it unless the client has a role there or was invited.
+    case joinWithKey(room: String, key: String)
+    /// Client → server (version 4): removes `nick` from `room`, for `reason` (may be empty).
+    /// Needs ops in the room. Answered by the `kicked` room event or an error.
+    case kick(room: String, nick: String, reason: String)
+    /// Client → server (version 4): turns `mode` of `room` on or off, with `argument` where the
+    /// mode takes one (`RoomMode`). Answered by the `modeChanged` room event or an error.
+    case setMode(room: String, mode: RoomMode, on: Bool, argument: String)
+    /// Client → server (version 4): lets `nick` join invite-only (or keyed, or full) `room` once.
+    /// Needs ops in the room. Answered by `invited`, which `nick` receives too, or an error.
+    case invite(room: String, nick: String)
+    /// Client → server (version 4): asks for `room`'s bans; an empty `room` asks for the
+    /// server's bans (server operators only). Answered by `banList` or an error.
+    case listBans(room: String)
+    /// Client → server (version 4, server operators only): bans `mask` from the whole server
+    /// (on) or lifts the ban (off); a `room:NAME` mask closes that room. Sessions the ban
+    /// matches are ended. Answered by `done` or an error.
+    case serverBan(on: Bool, mask: String, reason: String)
+    /// Client → server (version 4, server operators only): ends `nick`'s session, for `reason`.
+    /// Answered by `done` or an error.
+    case kill(nick: String, reason: String)
 
     // MARK: Server → client
 
@@ -118,6 +140,24 @@ public enum Frame: Hashable, Sendable {
     /// Server → client (version 3), answer to `dropAccount`: `account` no longer exists; the
     /// client keeps its nick as a guest.
     case accountDropped(account: String)
+    /// Server → client (version 4), a room event: `by` removed `nick` from `room` for `reason`.
+    /// The kicked member receives it last of the room's events; clients of versions 1–3
+    /// receive `left` in its place.
+    case kicked(room: String, seq: UInt64, time: UInt64, nick: String, by: String, reason: String)
+    /// Server → client (version 4), a room event: `by` turned `mode` of `room` on or off, with
+    /// `argument` (the nick of a role, the key, the limit, the canonical ban mask).
+    case modeChanged(room: String, seq: UInt64, time: UInt64, by: String, mode: RoomMode, on: Bool, argument: String)
+    /// Server → client (version 4): `by` invited `nick` into `room`; sent to both.
+    case invited(room: String, nick: String, by: String)
+    /// Server → client (version 4): `room`'s settings and roles; sent to a joiner after its
+    /// members, and after the members that answer `who`.
+    case roomModes(room: String, modes: RoomModes)
+    /// Server → client (version 4), answer to `listBans`: the bans of `room`, or of the server
+    /// when `room` is empty, oldest first.
+    case banList(room: String, entries: [BanEntry])
+    /// Server → client (version 4): the request of type `request` was carried out, as `text`
+    /// says (the answer to `serverBan` and `kill`).
+    case done(request: FrameType, text: String)
 
     // MARK: Either direction
 
@@ -157,6 +197,19 @@ public enum Frame: Hashable, Sendable {
         case .login: .login
         case .changePassword: .changePassword
         case .dropAccount: .dropAccount
+        case .joinWithKey: .joinWithKey
+        case .kick: .kick
+        case .setMode: .setMode
+        case .invite: .invite
+        case .listBans: .listBans
+        case .serverBan: .serverBan
+        case .kill: .kill
+        case .kicked: .kicked
+        case .modeChanged: .modeChanged
+        case .invited: .invited
+        case .roomModes: .roomModes
+        case .banList: .banList
+        case .done: .done
         case .registered: .registered
         case .loggedIn: .loggedIn
         case .passwordChanged: .passwordChanged

@@ -153,6 +153,55 @@ public struct FrameDecoder: Sendable {
             frame = .changePassword(old: try reader.string(.password), new: try reader.string(.newPassword))
         case .dropAccount:
             frame = .dropAccount(password: try reader.string(.password))
+        case .kick:
+            frame = .kick(room: try reader.room(), nick: try reader.nick(.nick), reason: try reader.text(.reason))
+        case .setMode:
+            frame = .setMode(
+                room: try reader.room(), mode: RoomMode(rawValue: try reader.byte(.mode)), on: try reader.bool(.on),
+                argument: try reader.text(.argument))
+        case .invite:
+            frame = .invite(room: try reader.room(), nick: try reader.nick(.nick))
+        case .listBans:
+            frame = .listBans(room: try reader.roomOrEmpty())
+        case .serverBan:
+            frame = .serverBan(on: try reader.bool(.on), mask: try reader.string(.mask), reason: try reader.text(.reason))
+        case .kill:
+            frame = .kill(nick: try reader.nick(.nick), reason: try reader.text(.reason))
+        case .joinWithKey:
+            frame = .joinWithKey(room: try reader.room(), key: try reader.text(.key))
+        case .kicked:
+            frame = .kicked(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                nick: try reader.nick(.nick), by: try reader.nick(.by), reason: try reader.text(.reason))
+        case .modeChanged:
+            frame = .modeChanged(
+                room: try reader.room(), seq: try reader.seq(), time: try reader.varint(.time),
+                by: try reader.nick(.by), mode: RoomMode(rawValue: try reader.byte(.mode)), on: try reader.bool(.on),
+                argument: try reader.text(.argument))
+        case .invited:
+            frame = .invited(room: try reader.room(), nick: try reader.nick(.nick), by: try reader.nick(.by))
+        case .roomModes:
+            frame = .roomModes(
+                room: try reader.room(),
+                modes: RoomModes(
+                    founder: try reader.nickOrEmpty(.founder), inviteOnly: try reader.bool(.inviteOnly), moderated: try reader.bool(.moderated),
+                    topicLock: try reader.bool(.topicLock), key: try reader.string(.key),
+                    memberLimit: try reader.uint32(.memberLimit), ops: try readNicks(&reader),
+                    voices: try readNicks(&reader)))
+        case .banList:
+            let room = try reader.roomOrEmpty()
+            let count = try reader.varint(.listCount)
+            var entries: [BanEntry] = []
+            entries.reserveCapacity(Int(min(count, UInt64(reader.remaining))))
+            for _ in 0..<count {
+                entries.append(
+                    BanEntry(
+                        mask: try reader.string(.mask), setBy: try reader.nickOrEmpty(.setBy), time: try reader.varint(.time),
+                        reason: try reader.string(.reason)))
+            }
+            frame = .banList(room: room, entries: entries)
+        case .done:
+            frame = .done(request: FrameType(rawValue: try reader.byte(.frameType)), text: try reader.text(.text))
         case .registered:
             frame = .registered(account: try reader.nick(.account))
         case .loggedIn:

@@ -71,6 +71,71 @@ public enum FrameEncoder {
         case let .changePassword(old, new):
             out.appendString(old)
             out.appendString(new)
+        case let .kick(room, nick, reason):
+            out.appendString(room)
+            out.appendString(nick)
+            out.appendText(reason)
+        case let .setMode(room, mode, on, argument):
+            out.appendString(room)
+            out.append(mode.rawValue)
+            out.append(on ? 1 : 0)
+            out.appendText(argument)
+        case let .invite(room, nick):
+            out.appendString(room)
+            out.appendString(nick)
+        case let .listBans(room):
+            out.appendString(room)
+        case let .serverBan(on, mask, reason):
+            out.append(on ? 1 : 0)
+            out.appendString(mask)
+            out.appendText(reason)
+        case let .kill(nick, reason):
+            out.appendString(nick)
+            out.appendText(reason)
+        case let .joinWithKey(room, key):
+            out.appendString(room)
+            out.appendText(key)
+        case let .kicked(room, seq, time, nick, by, reason):
+            out.appendString(room)
+            out.appendVarint(seq)
+            out.appendVarint(time)
+            out.appendString(nick)
+            out.appendString(by)
+            out.appendText(reason)
+        case let .modeChanged(room, seq, time, by, mode, on, argument):
+            out.appendString(room)
+            out.appendVarint(seq)
+            out.appendVarint(time)
+            out.appendString(by)
+            out.append(mode.rawValue)
+            out.append(on ? 1 : 0)
+            out.appendText(argument)
+        case let .invited(room, nick, by):
+            out.appendString(room)
+            out.appendString(nick)
+            out.appendString(by)
+        case let .roomModes(room, modes):
+            out.appendString(room)
+            out.appendString(modes.founder)
+            out.append(modes.inviteOnly ? 1 : 0)
+            out.append(modes.moderated ? 1 : 0)
+            out.append(modes.topicLock ? 1 : 0)
+            out.appendString(modes.key)
+            out.appendVarint(UInt64(modes.memberLimit))
+            appendNicks(modes.ops, into: &out)
+            appendNicks(modes.voices, into: &out)
+        case let .banList(room, entries):
+            out.appendString(room)
+            out.appendVarint(UInt64(entries.count))
+            for entry in entries {
+                out.appendString(entry.mask)
+                out.appendString(entry.setBy)
+                out.appendVarint(entry.time)
+                out.appendString(entry.reason)
+            }
+        case let .done(request, text):
+            out.append(request.rawValue)
+            out.appendText(text)
         case let .registered(account), let .loggedIn(account), let .passwordChanged(account), let .accountDropped(account):
             out.appendString(account)
         case let .welcome(version, nick, maxFrameSize, motd):

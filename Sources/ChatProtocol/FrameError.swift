@@ -89,7 +89,7 @@ public enum Field: String, Hashable, Sendable, CaseIterable {
     case memberCount
     /// `roomList` entry topic.
     case topic
-    /// `topic.setBy`.
+    /// `topic.setBy`, and a `banList` entry's setter (version 4).
     case setBy
     /// `history` entry kind.
     case entryKind
@@ -101,8 +101,32 @@ public enum Field: String, Hashable, Sendable, CaseIterable {
     case fatal
     /// `error.frameType`.
     case frameType
-    /// `quit.reason`, `error.reason`, `goodbye.reason`.
+    /// `quit.reason`, `error.reason`, `goodbye.reason`, and the reasons of version 4's
+    /// moderation frames.
     case reason
+    /// Who did it: `kicked.by`, `modeChanged.by`, `invited.by` (version 4).
+    case by
+    /// `setMode.mode`, `modeChanged.mode` (version 4).
+    case mode
+    /// Whether a mode or a server ban is turned on: `setMode.on`, `modeChanged.on`,
+    /// `serverBan.on` (version 4).
+    case on
+    /// A mode's argument: `setMode.argument`, `modeChanged.argument` (version 4).
+    case argument
+    /// A ban mask: `serverBan.mask`, `banList` entries (version 4).
+    case mask
+    /// `roomModes.founder` (version 4): an account name or empty.
+    case founder
+    /// `roomModes.inviteOnly` (version 4).
+    case inviteOnly
+    /// `roomModes.moderated` (version 4).
+    case moderated
+    /// `roomModes.topicLock` (version 4).
+    case topicLock
+    /// A room's key: `joinWithKey.key`, `roomModes.key` (version 4).
+    case key
+    /// `roomModes.memberLimit` (version 4).
+    case memberLimit
 }
 
 /// How a name breaks the rules of `ChatName`.

@@ -105,6 +105,20 @@ struct FrameReader {
         return String(decoding: raw, as: UTF8.self)
     }
 
+    /// Reads a length-prefixed room name, or an empty string (version 4's "the whole server").
+    mutating func roomOrEmpty(_ field: Field = .room) throws(FrameError) -> String {
+        let raw = try take(count: try varint(field), field)
+        if !raw.isEmpty, let problem = ChatName.roomProblem(raw) { throw .badName(field, problem) }
+        return String(decoding: raw, as: UTF8.self)
+    }
+
+    /// Reads a length-prefixed nick, or an empty string (none).
+    mutating func nickOrEmpty(_ field: Field) throws(FrameError) -> String {
+        let raw = try take(count: try varint(field), field)
+        if !raw.isEmpty, let problem = ChatName.nickProblem(raw) { throw .badName(field, problem) }
+        return String(decoding: raw, as: UTF8.self)
+    }
+
     /// Reads every byte left, uninterpreted.
     mutating func rest() -> [UInt8] {
         defer { index = bytes.count }

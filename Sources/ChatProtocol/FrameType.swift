@@ -52,6 +52,20 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     public static let changePassword = FrameType(rawValue: 0x10)
     /// Client → server (version 3): deletes the account.
     public static let dropAccount = FrameType(rawValue: 0x11)
+    /// Client → server (version 4): removes a member from a room.
+    public static let kick = FrameType(rawValue: 0x12)
+    /// Client → server (version 4): changes a room's mode or a member's role.
+    public static let setMode = FrameType(rawValue: 0x13)
+    /// Client → server (version 4): invites a nick into a room.
+    public static let invite = FrameType(rawValue: 0x14)
+    /// Client → server (version 4): asks for a room's or the server's bans.
+    public static let listBans = FrameType(rawValue: 0x15)
+    /// Client → server (version 4): a server operator bans or unbans a mask server-wide.
+    public static let serverBan = FrameType(rawValue: 0x16)
+    /// Client → server (version 4): a server operator ends a session.
+    public static let kill = FrameType(rawValue: 0x17)
+    /// Client → server (version 4): enters a room with its key.
+    public static let joinWithKey = FrameType(rawValue: 0x18)
 
     /// Server → client: accepts the session.
     public static let welcome = FrameType(rawValue: 0x20)
@@ -99,6 +113,18 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     public static let passwordChanged = FrameType(rawValue: 0x35)
     /// Server → client (version 3): an account was deleted.
     public static let accountDropped = FrameType(rawValue: 0x36)
+    /// Server → client (version 4): a member was kicked from a room.
+    public static let kicked = FrameType(rawValue: 0x37)
+    /// Server → client (version 4): a room's mode or a member's role changed.
+    public static let modeChanged = FrameType(rawValue: 0x38)
+    /// Server → client (version 4): a nick was invited into a room.
+    public static let invited = FrameType(rawValue: 0x39)
+    /// Server → client (version 4): a room's settings and roles.
+    public static let roomModes = FrameType(rawValue: 0x3A)
+    /// Server → client (version 4): a room's or the server's bans.
+    public static let banList = FrameType(rawValue: 0x3B)
+    /// Server → client (version 4): a server operator's request was carried out.
+    public static let done = FrameType(rawValue: 0x3C)
 
     /// Either direction: asks the peer to answer with `pong`.
     public static let ping = FrameType(rawValue: 0x40)
@@ -112,14 +138,16 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
     /// Every type this version of the protocol defines, in wire order.
     public static let allKnown: [FrameType] = [
         .hello, .changeNick, .join, .part, .say, .emote, .tell, .listRooms, .who, .setTopic,
-        .requestHistory, .fetchHistory, .setAway, .register, .login, .changePassword, .dropAccount, .welcome, .message, .action, .direct, .joined,
+        .requestHistory, .fetchHistory, .setAway, .register, .login, .changePassword, .dropAccount,
+        .kick, .setMode, .invite, .listBans, .serverBan, .kill, .joinWithKey, .welcome, .message, .action, .direct, .joined,
         .left, .quit, .nickChanged, .nickAccepted, .roomList, .members, .topic, .history,
         .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits, .registered, .loggedIn,
-        .passwordChanged, .accountDropped, .ping, .pong,
+        .passwordChanged, .accountDropped, .kicked, .modeChanged, .invited, .roomModes, .banList, .done,
+        .ping, .pong,
         .error, .goodbye,
     ]
 
-    /// The protocol version that defined this type (1, 2 or 3), or nil if this version does not
+    /// The protocol version that defined this type (1 to 4), or nil if this version does not
     /// define it. A peer that agreed on an earlier version treats the type as unknown: skipped
     /// when skippable, as docs/PROTOCOL.md's forward-compatibility rule says.
     ///
@@ -129,6 +157,7 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
         case 0x01...0x0B, 0x20...0x2C, 0x40...0x43: 1
         case 0x0C...0x0D, 0x2D...0x32: 2
         case 0x0E...0x11, 0x33...0x36: 3
+        case 0x12...0x18, 0x37...0x3C: 4
         default: nil
         }
     }
@@ -142,13 +171,15 @@ public struct FrameType: RawRepresentable, Hashable, Sendable {
         0x01: "hello", 0x02: "changeNick", 0x03: "join", 0x04: "part", 0x05: "say",
         0x06: "emote", 0x07: "tell", 0x08: "listRooms", 0x09: "who", 0x0A: "setTopic",
         0x0B: "requestHistory", 0x0C: "fetchHistory", 0x0D: "setAway", 0x0E: "register", 0x0F: "login",
-        0x10: "changePassword", 0x11: "dropAccount", 0x20: "welcome",
+        0x10: "changePassword", 0x11: "dropAccount", 0x12: "kick", 0x13: "setMode", 0x14: "invite",
+        0x15: "listBans", 0x16: "serverBan", 0x17: "kill", 0x18: "joinWithKey", 0x20: "welcome",
         0x21: "message", 0x22: "action",
         0x23: "direct", 0x24: "joined", 0x25: "left", 0x26: "quit", 0x27: "nickChanged",
         0x28: "nickAccepted", 0x29: "roomList", 0x2A: "members", 0x2B: "topic",
         0x2C: "history", 0x2D: "roomState", 0x2E: "historyPage", 0x2F: "roomListPage",
         0x30: "membersPage", 0x31: "away", 0x32: "limits", 0x33: "registered", 0x34: "loggedIn",
-        0x35: "passwordChanged", 0x36: "accountDropped", 0x40: "ping", 0x41: "pong", 0x42: "error", 0x43: "goodbye",
+        0x35: "passwordChanged", 0x36: "accountDropped", 0x37: "kicked", 0x38: "modeChanged",
+        0x39: "invited", 0x3A: "roomModes", 0x3B: "banList", 0x3C: "done", 0x40: "ping", 0x41: "pong", 0x42: "error", 0x43: "goodbye",
     ]
 }
 

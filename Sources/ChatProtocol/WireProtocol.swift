@@ -1,10 +1,10 @@
 /// Protocol-wide constants of the chat wire format (docs/PROTOCOL.md, "Limits").
 public enum WireProtocol {
     /// The highest protocol version this module speaks; sent in `hello` and confirmed in `welcome`.
-    public static let version: UInt16 = 3
+    public static let version: UInt16 = 4
 
     /// The lowest protocol version this module still speaks: version 1, whose frames versions 2
-    /// and 3 keep byte for byte.
+    /// to 4 keep byte for byte.
     public static let minimumVersion: UInt16 = 1
 
     /// The largest frame (type byte + fields, the value of the length prefix) any peer may send.

@@ -73,6 +73,20 @@ public enum WireComparison {
         case let .registered(account), let .loggedIn(account), let .passwordChanged(account), let .accountDropped(account):
             return bytes(account)
         case let .away(nick, text): return bytes(nick, text)
+        case let .kick(room, nick, reason): return bytes(room, nick, reason)
+        case let .setMode(room, _, _, argument): return bytes(room, argument)
+        case let .invite(room, nick), let .invited(room, nick, _): return bytes(room, nick)
+        case let .listBans(room): return bytes(room)
+        case let .serverBan(_, mask, reason): return bytes(mask, reason)
+        case let .kill(nick, reason): return bytes(nick, reason)
+        case let .joinWithKey(room, key): return bytes(room, key)
+        case let .kicked(room, _, _, nick, by, reason): return bytes(room, nick, by, reason)
+        case let .modeChanged(room, _, _, by, _, _, argument): return bytes(room, by, argument)
+        case let .roomModes(room, modes):
+            return (modes.ops + modes.voices).reduce(bytes(room, modes.founder, modes.key)) { $0 + bytes($1) }
+        case let .banList(room, entries):
+            return entries.reduce(bytes(room)) { $0 + bytes($1.mask, $1.setBy, $1.reason) }
+        case let .done(_, text): return bytes(text)
         case let .welcome(_, nick, _, motd): return bytes(nick, motd)
         case let .message(room, _, _, sender, text), let .action(room, _, _, sender, text):
             return bytes(room, sender, text)

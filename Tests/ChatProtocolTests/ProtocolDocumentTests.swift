@@ -103,7 +103,7 @@ struct ProtocolDocumentTests {
             let heading = document.text.split(separator: "\n").lazy.filter { $0.hasPrefix("### ") }
                 .compactMap { line in line.range(of: "\(type.name!) (0x").map { line[$0.upperBound...] } }.first
             let inParentheses = heading?.prefix { $0 != ")" }
-            let documented: UInt16 = inParentheses?.hasSuffix(", v3") == true ? 3 : inParentheses?.hasSuffix(", v2") == true ? 2 : 1
+            let documented = inParentheses.flatMap { $0.hasSuffix(")") ? nil : $0.split(separator: ", v").dropFirst().last.flatMap { UInt16($0) } } ?? 1
             #expect(heading != nil, "no section for \(type)")
             #expect(type.introducedIn == documented, "\(type) is version \(documented) in docs/PROTOCOL.md")
         }

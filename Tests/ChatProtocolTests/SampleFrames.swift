@@ -29,6 +29,22 @@ enum SampleFrames {
         "loggedIn": .loggedIn(account: "alice"),
         "passwordChanged": .passwordChanged(account: "alice"),
         "accountDropped": .accountDropped(account: "alice"),
+        "kick": .kick(room: "general", nick: "bob", reason: "spam"),
+        "setMode": .setMode(room: "general", mode: .key, on: true, argument: "s3cret"),
+        "invite": .invite(room: "general", nick: "bob"),
+        "listBans": .listBans(room: "general"),
+        "serverBan": .serverBan(on: true, mask: "address:203.0.113.0/24", reason: "flood"),
+        "kill": .kill(nick: "bob", reason: "abuse"),
+        "joinWithKey": .joinWithKey(room: "general", key: "s3cret"),
+        "kicked": .kicked(room: "general", seq: 42, time: time, nick: "bob", by: "alice", reason: "spam"),
+        "modeChanged": .modeChanged(room: "general", seq: 43, time: time, by: "alice", mode: .ban, on: true, argument: "nick:bob"),
+        "invited": .invited(room: "general", nick: "bob", by: "alice"),
+        "roomModes": .roomModes(
+            room: "general",
+            modes: RoomModes(founder: "alice", moderated: true, topicLock: true, memberLimit: 50, ops: ["alice"], voices: ["bob"])),
+        "banList": .banList(
+            room: "general", entries: [BanEntry(mask: "nick:bob", setBy: "alice", time: time, reason: "spam")]),
+        "done": .done(request: .kill, text: "killed bob"),
         "welcome": .welcome(version: 1, nick: "alice", maxFrameSize: 16384, motd: "Welcome!"),
         "message": .message(room: "general", seq: 7, time: time, sender: "alice", text: "hello"),
         "action": .action(room: "general", seq: 8, time: time + 1500, sender: "alice", text: "waves"),
@@ -112,6 +128,14 @@ enum SampleFrames {
         .error(code: ErrorCode(rawValue: 65535), fatal: false, frameType: .none, reason: ""),
         .goodbye(reason: ""),
         .unknown(type: FrameType(rawValue: 0x7F), payload: []),
+        .kick(room: "r", nick: "a", reason: ""),
+        .setMode(room: "r", mode: RoomMode(rawValue: 255), on: false, argument: ""),
+        .listBans(room: ""),
+        .serverBan(on: false, mask: "", reason: ""),
+        .roomModes(room: "r", modes: RoomModes()),
+        .banList(room: "", entries: [BanEntry(mask: "room:spam", setBy: "", time: .max, reason: "")]),
+        .modeChanged(room: "r", seq: .max, time: 0, by: "a", mode: .registered, on: false, argument: ""),
+        .done(request: .serverBan, text: ""),
     ]
 
     /// All of the above.

@@ -202,7 +202,8 @@ public struct ChatCore: Sendable {
             actions.append(.send(.away(nick: nick, text: text), to: id))
         case .ping(let token):
             actions.append(.send(.pong(token: token), to: id))
-        case .pong, .unknown, .register, .login, .changePassword, .dropAccount:
+        case .pong, .unknown, .register, .login, .changePassword, .dropAccount, .kick, .setMode, .invite, .listBans,
+            .serverBan, .kill, .joinWithKey:
             // Account requests were served above (`accountRequest`).
             // A pong has done its job by arriving; unknown skippable frames are ignored by design.
             break
@@ -217,7 +218,8 @@ public struct ChatCore: Sendable {
             endSession(id, violation, at: now, into: &actions)
         case .welcome, .message, .action, .direct, .joined, .left, .quit, .nickChanged, .nickAccepted, .roomList,
             .members, .topic, .history, .roomState, .historyPage, .roomListPage, .membersPage, .away, .limits,
-            .registered, .loggedIn, .passwordChanged, .accountDropped:
+            .registered, .loggedIn, .passwordChanged, .accountDropped, .kicked, .modeChanged, .invited, .roomModes,
+            .banList, .done:
             let violation = Disconnection(
                 code: .unexpectedFrame, frameType: frame.type, reason: "a client may not send \(frame.type)")
             endSession(id, violation, at: now, into: &actions)
