@@ -364,7 +364,12 @@ extension ClusterDirectory {
 
     /// Reads `room`'s bans, oldest first.
     public func bans(of room: String, completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
-        hashes([RoomKeys(room).bans]) { result in
+        bans(in: RoomKeys(room).bans, completion: completion)
+    }
+
+    /// Reads the bans of the hash `key` (a room's, or the server's), oldest first.
+    func bans(in key: [UInt8], completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+        hashes([key]) { result in
             completion(result.flatMap { hashes in
                 var bans: [ClusterBan] = []
                 for (mask, record) in hashes[0] {

@@ -1,4 +1,5 @@
 import ChatCluster
+import Foundation
 import RedisClient
 import RedisProtocol
 import TestSupport
@@ -198,5 +199,67 @@ struct RoomModerationTests {
         let kept = try await a.command([Array("HLEN".utf8), Array("chat:{r}:invites".utf8)]).get()
         #expect(kept == .integer(Int64(RoomModeration.maxInvitations)))
         #expect(refusal(await a.append(payload("m"), change: .none, moderation: mode(99, true, by: "alice"), to: "r")) == .badMode)
+    }
+}
+
+@Suite("The cluster's server bans in Redis", .serialized)
+struct ClusterServerBansTests {
+    @Test func aBanIsPublishedToListeningNodesBoundedAndLiftedOnce() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        let b = try await Node("b", port: redis.port)
+        let heard = Heard()
+        try await b.listen(to: ClusterServerBans.channel, heard)
+        try await a.serverBans { $0.set("address:10.0.0.0/8", on: true, setBy: "root", reason: "flood", completion: $1) }
+        try await a.serverBans { $0.set("account:mallory", on: true, setBy: "", reason: "", completion: $1) }
+        try await a.serverBans { $0.set("account:mallory", on: false, setBy: "root", reason: "", completion: $1) }
+        try await a.serverBans { $0.set("account:mallory", on: false, setBy: "root", reason: "", completion: $1) }
+        _ = await eventually(every: .milliseconds(10)) { heard.changes.compactMap(ClusterServerBans.parseChange).count >= 3 }
+        #expect(heard.changes.compactMap(ClusterServerBans.parseChange).map { "\($0.banned ? "+" : "-")\($0.mask)" }
+            == ["+address:10.0.0.0/8", "+account:mallory", "-account:mallory"], "a lift of what is not banned publishes nothing")
+        let bans = try await b.serverBans { $0.all(completion: $1) }
+        #expect(bans.map(\.mask) == ["address:10.0.0.0/8"] && bans[0].setBy == "root" && bans[0].reason == "flood")
+
+        for index in 1..<ClusterServerBans.maxBans {
+            try await a.serverBans { $0.set("nick:n\(index)", on: true, setBy: "root", reason: "", completion: $1) }
+        }
+        do {
+            try await a.serverBans { $0.set("nick:extra", on: true, setBy: "root", reason: "", completion: $1) }
+            Issue.record("a ban past the cap was kept")
+        } catch let error as ClusterError {
+            #expect(ModerationRefusal.parse(error)?.refusal == .listFull)
+        }
+        #expect(try await a.serverBans { $0.all(completion: $1) }.count == ClusterServerBans.maxBans)
+    }
+}
+
+/// Publications a test listened to, from the node's queue.
+private final class Heard: @unchecked Sendable {
+    private let lock = NSLock()
+    private var bodies: [[UInt8]] = []
+    func append(_ body: [UInt8]) { lock.withLock { bodies.append(body) } }
+    var changes: [[UInt8]] { lock.withLock { bodies } }
+    var count: Int { lock.withLock { bodies.count } }
+}
+
+extension Node {
+    func serverBans<T: Sendable>(
+        _ body: @escaping @Sendable (ClusterServerBans, @escaping (Result<T, ClusterError>) -> Void) -> Void
+    ) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [commands] in body(ClusterServerBans(commands: commands)) { continuation.resume(with: $0) } }
+        }
+    }
+
+    /// Listens to `channel` and returns once the subscription hears: a probe (which no parser
+    /// takes for a change) is published until it arrives.
+    fileprivate func listen(to channel: [UInt8], _ heard: Heard) async throws {
+        queue.sync { log.listen(to: channel) { heard.append($0) } }
+        let subscribed = await eventually(every: .milliseconds(20)) {
+            _ = await command([Array("PUBLISH".utf8), channel, Array("probe".utf8)])
+            return heard.count > 0
+        }
+        #expect(subscribed, "the subscription never heard a probe")
     }
 }
