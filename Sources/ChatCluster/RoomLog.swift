@@ -96,7 +96,7 @@ public final class RoomLog: @unchecked Sendable {
 
     /// The script `append` runs. KEYS: the room's `seq` key, stream, member set (nick → the `seq`
     /// of its join), member nodes (nick → node), topic, and members per node (node → how many of
-    /// the room's members it serves), then its moderation's (`RoomModeration.checks`). ARGV: the
+    /// the room's members it serves), then its moderation's (`ModerationCheck.checks`). ARGV: the
     /// channel, the payload, the stream's bound, the change (`''`, `join`, `leave`, `kick`,
     /// `rename`, `topic`), the nick and node it concerns, the room's name, for `rename` the new
     /// nick, then the moderation check and its fields. Returns `{seq, time, members}` (the room's
@@ -114,7 +114,7 @@ public final class RoomLog: @unchecked Sendable {
         local change = ARGV[4]
         local now = redis.call('TIME')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        \(RoomModeration.checks)
+        \(ModerationCheck.checks)
         local function count(node, by)
             local set = 'chat:node:' .. node .. ':rooms'
             if redis.call('HINCRBY', KEYS[6], node, by) > 0 then
@@ -164,7 +164,7 @@ public final class RoomLog: @unchecked Sendable {
         elseif change == 'topic' then
             redis.call('SET', KEYS[5], seq .. ' ' .. ms .. ' ' .. ARGV[2])
         end
-        \(RoomModeration.afterChange)
+        \(ModerationCheck.afterChange)
         redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], seq .. '-1', 't', ms, 'p', ARGV[2])
         redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ms .. ' ' .. ARGV[2])
         return {seq, ms, redis.call('ZCARD', KEYS[3])}
@@ -207,7 +207,7 @@ public final class RoomLog: @unchecked Sendable {
     /// logs nothing. `moderation` is checked first, and its refusal
     /// (`ModerationRefusal.parse`) logs nothing either.
     public func append(
-        to room: String, payload: [UInt8], change: RoomChange = .none, moderation: RoomModeration? = nil,
+        to room: String, payload: [UInt8], change: RoomChange = .none, moderation: ModerationCheck? = nil,
         completion: @escaping (Result<AppendedEvent, ClusterError>) -> Void
     ) {
         let keys = Self.keys(of: room)
@@ -519,7 +519,7 @@ public struct RoomKeys: Sendable {
     public let membersPerNode: [UInt8]
     /// The room's epoch, set once.
     public let epoch: [UInt8]
-    /// Hash: the room's modes (`founder`, `i`, `m`, `t`, `k`, `l`; RoomModeration.swift).
+    /// Hash: the room's modes (`founder`, `i`, `m`, `t`, `k`, `l`; ModerationCheck.swift).
     public let modes: [UInt8]
     /// Hash: member nick → its role (`o`, `v` or `ov`).
     public let roles: [UInt8]

@@ -63,7 +63,7 @@ final class Node: @unchecked Sendable {
 
     /// Appends one event with `change` and `moderation`; the result as the log gives it.
     func append(
-        _ payload: [UInt8], change: RoomChange, moderation: RoomModeration? = nil, to room: String
+        _ payload: [UInt8], change: RoomChange, moderation: ModerationCheck? = nil, to room: String
     ) async -> Result<AppendedEvent, ClusterError> {
         await withCheckedContinuation { continuation in
             queue.async { [log] in

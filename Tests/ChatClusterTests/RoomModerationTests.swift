@@ -5,13 +5,13 @@ import RedisProtocol
 import TestSupport
 import Testing
 
-// The room log's moderation in a real Redis (RoomModeration.swift): every check and change runs
+// The room log's moderation in a real Redis (ModerationCheck.swift): every check and change runs
 // inside the append script, so these drive it the way a node does — `append` with a change and a
 // moderation — and read back what Redis keeps.
 
 /// What a node passes for a join: the joiner's account, the key it gave, its nick key and the
 /// masks that would match it (the node computes them; here by hand).
-private func admit(_ nick: String, account: String = "", key: String = "", address: String = "127.0.0.1") -> RoomModeration {
+private func admit(_ nick: String, account: String = "", key: String = "", address: String = "127.0.0.1") -> ModerationCheck {
     var masks = ["nick:\(nick.lowercased())", "address:\(address)"]
     if !account.isEmpty { masks.append("account:\(account)") }
     return .admit(account: account, key: key, inviteKey: nick.lowercased(), masks: masks)
@@ -19,7 +19,7 @@ private func admit(_ nick: String, account: String = "", key: String = "", addre
 
 private func mode(
     _ mode: UInt8, _ on: Bool, _ argument: String = "", by: String, account: String = "", admin: Bool = false, reason: String = ""
-) -> RoomModeration {
+) -> ModerationCheck {
     .setMode(by: by, account: account, admin: admin, mode: mode, on: on, argument: argument, reason: reason)
 }
 
@@ -30,7 +30,7 @@ private func refusal(_ result: Result<AppendedEvent, ClusterError>) -> Moderatio
 }
 
 extension Node {
-    func join(_ nick: String, _ room: String, node: String, _ moderation: RoomModeration) async -> Result<AppendedEvent, ClusterError> {
+    func join(_ nick: String, _ room: String, node: String, _ moderation: ModerationCheck) async -> Result<AppendedEvent, ClusterError> {
         await append(payload("join \(nick)"), change: .join(nick: nick, node: node), moderation: moderation, to: room)
     }
 
@@ -187,17 +187,17 @@ struct RoomModerationTests {
         defer { redis.stop() }
         let a = try await Node("a", port: redis.port)
         _ = try await a.join("alice", "r", node: "a", admit("alice")).get()
-        for index in 0..<RoomModeration.maxBans {
+        for index in 0..<ModerationCheck.maxBans {
             _ = try await a.append(payload("ban"), change: .none, moderation: mode(7, true, "nick:n\(index)", by: "alice"), to: "r").get()
         }
         #expect(refusal(await a.append(payload("ban"), change: .none, moderation: mode(7, true, "nick:extra", by: "alice"), to: "r")) == .listFull)
         _ = try await a.append(payload("ban"), change: .none, moderation: mode(7, true, "nick:n0", by: "alice", reason: "again"), to: "r").get()
-        #expect(try await a.directory { $0.bans(of: "r", completion: $1) }.count == RoomModeration.maxBans)
-        for index in 0..<(RoomModeration.maxInvitations + 50) {
+        #expect(try await a.directory { $0.bans(of: "r", completion: $1) }.count == ModerationCheck.maxBans)
+        for index in 0..<(ModerationCheck.maxInvitations + 50) {
             try await a.directory { $0.invite("i\(index)", nickKey: "i\(index)", into: "r", by: "alice", admin: false, lifetimeMillis: 60_000, completion: $1) }
         }
         let kept = try await a.command([Array("HLEN".utf8), Array("chat:{r}:invites".utf8)]).get()
-        #expect(kept == .integer(Int64(RoomModeration.maxInvitations)))
+        #expect(kept == .integer(Int64(ModerationCheck.maxInvitations)))
         #expect(refusal(await a.append(payload("m"), change: .none, moderation: mode(99, true, by: "alice"), to: "r")) == .badMode)
     }
 }

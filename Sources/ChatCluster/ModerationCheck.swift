@@ -9,7 +9,7 @@ import RedisProtocol
 /// nodes that ban and join, or op and deop, at once are put in one order by Redis, and every node
 /// that delivers the log ends in the same state. The node computes what Redis cannot (the ban
 /// masks a joiner matches, the canonical form of a mask) and Redis decides.
-public enum RoomModeration: Equatable, Sendable {
+public enum ModerationCheck: Equatable, Sendable {
     /// A join (with `RoomChange.join`) by a client logged in as `account` (empty: a guest),
     /// refused if any of `masks` (every ban mask that would match it) is banned; then, unless its
     /// account has a role in the room or its invitation (`inviteKey`) is still good, refused by
@@ -303,7 +303,7 @@ extension ClusterDirectory {
         commands.send([
             Array("EVAL".utf8), Array(Self.inviteScript.utf8), Array("3".utf8), keys.roles, keys.invitations, keys.members,
             Array(by.utf8), Array((admin ? "1" : "0").utf8), Array(nickKey.utf8), Array(String(lifetimeMillis).utf8),
-            Array(String(RoomModeration.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
+            Array(String(ModerationCheck.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
         ]) { reply in
             switch reply {
             case .success(.integer): completion(.success(()))
