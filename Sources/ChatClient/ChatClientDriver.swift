@@ -540,6 +540,8 @@ public final class ChatClientDriver {
         case .invalidNick, .badPassword, .unsupportedVersion: true
         // Retrying with the same nick and password cannot go otherwise.
         case .nickReserved, .authenticationFailed, .plainPasswordRefused, .ghosted: true
+        // A server ban refuses every hello alike; a kill is final (version 4).
+        case .banned, .killed: true
         case .nickTaken: !hasConnected
         default: false
         }
@@ -584,9 +586,10 @@ public final class ChatClientDriver {
         }
         for try await frame in connection.frames {
             lastHeard = ContinuousClock.now
-            // Ghosted: our account logged in elsewhere. Reconnecting would ghost that session in
-            // turn, and so on for ever: stay offline until /reconnect.
-            if case .error(.ghosted, true, _, _) = frame { connectionRequest = .disconnect }
+            // Ghosted (our account logged in elsewhere: reconnecting would ghost that session in
+            // turn, and so on for ever), killed or banned by the server (it would refuse us
+            // again): stay offline until /reconnect.
+            if ClientSession.isFinal(frame) { connectionRequest = .disconnect }
             perform(session.receive(frame), fromUser: false)
             if case .limits = frame, let limits = session.limits { pacer = PastePacer(limits: limits, now: now()) }
         }
