@@ -19,6 +19,9 @@ public protocol ClientDisplay: AnyObject {
     func alert()
     /// Asks the user a yes/no question; calls `answer` once.
     func ask(_ question: String, answer: @escaping (Bool) -> Void)
+    /// Asks the user for a secret (a password) without showing what is typed, keeping it in the
+    /// history or logging it; calls `answer` once, with nil when the user cancels.
+    func askSecret(_ prompt: String, answer: @escaping (String?) -> Void)
     /// Does what only the display can: its window buffers and settings.
     func perform(_ request: DisplayRequest)
 }
@@ -290,6 +293,12 @@ public final class ChatClientDriver {
     }
 
     func show(_ event: ChatEvent) { display?.show(event) }
+
+    /// Asks the display for a secret (AccountCommands.swift); nil when there is no display.
+    func askSecret(_ prompt: String, answer: @escaping (String?) -> Void) {
+        guard let display else { return answer(nil) }
+        display.askSecret(prompt, answer: answer)
+    }
 
     private func now() -> Duration { ContinuousClock.now - started }
 
