@@ -71,7 +71,7 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "An account to log in to with every connection (protocol version 3), taking its nick; its password comes from the account password file.")
     var account: String?
 
-    @Option(help: "A file whose first line is the account password, for the account option, /register and /login (never typed, so never echoed or kept in the history).")
+    @Option(help: "A file whose first line is the account password, for the account option, /register and /login. Without it, /register and /login ask for the password at a hidden prompt.")
     var accountPasswordFile: String?
 
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")
