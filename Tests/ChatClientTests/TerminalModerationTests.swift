@@ -28,6 +28,12 @@ extension TerminalTests {
             try await bob.waitFor("-!- bob joined")
             try await alice.waitFor("-!- bob joined")
 
+            try await alice.type("/op bob")
+            try await alice.press("Enter")
+            try await bob.waitFor("mode #mod +o bob by alice")
+            try await alice.type("/deop bob")
+            try await alice.press("Enter")
+            try await bob.waitFor("mode #mod -o bob by alice")
             try await alice.type("/voice bob")
             try await alice.press("Enter")
             try await alice.waitFor("mode #mod +v bob by alice")
