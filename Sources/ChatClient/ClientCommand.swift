@@ -11,6 +11,8 @@ public enum ClientCommand: Equatable, Sendable {
     case emote(String)
     /// `/join #room`: enter a room and make it the current one.
     case join(room: String)
+    /// `/join #room KEY`: enter a room that has a key (version 4); the key is kept for rejoins.
+    case joinWithKey(room: String, key: String)
     /// `/part [#room]`: leave a room, the current one when none is given (in a query window:
     /// close it).
     case part(room: String?)
@@ -66,8 +68,8 @@ public enum ClientCommand: Equatable, Sendable {
     case register
     /// `/login [account]`: log in to an account (version 3) and take its nick.
     case login(account: String?)
-    /// A room moderation command (version 4): `/kick`, `/mode`, `/op`, `/kill` … and
-    /// `/join #room KEY` (ModerationCommands.swift).
+    /// A room moderation command (version 4): `/kick`, `/mode`, `/op`, `/kill` …
+    /// (ModerationCommands.swift).
     case moderate(ModerationCommand)
 
     /// What `/window` acts on.
@@ -206,7 +208,7 @@ public enum CommandParser {
         switch spec.name {
         case "join":
             let words = rest.split(whereSeparator: \.isWhitespace).map(String.init)
-            if words.count == 2 { return .moderate(.joinWithKey(room: try normalizedRoom(words[0]), key: words[1])) }
+            if words.count == 2 { return .joinWithKey(room: try normalizedRoom(words[0]), key: words[1]) }
             guard let room = singleWord(rest) else { throw usage }
             return .join(room: try normalizedRoom(room))
         case "part":

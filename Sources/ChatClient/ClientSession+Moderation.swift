@@ -89,11 +89,6 @@ extension ClientSession {
             guard let room = room ?? currentRoom else { return [noRoomForModeration()] }
             guard !changes.isEmpty else { return [showModes(of: room)] }
             return [.send(changes.map { .setMode(room: room, mode: $0.mode, on: $0.on, argument: $0.argument) })]
-        case .joinWithKey(let room, let key):
-            moderation.keys[room] = key
-            moderation.removed[room] = nil
-            if rooms.contains(room) { return perform(.switchRoom(room)) }
-            return joinTyped(room, frame: .joinWithKey(room: room, key: key))
         case .kill(let other, let reason):
             return [.send([.kill(nick: other, reason: reason)])]
         case .serverBan(let on, let mask, let reason):

@@ -370,7 +370,14 @@ public struct ClientSession: Sendable {
             // Joining by hand is what lets a room we were kicked from be rejoined again.
             moderation.removed[room] = nil
             if rooms.contains(room) || pendingJoins.contains(room) { return perform(.switchRoom(room)) }
-            return joinTyped(room, frame: joinFrame(for: room))
+            pendingJoins.append(room)
+            addWindow(.room(room))
+            select(.room(room))
+            guard isConnected else { return [notice("not connected: you will join #\(room) when the client reconnects")] }
+            return [.send([joinFrame(for: room)])]
+        case .joinWithKey(let room, let key):
+            moderation.keys[room] = key
+            return perform(.join(room: room))
         case .part(let room):
             if room == nil, case .query(let other) = currentWindow {
                 removeWindow(.query(other))
@@ -475,16 +482,6 @@ public struct ClientSession: Sendable {
             if shared.isEmpty { return [notice("\(other) is in none of your rooms\(query) (the server tells no more)")] }
             return [notice("\(other) is in " + shared.map { "#" + $0 }.joined(separator: " ") + query)]
         }
-    }
-
-    /// Enters `room` as the user asked, with `frame` (`join` or `joinWithKey`), in a window
-    /// of its own that becomes the current one.
-    mutating func joinTyped(_ room: String, frame: Frame) -> [SessionAction] {
-        pendingJoins.append(room)
-        addWindow(.room(room))
-        select(.room(room))
-        guard isConnected else { return [notice("not connected: you will join #\(room) when the client reconnects")] }
-        return [.send([frame])]
     }
 
     /// `/window list|close|N|name`.

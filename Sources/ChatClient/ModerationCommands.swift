@@ -3,7 +3,8 @@ import ChatProtocol
 // MARK: - Room moderation commands (protocol version 4)
 //
 // The commands an op types (`/kick`, `/ban`, `/mode`, `/op` …), a server operator's (`/kill`,
-// `/serverban`, `/closeroom` …) and `/join #room KEY`, parsed into `ModerationCommand`. Room
+// `/serverban`, `/closeroom` …), parsed into `ModerationCommand`; `/join #room KEY` is a join
+// (`ClientCommand.joinWithKey`). Room
 // commands act on the current room unless they name one. The session turns them into frames
 // (ClientSession+Moderation.swift); the server decides who may do what.
 
@@ -25,8 +26,6 @@ public enum ModerationCommand: Equatable, Sendable {
     /// no changes shows the room's modes. `/op`, `/voice`, `/key`, `/moderated` … are short
     /// forms of it.
     case mode(room: String?, changes: [ModeChange])
-    /// `/join #room KEY`: enter a room that has a key.
-    case joinWithKey(room: String, key: String)
     /// `/kill nick [reason]`: a server operator ends `nick`'s session.
     case kill(nick: String, reason: String)
     /// `/serverban mask [reason]` (on) and `/serverunban mask` (off); `/closeroom #room` is the
@@ -37,7 +36,7 @@ public enum ModerationCommand: Equatable, Sendable {
 }
 
 /// One change of a room's mode: `+k s3cret`, `-i`, `+o bob`.
-public struct ModeChange: Equatable, Sendable {
+public struct ModeChange: Equatable, Sendable, CustomStringConvertible {
     /// Which mode.
     public var mode: RoomMode
     /// On (`+`) or off (`-`).
@@ -99,7 +98,7 @@ extension ModerationCommand {
     /// nil when `name` is not a moderation command. `usage` is the error for bad arguments.
     static func parse(name: String, rest: String, usage: CommandError) throws(CommandError) -> ModerationCommand? {
         let words = rest.split(whereSeparator: \.isWhitespace).map(String.init)
-        /// The text after the first word, spaces inside kept.
+        // The reason of /kick, /ban, /kill …: the text after the first word, spaces inside kept.
         let afterFirst = words.isEmpty ? "" : String(rest.dropFirst(words[0].count).drop { $0.isWhitespace })
         func only(_ count: Int) throws(CommandError) { if words.count != count { throw usage } }
         func onOff() throws(CommandError) -> Bool {
