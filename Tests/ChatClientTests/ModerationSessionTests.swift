@@ -6,20 +6,6 @@ import Testing
 /// The session's side of room moderation (version 4), without sockets: commands in, frames out;
 /// frames in, lines and state out.
 @Suite struct ModerationSessionTests {
-    private func frames(_ actions: [SessionAction]) -> [Frame] {
-        actions.flatMap { action -> [Frame] in
-            if case .send(let frames) = action { return frames }
-            return []
-        }
-    }
-
-    private func events(_ actions: [SessionAction]) -> [ChatEvent] {
-        actions.compactMap { action in
-            if case .show(let event) = action { return event }
-            return nil
-        }
-    }
-
     private func texts(_ actions: [SessionAction]) -> [String] {
         events(actions).compactMap { event in
             switch event {
