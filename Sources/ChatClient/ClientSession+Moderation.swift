@@ -71,8 +71,9 @@ extension ClientSession {
             var frames: [Frame] = []
             // `setMode` has no reason; the server's own kick of a banned member would carry none
             // of ours, so with a reason a member banned by nick is kicked with it first.
-            if !reason.isEmpty, mask.hasPrefix("nick:"), isMember(String(mask.dropFirst(5)), of: room) {
-                frames.append(.kick(room: room, nick: String(mask.dropFirst(5)), reason: reason))
+            let bannedNick = String(mask.dropFirst("nick:".count))
+            if !reason.isEmpty, mask.hasPrefix("nick:"), isMember(bannedNick, of: room) {
+                frames.append(.kick(room: room, nick: bannedNick, reason: reason))
             }
             frames.append(.setMode(room: room, mode: .ban, on: true, argument: mask))
             return [.send(frames)]
@@ -102,7 +103,8 @@ extension ClientSession {
         error("you are not in a room; go to one (or name it: /mode #room, /invite nick #room)")
     }
 
-    private func isMember(_ other: String, of room: String) -> Bool {
+    /// Whether `other` is in `room`'s member list as we know it.
+    func isMember(_ other: String, of room: String) -> Bool {
         members(of: room).contains { ChatName.nickKey($0) == ChatName.nickKey(other) }
     }
 
@@ -123,16 +125,17 @@ extension ClientSession {
             let why = reason.isEmpty ? "" : " (\(reason))"
             if isSelf(who) {
                 leaveKeepingWindow(room)
-                moderation.removed[room] = "kicked by \(by)"
-                return [.show(.moderation(room: room, time: time, text: "you were kicked from #\(room) by \(by)\(why); you will not rejoin by yourself (/join #\(room) to go back)")), .alert]
+                moderation.removed[room] = "kicked by \(Self.setter(by))"
+                return [.show(.moderation(room: room, time: time, text:
+                    "you were kicked from #\(room) by \(Self.setter(by))\(why); you will not rejoin by yourself (/join #\(room) to go back)")), .alert]
             }
             forgetRoles(of: who, in: room)
             removeMember(who, from: room)
-            return live(room: room, seq: seq, .moderation(room: room, time: time, text: "\(who) was kicked by \(by)\(why)"))
+            return live(room: room, seq: seq, .moderation(room: room, time: time, text: "\(who) was kicked by \(Self.setter(by))\(why)"))
         case let .modeChanged(room, seq, time, by, mode, on, argument):
-            apply(ModeChange(mode, on: on, argument: argument), to: room)
             let change = ModeChange(mode, on: on, argument: argument)
-            return live(room: room, seq: seq, .moderation(room: room, time: time, text: "mode #\(room) \(change.description) by \(by)"))
+            apply(change, to: room)
+            return live(room: room, seq: seq, .moderation(room: room, time: time, text: "mode #\(room) \(change) by \(Self.setter(by))"))
         case let .invited(room, who, by):
             if isSelf(who) {
                 return [.show(.moderation(room: room, time: clock(), text: "\(by) invites you to #\(room) — /join #\(room)")), .alert]
@@ -237,6 +240,10 @@ extension ClientSession {
     }
 
     // MARK: Wording
+
+    /// Who did it: the nick, or `the server` for an empty one (the spec leaves `by` of a kick
+    /// that a server ban or `/closeroom` causes unsaid).
+    static func setter(_ by: String) -> String { by.isEmpty ? "the server" : by }
 
     /// `+ikmtl s3cret 50`, or nil when no setting is on.
     static func flags(_ modes: RoomModes) -> String? {

@@ -477,7 +477,7 @@ public struct ClientSession: Sendable {
         case .moderate(let command):
             return performModeration(command)  // ClientSession+Moderation.swift
         case .whois(let other):
-            let shared = rooms.filter { room in members(of: room).contains { ChatName.nickKey($0) == ChatName.nickKey(other) } }
+            let shared = rooms.filter { isMember(other, of: $0) }
             let query = queryWindow(with: other).map { _ in "; you have a query window with \(other)" } ?? ""
             if shared.isEmpty { return [notice("\(other) is in none of your rooms\(query) (the server tells no more)")] }
             return [notice("\(other) is in " + shared.map { "#" + $0 }.joined(separator: " ") + query)]

@@ -565,7 +565,12 @@ final class TerminalEditor: @unchecked Sendable {
             window = news.window
         }
         if let asked = news.secretPrompt {
-            if question == nil { questionStash = takeLine() }
+            if question == nil {
+                questionStash = takeLine()
+            } else if secret == nil {
+                // A yes/no question was open: the prompt takes its place, and it is declined.
+                requests(.answer(false))
+            }
             question = asked
             secret = []
             secretSequence = .none
@@ -959,20 +964,19 @@ final class TerminalEditor: @unchecked Sendable {
         var typed = String.UnicodeScalarView()
         typed.append(contentsOf: secret ?? [])
         secret = nil
-        question = nil
         requests(.secret(cancelled ? nil : String(typed)))
-        if let saved = questionStash {
-            questionStash = nil
-            _ = takeLine()
-            put(saved)
-        }
-        return beginClearing()
+        return endQuestion()
     }
 
-    /// Ends the question: the line comes back, and the prompt is drawn whole.
+    /// Ends the question with its answer.
     private func answer(_ yes: Bool) -> wchar_t {
-        question = nil
         requests(.answer(yes))
+        return endQuestion()
+    }
+
+    /// Ends the question or the hidden prompt: the line comes back, and the prompt is drawn whole.
+    private func endQuestion() -> wchar_t {
+        question = nil
         if let saved = questionStash {
             questionStash = nil
             _ = takeLine()
