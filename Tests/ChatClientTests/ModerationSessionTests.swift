@@ -148,6 +148,12 @@ import Testing
         #expect(session.removal(from: "mod") == nil, "we are still in")
     }
 
+    @Test func aKickWithoutASetterIsTheServers() {
+        var session = modSession()
+        let actions = session.receive(.kicked(room: "mod", seq: 5, time: 2, nick: "bob", by: "", reason: "room closed"))
+        #expect(texts(actions) == ["bob was kicked by the server (room closed)"])
+    }
+
     @Test func kickedSelfStaysOutAcrossAReconnect() {
         var session = ClientSession(nick: "bob", rooms: ["#mod", "#dev"], clock: { 1000 })
         _ = session.connected(nick: "bob", motd: "", version: 4)
