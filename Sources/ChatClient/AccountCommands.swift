@@ -5,10 +5,10 @@ import SocketCore
 //
 // `--account NAME` with `--account-password-file PATH` logs in with every hello (the login rides
 // behind it, so a registered nick is welcomed); `/register` and `/login [account]` send the
-// same password from the file. The password is never typed into the input line: a line typed
-// there is echoed and lands in the editor's history. Before a password leaves without TLS for a
-// host that is not loopback, the client says so (the server will refuse it unless its operator
-// allows plain passwords).
+// same password from the file. Without the file they ask for it at a hidden prompt
+// (`ClientDisplay.askSecret`): never typed into the input line, which is echoed and lands in the
+// editor's history. Before a password leaves without TLS for a host that is not loopback, the
+// client says so (the server will refuse it unless its operator allows plain passwords).
 
 /// An account name and its password, as read from `--account-password-file`.
 public struct AccountLogin: Sendable, Equatable {
@@ -42,23 +42,42 @@ extension ChatClientDriver {
         return login
     }
 
-    /// Carries out `/register` or `/login` with the configured password.
+    /// Carries out `/register` or `/login` with the configured password, or without one with
+    /// the password typed at a hidden prompt.
     func performAccount(_ request: AccountRequest) {
-        guard let login = configuration.account else {
-            show(.error(time: ClientClock.now(), text:
-                "no account password: start chat-client with --account-password-file PATH (a password typed here would be echoed and kept in the history)"))
-            return
-        }
         guard session.version >= 3 else {
             show(.error(time: ClientClock.now(), text: "this server speaks protocol version \(session.version): it has no accounts"))
             return
         }
+        if let login = configuration.account {
+            return sendAccount(request, name: login.name, password: login.password)
+        }
+        let name: String
+        switch request {
+        case .register: name = session.nick
+        case .login(let account): name = account ?? session.nick
+        }
+        askSecret("password for \(name) (not shown; Enter sends, Ctrl-C cancels): ") { [weak self] password in
+            guard let self else { return }
+            guard let password, !password.isEmpty else {
+                return self.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
+            }
+            self.sendAccount(request, name: name, password: password)
+        }
+    }
+
+    /// Sends `/register` or `/login` with `password`; `name` is the account to log in to when
+    /// the command named none.
+    private func sendAccount(_ request: AccountRequest, name: String, password: String) {
+        guard session.isConnected else {
+            return show(.error(time: ClientClock.now(), text: "not connected; the password was not sent"))
+        }
         if let host = serverHost { warnIfPlain(to: host, encrypted: configuration.tls != nil) }
         switch request {
         case .register:
-            send([.register(password: login.password)], fromUser: true)
+            send([.register(password: password)], fromUser: true)
         case .login(let account):
-            send([.login(account: account ?? login.name, password: login.password)], fromUser: true)
+            send([.login(account: account ?? name, password: password)], fromUser: true)
         }
     }
 

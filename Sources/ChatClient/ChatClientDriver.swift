@@ -19,6 +19,9 @@ public protocol ClientDisplay: AnyObject {
     func alert()
     /// Asks the user a yes/no question; calls `answer` once.
     func ask(_ question: String, answer: @escaping (Bool) -> Void)
+    /// Asks the user for a secret (a password) without showing what is typed, keeping it in the
+    /// history or logging it; calls `answer` once, with nil when the user cancels.
+    func askSecret(_ prompt: String, answer: @escaping (String?) -> Void)
     /// Does what only the display can: its window buffers and settings.
     func perform(_ request: DisplayRequest)
 }
@@ -291,6 +294,12 @@ public final class ChatClientDriver {
 
     func show(_ event: ChatEvent) { display?.show(event) }
 
+    /// Asks the display for a secret (AccountCommands.swift); nil when there is no display.
+    func askSecret(_ prompt: String, answer: @escaping (String?) -> Void) {
+        guard let display else { return answer(nil) }
+        display.askSecret(prompt, answer: answer)
+    }
+
     private func now() -> Duration { ContinuousClock.now - started }
 
     private static func encodedSize(of frame: Frame) -> Int {
@@ -540,6 +549,8 @@ public final class ChatClientDriver {
         case .invalidNick, .badPassword, .unsupportedVersion: true
         // Retrying with the same nick and password cannot go otherwise.
         case .nickReserved, .authenticationFailed, .plainPasswordRefused, .ghosted: true
+        // A server ban refuses every hello alike; a kill is final (version 4).
+        case .banned, .killed: true
         case .nickTaken: !hasConnected
         default: false
         }
@@ -584,9 +595,10 @@ public final class ChatClientDriver {
         }
         for try await frame in connection.frames {
             lastHeard = ContinuousClock.now
-            // Ghosted: our account logged in elsewhere. Reconnecting would ghost that session in
-            // turn, and so on for ever: stay offline until /reconnect.
-            if case .error(.ghosted, true, _, _) = frame { connectionRequest = .disconnect }
+            // Ghosted (our account logged in elsewhere: reconnecting would ghost that session in
+            // turn, and so on for ever), killed or banned by the server (it would refuse us
+            // again): stay offline until /reconnect.
+            if ClientSession.isFinal(frame) { connectionRequest = .disconnect }
             perform(session.receive(frame), fromUser: false)
             if case .limits = frame, let limits = session.limits { pacer = PastePacer(limits: limits, now: now()) }
         }

@@ -21,8 +21,12 @@ public enum ChatEvent: Equatable, Sendable {
     case nickChanged(room: String, time: UInt64, old: String, new: String)
     /// `room`'s topic is `text` (empty: none), set by `setBy`.
     case topic(room: String, time: UInt64, setBy: String, text: String)
-    /// Who is in `room`.
+    /// Who is in `room`; an op's nick comes as `@nick` and a voiced member's as `+nick`
+    /// (version 4).
     case members(room: String, time: UInt64, nicks: [String])
+    /// A moderation event in `room` (version 4), worded by the session: a kick, a mode change, an
+    /// invitation, the room's modes.
+    case moderation(room: String, time: UInt64, text: String)
     /// Every room on the server.
     case roomList(time: UInt64, rooms: [RoomInfo])
     /// A line that marks a point in `room`'s stream: "— 3 new since you left —", or that the
@@ -47,7 +51,7 @@ extension ChatEvent {
         case .message(_, let time, _, _, _), .action(_, let time, _, _, _), .direct(let time, _, _, _, _),
             .joined(_, let time, _), .left(_, let time, _), .quit(_, let time, _, _), .nickChanged(_, let time, _, _),
             .topic(_, let time, _, _), .members(_, let time, _), .roomList(let time, _), .marker(_, let time, _),
-            .notice(let time, _), .error(let time, _):
+            .moderation(_, let time, _), .notice(let time, _), .error(let time, _):
             time
         }
     }

@@ -11,6 +11,8 @@ public enum ClientCommand: Equatable, Sendable {
     case emote(String)
     /// `/join #room`: enter a room and make it the current one.
     case join(room: String)
+    /// `/join #room KEY`: enter a room that has a key (version 4); the key is kept for rejoins.
+    case joinWithKey(room: String, key: String)
     /// `/part [#room]`: leave a room, the current one when none is given (in a query window:
     /// close it).
     case part(room: String?)
@@ -66,6 +68,9 @@ public enum ClientCommand: Equatable, Sendable {
     case register
     /// `/login [account]`: log in to an account (version 3) and take its nick.
     case login(account: String?)
+    /// A room moderation command (version 4): `/kick`, `/mode`, `/op`, `/kill` …
+    /// (ModerationCommands.swift).
+    case moderate(ModerationCommand)
 
     /// What `/window` acts on.
     public enum WindowTarget: Equatable, Sendable {
@@ -134,7 +139,7 @@ public struct CommandSpec: Sendable, Equatable {
 
     /// Every command, in the order `/help` lists them.
     public static let all: [CommandSpec] = [
-        CommandSpec(name: "join", usage: "/join #room", summary: "enter a room (created if new) and talk there", argument: .room),
+        CommandSpec(name: "join", usage: "/join #room [key]", summary: "enter a room (created if new) and talk there; key: the room's key (+k)", argument: .room),
         CommandSpec(name: "part", usage: "/part [#room]", summary: "leave a room, the current one by default (or close a query)", argument: .room),
         CommandSpec(name: "switch", usage: "/switch #room", summary: "talk in another room you are in", argument: .room),
         CommandSpec(name: "msg", usage: "/msg nick text", summary: "send a direct message", argument: .nick),
@@ -157,6 +162,7 @@ public struct CommandSpec: Sendable, Equatable {
         CommandSpec(name: "save", usage: "/save", summary: "write the settings to the config file", argument: .text),
         CommandSpec(name: "register", usage: "/register", summary: "make your nick an account, with the --account-password-file password", argument: .text),
         CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account (default: --account, else your nick) and take its nick", argument: .nick),
+    ] + moderation + [
         CommandSpec(name: "reconnect", usage: "/reconnect", summary: "connect again now", argument: .text),
         CommandSpec(name: "server", usage: "/server HOST:PORT", summary: "move to another server", argument: .text),
         CommandSpec(name: "disconnect", usage: "/disconnect", summary: "leave the server and stay offline (/reconnect)", argument: .text),
@@ -197,9 +203,12 @@ public enum CommandParser {
         let rest = trimmed(body.dropFirst(name.count))
         guard let spec = CommandSpec.named(name) else { throw .unknownCommand(name) }
         let usage = CommandError.usage(spec.usage)
+        if let command = try ModerationCommand.parse(name: spec.name, rest: rest, usage: usage) { return .moderate(command) }
 
         switch spec.name {
         case "join":
+            let words = rest.split(whereSeparator: \.isWhitespace).map(String.init)
+            if words.count == 2 { return .joinWithKey(room: try normalizedRoom(words[0]), key: words[1]) }
             guard let room = singleWord(rest) else { throw usage }
             return .join(room: try normalizedRoom(room))
         case "part":
@@ -314,11 +323,11 @@ public enum CommandParser {
         text.isEmpty || text.contains(where: \.isWhitespace) ? nil : text
     }
 
-    private static func normalizedRoom(_ input: String) throws(CommandError) -> String {
+    static func normalizedRoom(_ input: String) throws(CommandError) -> String {
         do { return try ChatName.normalizedRoom(input) } catch { throw .invalidRoom(input) }
     }
 
-    private static func validNick(_ nick: String) throws(CommandError) -> String {
+    static func validNick(_ nick: String) throws(CommandError) -> String {
         guard ChatName.isValidNick(nick) else { throw .invalidNick(nick) }
         return nick
     }

@@ -118,7 +118,10 @@ public struct ClientSession: Sendable {
     /// Requests whose echo or error has not come back yet, oldest first: the server answers
     /// each in order, so an error about a `say` belongs to the oldest `say` here.
     private var unanswered: [SentRequest] = []
-    private let clock: @Sendable () -> UInt64
+    /// Rooms' modes and roles, keys to rejoin with, and rooms not to rejoin (version 4;
+    /// ClientSession+Moderation.swift).
+    var moderation = ModerationState()
+    let clock: @Sendable () -> UInt64
 
     /// How many history entries to ask for per `fetchHistory` while catching up.
     static let catchUpPageSize: UInt32 = 200
@@ -193,7 +196,7 @@ public struct ClientSession: Sendable {
             actions.append(.show(.notice(time: clock(), text: motd)))
         }
         wasConnected = true
-        if !pendingJoins.isEmpty { actions.append(.send(pendingJoins.map { .join(room: $0) })) }
+        if !pendingJoins.isEmpty { actions.append(.send(pendingJoins.map(joinFrame))) }
         if let awayMessage, version >= 2 { actions.append(.send([.setAway(text: awayMessage)])) }
         roomListIsQuiet = true
         actions.append(.send([.listRooms]))
@@ -216,6 +219,10 @@ public struct ClientSession: Sendable {
         membersInProgress = [:]
         catchUps = [:]
         unanswered = []
+        // Roles come again with each rejoin; keys and the rooms not to rejoin stay.
+        moderation.modes = [:]
+        moderation.shownWithoutRoles = []
+        moderation.quietModes = []
     }
 
     /// Asks for a different nick before connecting again (after `nickTaken` at the start).
@@ -304,7 +311,7 @@ public struct ClientSession: Sendable {
         switch event {
         case .message(let name, _, _, _, _), .action(let name, _, _, _, _), .joined(let name, _, _), .left(let name, _, _),
             .quit(let name, _, _, _), .nickChanged(let name, _, _, _), .topic(let name, _, _, _), .members(let name, _, _),
-            .marker(let name, _, _):
+            .marker(let name, _, _), .moderation(let name, _, _):
             room = name
         case .direct(_, let sender, let recipient, _, let outgoing):
             return queryWindow(with: outgoing ? recipient : sender) ?? currentWindow
@@ -357,20 +364,32 @@ public struct ClientSession: Sendable {
             guard let room = currentRoom else {
                 return [currentWindow == nil ? noRoom() : error("/me works in rooms only")]
             }
+            if let out = outOfRoom(room) { return [out] }
             return request(.emote(room: room, text: text), label: nil)
         case .join(let room):
+            // Joining by hand is what lets a room we were kicked from be rejoined again.
+            moderation.removed[room] = nil
             if rooms.contains(room) || pendingJoins.contains(room) { return perform(.switchRoom(room)) }
             pendingJoins.append(room)
             addWindow(.room(room))
             select(.room(room))
             guard isConnected else { return [notice("not connected: you will join #\(room) when the client reconnects")] }
-            return [.send([.join(room: room)])]
+            return [.send([joinFrame(for: room)])]
+        case .joinWithKey(let room, let key):
+            moderation.keys[room] = key
+            return perform(.join(room: room))
         case .part(let room):
             if room == nil, case .query(let other) = currentWindow {
                 removeWindow(.query(other))
                 return [notice("closed the conversation with \(other)")]
             }
             guard let room = room ?? currentRoom else { return [noRoom()] }
+            if moderation.removed[room] != nil, !rooms.contains(room), !pendingJoins.contains(room) {
+                // We are out of it already: only its window is left to close.
+                moderation.removed[room] = nil
+                removeWindow(.room(room))
+                return [notice("closed the window of #\(room)")]
+            }
             if !isConnected {
                 guard let index = pendingJoins.firstIndex(of: room) else { return [error("you are not in #\(room)")] }
                 pendingJoins.remove(at: index)
@@ -455,8 +474,10 @@ public struct ClientSession: Sendable {
             return [.account(.register)]
         case .login(let account):
             return [.account(.login(account: account))]
+        case .moderate(let command):
+            return performModeration(command)  // ClientSession+Moderation.swift
         case .whois(let other):
-            let shared = rooms.filter { room in members(of: room).contains { ChatName.nickKey($0) == ChatName.nickKey(other) } }
+            let shared = rooms.filter { isMember(other, of: $0) }
             let query = queryWindow(with: other).map { _ in "; you have a query window with \(other)" } ?? ""
             if shared.isEmpty { return [notice("\(other) is in none of your rooms\(query) (the server tells no more)")] }
             return [notice("\(other) is in " + shared.map { "#" + $0 }.joined(separator: " ") + query)]
@@ -528,11 +549,19 @@ public struct ClientSession: Sendable {
 
     private mutating func sayInCurrentWindow(_ text: String, label: String?) -> [SessionAction] {
         switch currentWindow {
-        case .room(let room): return request(.say(room: room, text: text), label: label)
+        case .room(let room):
+            if let out = outOfRoom(room) { return [out] }
+            return request(.say(room: room, text: text), label: label)
         case .query(let other): return request(.tell(recipient: other, text: text), label: label)
         case .merged: return [Self.notInMerged(clock())]
         case nil: return [noRoom()]
         }
+    }
+
+    /// Why text cannot go to `room`, whose window stayed open after we were kicked from it.
+    private func outOfRoom(_ room: String) -> SessionAction? {
+        guard let why = moderation.removed[room], !rooms.contains(room), !pendingJoins.contains(room) else { return nil }
+        return error("you are not in #\(room) (\(why)); /join #\(room) to go back")
     }
 
     /// Sends `frame`, remembering it until its echo or error comes back.
@@ -583,6 +612,7 @@ public struct ClientSession: Sendable {
                 return [.show(.joined(room: room, time: time, nick: who))]
             }
             addMember(who, to: room)
+            forgetRoles(of: who, in: room)
             return live(room: room, seq: seq, .joined(room: room, time: time, nick: who))
         case let .left(room, seq, time, who):
             if isSelf(who) {
@@ -592,14 +622,17 @@ public struct ClientSession: Sendable {
                 return actions
             }
             removeMember(who, from: room)
+            forgetRoles(of: who, in: room)
             return live(room: room, seq: seq, .left(room: room, time: time, nick: who))
         case let .quit(room, seq, time, who, reason):
             removeMember(who, from: room)
+            forgetRoles(of: who, in: room)
             return live(room: room, seq: seq, .quit(room: room, time: time, nick: who, reason: reason))
         case let .nickChanged(room, seq, time, old, new):
             if let index = membersByRoom[room]?.firstIndex(where: { ChatName.nickKey($0) == ChatName.nickKey(old) }) {
                 membersByRoom[room]?[index] = new
             }
+            renameRoles(from: old, to: new, in: room)
             return live(room: room, seq: seq, .nickChanged(room: room, time: time, old: old, new: new))
         case let .nickAccepted(newNick):
             nick = newNick
@@ -646,10 +679,11 @@ public struct ClientSession: Sendable {
             return [notice(reason.isEmpty ? "server said goodbye" : "server said goodbye: \(reason)")]
         case .registered, .loggedIn, .passwordChanged, .accountDropped:
             return accountAnswer(frame)  // ClientSession+Accounts.swift
+        case .kicked, .modeChanged, .invited, .roomModes, .banList, .done:
+            return moderationFrame(frame)  // ClientSession+Moderation.swift
         case .welcome, .pong, .unknown, .hello, .changeNick, .join, .part, .say, .emote, .tell,
             .listRooms, .who, .setTopic, .requestHistory, .fetchHistory, .setAway, .register, .login,
-            .changePassword, .dropAccount, .kick, .setMode, .invite, .listBans, .serverBan, .kill, .joinWithKey,
-            .kicked, .modeChanged, .invited, .roomModes, .banList, .done:
+            .changePassword, .dropAccount, .kick, .setMode, .invite, .listBans, .serverBan, .kill, .joinWithKey:
             // Skippable or misdirected frames carry nothing to show.
             return []
         }
@@ -660,8 +694,11 @@ public struct ClientSession: Sendable {
     private mutating func membersKnown(room: String, nicks: [String]) -> [SessionAction] {
         if nicks.isEmpty, !rooms.contains(room) { return [error("there is no room #\(room)")] }
         membersByRoom[room] = nicks
-        if quietMembers.remove(room) != nil { return [] }
-        return deferIfCatchingUp(room, [.show(.members(room: room, time: clock(), nicks: nicks))])
+        let quiet = quietMembers.remove(room) != nil
+        membersShown(in: room, quietly: quiet)
+        if quiet { return [] }
+        let shown = nicks.map { decorated($0, in: room) }
+        return deferIfCatchingUp(room, [.show(.members(room: room, time: clock(), nicks: shown))])
     }
 
     private mutating func roomListKnown(_ list: [RoomInfo]) -> [SessionAction] {
@@ -676,7 +713,7 @@ public struct ClientSession: Sendable {
     /// A live room event: remembered as seen, counted as activity (messages and actions from
     /// others), hidden when its sender is ignored, and held back while the room catches up so
     /// that it shows after the messages it follows.
-    private mutating func live(room: String, seq: UInt64, _ event: ChatEvent, from sender: String? = nil, text: String? = nil) -> [SessionAction] {
+    mutating func live(room: String, seq: UInt64, _ event: ChatEvent, from sender: String? = nil, text: String? = nil) -> [SessionAction] {
         let hidden = sender.map(isIgnored) ?? false
         var actions: [SessionAction] = hidden ? [] : [.show(event)]
         if !hidden, let sender, let text, !isSelf(sender) {
@@ -687,7 +724,7 @@ public struct ClientSession: Sendable {
 
     /// Holds `actions` back while `room` fetches what it missed; `seq` (a live event's) counts
     /// as seen only once the event is shown, so a connection lost before then loses nothing.
-    private mutating func deferIfCatchingUp(_ room: String, _ actions: [SessionAction], seq: UInt64? = nil) -> [SessionAction] {
+    mutating func deferIfCatchingUp(_ room: String, _ actions: [SessionAction], seq: UInt64? = nil) -> [SessionAction] {
         guard var catchUp = catchUps[room], catchUp.isFetching else {
             if let seq { markSeen(room, seq) }
             return actions
@@ -713,15 +750,23 @@ public struct ClientSession: Sendable {
 
     private mutating func serverError(code: ErrorCode, fatal: Bool, frameType: FrameType, reason: String) -> [SessionAction] {
         let text = reason.isEmpty ? "\(code)" : reason
-        if fatal { return [error("server closed the session: \(text)")] }
+        if fatal {
+            guard Self.isFinal(.error(code: code, fatal: fatal, frameType: frameType, reason: reason)) else {
+                return [error("server closed the session: \(text)")]
+            }
+            return [error("server closed the session: \(text); not reconnecting by itself (/reconnect to try again)")]
+        }
         switch frameType {
-        case .join:
+        case .join, .joinWithKey:
             guard !pendingJoins.isEmpty else { break }
             let room = pendingJoins.removeFirst()
             if code == .alreadyInRoom, !rooms.contains(room) {
                 rooms.append(room)
             } else if !rooms.contains(room) {
                 removeWindow(.room(room))
+            }
+            if joinRefused(room, code: code) {
+                return [error("cannot join #\(room): \(text); not rejoining by itself (/join #\(room) to try again)")] + rejoined(room, newMessages: 0)
             }
             // Named, because a config with many rooms has many joins out at once.
             return [error("cannot join #\(room): \(text)")] + rejoined(room, newMessages: 0)
@@ -925,19 +970,25 @@ public struct ClientSession: Sendable {
 
     // MARK: Helpers
 
-    private func isSelf(_ other: String) -> Bool { ChatName.nickKey(other) == ChatName.nickKey(nick) }
+    func isSelf(_ other: String) -> Bool { ChatName.nickKey(other) == ChatName.nickKey(nick) }
 
     private func isIgnored(_ other: String) -> Bool {
         ignored.contains { ChatName.nickKey($0) == ChatName.nickKey(other) }
     }
 
     private mutating func leave(_ room: String) {
+        leaveKeepingWindow(room)
+        removeWindow(.room(room))
+    }
+
+    /// Forgets what we knew of `room` as a member; its window, if open, stays.
+    mutating func leaveKeepingWindow(_ room: String) {
         rooms.removeAll { $0 == room }
         pendingJoins.removeAll { $0 == room }
         membersByRoom[room] = nil
         topics[room] = nil
         catchUps[room] = nil
-        removeWindow(.room(room))
+        moderation.modes[room] = nil
     }
 
     private mutating func addMember(_ who: String, to room: String) {
@@ -947,7 +998,7 @@ public struct ClientSession: Sendable {
         membersByRoom[room] = list
     }
 
-    private mutating func removeMember(_ who: String, from room: String) {
+    mutating func removeMember(_ who: String, from room: String) {
         membersByRoom[room]?.removeAll { ChatName.nickKey($0) == ChatName.nickKey(who) }
     }
 

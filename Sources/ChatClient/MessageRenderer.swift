@@ -72,8 +72,10 @@ public struct MessageRenderer: Sendable {
             let body = text.isEmpty ? "-!- \(clean(setBy)) cleared the topic" : "-!- topic: \(clean(text)) (set by \(clean(setBy)))"
             return line(time, room: room, style(.presence, body))
         case let .members(room, time, nicks):
-            let names = nicks.map(nick).joined(separator: " ")
+            let names = nicks.map(roleNick).joined(separator: " ")
             return line(time, room: room, "\(style(.presence, "-!- members (\(nicks.count)):")) \(names)")
+        case let .moderation(room, time, text):
+            return line(time, room: room, style(.presence, "-!- \(clean(text))"))
         case let .roomList(time, rooms):
             if rooms.isEmpty { return line(time, room: nil, style(.notice, "-- no rooms yet; /join #room creates one")) }
             // One room a line, so a long list and long topics stay readable; the display splits
@@ -90,6 +92,13 @@ public struct MessageRenderer: Sendable {
         case let .error(time, text):
             return line(time, room: nil, style(.error, "!! \(clean(text))"))
         }
+    }
+
+    /// A nick from a member list, in its own colour, after its role mark (`@` op, `+` voiced),
+    /// which is not part of the nick and so does not change its colour.
+    private func roleNick(_ entry: String) -> String {
+        guard let mark = entry.first, mark == "@" || mark == "+" else { return nick(entry) }
+        return String(mark) + nick(String(entry.dropFirst()))
     }
 
     /// `nick`, sanitized, in its own colour; our own nick is bold as well.

@@ -6,7 +6,7 @@
 /// how many messages arrived there unseen, and `!` when one of them mentions us or is a direct
 /// message. The server is named when the client has several to choose from; `offline` stands in
 /// for server and encryption while reconnecting; `-- more --` while the window is scrolled
-/// back. When the line is too long, quiet windows are left out first, then those with unread
+/// back. A room we were kicked from (or refused), whose window is still open, reads `#mod(out)`. When the line is too long, quiet windows are left out first, then those with unread
 /// messages (the fewest first), and `+3` says how many are not shown; the current window and
 /// windows with a mention are never left out.
 public enum StatusLine {
@@ -27,7 +27,8 @@ public enum StatusLine {
         // How much each window wants to stay: the higher, the later it is dropped.
         var items: [(text: String, keep: Int)] = []
         for (index, window) in session.windows.enumerated() {
-            let label = "\(index + 1):\(window.title)"
+            var label = "\(index + 1):\(window.title)"
+            if case .room(let room) = window, session.removal(from: room) != nil { label += "(out)" }
             if window == session.currentWindow {
                 items.append(("[\(label)]", Int.max))
             } else if let activity = session.activity[window], activity.unread > 0 || activity.mentioned {

@@ -12,12 +12,20 @@ struct ChatClientCommand: AsyncParsableCommand {
         commandName: "chat-client",
         abstract: "Chat from a terminal: several rooms, line editing, history and Tab completion while messages arrive.",
         discussion: """
-            Type text to say it in the current window, or a command: /join #room, /part, \
+            Type text to say it in the current window, or a command: /join #room [key], /part, \
             /switch #room|nick, /query nick, /msg nick text, /me text, /nick name, /who, /names, \
             /whois nick, /rooms, /topic [text], /history [n], /away [message], /ignore [nick], \
             /unignore nick, /window list|close|N|name, /clear, /lastlog text, /set [name [value]], \
             /save, /reconnect, /server HOST:PORT, /disconnect, /quit [reason], /help. Short \
             forms: /j /q /w /win /list /n /p, and aliases from the config file.
+
+            Room moderation (protocol version 4): /kick nick [reason], /ban mask|nick [reason], \
+            /unban mask|nick, /bans, /invite nick [#room], /mode [#room] [+i|-i|+k KEY|-k|+m|-m|\
+            +t|-t|+l N|-l|+o nick|-o nick|+v nick|-v nick|+b mask|-b mask|+r|-r …], /op, /deop, \
+            /voice, /devoice nick, /key KEY|-clear, /moderated on|off, /topiclock on|off; for \
+            server operators /kill nick [reason], /serverban mask [reason], /serverunban mask, \
+            /closeroom #room [reason], /serverbans. A room you were kicked from (or refused) is \
+            not rejoined by itself.
 
             Every room and query is a window with its own lines; PageUp and PageDown scroll \
             back in it (-- more -- in the status line while scrolled). The settings (nick, \
@@ -71,7 +79,7 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "An account to log in to with every connection (protocol version 3), taking its nick; its password comes from the account password file.")
     var account: String?
 
-    @Option(help: "A file whose first line is the account password, for the account option, /register and /login (never typed, so never echoed or kept in the history).")
+    @Option(help: "A file whose first line is the account password, for the account option, /register and /login. Without it, /register and /login ask for the password at a hidden prompt.")
     var accountPasswordFile: String?
 
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")

@@ -24,6 +24,9 @@ enum EditorRequest: Sendable {
     case leave(String)
     /// The answer to the question asked with `ask`: true for y or Y.
     case answer(Bool)
+    /// The line typed at the hidden prompt of `askSecret`; nil when Ctrl-C (or Ctrl-D on an
+    /// empty answer) cancelled it.
+    case secret(String?)
     /// A note to show above the line.
     case note(String)
 }
@@ -64,6 +67,7 @@ final class TerminalEditor: @unchecked Sendable {
         var window = "> "
         var promptChanged = true
         var question: String?
+        var secretPrompt: String?
         var resized = false
         var screen: [String]?
         var leftover = ""
@@ -95,6 +99,12 @@ final class TerminalEditor: @unchecked Sendable {
     private var window = "> "
     private var question: String?
     private var questionStash: (text: [wchar_t], cursor: Int)?
+    /// What has been typed at the hidden prompt, while one is open: these keys never reach
+    /// libedit, so they are neither drawn nor kept in its history.
+    private var secret: [Unicode.Scalar]?
+    /// Where a key sequence (an arrow key's `ESC [ A`) typed at the hidden prompt stands: its
+    /// bytes are dropped, not taken for the password.
+    private var secretSequence = SequenceState.none
     private var nicks: [String] = []
     private var rooms: [String] = []
     private var maxLineBytes = 16_000
@@ -236,6 +246,12 @@ final class TerminalEditor: @unchecked Sendable {
     /// Shows `question` in place of the prompt; the next key answers it (`.answer`).
     func ask(_ question: String) {
         post { $0.question = question }
+    }
+
+    /// Shows `prompt` in place of the prompt and reads a line without showing it, until Enter
+    /// (`.secret`). The half-typed line is put aside and comes back after.
+    func askSecret(_ prompt: String) {
+        post { $0.secretPrompt = prompt }
     }
 
     /// Draws the screen anew with `lines` (the newest last; the front end gives the rows of the
@@ -414,6 +430,7 @@ final class TerminalEditor: @unchecked Sendable {
     private func handle(_ event: TerminalInput.Event) -> wchar_t? {
         switch event {
         case .character(let scalar):
+            if secret != nil { return secretKey(scalar) }
             if question != nil, sequence == .none {
                 // Only y or n answer: a key typed ahead of the question must not decline it, or
                 // the lines it asks about would be dropped without the user ever seeing it.
@@ -435,6 +452,11 @@ final class TerminalEditor: @unchecked Sendable {
             }
             return wchar_t(bitPattern: scalar.value)
         case .paste(let text):
+            if secret != nil {
+                // A pasted password is common; its first line is the password.
+                secret?.append(contentsOf: text.prefix { $0 != "\n" && $0 != "\r" }.unicodeScalars)
+                return text.contains(where: { $0 == "\n" || $0 == "\r" }) ? endSecret(cancelled: false) : nil
+            }
             if question != nil { return nil }  // a paste does not answer a question
             return pasted(text)
         case .pasteTooLarge(let bytes):
@@ -520,6 +542,7 @@ final class TerminalEditor: @unchecked Sendable {
             mailbox.lines = []
             mailbox.promptChanged = false
             mailbox.question = nil
+            mailbox.secretPrompt = nil
             mailbox.resized = false
             mailbox.screen = nil
             mailbox.bell = false
@@ -541,9 +564,26 @@ final class TerminalEditor: @unchecked Sendable {
             status = news.status
             window = news.window
         }
-        if let asked = news.question {
-            if question == nil { questionStash = takeLine() }
+        if let asked = news.secretPrompt {
+            if question == nil {
+                questionStash = takeLine()
+            } else if secret == nil {
+                // A yes/no question was open: the prompt takes its place, and it is declined.
+                requests(.answer(false))
+            }
             question = asked
+            secret = []
+            secretSequence = .none
+        }
+        if let asked = news.question {
+            if secret != nil {
+                // The hidden prompt holds the input line: a yes/no question now is declined
+                // rather than typed into the password.
+                requests(.answer(false))
+            } else {
+                if question == nil { questionStash = takeLine() }
+                question = asked
+            }
         }
         if news.leaving, !leaving {
             leaving = true
@@ -555,7 +595,7 @@ final class TerminalEditor: @unchecked Sendable {
             redrawScreen()
             return nil
         }
-        if !toPrint.isEmpty || news.promptChanged || news.question != nil {
+        if !toPrint.isEmpty || news.promptChanged || news.question != nil || news.secretPrompt != nil {
             // A new prompt (the status line is in it) is drawn whole too: libedit redraws only
             // the cells that changed, which would lose the status line's colour codes.
             return beginClearing()
@@ -889,10 +929,54 @@ final class TerminalEditor: @unchecked Sendable {
         return UInt8(CC_REFRESH)
     }
 
-    /// Ends the question: the line comes back, and the prompt is drawn whole.
+    /// One key at the hidden prompt: Enter sends, Backspace and Ctrl-U erase, Ctrl-C cancels
+    /// (so does Ctrl-D on an empty answer); other control keys and key sequences are dropped.
+    /// Nothing reaches libedit.
+    private func secretKey(_ scalar: Unicode.Scalar) -> wchar_t? {
+        switch secretSequence {
+        case .escape:
+            secretSequence = scalar == "[" ? .controlSequence : scalar == "O" ? .singleShift : .none
+            return nil
+        case .controlSequence:
+            if (0x40...0x7E).contains(scalar.value) { secretSequence = .none }
+            return nil
+        case .singleShift, .prefix:
+            secretSequence = .none
+            return nil
+        case .none:
+            break
+        }
+        switch scalar.value {
+        case 0x0D, 0x0A: return endSecret(cancelled: false)
+        case 0x03: return endSecret(cancelled: true)
+        case 0x04 where secret?.isEmpty ?? true: return endSecret(cancelled: true)
+        case 0x7F, 0x08: if secret?.isEmpty == false { secret?.removeLast() }
+        case 0x15: secret?.removeAll()
+        case 0x1B: secretSequence = .escape
+        case ..<0x20: break
+        default: secret?.append(scalar)
+        }
+        return nil
+    }
+
+    /// Ends the hidden prompt: the answer goes to the front end, the line comes back.
+    private func endSecret(cancelled: Bool) -> wchar_t {
+        var typed = String.UnicodeScalarView()
+        typed.append(contentsOf: secret ?? [])
+        secret = nil
+        requests(.secret(cancelled ? nil : String(typed)))
+        return endQuestion()
+    }
+
+    /// Ends the question with its answer.
     private func answer(_ yes: Bool) -> wchar_t {
-        question = nil
         requests(.answer(yes))
+        return endQuestion()
+    }
+
+    /// Ends the question or the hidden prompt: the line comes back, and the prompt is drawn whole.
+    private func endQuestion() -> wchar_t {
+        question = nil
         if let saved = questionStash {
             questionStash = nil
             _ = takeLine()

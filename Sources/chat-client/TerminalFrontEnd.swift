@@ -19,6 +19,7 @@ final class TerminalFrontEnd: ClientDisplay {
     private weak var driver: ChatClientDriver?
     private var active = false
     private var pendingAnswer: ((Bool) -> Void)?
+    private var pendingSecret: ((String?) -> Void)?
     private var settings: ClientSettings
     /// Where `/save` writes the settings; nil when there is no home to keep them in.
     private let configPath: String?
@@ -103,6 +104,10 @@ final class TerminalFrontEnd: ClientDisplay {
             let answer = pendingAnswer
             pendingAnswer = nil
             answer?(yes)
+        case .secret(let secret):
+            let answer = pendingSecret
+            pendingSecret = nil
+            answer?(secret)
         }
     }
 
@@ -305,6 +310,12 @@ final class TerminalFrontEnd: ClientDisplay {
         pendingAnswer = answer
         editor.ask(question)
     }
+
+    func askSecret(_ prompt: String, answer: @escaping (String?) -> Void) {
+        pendingSecret?(nil)
+        pendingSecret = answer
+        editor.askSecret(prompt)
+    }
 }
 
 /// The client for pipes and scripts: plain lines in from stdin, plain lines out to stdout.
@@ -312,6 +323,8 @@ final class TerminalFrontEnd: ClientDisplay {
 final class PipeFrontEnd: ClientDisplay {
     private var renderer = MessageRenderer(colour: false)
     private weak var driver: ChatClientDriver?
+    /// Takes the next input line in place of submitting it, after `askSecret`.
+    private var pendingSecret: ((String?) -> Void)?
 
     /// Starts reading stdin once `driver` is connected, so lines are not refused as unsent.
     func start(driver: ChatClientDriver) {
@@ -326,11 +339,18 @@ final class PipeFrontEnd: ClientDisplay {
             }
             thread.start()
         }
-        Task { @MainActor [weak driver] in
+        Task { @MainActor [weak self, weak driver] in
             for await line in lines {
                 guard let line else {
+                    self?.pendingSecret?(nil)
+                    self?.pendingSecret = nil
                     driver?.quit(reason: "end of input")
                     return
+                }
+                if let secret = self?.pendingSecret {
+                    self?.pendingSecret = nil
+                    secret(line)
+                    continue
                 }
                 driver?.submit(line)
             }
@@ -351,6 +371,12 @@ final class PipeFrontEnd: ClientDisplay {
     /// A script has no one to ask: it pipes what it means to send.
     func ask(_ question: String, answer: @escaping (Bool) -> Void) {
         answer(true)
+    }
+
+    /// A script types the password on the line after the command; nothing is echoed in pipe mode.
+    func askSecret(_ prompt: String, answer: @escaping (String?) -> Void) {
+        pendingSecret?(nil)
+        pendingSecret = answer
     }
 
     /// A script's output is one stream: no windows to clear or search, no settings to change.

@@ -7,20 +7,6 @@ import Testing
         ClientSession(nick: nick, rooms: rooms, clock: { 1000 })
     }
 
-    private func frames(_ actions: [SessionAction]) -> [Frame] {
-        actions.flatMap { action -> [Frame] in
-            if case .send(let frames) = action { return frames }
-            return []
-        }
-    }
-
-    private func events(_ actions: [SessionAction]) -> [ChatEvent] {
-        actions.compactMap { action in
-            if case .show(let event) = action { return event }
-            return nil
-        }
-    }
-
     /// A session that is connected and in `general` and `dev`, with bob in `general`.
     private func joinedSession() -> ClientSession {
         var session = session()

@@ -21,7 +21,7 @@ import Testing
 
     @Test func joinRejectsABadRoomName() {
         #expect(throws: CommandError.invalidRoom("#bad!")) { try CommandParser.parse("/join #bad!") }
-        #expect(throws: CommandError.usage("/join #room")) { try CommandParser.parse("/join") }
+        #expect(throws: CommandError.usage("/join #room [key]")) { try CommandParser.parse("/join") }
     }
 
     @Test func partAndWhoDefaultToTheCurrentRoom() throws {

@@ -35,7 +35,7 @@ import Testing
     }
 
     @Test func completesCommandNamesForHelp() {
-        #expect(complete("to", after: "/help ") == ["topic"])
+        #expect(complete("to", after: "/help ") == ["topic", "topiclock"])
     }
 
     @Test func commonPrefixIgnoresCaseDifferences() {

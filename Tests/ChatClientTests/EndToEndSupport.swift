@@ -258,6 +258,28 @@ func pipeClient(_ arguments: [String]) throws -> ChildProcess {
     return try ChildProcess(try ChildProcess.builtExecutable(named: "chat-client"), arguments, environment: isolated)
 }
 
+/// A TCP socket listening on a free IPv4 loopback port, and that port; the caller owns the
+/// descriptor and closes it.
+func listenOnLoopback() throws -> (descriptor: Int32, port: Int) {
+    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
+    }
+    guard bound == 0, listen(listener, 16) == 0 else {
+        close(listener)
+        throw POSIXError(.EADDRINUSE)
+    }
+    withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(listener, $0, &length) }
+    }
+    return (listener, Int(UInt16(bigEndian: address.sin_port)))
+}
+
 /// A TCP relay on a loopback port in front of a server, so a test can cut the client's
 /// connections while the server and everyone else stay (a network outage for one client).
 ///
@@ -290,21 +312,7 @@ final class TCPRelay: @unchecked Sendable {
     /// closes what it accepts until `forward(to:)` names one.
     init(to target: Int?) throws {
         self.target = target
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.listener = listener
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
-        }
-        guard bound == 0, listen(listener, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
-        withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(listener, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        (listener, port) = try listenOnLoopback()
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 

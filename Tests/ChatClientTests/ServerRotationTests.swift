@@ -87,13 +87,6 @@ import Testing
         #expect(StatusLine.render(session: session, columns: 80) == "alice | [1:#general] | 127.0.0.1:7002")
     }
 
-    private func frames(_ actions: [SessionAction]) -> [Frame] {
-        actions.flatMap { action -> [Frame] in
-            if case .send(let frames) = action { return frames }
-            return []
-        }
-    }
-
     /// Connected and in #general (epoch 9), having seen up to seq 7.
     private func sessionAtSeq7() -> ClientSession {
         var session = ClientSession(nick: "alice", rooms: ["general"], clock: { 1000 })

@@ -7,13 +7,6 @@ import Testing
 @Suite struct SessionVersion2Tests {
     private let epoch: UInt64 = 77
 
-    private func frames(_ actions: [SessionAction]) -> [Frame] {
-        actions.flatMap { action -> [Frame] in
-            if case .send(let frames) = action { return frames }
-            return []
-        }
-    }
-
     private func texts(_ actions: [SessionAction]) -> [String] {
         actions.compactMap { action -> String? in
             guard case .show(let event) = action else { return nil }
