@@ -552,6 +552,12 @@ extension ChatCore {
     /// `id` proved it owns `record`: a connection holding the nick is ghosted, and `id` takes the
     /// nick — welcomed with it when this completes its handshake, renamed to it otherwise.
     private mutating func completeLogin(_ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
+        let address = clients[id.slot]!.address
+        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: address, request: .login) {
+            // Before the ghosting: a banned account takes no nick back.
+            endSession(id, banned, at: now, into: &actions)
+            return
+        }
         if let holder = nicks[record.key], holder != id {
             let reason = "\(record.name) logged in from another connection and took the nick back"
             disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)

@@ -704,6 +704,10 @@ extension ChatCore {
         _ frame: Frame, size: Int, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
     ) -> Bool {
         switch frame {
+        case .kick, .setMode, .invite, .listBans, .serverBan, .kill, .joinWithKey:
+            // Moderation state would have to live in Redis, in the room's one order; until it
+            // does, every request is refused rather than dropped or served by this node alone.
+            refuse(frame.type, .unavailable, Self.clusterModerationReason, to: id, into: &actions)
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
