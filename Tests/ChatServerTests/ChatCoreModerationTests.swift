@@ -296,6 +296,10 @@ struct ChatCoreModerationTests {
         #expect(errorCode(to: guesser, in: chat.send(.joinWithKey(room: "r", key: "s3cret"), from: guesser)) == .throttled)
         let friend = chat.connect("friend", version: 4, from: "198.51.100.8")
         #expect(errorCode(to: friend, in: chat.send(.joinWithKey(room: "r", key: "s3cret"), from: friend)) == nil)
+        // `who` shows the key to members only: to anyone else it would be a free pass.
+        let keyOf = { (answer: [Frame]) in answer.compactMap { if case .roomModes(_, let modes) = $0 { modes.key } else { nil } }.first }
+        #expect(keyOf(frames(to: guesser, in: chat.send(.who(room: "r"), from: guesser))) == "")
+        #expect(keyOf(frames(to: friend, in: chat.send(.who(room: "r"), from: friend))) == "s3cret")
         // The window ends and the guesser's address may try again.
         _ = chat.tick(advancingBy: 60_000)
         #expect(errorCode(to: guesser, in: chat.send(.joinWithKey(room: "r", key: "s3cret"), from: guesser)) == nil)
@@ -343,6 +347,23 @@ struct ChatCoreModerationTests {
         _ = chat.send(.setMode(room: "r", mode: .op, on: true, argument: "mallory"), from: founder)
         #expect(errorCode(to: mallory, in: chat.send(.setMode(room: "r", mode: .registered, on: false, argument: ""), from: mallory)) == .notOperator)
         #expect(errorCode(to: founder, in: chat.send(.setMode(room: "r", mode: .registered, on: false, argument: ""), from: founder)) == nil)
+    }
+
+    @Test(arguments: servingBackends)
+    func oneAccountCannotRegisterRoomsWithoutBound(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
+        let alice = chat.connect("alice", version: 4)
+        chat.logIn(alice, as: "alice")
+        var answers: [ErrorCode?] = []
+        for index in 0..<12 {
+            _ = chat.send(.join(room: "r\(index)"), from: alice)
+            answers.append(errorCode(to: alice, in: chat.send(.setMode(room: "r\(index)", mode: .registered, on: true, argument: ""), from: alice)))
+        }
+        #expect(answers == Array(repeating: nil, count: ChatCore.maxRegisteredRoomsPerAccount) + [.listFull, .listFull])
+        #expect(chat.core.moderation.registered.count == ChatCore.maxRegisteredRoomsPerAccount)
+        // Unregistering one makes room for another.
+        _ = chat.send(.setMode(room: "r0", mode: .registered, on: false, argument: ""), from: alice)
+        #expect(errorCode(to: alice, in: chat.send(.setMode(room: "r10", mode: .registered, on: true, argument: ""), from: alice)) == nil)
     }
 
     @Test func registeredRoomsAndServerBansComeBackFromTheStoreInANewCore() throws {

@@ -48,7 +48,11 @@ extension ChatCore {
     /// How long an invitation lasts, in milliseconds.
     static let invitationLifetime: UInt64 = 3_600_000
     /// The most roles by account a registered room remembers.
-    static let maxAccountRoles = 1_000
+    static let maxAccountRoles = 200
+    /// The most rooms registered on the server, and to one account: what a registered room
+    /// keeps (bans, roles) outlives its members, so their number is bounded.
+    static let maxRegisteredRooms = 1_000
+    static let maxRegisteredRoomsPerAccount = 10
     /// Kept of a ban's reason, in bytes: bans are kept for good and listed in one frame.
     static let maxBanReasonBytes = 200
     /// The longest room key, in bytes.
@@ -255,6 +259,10 @@ extension ChatCore {
                     refuse(.setMode, .notOperator, "#\(name) is registered to \(accounts.name(of: founder))", to: id, into: &actions)
                     return
                 }
+                if moderation.settings.founder == nil, let full = registrationLimit(for: account) {
+                    refuse(.setMode, .listFull, full, to: id, into: &actions)
+                    return
+                }
                 moderation.settings.founder = account
                 canonical = accounts.name(of: account)
             } else {
@@ -276,6 +284,19 @@ extension ChatCore {
         if moderation.settings.founder != nil || wasRegistered { settingsChanged(of: name) }
         announceMode(mode, on: on, argument: canonical, in: name, by: nick, at: now, into: &actions)
         if let banKicks { kickMembers(of: name, matching: banKicks, by: nick, at: now, into: &actions) }
+    }
+
+    /// Why `account` may not register another room — the server or the account holds as many
+    /// as allowed — or nil when it may.
+    private func registrationLimit(for account: String) -> String? {
+        if moderation.registered.count >= Self.maxRegisteredRooms {
+            return "the server holds \(Self.maxRegisteredRooms) registered rooms, the most allowed"
+        }
+        let own = moderation.registered.values.lazy.filter { $0.founder == account }.count
+        if own >= Self.maxRegisteredRoomsPerAccount {
+            return "your account has registered \(Self.maxRegisteredRoomsPerAccount) rooms, the most allowed"
+        }
+        return nil
     }
 
     /// Kicks the members of `name` that `mask` matches and who are not ops.
@@ -503,10 +524,13 @@ extension ChatCore {
         }
     }
 
-    /// `name`'s settings and roles for a version 4 client (after `members`).
-    func roomModesFrame(of name: String) -> Frame? {
+    /// `name`'s settings and roles for a version 4 client (after `members`); the key only for
+    /// `viewer` a member or a server operator (nil: shown), since `who` answers anyone and the
+    /// key would otherwise be a free pass past `badRoomKey`.
+    func roomModesFrame(of name: String, for viewer: ClientID? = nil) -> Frame? {
         guard let room = rooms[name] else { return nil }
-        let settings = room.moderation.settings
+        var settings = room.moderation.settings
+        if let viewer, !room.members.contains(viewer), !isServerOperator(viewer) { settings.key = nil }
         let ops = room.members.filter { room.moderation.ops.contains($0) }.compactMap { nick(of: $0) }
         let voices = room.members.filter { room.moderation.voices.contains($0) }.compactMap { nick(of: $0) }
         let modes = RoomModes(

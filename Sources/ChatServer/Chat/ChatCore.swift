@@ -194,7 +194,7 @@ public struct ChatCore: Sendable {
             appendRoomList(to: id, into: &actions)
         case .who(let room):
             appendMembers(of: room, to: id, into: &actions)
-            if clients[id.slot]!.version >= 4, let modes = roomModesFrame(of: room) { actions.append(.send(modes, to: id)) }
+            if clients[id.slot]!.version >= 4, let modes = roomModesFrame(of: room, for: id) { actions.append(.send(modes, to: id)) }
         case .setTopic(let room, let text):
             let topic = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
             addRoomEvent(topic, for: .setTopic, from: id, size: size, at: now, into: &actions)
