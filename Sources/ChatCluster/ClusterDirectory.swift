@@ -10,7 +10,7 @@ import RedisProtocol
 ///
 /// Threading: confined to the queue of its connection.
 public struct ClusterDirectory: Sendable {
-    private let commands: RedisConnection
+    let commands: RedisConnection
 
     /// A directory reading through `commands`.
     public init(commands: RedisConnection) {

@@ -96,11 +96,13 @@ public final class RoomLog: @unchecked Sendable {
 
     /// The script `append` runs. KEYS: the room's `seq` key, stream, member set (nick → the `seq`
     /// of its join), member nodes (nick → node), topic, and members per node (node → how many of
-    /// the room's members it serves). ARGV: the channel, the payload, the stream's bound, the
-    /// change (`''`, `join`, `leave`, `rename`, `topic`), the nick and node it concerns, the room's
-    /// name, and for `rename` the new nick. Returns `{seq, time, members}` (the room's member count
-    /// after the change, `ZCARD`, which costs nothing), or the error `NOTMEMBER` for a `leave` of
-    /// a nick that is not the node's member of the room (nothing is logged then).
+    /// the room's members it serves), then its moderation's (`ModerationCheck.checks`). ARGV: the
+    /// channel, the payload, the stream's bound, the change (`''`, `join`, `leave`, `kick`,
+    /// `rename`, `topic`), the nick and node it concerns, the room's name, for `rename` the new
+    /// nick, then the moderation check and its fields. Returns `{seq, time, members}` (the room's
+    /// member count after the change, `ZCARD`, which costs nothing), or an error and logs nothing:
+    /// `NOTMEMBER` for a `leave` of a nick that is not the node's member of the room (or a `kick`
+    /// of one that is nobody's), or the moderation's refusal (`ModerationRefusal`).
     ///
     /// Membership and topic change in the same atomic step as the event is numbered, so a
     /// `members` read and the log never disagree about the order of joins and leaves. The count
@@ -110,6 +112,9 @@ public final class RoomLog: @unchecked Sendable {
     /// leave the list wrong, and a reaper still finds every member of a dead node.
     static let appendScript = """
         local change = ARGV[4]
+        local now = redis.call('TIME')
+        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        \(ModerationCheck.checks)
         local function count(node, by)
             local set = 'chat:node:' .. node .. ':rooms'
             if redis.call('HINCRBY', KEYS[6], node, by) > 0 then
@@ -137,10 +142,15 @@ public final class RoomLog: @unchecked Sendable {
             forget(ARGV[5])
             redis.call('ZREM', KEYS[3], ARGV[5])
             if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', 'chat:rooms', ARGV[7]) end
+        elseif change == 'kick' then
+            if not redis.call('ZSCORE', KEYS[3], ARGV[5]) then
+                return redis.error_reply('NOTMEMBER ' .. ARGV[5] .. ' is not a member here')
+            end
+            forget(ARGV[5])
+            redis.call('ZREM', KEYS[3], ARGV[5])
+            if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', 'chat:rooms', ARGV[7]) end
         end
         local seq = redis.call('INCR', KEYS[1])
-        local now = redis.call('TIME')
-        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         if change == 'join' then
             place(ARGV[5], ARGV[6])
             redis.call('ZADD', KEYS[3], seq, ARGV[5])
@@ -154,6 +164,7 @@ public final class RoomLog: @unchecked Sendable {
         elseif change == 'topic' then
             redis.call('SET', KEYS[5], seq .. ' ' .. ms .. ' ' .. ARGV[2])
         end
+        \(ModerationCheck.afterChange)
         redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], seq .. '-1', 't', ms, 'p', ARGV[2])
         redis.call('PUBLISH', ARGV[1], seq .. ' ' .. ms .. ' ' .. ARGV[2])
         return {seq, ms, redis.call('ZCARD', KEYS[3])}
@@ -193,9 +204,10 @@ public final class RoomLog: @unchecked Sendable {
     /// node too — comes through `onEvent`.
     /// `change` is applied to the room's members or topic in the same atomic step; a `leave` of
     /// a nick that is not `node`'s member of the room fails with `.refused("NOTMEMBER …")` and
-    /// logs nothing.
+    /// logs nothing. `moderation` is checked first, and its refusal
+    /// (`ModerationRefusal.parse`) logs nothing either.
     public func append(
-        to room: String, payload: [UInt8], change: RoomChange = .none,
+        to room: String, payload: [UInt8], change: RoomChange = .none, moderation: ModerationCheck? = nil,
         completion: @escaping (Result<AppendedEvent, ClusterError>) -> Void
     ) {
         let keys = Self.keys(of: room)
@@ -204,15 +216,16 @@ public final class RoomLog: @unchecked Sendable {
             case .none: ("", "", "", "")
             case .join(let nick, let node): ("join", nick, node, "")
             case .leave(let nick, let node): ("leave", nick, node, "")
+            case .kick(let nick): ("kick", nick, "", "")
             case .rename(let old, let new, let node): ("rename", old, node, new)
             case .topic: ("topic", "", "", "")
             }
         commands.send([
-            Array("EVALSHA".utf8), scriptSHA, Array("6".utf8), keys.seq, keys.log, keys.members, keys.memberNodes, keys.topic,
-            keys.membersPerNode,
+            Array("EVALSHA".utf8), scriptSHA, Array("12".utf8), keys.seq, keys.log, keys.members, keys.memberNodes, keys.topic,
+            keys.membersPerNode, keys.modes, keys.roles, keys.bans, keys.invitations, keys.accountRoles, keys.memberAccounts,
             keys.channel, payload, Array(String(maxEvents).utf8), Array(kind.utf8), Array(nick.utf8), Array(node.utf8),
             Array(room.utf8), Array(newNick.utf8),
-        ]) { reply in
+        ] + (moderation?.arguments ?? [])) { reply in
             switch reply {
             case .success(.array(let parts?)) where parts.count == 3:
                 guard let seq = parts[0].integer, let time = parts[1].integer, let members = parts[2].integer, seq > 0, time >= 0,
@@ -479,6 +492,9 @@ public enum RoomChange: Equatable, Sendable {
     case join(nick: String, node: String)
     /// `nick` is no longer a member, if `node` served it; otherwise nothing is appended.
     case leave(nick: String, node: String)
+    /// `nick` is no longer a member, whichever node served it: a kick. Nothing is appended if it
+    /// is nobody's member.
+    case kick(nick: String)
     /// The member `old`, served by `node`, is called `new` from now on (same place in the list).
     case rename(old: String, new: String, node: String)
     /// The event is the room's topic from now on (kept with its `seq` and time).
@@ -503,6 +519,18 @@ public struct RoomKeys: Sendable {
     public let membersPerNode: [UInt8]
     /// The room's epoch, set once.
     public let epoch: [UInt8]
+    /// Hash: the room's modes (`founder`, `i`, `m`, `t`, `k`, `l`; ModerationCheck.swift).
+    public let modes: [UInt8]
+    /// Hash: member nick → its role (`o`, `v` or `ov`).
+    public let roles: [UInt8]
+    /// Hash: ban mask → `time setBy reason`.
+    public let bans: [UInt8]
+    /// Hash: invited nick key → when the invitation expires, in ms.
+    public let invitations: [UInt8]
+    /// Hash: account → its role, while the room is registered.
+    public let accountRoles: [UInt8]
+    /// Hash: member nick → the account it is logged in as.
+    public let memberAccounts: [UInt8]
 
     /// The keys of `room`.
     public init(_ room: String) {
@@ -515,5 +543,11 @@ public struct RoomKeys: Sendable {
         topic = Array((prefix + "topic").utf8)
         membersPerNode = Array((prefix + "pernode").utf8)
         epoch = Array((prefix + "epoch").utf8)
+        modes = Array((prefix + "modes").utf8)
+        roles = Array((prefix + "roles").utf8)
+        bans = Array((prefix + "bans").utf8)
+        invitations = Array((prefix + "invites").utf8)
+        accountRoles = Array((prefix + "accountroles").utf8)
+        memberAccounts = Array((prefix + "accounts").utf8)
     }
 }

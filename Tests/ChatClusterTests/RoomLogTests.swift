@@ -6,8 +6,8 @@ import TestSupport
 import Testing
 
 /// One node's view of the cluster for a test: its own queue, two Redis connections, a `RoomLog`,
-/// and every event it was handed, in order.
-private final class Node: @unchecked Sendable {
+/// and every event it was handed, in order (RoomLogTests, RoomModerationTests).
+final class Node: @unchecked Sendable {
     let queue: DispatchQueue
     let log: RoomLog
     let commands: RedisConnection
@@ -61,10 +61,14 @@ private final class Node: @unchecked Sendable {
         }
     }
 
-    /// Appends one event with `change`; the result as the log gives it.
-    func append(_ payload: [UInt8], change: RoomChange, to room: String) async -> Result<AppendedEvent, ClusterError> {
+    /// Appends one event with `change` and `moderation`; the result as the log gives it.
+    func append(
+        _ payload: [UInt8], change: RoomChange, moderation: ModerationCheck? = nil, to room: String
+    ) async -> Result<AppendedEvent, ClusterError> {
         await withCheckedContinuation { continuation in
-            queue.async { [log] in log.append(to: room, payload: payload, change: change) { continuation.resume(returning: $0) } }
+            queue.async { [log] in
+                log.append(to: room, payload: payload, change: change, moderation: moderation) { continuation.resume(returning: $0) }
+            }
         }
     }
 
@@ -104,7 +108,7 @@ private final class Node: @unchecked Sendable {
     }
 }
 
-private func payload(_ text: String) -> [UInt8] { Array(text.utf8) + [0, 13, 10, 32] }
+func payload(_ text: String) -> [UInt8] { Array(text.utf8) + [0, 13, 10, 32] }
 
 /// One test at a time: each starts its own redis-server (see RedisConnectionTests).
 @Suite("The cluster's room log in a real Redis", .serialized)

@@ -25,6 +25,24 @@ struct EventChunkTests {
         #expect(EventChunk.split(huge[...]).map(\.events.count) == [1], "an event larger than a chunk gets one of its own")
     }
 
+    @Test func theBlobIsTheFormatFilesOnDiskHold() {
+        // Byte for byte what stored files hold (format 1): a new encoder must write the same.
+        let chunk = EventChunk([
+            HistoryEntry(kind: .message, seq: 5, time: 300, sender: "al", text: "hé"),
+            HistoryEntry(kind: .action, seq: 7, time: 1, sender: "b", text: ""),
+        ])
+        let expected: [UInt8] = [
+            0x01,
+            0x00, 0x00, 0xAC, 0x02, 0x02, 0x61, 0x6C, 0x03, 0x68, 0xC3, 0xA9,
+            0x01, 0x02, 0x01, 0x01, 0x62, 0x00,
+        ]
+        #expect(chunk.encoded() == expected)
+        let wide = EventChunk([HistoryEntry(kind: .topic, seq: .max, time: .max, sender: "z", text: String(repeating: "é", count: 100))])
+        let blob = wide.encoded()
+        #expect(blob.count == 1 + 1 + 1 + 10 + 2 + 2 + 200, "a varint of 64 bits takes ten bytes, a length of 200 two")
+        #expect(blob.withUnsafeBytes { EventChunk.decode($0, firstSeq: .max) } == wide)
+    }
+
     @Test func malformedBlobsDecodeToNilNeverCrash() {
         let chunk = EventChunk([
             HistoryEntry(kind: .message, seq: 5, time: 9, sender: "alice", text: "one"),

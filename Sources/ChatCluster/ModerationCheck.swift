@@ -1,0 +1,415 @@
+import RedisClient
+import RedisProtocol
+
+/// What the append script checks, and changes, of a room's moderation along with an event
+/// (docs/CLUSTER.md, "Moderation").
+///
+/// A room's modes, roles, bans and invitations live in Redis beside its members, and every check
+/// and change runs inside the append script, in the same atomic step that numbers the event: two
+/// nodes that ban and join, or op and deop, at once are put in one order by Redis, and every node
+/// that delivers the log ends in the same state. The node computes what Redis cannot (the ban
+/// masks a joiner matches, the canonical form of a mask) and Redis decides.
+public enum ModerationCheck: Equatable, Sendable {
+    /// A join (with `RoomChange.join`) by a client logged in as `account` (empty: a guest),
+    /// refused if any of `masks` (every ban mask that would match it) is banned; then, unless its
+    /// account has a role in the room or its invitation (`inviteKey`) is still good, refused by
+    /// invite-only, by a key other than `key`, or by the member limit. The joiner becomes op if it
+    /// creates the room (no members, not registered), and takes its account's role otherwise.
+    case admit(account: String, key: String, inviteKey: String, masks: [String])
+    /// A `say` or `emote` of `nick`: refused while the room is moderated, unless it is op or voiced.
+    case speak(nick: String)
+    /// A topic set by `by`: refused while the topic is locked, unless it is op or `admin`.
+    case setTopic(by: String, admin: Bool)
+    /// A kick (with `RoomChange.kick`) by `by`, logged in as `account`: needs op (or `admin`);
+    /// nobody but the founder (or an admin) kicks the founder.
+    case kick(by: String, account: String, admin: Bool)
+    /// `by`, logged in as `account`, turns `mode` on or off with `argument` (the canonical form
+    /// the node computed); `reason` goes into a ban's record.
+    case setMode(by: String, account: String, admin: Bool, mode: UInt8, on: Bool, argument: String, reason: String)
+
+    /// The script's arguments after the first eight: the check, then its fields.
+    var arguments: [[UInt8]] {
+        func flag(_ value: Bool) -> [UInt8] { value ? [UInt8(ascii: "1")] : [UInt8(ascii: "0")] }
+        switch self {
+        case let .admit(account, key, inviteKey, masks):
+            return [Array("admit".utf8), [], flag(false), Array(account.utf8), Array(key.utf8), Array(inviteKey.utf8)]
+                + masks.map { Array($0.utf8) }
+        case let .speak(nick):
+            return [Array("speak".utf8), Array(nick.utf8), flag(false), []]
+        case let .setTopic(by, admin):
+            return [Array("topic".utf8), Array(by.utf8), flag(admin), []]
+        case let .kick(by, account, admin):
+            return [Array("kick".utf8), Array(by.utf8), flag(admin), Array(account.utf8)]
+        case let .setMode(by, account, admin, mode, on, argument, reason):
+            return [
+                Array("mode".utf8), Array(by.utf8), flag(admin), Array(account.utf8), Array(String(mode).utf8), flag(on),
+                Array(argument.utf8), Array(reason.utf8),
+            ]
+        }
+    }
+
+    /// The most bans a room holds.
+    public static let maxBans = 100
+    /// The most invitations a room keeps; past it the one closest to expiring goes.
+    public static let maxInvitations = 100
+
+    /// The append script's moderation: functions, then the checks run before the event is
+    /// numbered (a refusal logs nothing). KEYS 7–12: the room's modes (hash: `founder`, `i`, `m`,
+    /// `t`, `k`, `l`), member roles (nick → `o`, `v` or `ov`), bans (mask → `time setBy reason`),
+    /// invitations (nick key → expiry in ms), account roles of a registered room (account → role)
+    /// and members' accounts (nick → account). ARGV 9 on: the check and its fields, as
+    /// `arguments` writes them. `ms` is Redis's time, `change` the membership change.
+    static let checks = """
+        local check = ARGV[9] or ''
+        local by, admin, account = ARGV[10], ARGV[11] == '1', ARGV[12]
+        local founder = redis.call('HGET', KEYS[7], 'founder')
+        local function refuse(code, text) return redis.error_reply(code .. ' ' .. text) end
+        local function roleOf(nick) return redis.call('HGET', KEYS[8], nick) or '' end
+        local function isOp(nick) return string.find(roleOf(nick), 'o', 1, true) ~= nil end
+        local function isFounder(nick)
+            return founder and redis.call('HGET', KEYS[12], nick) == founder
+        end
+        local function grant(nick, letter, on)
+            local role = roleOf(nick):gsub(letter, '')
+            if on then role = role .. letter end
+            if role == 'vo' then role = 'ov' end
+            if role == '' then redis.call('HDEL', KEYS[8], nick) else redis.call('HSET', KEYS[8], nick, role) end
+            local memberAccount = founder and redis.call('HGET', KEYS[12], nick)
+            if memberAccount then
+                if role == '' then redis.call('HDEL', KEYS[11], memberAccount) else redis.call('HSET', KEYS[11], memberAccount, role) end
+            end
+        end
+        local function dropMember(nick)
+            redis.call('HDEL', KEYS[8], nick)
+            redis.call('HDEL', KEYS[12], nick)
+        end
+        local function forgetIfEmptyAndUnregistered()
+            if redis.call('ZCARD', KEYS[3]) == 0 and not founder then
+                redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12])
+            end
+        end
+        local granted, creating = false, false
+        if check == 'admit' then
+            for i = 15, #ARGV do
+                if redis.call('HEXISTS', KEYS[9], ARGV[i]) == 1 then return refuse('BANNED', 'you are banned from #' .. ARGV[7]) end
+            end
+            if account ~= '' then
+                if founder == account then granted = 'o' else granted = redis.call('HGET', KEYS[11], account) end
+            end
+            local invited = false
+            local expiry = redis.call('HGET', KEYS[10], ARGV[14])
+            if expiry then
+                redis.call('HDEL', KEYS[10], ARGV[14])
+                invited = tonumber(expiry) >= ms
+            end
+            if not granted and not invited then
+                if redis.call('HEXISTS', KEYS[7], 'i') == 1 then return refuse('INVITEONLY', '#' .. ARGV[7] .. ' is invite-only') end
+                local key = redis.call('HGET', KEYS[7], 'k')
+                if key and key ~= ARGV[13] then return refuse('BADKEY', 'wrong key for #' .. ARGV[7]) end
+                local limit = redis.call('HGET', KEYS[7], 'l')
+                if limit and redis.call('ZCARD', KEYS[3]) >= tonumber(limit) then
+                    return refuse('FULL', '#' .. ARGV[7] .. ' is full (' .. limit .. ' members)')
+                end
+            end
+            creating = redis.call('ZCARD', KEYS[3]) == 0 and not founder
+        elseif check == 'speak' then
+            if redis.call('HEXISTS', KEYS[7], 'm') == 1 and roleOf(by) == '' then
+                return refuse('MODERATED', '#' .. ARGV[7] .. ' is moderated: only ops and voiced members speak')
+            end
+        elseif check == 'topic' then
+            if redis.call('HEXISTS', KEYS[7], 't') == 1 and not admin and not isOp(by) then
+                return refuse('NOTOP', 'the topic of #' .. ARGV[7] .. ' is locked: only ops set it')
+            end
+        elseif check == 'kick' then
+            if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
+            if not redis.call('ZSCORE', KEYS[3], ARGV[5]) then
+                return refuse('NOTMEMBER', ARGV[5] .. ' is not in #' .. ARGV[7])
+            end
+            if isFounder(ARGV[5]) and account ~= founder and not admin then
+                return refuse('NOTOP', 'only the founder kicks the founder of #' .. ARGV[7])
+            end
+        elseif check == 'mode' then
+            local mode, on, argument = tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15]
+            if mode == 8 then
+                if on then
+                    if account == '' then return refuse('NOTLOGGEDIN', 'log in to register #' .. ARGV[7]) end
+                    if founder then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
+                    if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
+                    redis.call('HSET', KEYS[7], 'founder', account)
+                    founder = account
+                    local roles = redis.call('HGETALL', KEYS[8])
+                    for i = 1, #roles, 2 do
+                        local memberAccount = redis.call('HGET', KEYS[12], roles[i])
+                        if memberAccount then redis.call('HSET', KEYS[11], memberAccount, roles[i + 1]) end
+                    end
+                else
+                    if not founder then return refuse('NOTREGISTERED', '#' .. ARGV[7] .. ' is not registered') end
+                    if account ~= founder and not admin then return refuse('NOTOP', 'only the founder drops #' .. ARGV[7]) end
+                    redis.call('HDEL', KEYS[7], 'founder')
+                    redis.call('DEL', KEYS[11])
+                    founder = false
+                end
+            else
+                if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
+                local flags = { [0] = 'i', [2] = 'm', [3] = 't' }
+                if flags[mode] then
+                    if on then redis.call('HSET', KEYS[7], flags[mode], '1') else redis.call('HDEL', KEYS[7], flags[mode]) end
+                elseif mode == 1 or mode == 4 then
+                    local field = mode == 1 and 'k' or 'l'
+                    if on then redis.call('HSET', KEYS[7], field, argument) else redis.call('HDEL', KEYS[7], field) end
+                elseif mode == 5 or mode == 6 then
+                    if not redis.call('ZSCORE', KEYS[3], argument) then
+                        return refuse('NOTMEMBER', argument .. ' is not in #' .. ARGV[7])
+                    end
+                    if mode == 5 and not on and isFounder(argument) and account ~= founder and not admin then
+                        return refuse('NOTOP', 'only the founder deops the founder of #' .. ARGV[7])
+                    end
+                    grant(argument, mode == 5 and 'o' or 'v', on)
+                elseif mode == 7 then
+                    if on then
+                        if redis.call('HEXISTS', KEYS[9], argument) == 0 and redis.call('HLEN', KEYS[9]) >= \(maxBans) then
+                            return refuse('LISTFULL', '#' .. ARGV[7] .. ' has \(maxBans) bans, the most it holds')
+                        end
+                        redis.call('HSET', KEYS[9], argument, ms .. ' ' .. by .. ' ' .. ARGV[16])
+                    else
+                        redis.call('HDEL', KEYS[9], argument)
+                    end
+                else
+                    return refuse('BADMODE', 'no mode ' .. ARGV[13])
+                end
+            end
+        end
+        """
+
+    /// The append script's moderation after the event's membership change: the joiner's role and
+    /// account, a leaver's or kicked member's taken away, a renamed member's moved, and an emptied
+    /// unregistered room's moderation forgotten.
+    static let afterChange = """
+        if change == 'join' and check == 'admit' then
+            if granted then redis.call('HSET', KEYS[8], ARGV[5], granted) elseif creating then redis.call('HSET', KEYS[8], ARGV[5], 'o') end
+            if account ~= '' then redis.call('HSET', KEYS[12], ARGV[5], account) end
+        elseif change == 'leave' or change == 'kick' then
+            dropMember(ARGV[5])
+            forgetIfEmptyAndUnregistered()
+        elseif change == 'rename' then
+            local role = redis.call('HGET', KEYS[8], ARGV[5])
+            local memberAccount = redis.call('HGET', KEYS[12], ARGV[5])
+            dropMember(ARGV[5])
+            if role then redis.call('HSET', KEYS[8], ARGV[8], role) end
+            if memberAccount then redis.call('HSET', KEYS[12], ARGV[8], memberAccount) end
+        end
+        """
+}
+
+/// Why the append script refused an event for the room's moderation, parsed from its error reply.
+public enum ModerationRefusal: String, Equatable, Sendable {
+    /// A ban of the room matches the joiner.
+    case banned = "BANNED"
+    /// The room is invite-only and the joiner was not invited.
+    case inviteOnly = "INVITEONLY"
+    /// The room has another key.
+    case badKey = "BADKEY"
+    /// The room is at its member limit.
+    case full = "FULL"
+    /// The request needs op (or the founder).
+    case notOperator = "NOTOP"
+    /// The room is moderated and the speaker is neither op nor voiced.
+    case moderated = "MODERATED"
+    /// The room holds as many bans as it may.
+    case listFull = "LISTFULL"
+    /// The nick named is not a member of the room.
+    case notMember = "NOTMEMBER"
+    /// Registering a room needs a login.
+    case notLoggedIn = "NOTLOGGEDIN"
+    /// The room is registered already.
+    case registered = "REGISTERED"
+    /// The room is not registered.
+    case notRegistered = "NOTREGISTERED"
+    /// The mode is not one the script knows.
+    case badMode = "BADMODE"
+    /// The invitee is a member already.
+    case alreadyMember = "ALREADYIN"
+
+    /// The refusal and its text, if `error` is one of the script's.
+    public static func parse(_ error: ClusterError) -> (refusal: ModerationRefusal, text: String)? {
+        guard case .refused(let reply) = error, let space = reply.firstIndex(of: " "),
+            let refusal = ModerationRefusal(rawValue: String(reply[..<space]))
+        else { return nil }
+        return (refusal, String(reply[reply.index(after: space)...]))
+    }
+}
+
+/// A room's moderation as Redis holds it: what a joiner is told (`roomModes`) and what a node
+/// checks before it asks.
+public struct ClusterRoomModeration: Equatable, Sendable {
+    /// The account the room is registered to; empty when it is not.
+    public var founder = ""
+    /// Only the invited and those with a role by account join.
+    public var inviteOnly = false
+    /// Only ops and voiced members speak.
+    public var moderated = false
+    /// Only ops set the topic.
+    public var topicLock = false
+    /// The key; empty when none.
+    public var key = ""
+    /// The member limit; 0 when none.
+    public var memberLimit = 0
+    /// Members' roles: nick → `o`, `v` or `ov`.
+    public var roles: [String: String] = [:]
+
+    /// A room without moderation.
+    public init() {}
+}
+
+extension ClusterDirectory {
+    /// The script `invite` runs. KEYS: the room's roles, invitations and members. ARGV: the
+    /// inviter's nick, `1` for a server operator, the invitee's nick key, the invitation's
+    /// lifetime in ms, the most invitations kept, the room's name, the invitee's nick.
+    static let inviteScript = """
+        if ARGV[2] ~= '1' and not string.find(redis.call('HGET', KEYS[1], ARGV[1]) or '', 'o', 1, true) then
+            return redis.error_reply('NOTOP you are not an op of #' .. ARGV[6])
+        end
+        if redis.call('ZSCORE', KEYS[3], ARGV[7]) then
+            return redis.error_reply('ALREADYIN ' .. ARGV[7] .. ' is already in #' .. ARGV[6])
+        end
+        local now = redis.call('TIME')
+        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        redis.call('HSET', KEYS[2], ARGV[3], ms + tonumber(ARGV[4]))
+        redis.call('PEXPIRE', KEYS[2], ARGV[4])
+        if redis.call('HLEN', KEYS[2]) > tonumber(ARGV[5]) then
+            local all = redis.call('HGETALL', KEYS[2])
+            local soonest, soonestKey
+            for i = 1, #all, 2 do
+                local expiry = tonumber(all[i + 1])
+                if expiry < ms then
+                    redis.call('HDEL', KEYS[2], all[i])
+                elseif not soonest or expiry < soonest then
+                    soonest, soonestKey = expiry, all[i]
+                end
+            end
+            if redis.call('HLEN', KEYS[2]) > tonumber(ARGV[5]) then redis.call('HDEL', KEYS[2], soonestKey) end
+        end
+        return 1
+        """
+
+    /// Invites `nick` (its key `nickKey`) into `room` for `lifetimeMillis`, if `by` is an op
+    /// there or `admin`: its next join passes invite-only, the key and the limit, once. Fails
+    /// with `.refused("NOTOP …")` or `.refused("ALREADYIN …")` (`ModerationRefusal.parse`).
+    public func invite(
+        _ nick: String, nickKey: String, into room: String, by: String, admin: Bool, lifetimeMillis: Int,
+        completion: @escaping (Result<Void, ClusterError>) -> Void
+    ) {
+        let keys = RoomKeys(room)
+        commands.send([
+            Array("EVAL".utf8), Array(Self.inviteScript.utf8), Array("3".utf8), keys.roles, keys.invitations, keys.members,
+            Array(by.utf8), Array((admin ? "1" : "0").utf8), Array(nickKey.utf8), Array(String(lifetimeMillis).utf8),
+            Array(String(ModerationCheck.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
+        ]) { reply in
+            switch reply {
+            case .success(.integer): completion(.success(()))
+            case .success(.error(let text)): completion(.failure(.refused(text)))
+            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "1")))
+            case .failure(let error): completion(.failure(.redis(error)))
+            }
+        }
+    }
+}
+
+/// One ban as Redis keeps it.
+public struct ClusterBan: Equatable, Sendable {
+    /// The canonical mask.
+    public var mask: String
+    /// The nick that set it; empty for none.
+    public var setBy: String
+    /// When, in milliseconds since the Unix epoch (Redis's clock).
+    public var time: UInt64
+    /// Why; may be empty.
+    public var reason: String
+
+    /// A ban record.
+    public init(mask: String, setBy: String, time: UInt64, reason: String) {
+        self.mask = mask
+        self.setBy = setBy
+        self.time = time
+        self.reason = reason
+    }
+
+    /// Parses `time setBy reason` (setBy `-` for none), as the scripts write it.
+    init?(mask: String, record: String) {
+        let parts = record.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count >= 2, let time = UInt64(parts[0]) else { return nil }
+        self.init(mask: mask, setBy: parts[1] == "-" ? "" : String(parts[1]), time: time, reason: parts.count > 2 ? String(parts[2]) : "")
+    }
+}
+
+extension ClusterDirectory {
+    /// Reads `room`'s modes and roles.
+    public func moderation(of room: String, completion: @escaping (Result<ClusterRoomModeration, ClusterError>) -> Void) {
+        let keys = RoomKeys(room)
+        hashes([keys.modes, keys.roles]) { result in
+            completion(result.map { hashes in
+                var moderation = ClusterRoomModeration()
+                let modes = hashes[0]
+                moderation.founder = modes["founder"] ?? ""
+                moderation.inviteOnly = modes["i"] != nil
+                moderation.moderated = modes["m"] != nil
+                moderation.topicLock = modes["t"] != nil
+                moderation.key = modes["k"] ?? ""
+                moderation.memberLimit = modes["l"].flatMap { Int($0) } ?? 0
+                moderation.roles = hashes[1]
+                return moderation
+            })
+        }
+    }
+
+    /// Reads `room`'s bans, oldest first.
+    public func bans(of room: String, completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+        bans(in: RoomKeys(room).bans, completion: completion)
+    }
+
+    /// Reads the bans of the hash `key` (a room's, or the server's), oldest first.
+    func bans(in key: [UInt8], completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+        hashes([key]) { result in
+            completion(result.flatMap { hashes in
+                var bans: [ClusterBan] = []
+                for (mask, record) in hashes[0] {
+                    guard let ban = ClusterBan(mask: mask, record: record) else {
+                        return .failure(.malformedReply("ban record \(record)"))
+                    }
+                    bans.append(ban)
+                }
+                return .success(bans.sorted { ($0.time, $0.mask) < ($1.time, $1.mask) })
+            })
+        }
+    }
+
+    /// `HGETALL` of each of `keys`, small hashes all (a room's moderation is bounded).
+    func hashes(_ keys: [[UInt8]], completion: @escaping (Result<[[String: String]], ClusterError>) -> Void) {
+        var replies: [[String: String]?] = Array(repeating: nil, count: keys.count)
+        var failed = false
+        for (index, key) in keys.enumerated() {
+            commands.send([Array("HGETALL".utf8), key]) { reply in
+                guard !failed else { return }
+                switch reply {
+                case .success(.array(let fields?)) where fields.count.isMultiple(of: 2):
+                    var hash: [String: String] = [:]
+                    for field in stride(from: 0, to: fields.count, by: 2) {
+                        guard let name = fields[field].text, let value = fields[field + 1].text else {
+                            failed = true
+                            return completion(.failure(.malformedReply("hash field \(fields[field])")))
+                        }
+                        hash[name] = value
+                    }
+                    replies[index] = hash
+                case .success(let other):
+                    failed = true
+                    return completion(.failure(ClusterError(.success(other), expecting: "a hash")))
+                case .failure(let error):
+                    failed = true
+                    return completion(.failure(.redis(error)))
+                }
+                if replies.allSatisfy({ $0 != nil }) { completion(.success(replies.map { $0! })) }
+            }
+        }
+    }
+}
