@@ -16,13 +16,17 @@ public enum ModerationCheck: Equatable, Sendable {
     /// invite-only, by a key other than `key`, or by the member limit. The joiner becomes op if it
     /// creates the room (no members, not registered), and takes its account's role otherwise.
     case admit(account: String, key: String, inviteKey: String, masks: [String])
-    /// A `say` or `emote` of `nick`: refused while the room is moderated, unless it is op or voiced.
+    /// A `say` or `emote` of `nick`: refused unless it is a member (a member kicked while its
+    /// line was on the way is one no more), and while the room is moderated unless it is op or
+    /// voiced.
     case speak(nick: String)
-    /// A topic set by `by`: refused while the topic is locked, unless it is op or `admin`.
+    /// A topic set by `by`: refused unless it is a member, and while the topic is locked unless
+    /// it is op or `admin`.
     case setTopic(by: String, admin: Bool)
     /// A kick (with `RoomChange.kick`) by `by`, logged in as `account`: needs op (or `admin`);
-    /// nobody but the founder (or an admin) kicks the founder.
-    case kick(by: String, account: String, admin: Bool)
+    /// nobody but the founder (or an admin) kicks the founder. `sparingOps`: refused (`ISOP`) if
+    /// the member is an op — a kick that a new ban makes, which spares ops.
+    case kick(by: String, account: String, admin: Bool, sparingOps: Bool = false)
     /// `by`, logged in as `account`, turns `mode` on or off with `argument` (the canonical form
     /// the node computed); `reason` goes into a ban's record.
     case setMode(by: String, account: String, admin: Bool, mode: UInt8, on: Bool, argument: String, reason: String)
@@ -38,8 +42,8 @@ public enum ModerationCheck: Equatable, Sendable {
             return [Array("speak".utf8), Array(nick.utf8), flag(false), []]
         case let .setTopic(by, admin):
             return [Array("topic".utf8), Array(by.utf8), flag(admin), []]
-        case let .kick(by, account, admin):
-            return [Array("kick".utf8), Array(by.utf8), flag(admin), Array(account.utf8)]
+        case let .kick(by, account, admin, sparingOps):
+            return [Array("kick".utf8), Array(by.utf8), flag(admin), Array(account.utf8), flag(sparingOps)]
         case let .setMode(by, account, admin, mode, on, argument, reason):
             return [
                 Array("mode".utf8), Array(by.utf8), flag(admin), Array(account.utf8), Array(String(mode).utf8), flag(on),
@@ -58,12 +62,23 @@ public enum ModerationCheck: Equatable, Sendable {
     /// `t`, `k`, `l`), member roles (nick → `o`, `v` or `ov`), bans (mask → `time setBy reason`),
     /// invitations (nick key → expiry in ms), account roles of a registered room (account → role)
     /// and members' accounts (nick → account). ARGV 9 on: the check and its fields, as
-    /// `arguments` writes them. `ms` is Redis's time, `change` the membership change.
+    /// `arguments` writes them. `ms` is Redis's time, `change` the membership change, `subject`
+    /// the nick it concerns (a kick's, as the member list spells it).
     static let checks = """
         local check = ARGV[9] or ''
         local by, admin, account = ARGV[10], ARGV[11] == '1', ARGV[12]
         local founder = redis.call('HGET', KEYS[7], 'founder')
         local function refuse(code, text) return redis.error_reply(code .. ' ' .. text) end
+        -- A member by its nick in any letter case (nicks are ASCII and compare ignoring case):
+        -- the exact nick is tried first, the list only when a client typed it otherwise.
+        local function member(nick)
+            if redis.call('ZSCORE', KEYS[3], nick) then return nick end
+            local wanted = string.lower(nick)
+            for _, name in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+                if string.lower(name) == wanted then return name end
+            end
+            return nil
+        end
         local function roleOf(nick) return redis.call('HGET', KEYS[8], nick) or '' end
         local function isOp(nick) return string.find(roleOf(nick), 'o', 1, true) ~= nil end
         local function isFounder(nick)
@@ -113,19 +128,21 @@ public enum ModerationCheck: Equatable, Sendable {
             end
             creating = redis.call('ZCARD', KEYS[3]) == 0 and not founder
         elseif check == 'speak' then
+            if not redis.call('ZSCORE', KEYS[3], by) then return refuse('NOTMEMBER', 'you are not in #' .. ARGV[7]) end
             if redis.call('HEXISTS', KEYS[7], 'm') == 1 and roleOf(by) == '' then
                 return refuse('MODERATED', '#' .. ARGV[7] .. ' is moderated: only ops and voiced members speak')
             end
         elseif check == 'topic' then
+            if not redis.call('ZSCORE', KEYS[3], by) then return refuse('NOTMEMBER', 'you are not in #' .. ARGV[7]) end
             if redis.call('HEXISTS', KEYS[7], 't') == 1 and not admin and not isOp(by) then
                 return refuse('NOTOP', 'the topic of #' .. ARGV[7] .. ' is locked: only ops set it')
             end
         elseif check == 'kick' then
             if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
-            if not redis.call('ZSCORE', KEYS[3], ARGV[5]) then
-                return refuse('NOTMEMBER', ARGV[5] .. ' is not in #' .. ARGV[7])
-            end
-            if isFounder(ARGV[5]) and account ~= founder and not admin then
+            subject = member(ARGV[5])
+            if not subject then return refuse('NOTMEMBER', ARGV[5] .. ' is not in #' .. ARGV[7]) end
+            if ARGV[13] == '1' and isOp(subject) then return refuse('ISOP', subject .. ' is an op of #' .. ARGV[7]) end
+            if isFounder(subject) and account ~= founder and not admin then
                 return refuse('NOTOP', 'only the founder kicks the founder of #' .. ARGV[7])
             end
         elseif check == 'mode' then
@@ -133,7 +150,7 @@ public enum ModerationCheck: Equatable, Sendable {
             if mode == 8 then
                 if on then
                     if account == '' then return refuse('NOTLOGGEDIN', 'log in to register #' .. ARGV[7]) end
-                    if founder then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
+                    if founder and founder ~= account then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
                     if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
                     redis.call('HSET', KEYS[7], 'founder', account)
                     founder = account
@@ -142,9 +159,8 @@ public enum ModerationCheck: Equatable, Sendable {
                         local memberAccount = redis.call('HGET', KEYS[12], roles[i])
                         if memberAccount then redis.call('HSET', KEYS[11], memberAccount, roles[i + 1]) end
                     end
-                else
-                    if not founder then return refuse('NOTREGISTERED', '#' .. ARGV[7] .. ' is not registered') end
-                    if account ~= founder and not admin then return refuse('NOTOP', 'only the founder drops #' .. ARGV[7]) end
+                elseif founder then
+                    if account ~= founder and not admin then return refuse('NOTOP', 'only the founder unregisters #' .. ARGV[7]) end
                     redis.call('HDEL', KEYS[7], 'founder')
                     redis.call('DEL', KEYS[11])
                     founder = false
@@ -158,13 +174,12 @@ public enum ModerationCheck: Equatable, Sendable {
                     local field = mode == 1 and 'k' or 'l'
                     if on then redis.call('HSET', KEYS[7], field, argument) else redis.call('HDEL', KEYS[7], field) end
                 elseif mode == 5 or mode == 6 then
-                    if not redis.call('ZSCORE', KEYS[3], argument) then
-                        return refuse('NOTMEMBER', argument .. ' is not in #' .. ARGV[7])
-                    end
-                    if mode == 5 and not on and isFounder(argument) and account ~= founder and not admin then
+                    local target = member(argument)
+                    if not target then return refuse('NOTMEMBER', argument .. ' is not in #' .. ARGV[7]) end
+                    if mode == 5 and not on and isFounder(target) and account ~= founder and not admin then
                         return refuse('NOTOP', 'only the founder deops the founder of #' .. ARGV[7])
                     end
-                    grant(argument, mode == 5 and 'o' or 'v', on)
+                    grant(target, mode == 5 and 'o' or 'v', on)
                 elseif mode == 7 then
                     if on then
                         if redis.call('HEXISTS', KEYS[9], argument) == 0 and redis.call('HLEN', KEYS[9]) >= \(maxBans) then
@@ -189,7 +204,7 @@ public enum ModerationCheck: Equatable, Sendable {
             if granted then redis.call('HSET', KEYS[8], ARGV[5], granted) elseif creating then redis.call('HSET', KEYS[8], ARGV[5], 'o') end
             if account ~= '' then redis.call('HSET', KEYS[12], ARGV[5], account) end
         elseif change == 'leave' or change == 'kick' then
-            dropMember(ARGV[5])
+            dropMember(subject)
             forgetIfEmptyAndUnregistered()
         elseif change == 'rename' then
             local role = redis.call('HGET', KEYS[8], ARGV[5])
@@ -221,10 +236,10 @@ public enum ModerationRefusal: String, Equatable, Sendable {
     case notMember = "NOTMEMBER"
     /// Registering a room needs a login.
     case notLoggedIn = "NOTLOGGEDIN"
-    /// The room is registered already.
+    /// The room is registered to another account.
     case registered = "REGISTERED"
-    /// The room is not registered.
-    case notRegistered = "NOTREGISTERED"
+    /// A kick that spares ops found an op.
+    case isOperator = "ISOP"
     /// The mode is not one the script knows.
     case badMode = "BADMODE"
     /// The invitee is a member already.
