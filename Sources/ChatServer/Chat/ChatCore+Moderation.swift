@@ -16,8 +16,8 @@ import ChatProtocol
 // The rules that decide whether a client may enter a room sit with the other join rules
 // (`joinRefusal` in ChatCore.swift), and those that decide whether it may speak or set the
 // topic with the other room-event rules (`roomEventRefusal`), so every mode applies them. A
-// clustered core keeps no moderation yet: it answers every version 4 request `unavailable`
-// (`clusterReceived`).
+// clustered core keeps no moderation of its own: a room's is in Redis, checked and changed by the
+// append script (ChatCore+ClusterModeration.swift).
 
 /// The moderation the core keeps beyond the rooms in memory: registered rooms' settings, the
 /// server's bans, and the writes for the store.
@@ -57,8 +57,6 @@ extension ChatCore {
     static let maxBanReasonBytes = 200
     /// The longest room key, in bytes.
     static let maxRoomKeyBytes = 64
-    /// The reason a clustered core gives for every moderation request.
-    static let clusterModerationReason = "room moderation is not served in cluster mode yet"
 
     // MARK: Requests
 
@@ -492,7 +490,7 @@ extension ChatCore {
     /// How long `id`'s address must wait before its next room key is compared: wrong keys count
     /// in the same window as wrong passwords (`AccountSettings.loginAttemptsPerAddress` per
     /// `loginWindow`), so a guesser cannot switch from passwords to keys for more tries.
-    private func keyGuessWait(for id: ClientID, at now: ServerTime) -> UInt64? {
+    func keyGuessWait(for id: ClientID, at now: ServerTime) -> UInt64? {
         let limits = configuration.accounts
         let window = accounts.addressAttempts[Self.throttleKey(of: clients[id.slot]!.address)]
         return Self.wait(window, limit: limits.loginAttemptsPerAddress, window: limits.loginWindow.milliseconds, now: now.uptimeMillis)
@@ -576,7 +574,7 @@ extension ChatCore {
     }
 
     /// The digits of `text` as a number, or nil if it is not one (no sign, no spaces, at most 7 digits).
-    private static func decimal(_ text: String) -> Int? {
+    static func decimal(_ text: String) -> Int? {
         guard !text.isEmpty, text.utf8.count <= 7, text.utf8.allSatisfy({ $0 &- 0x30 < 10 }) else { return nil }
         return Int(text)
     }

@@ -661,7 +661,7 @@ public struct ChatCore: Sendable {
             return
         }
         if cluster != nil {
-            clusterJoin(name, id: id, nick: nick, size: size, into: &actions)
+            clusterJoin(name, id: id, nick: nick, size: size, key: key, at: now, into: &actions)
             return
         }
         if rooms[name] == nil {
