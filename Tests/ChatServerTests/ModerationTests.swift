@@ -11,6 +11,9 @@ import TestSupport
 @Suite("Room moderation against the real server", .serialized)
 struct ModerationTests {
     static let modes: [ServerMode] = [.durable, .memory]
+    /// The modes a room's moderation holds in; server operators' bans and kills are not served
+    /// in a cluster yet.
+    static let everyMode: [ServerMode] = [.durable, .memory, .cluster]
 
     /// Registers `nick` (a version 4 session), which logs it in.
     private static func registered(_ nick: String, on server: ChatServerProcess) async throws -> TestClient {
@@ -53,7 +56,7 @@ struct ModerationTests {
         }
     }
 
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func aMemberKickedMidFloodReceivesNothingOfTheRoomAfterItsKickAndEveryLineItSawEchoedReachedTheOthers(
         _ mode: ServerMode
     ) async throws {
@@ -246,7 +249,7 @@ struct ModerationTests {
         _ = try await alice.waitFor("bob's quit") { if case .quit("r", _, _, "bob", let reason) = $0 { reason.contains("abuse") ? true : nil } else { nil } }
     }
 
-    @Test(arguments: modes)
+    @Test(arguments: everyMode)
     func clientsOfVersions1To3AreRefusedModeratedAndBannedAndSeeAKickAsLeft(_ mode: ServerMode) async throws {
         let server = try await ChatServerProcess(mode, arguments: ["--handshake-timeout", "60"])
         defer { server.stop() }
