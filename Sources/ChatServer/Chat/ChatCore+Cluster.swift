@@ -1205,6 +1205,8 @@ extension ChatCore {
         // Its nick is changed all the same (`nickAccepted` said so); the node appends the event
         // again once Redis is back. Nothing to tell, and nothing waits for it any more.
         case .nickChanged: request = nil
+        case .kicked: request = .kick
+        case .modeChanged: request = .setMode
         default: request = FrameType.none
         }
         // Its error goes where the request was sent, and what waited for it then.
