@@ -14,8 +14,9 @@ public enum ModerationCheck: Equatable, Sendable {
     /// refused if any of `masks` (every ban mask that would match it) is banned; then, unless its
     /// account has a role in the room or its invitation (`inviteKey`) is still good, refused by
     /// invite-only, by a key other than `key`, or by the member limit. The joiner becomes op if it
-    /// creates the room (no members, not registered), and takes its account's role otherwise.
-    case admit(account: String, key: String, inviteKey: String, masks: [String])
+    /// creates the room (no members, not registered), and takes its account's role otherwise. A
+    /// server operator (`admin`) is admitted whatever the room's rules.
+    case admit(account: String, key: String, inviteKey: String, masks: [String], admin: Bool = false)
     /// A `say` or `emote` of `nick`: refused unless it is a member (a member kicked while its
     /// line was on the way is one no more), and while the room is moderated unless it is op or
     /// voiced.
@@ -35,8 +36,8 @@ public enum ModerationCheck: Equatable, Sendable {
     var arguments: [[UInt8]] {
         func flag(_ value: Bool) -> [UInt8] { value ? [UInt8(ascii: "1")] : [UInt8(ascii: "0")] }
         switch self {
-        case let .admit(account, key, inviteKey, masks):
-            return [Array("admit".utf8), [], flag(false), Array(account.utf8), Array(key.utf8), Array(inviteKey.utf8)]
+        case let .admit(account, key, inviteKey, masks, admin):
+            return [Array("admit".utf8), [], flag(admin), Array(account.utf8), Array(key.utf8), Array(inviteKey.utf8)]
                 + masks.map { Array($0.utf8) }
         case let .speak(nick):
             return [Array("speak".utf8), Array(nick.utf8), flag(false), []]
@@ -104,12 +105,12 @@ public enum ModerationCheck: Equatable, Sendable {
             end
         end
         local granted, creating = false, false
-        if check == 'admit' then
+        if check == 'admit' and account ~= '' then
+            if founder == account then granted = 'o' else granted = redis.call('HGET', KEYS[11], account) end
+        end
+        if check == 'admit' and not admin then
             for i = 15, #ARGV do
                 if redis.call('HEXISTS', KEYS[9], ARGV[i]) == 1 then return refuse('BANNED', 'you are banned from #' .. ARGV[7]) end
-            end
-            if account ~= '' then
-                if founder == account then granted = 'o' else granted = redis.call('HGET', KEYS[11], account) end
             end
             local invited = false
             local expiry = redis.call('HGET', KEYS[10], ARGV[14])
@@ -126,6 +127,8 @@ public enum ModerationCheck: Equatable, Sendable {
                     return refuse('FULL', '#' .. ARGV[7] .. ' is full (' .. limit .. ' members)')
                 end
             end
+        end
+        if check == 'admit' then
             creating = redis.call('ZCARD', KEYS[3]) == 0 and not founder
         elseif check == 'speak' then
             if not redis.call('ZSCORE', KEYS[3], by) then return refuse('NOTMEMBER', 'you are not in #' .. ARGV[7]) end

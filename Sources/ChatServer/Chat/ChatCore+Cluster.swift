@@ -900,7 +900,7 @@ extension ChatCore {
         // that appends the `joined` (ModerationCheck): the node sends what they are matched by.
         let admission = ModerationCheck.admit(
             account: client.account ?? "", key: key ?? "", inviteKey: ChatName.nickKey(nick),
-            masks: BanMask.masks(matchingAccountKey: client.account, nick: nick, address: client.address))
+            masks: BanMask.masks(matchingAccountKey: client.account, nick: nick, address: client.address), admin: isServerOperator(id))
         // The joiner hears its own `joined` too.
         let charge = chargeFanout(of: id, size: size, in: room, joining: true)
         clients[id.slot]!.rooms.append(room)
