@@ -1,3 +1,4 @@
+import ChatProtocol
 import RedisClient
 import RedisProtocol
 
@@ -322,37 +323,22 @@ extension ClusterDirectory {
             Array("EVAL".utf8), Array(Self.inviteScript.utf8), Array("3".utf8), keys.roles, keys.invitations, keys.members,
             Array(by.utf8), Array((admin ? "1" : "0").utf8), Array(nickKey.utf8), Array(String(lifetimeMillis).utf8),
             Array(String(ModerationCheck.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
-        ]) { reply in
-            switch reply {
-            case .success(.integer): completion(.success(()))
-            case .success(.error(let text)): completion(.failure(.refused(text)))
-            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "1")))
-            case .failure(let error): completion(.failure(.redis(error)))
-            }
+        ]) { reply in completion(Self.done(reply)) }
+    }
+
+    /// A script's answer that it did what was asked (`1`), or why not.
+    static func done(_ reply: RedisConnection.Reply) -> Result<Void, ClusterError> {
+        switch reply {
+        case .success(.integer): .success(())
+        case .success(.error(let text)): .failure(.refused(text))
+        case .success(let other): .failure(ClusterError(.success(other), expecting: "1"))
+        case .failure(let error): .failure(.redis(error))
         }
     }
 }
 
-/// One ban as Redis keeps it.
-public struct ClusterBan: Equatable, Sendable {
-    /// The canonical mask.
-    public var mask: String
-    /// The nick that set it; empty for none.
-    public var setBy: String
-    /// When, in milliseconds since the Unix epoch (Redis's clock).
-    public var time: UInt64
-    /// Why; may be empty.
-    public var reason: String
-
-    /// A ban record.
-    public init(mask: String, setBy: String, time: UInt64, reason: String) {
-        self.mask = mask
-        self.setBy = setBy
-        self.time = time
-        self.reason = reason
-    }
-
-    /// Parses `time setBy reason` (setBy `-` for none), as the scripts write it.
+extension BanEntry {
+    /// Parses `time setBy reason` (setBy `-` for none), as the scripts write a ban of `mask`.
     init?(mask: String, record: String) {
         let parts = record.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count >= 2, let time = UInt64(parts[0]) else { return nil }
@@ -381,17 +367,17 @@ extension ClusterDirectory {
     }
 
     /// Reads `room`'s bans, oldest first.
-    public func bans(of room: String, completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+    public func bans(of room: String, completion: @escaping (Result<[BanEntry], ClusterError>) -> Void) {
         bans(in: RoomKeys(room).bans, completion: completion)
     }
 
     /// Reads the bans of the hash `key` (a room's, or the server's), oldest first.
-    func bans(in key: [UInt8], completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+    func bans(in key: [UInt8], completion: @escaping (Result<[BanEntry], ClusterError>) -> Void) {
         hashes([key]) { result in
             completion(result.flatMap { hashes in
-                var bans: [ClusterBan] = []
+                var bans: [BanEntry] = []
                 for (mask, record) in hashes[0] {
-                    guard let ban = ClusterBan(mask: mask, record: record) else {
+                    guard let ban = BanEntry(mask: mask, record: record) else {
                         return .failure(.malformedReply("ban record \(record)"))
                     }
                     bans.append(ban)

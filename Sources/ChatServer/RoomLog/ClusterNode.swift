@@ -393,8 +393,7 @@ final class ClusterNode: @unchecked Sendable {
         case .bans(let room, let asker):
             guard let commands = link.commands else { return later { $0.clusterBansRead(room: room, asker, .failure(self.down), into: &$1) } }
             ClusterDirectory(commands: commands).bans(of: room) { [self] result in
-                let entries = result.map { $0.map { BanEntry(mask: $0.mask, setBy: $0.setBy, time: $0.time, reason: $0.reason) } }
-                answer { $0.clusterBansRead(room: room, asker, entries.mapError(self.failure), into: &$1) }
+                answer { $0.clusterBansRead(room: room, asker, result.mapError(self.failure), into: &$1) }
             }
         case .listRooms(let id):
             guard let commands = link.commands else { return later { $0.clusterRoomsRead(id, .failure(self.down), into: &$1) } }
