@@ -423,6 +423,10 @@ struct SingleNodeRedis {
             core.clusterInvited(room: room, nick: nick, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
         case .bans(let room, let asker):
             core.clusterBansRead(room: room, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
+        case .serverBan(let mask, let on, _, _, let asker):
+            core.clusterServerBanSet(mask: mask, on: on, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
+        case .kill(let nick, _, let asker):
+            core.clusterKillSent(nick: nick, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
         case .listRooms(let asker):
             let listed = rooms.filter { !$0.value.members.isEmpty }.map { name, room in
                 RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic.flatMap(Self.topicText) ?? "")

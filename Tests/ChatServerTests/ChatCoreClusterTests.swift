@@ -124,7 +124,7 @@ private struct FakeCluster {
         case .listRooms(let id):
             let rooms = members.filter { !$0.value.isEmpty }.map { RoomInfo(name: $0.key, memberCount: UInt32($0.value.count), topic: "") }
             nodes[node].clusterRoomsRead(id, .success(rooms), into: &actions)
-        case .history, .direct, .unfollow, .setAway, .invite, .bans:
+        case .history, .direct, .unfollow, .setAway, .invite, .bans, .serverBan, .kill:
             break
         }
     }

@@ -162,4 +162,48 @@ struct ClusterModerationTests {
             #expect(bans.map(\.mask) == (lastOn ? ["nick:mallory"] : []), "every node reads the state the last change says")
         }
     }
+
+    @Test func aServerOperatorOnOneNodeBansKillsAndClosesOnTheOther() async throws {
+        let cluster = try await ClusterNodes(arguments: ["--admin-account", "root"])
+        defer { cluster.stop() }
+        let (a, b) = (cluster.nodes[0], cluster.nodes[1])
+        let root = try await TestClient.connect(to: a, nick: "root", version: 4)
+        try await root.send(.register(password: "pw-root"))
+        #expect(try await registration(of: root) == .registered(account: "root"))
+        let mallory = try await TestClient.connect(to: b, nick: "mallory", version: 4)
+        let bob = try await Self.member("bob", of: "spam", on: b)
+        defer { for client in [root, mallory, bob] { client.close() } }
+
+        // A ban through node a ends mallory's session on node b, and node b refuses her hello.
+        try await root.send(.serverBan(on: true, mask: "nick:Mallory", reason: "spam"))
+        let done = try await root.waitFor("the ban's answer") { if case .done(.serverBan, let text) = $0 { text } else { nil } }
+        #expect(done.contains("nick:mallory"))
+        let ended = try await mallory.waitFor("mallory's end") { frame -> ErrorCode? in
+            if case .error(let code, true, _, _) = frame { return code }
+            return nil
+        }
+        #expect(ended == .banned)
+        do {
+            _ = try await TestClient.connect(to: b, nick: "mallory", version: 4)
+            Issue.record("node b welcomed a banned nick")
+        } catch {
+            #expect("\(error)".contains("banned"), "\(error)")
+        }
+
+        // Closing a room through node a kicks its members on node b; a kill reaches bob there.
+        try await root.send(.serverBan(on: true, mask: "room:spam", reason: "closed"))
+        _ = try await bob.waitFor("bob's kick") { if case .kicked("spam", _, _, "bob", "root", _) = $0 { true } else { nil } }
+        try await bob.send(.join(room: "spam"))
+        #expect(try await Self.refusal(at: bob, of: .join) == .banned)
+        try await root.send(.kill(nick: "bob", reason: "abuse"))
+        #expect(try await root.waitFor("the kill's answer") { if case .done(.kill, let text) = $0 { text } else { nil } } == "killed bob")
+        let killed = try await bob.waitFor("bob's end") { frame -> String? in
+            if case .error(.killed, true, _, let reason) = frame { return reason }
+            return nil
+        }
+        #expect(killed.contains("abuse"))
+        try await root.send(.listBans(room: ""))
+        let bans = try await root.waitFor("the server's bans") { if case .banList("", let entries) = $0 { entries } else { nil } }
+        #expect(bans.map(\.mask) == ["nick:mallory", "room:spam"])
+    }
 }

@@ -42,6 +42,12 @@ public enum ClusterRequest: Sendable, Equatable {
     case invite(room: String, nick: String, by: String, admin: Bool, ClusterAsker)
     /// Read `room`'s bans → `clusterBansRead`.
     case bans(room: String, ClusterAsker)
+    /// Ban `mask` (canonical) from every node, or lift the ban, as `setBy` → `clusterServerBanSet`;
+    /// each node hears the change and ends its sessions that a new ban matches
+    /// (`clusterServerBansRead`).
+    case serverBan(mask: String, on: Bool, setBy: String, reason: String, ClusterAsker)
+    /// End the session of `nick`, served by another node, for `reason` → `clusterKillSent`.
+    case kill(nick: String, reason: String, ClusterAsker)
     /// Read every room with members → `clusterRoomsRead`.
     case listRooms(ClusterAsker)
     /// Read `history` of `room` → `clusterHistoryRead`. `request` is what asked:
@@ -730,10 +736,12 @@ extension ChatCore {
             clusterInvite(target, to: room, id: id, nick: nick, into: &actions)
         case .listBans(let room):
             clusterListBans(of: room, id: id, into: &actions)
-        case .serverBan, .kill:
-            // Server bans and kills would have to reach every node; until they do, they are
-            // refused rather than served by this node alone.
-            refuse(frame.type, .unavailable, Self.clusterServerOperatorReason, to: id, into: &actions)
+        case .serverBan(let on, let mask, let reason):
+            clusterServerBan(mask, on: on, reason: reason, id: id, nick: nick, into: &actions)
+        case .kill(let target, let reason):
+            // A client of this node is ended here, as on a server on its own.
+            if nicks[ChatName.nickKey(target)].flatMap({ self.nick(of: $0) }) != nil { return false }
+            clusterKill(target, reason: reason, id: id, nick: nick, into: &actions)
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.

@@ -8,12 +8,10 @@ import ChatProtocol
 // node delivers one order of kicks, mode changes and the joins and lines they decide. A node keeps
 // no copy: it checks here only what it can tell alone (the request's argument, the requester's
 // place in the room), sends Redis what the rules are matched by, and shows what Redis answers.
-// Server bans and kills are not served in a cluster yet.
+// Server bans are Redis's too; every node keeps a copy (`moderation.serverBans`), read again at
+// each change it hears, so that it refuses a connection, a hello or a nick at once.
 
 extension ChatCore {
-    /// The reason a clustered core gives for `serverBan`, `kill` and the server's ban list.
-    static let clusterServerOperatorReason = "server bans and kills are not served in cluster mode yet"
-
     /// `kick` on a cluster node: appended as `kicked`, if Redis finds the kicker an op (or a
     /// server operator) and the member there, whichever node serves it.
     mutating func clusterKick(
@@ -65,15 +63,113 @@ extension ChatCore {
     }
 
     /// `listBans` on a cluster node: a member's (or a server operator's) read of the room's bans
-    /// → `clusterBansRead`.
+    /// → `clusterBansRead`; the server's bans are this node's copy of them (`listBans`).
     mutating func clusterListBans(of room: String, id: ClientID, into actions: inout [ChatAction]) {
-        guard !room.isEmpty else {
-            refuse(.listBans, .unavailable, Self.clusterServerOperatorReason, to: id, into: &actions)
-            return
-        }
+        guard !room.isEmpty else { return listBans(of: room, for: id, into: &actions) }
         guard clusterMayModerate(room, request: .listBans, id: id, into: &actions) else { return }
         cluster!.awaiting[id] = .read
         ask(.bans(room: room, asker(id)), owing: id)
+    }
+
+    /// `serverBan` on a cluster node: kept in Redis, which tells every node (this one too), and
+    /// each ends its own sessions that the ban matches → `clusterServerBanSet`.
+    mutating func clusterServerBan(_ text: String, on: Bool, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
+        guard isServerOperator(id) else {
+            refuse(.serverBan, .notAdmin, "only a server operator bans from the server", to: id, into: &actions)
+            return
+        }
+        guard cluster!.available else {
+            refuse(.serverBan, .unavailable, unavailableText("cannot ban from the server now"), to: id, into: &actions)
+            return
+        }
+        let mask: BanMask
+        do {
+            mask = try BanMask(parsing: text, allowsRoom: true)
+        } catch {
+            refuse(.serverBan, .invalidArgument, error.reason, to: id, into: &actions)
+            return
+        }
+        cluster!.awaiting[id] = .read
+        let kept = Self.prefix(of: reason, bytes: Self.maxBanReasonBytes)
+        ask(.serverBan(mask: mask.canonical, on: on, setBy: nick, reason: kept, asker(id)), owing: id)
+    }
+
+    /// `kill` of a client of another node: told to that node, which ends the session → `clusterKillSent`.
+    mutating func clusterKill(_ target: String, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
+        guard isServerOperator(id) else {
+            refuse(.kill, .notAdmin, "only a server operator kills a session", to: id, into: &actions)
+            return
+        }
+        guard cluster!.available else {
+            refuse(.kill, .unavailable, unavailableText("cannot reach \(target) now"), to: id, into: &actions)
+            return
+        }
+        cluster!.awaiting[id] = .read
+        ask(.kill(nick: target, reason: "killed by \(nick)" + (reason.isEmpty ? "" : ": \(reason)"), asker(id)), owing: id)
+    }
+
+    /// The server ban of `mask` that `asker` asked for was kept (or lifted), or failed.
+    public mutating func clusterServerBanSet(
+        mask: String, on: Bool, _ asker: ClusterAsker, _ result: Result<Void, ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard let id = readAnswered(asker) else { return }
+        let firstAction = actions.count
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
+        switch result {
+        case .success:
+            let text = on ? "banned \(mask) on every node" : "lifted the ban of \(mask)"
+            actions.append(.send(.done(request: .serverBan, text: text), to: id))
+        case .failure(let failure):
+            refuse(.serverBan, failure.code, failure.reason, to: id, into: &actions)
+        }
+    }
+
+    /// The kill `asker` asked for reached the node serving its target (`true`), found no one, or failed.
+    public mutating func clusterKillSent(nick target: String, _ asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, into actions: inout [ChatAction]) {
+        guard let id = readAnswered(asker) else { return }
+        let firstAction = actions.count
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
+        switch result {
+        case .success(true): actions.append(.send(.done(request: .kill, text: "killed \(target)"), to: id))
+        case .success(false): refuse(.kill, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
+        case .failure(let failure): refuse(.kill, failure.code, "not killed: \(failure.reason)", to: id, into: &actions)
+        }
+    }
+
+    /// Another node's server operator killed `nickKey`, a client of this node.
+    public mutating func clusterKilled(nickKey key: String, reason: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard let holder = nicks[key], let nick = nick(of: holder), ChatName.nickKey(nick) == key else { return }
+        endSession(holder, Disconnection(code: .killed, frameType: .kill, reason: reason), at: now, into: &actions)
+    }
+
+    /// The cluster's server bans as Redis holds them now (read when the node connects and after
+    /// each change it hears): this node's copy is replaced, and its sessions that a ban new to
+    /// the copy matches are ended, its members of a newly closed room kicked.
+    public mutating func clusterServerBansRead(_ entries: [BanEntry], at now: ServerTime, into actions: inout [ChatAction]) {
+        let known = Set(moderation.serverBans.map(\.entry.mask))
+        moderation.serverBans = entries.compactMap { entry in
+            (try? BanMask(parsing: entry.mask, allowsRoom: true)).map { Ban(mask: $0, entry: entry) }
+        }
+        for ban in moderation.serverBans where !known.contains(ban.entry.mask) {
+            if case .room(let name) = ban.mask {
+                for member in cluster!.rooms[name]?.members ?? [] {
+                    guard let memberNick = nick(of: member) else { continue }
+                    let kick = Frame.kicked(room: name, seq: 0, time: 0, nick: memberNick, by: ban.entry.setBy, reason: "#\(name) is closed: \(ban.entry.reason)")
+                    ask(.append(
+                        room: name, event: kick, change: .kick(nick: memberNick), sender: nil, charge: nil,
+                        moderation: .kick(by: ban.entry.setBy, account: "", admin: true)))
+                }
+                continue
+            }
+            for slot in clients.indices {
+                // A server operator is never locked out by a server ban.
+                guard let client = clients[slot], client.nick != nil, !isServerOperator(ClientID(slot)),
+                    ban.mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
+                else { continue }
+                let banned = Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(ban.entry.reason))
+                endSession(ClientID(slot), banned, at: now, into: &actions)
+            }
+        }
     }
 
     /// Whether `id` may ask the cluster for `request` in `room`: the cluster is reachable and

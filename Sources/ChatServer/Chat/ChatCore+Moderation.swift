@@ -344,7 +344,7 @@ extension ChatCore {
         actions.append(.broadcast(frame, to: targetID == id ? [id] : [id, targetID]))
     }
 
-    private func listBans(of name: String, for id: ClientID, into actions: inout [ChatAction]) {
+    func listBans(of name: String, for id: ClientID, into actions: inout [ChatAction]) {
         if name.isEmpty {
             guard isServerOperator(id) else {
                 refuse(.listBans, .notAdmin, "only a server operator lists the server's bans", to: id, into: &actions)
@@ -427,7 +427,7 @@ extension ChatCore {
     }
 
     /// The reason a banned session or `hello` is refused with.
-    private static func bannedReason(_ reason: String) -> String {
+    static func bannedReason(_ reason: String) -> String {
         "you are banned from this server" + (reason.isEmpty ? "" : ": \(reason)")
     }
 

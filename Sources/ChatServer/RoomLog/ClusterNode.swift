@@ -171,6 +171,16 @@ final class ClusterNode: @unchecked Sendable {
                 let key = String(decoding: payload.dropFirst(ghost.count), as: UTF8.self)
                 return self.answer { core, actions in core.clusterGhost(nickKey: key, at: ChatServer.now(), into: &actions) }
             }
+            // A server operator's kill on another node (`ClusterRequest.kill`): `kill KEY REASON`.
+            let kill = Array("kill ".utf8)
+            if payload.starts(with: kill) {
+                let rest = String(decoding: payload.dropFirst(kill.count), as: UTF8.self)
+                let parts = rest.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
+                let reason = parts.count > 1 ? String(parts[1]) : ""
+                return self.answer { core, actions in
+                    core.clusterKilled(nickKey: String(parts[0]), reason: reason, at: ChatServer.now(), into: &actions)
+                }
+            }
             self.answer { core, actions in core.clusterDirectReceived(payload, into: &actions) }
         }
         logger.info(
@@ -251,6 +261,9 @@ final class ClusterNode: @unchecked Sendable {
             if wasUp { metrics?.clusterReconnects += 1 }
             wasUp = true
             answer { core, _ in core.clusterAvailability(true) }
+            // Server bans: every change is heard, and what was missed while the link was down is read now.
+            link.roomLog?.listen(to: ClusterServerBans.channel) { [self] _ in readServerBans() }
+            readServerBans()
             let pending = retries
             retries = []
             carryOut(pending)
@@ -263,6 +276,16 @@ final class ClusterNode: @unchecked Sendable {
             answer { core, _ in core.clusterAvailability(false, reason: "\(error)") }
         case .connecting:
             break
+        }
+    }
+
+    /// Reads the cluster's server bans into the core, which ends its sessions that a new one
+    /// matches; a read that fails waits for the next change or reconnect.
+    private func readServerBans() {
+        guard let commands = link.commands else { return }
+        ClusterServerBans(commands: commands).all { [self] result in
+            guard case .success(let entries) = result else { return }
+            answer { core, actions in core.clusterServerBansRead(entries, at: ChatServer.now(), into: &actions) }
         }
     }
 
@@ -389,6 +412,19 @@ final class ClusterNode: @unchecked Sendable {
                 directory.direct(toNick: key, payload: FrameEncoder.encode(Frame.invited(room: room, nick: nick, by: by))) { [self] sent in
                     answer { $0.clusterInvited(room: room, nick: nick, asker, sent.map(\.heard).mapError(self.failure), into: &$1) }
                 }
+            }
+        case .serverBan(let mask, let on, let setBy, let reason, let asker):
+            guard let commands = link.commands else {
+                return later { $0.clusterServerBanSet(mask: mask, on: on, asker, .failure(self.down), into: &$1) }
+            }
+            ClusterServerBans(commands: commands).set(mask, on: on, setBy: setBy, reason: reason) { [self] result in
+                answer { $0.clusterServerBanSet(mask: mask, on: on, asker, result.mapError(self.failure), into: &$1) }
+            }
+        case .kill(let nick, let reason, let asker):
+            guard let commands = link.commands else { return later { $0.clusterKillSent(nick: nick, asker, .failure(self.down), into: &$1) } }
+            let key = ChatName.nickKey(nick)
+            ClusterDirectory(commands: commands).direct(toNick: key, payload: Array("kill \(key) \(reason)".utf8)) { [self] sent in
+                answer { $0.clusterKillSent(nick: nick, asker, sent.map(\.heard).mapError(self.failure), into: &$1) }
             }
         case .bans(let room, let asker):
             guard let commands = link.commands else { return later { $0.clusterBansRead(room: room, asker, .failure(self.down), into: &$1) } }
