@@ -277,6 +277,29 @@ struct ModerationTests {
     }
 }
 
+extension ModerationTests {
+    @Test func aClusterNodeAnswersEveryModerationRequestUnavailableRatherThanDroppingIt() async throws {
+        let server = try await ChatServerProcess(.cluster, arguments: ["--admin-account", "root", "--handshake-timeout", "60"])
+        defer { server.stop() }
+        let alice = try await TestClient.connect(to: server, nick: "alice", version: 4)
+        defer { alice.close() }
+        try await alice.send(.join(room: "r"))
+        _ = try await alice.waitFor("alice's join") { if case .joined("r", _, _, "alice") = $0 { true } else { nil } }
+        let requests: [Frame] = [
+            .kick(room: "r", nick: "alice", reason: ""), .setMode(room: "r", mode: .ban, on: true, argument: "nick:x"),
+            .invite(room: "r", nick: "alice"), .listBans(room: "r"), .serverBan(on: true, mask: "nick:x", reason: ""),
+            .kill(nick: "alice", reason: ""), .joinWithKey(room: "s", key: "k"),
+        ]
+        try await alice.send(requests)
+        for request in requests {
+            let refusal = try await alice.waitFor("the answer to \(request.type)") { frame -> Frame? in
+                if case .error = frame { frame } else { nil }
+            }
+            #expect(refusal == .error(code: .unavailable, fatal: false, frameType: request.type, reason: "room moderation is not served in cluster mode yet"))
+        }
+    }
+}
+
 extension Frame {
     /// Whether this is a `modeChanged` of `mode` turned on with `argument`.
     fileprivate func isModeChange(_ mode: RoomMode, _ argument: String) -> Bool {
