@@ -308,6 +308,7 @@ extension ChatCore {
                 accounts.records[key] = nil
                 accounts.clusterNames[key] = nil
                 if clients[id.slot]!.account == key { clients[id.slot]!.account = nil }
+                accountDropped(key)
                 actions.append(.send(.accountDropped(account: name), to: id))
             }
         }
