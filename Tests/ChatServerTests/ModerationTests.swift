@@ -278,6 +278,58 @@ struct ModerationTests {
 }
 
 extension ModerationTests {
+    @Test(arguments: modes)
+    func keyGuessesAreThrottledPerAddressANickBanIsEvadedByANickChangeAndAnAccountBanHoldsAcrossAReconnect(
+        _ mode: ServerMode
+    ) async throws {
+        let server = try await ChatServerProcess(mode, arguments: ["--login-attempts-per-address", "5", "--handshake-timeout", "60"])
+        defer { server.stop() }
+        let op = try await TestClient.connect(to: server, nick: "op", version: 4)
+        defer { op.close() }
+        try await Self.join(op, "r")
+        try await op.send(.setMode(room: "r", mode: .key, on: true, argument: "s3cret"))
+        #expect(try await Self.answer(at: op, "key").isModeChange(.key, "s3cret"))
+
+        // Eight guesses pipelined from one address: five compared, three throttled unread.
+        let guesser = try BlockingSocket(port: server.port, source: "127.0.0.2")
+        defer { guesser.close() }
+        await guesser.send([.hello(version: 4, nick: "guesser", password: nil)] + (0..<8).map { Frame.joinWithKey(room: "r", key: "guess\($0)") })
+        var answers: [ErrorCode] = []
+        while answers.count < 8, let frame = await guesser.nextFrame() {
+            if case .error(let code, false, .joinWithKey, _) = frame { answers.append(code) }
+        }
+        #expect(answers == Array(repeating: .badRoomKey, count: 5) + Array(repeating: .throttled, count: 3))
+        await guesser.send([.joinWithKey(room: "r", key: "s3cret")])
+        #expect(await errorCode(from: guesser) == .throttled, "throttled, even the right key is not compared")
+        let friend = try await TestClient.connect(to: server, nick: "friend", version: 4)
+        defer { friend.close() }
+        try await friend.send(.joinWithKey(room: "r", key: "s3cret"))
+        _ = try await friend.waitFor("friend's join") { if case .joined("r", _, _, "friend") = $0 { true } else { nil } }
+        try await op.send(.setMode(room: "r", mode: .key, on: false, argument: ""))
+        let keyOff = try await Self.answer(at: op, "key off")
+        #expect({ if case .modeChanged("r", _, _, "op", .key, false, "") = keyOff { true } else { false } }(), "\(keyOff)")
+
+        // A nick ban is evaded by a nick change, as documented.
+        try await op.send(.setMode(room: "r", mode: .ban, on: true, argument: "nick:mallory"))
+        _ = try await Self.answer(at: op, "the nick ban")
+        let mallory = try await TestClient.connect(to: server, nick: "mallory", version: 4)
+        defer { mallory.close() }
+        try await mallory.send(.join(room: "r"))
+        #expect(try await mallory.waitFor("a refusal") { frame -> ErrorCode? in if case .error(let code, _, _, _) = frame { code } else { nil } } == .banned)
+        try await mallory.send([.changeNick(nick: "mallory2"), .join(room: "r")])
+        _ = try await mallory.waitFor("the evading join") { if case .joined("r", _, _, "mallory2") = $0 { true } else { nil } }
+
+        // An account ban holds whatever the nick, across a reconnect.
+        let eve = try await Self.registered("eve", on: server)
+        try await op.send(.setMode(room: "r", mode: .ban, on: true, argument: "account:eve"))
+        _ = try await Self.answer(at: op, "the account ban")
+        eve.close()
+        let eveAgain = try await Self.loggedIn("eve", on: server)
+        defer { eveAgain.close() }
+        try await eveAgain.send([.changeNick(nick: "notEve"), .join(room: "r")])
+        #expect(try await eveAgain.waitFor("a refusal") { frame -> ErrorCode? in if case .error(let code, _, _, _) = frame { code } else { nil } } == .banned)
+    }
+
     @Test func aClusterNodeAnswersEveryModerationRequestUnavailableRatherThanDroppingIt() async throws {
         let server = try await ChatServerProcess(.cluster, arguments: ["--admin-account", "root", "--handshake-timeout", "60"])
         defer { server.stop() }
