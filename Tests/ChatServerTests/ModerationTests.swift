@@ -244,6 +244,22 @@ struct ModerationTests {
         let last = try await bob.readUntilClosed()
         #expect(last.contains { if case .error(.killed, true, _, _) = $0 { true } else { false } }, "\(last)")
         _ = try await alice.waitFor("bob's quit") { if case .quit("r", _, _, "bob", let reason) = $0 { reason.contains("abuse") ? true : nil } else { nil } }
+
+        // An account ban ends a login to the account, and a registration of it.
+        let carol = try await Self.registered("carol", on: server)
+        carol.close()
+        for mask in ["account:carol", "account:dave"] {
+            try await root.send(.serverBan(on: true, mask: mask, reason: "no"))
+            _ = try await Self.answer(at: root, "done")
+        }
+        let login = try await TestClient.connect(to: server, nick: "guest1", version: 4)
+        try await login.send(.login(account: "carol", password: "pw-carol"))
+        let refused = try await login.readUntilClosed()
+        #expect(fatalError(in: refused)?.0 == .banned, "\(refused)")
+        let dave = try await TestClient.connect(to: server, nick: "dave", version: 4)
+        try await dave.send(.register(password: "pw-dave"))
+        let registered = try await dave.readUntilClosed()
+        #expect(fatalError(in: registered)?.0 == .banned, "\(registered)")
     }
 
     @Test(arguments: modes)
