@@ -77,11 +77,13 @@ struct ModerationTests {
         let kickRead = Locked(false)
         let sender = Task { () -> Int in
             var sent = 0
-            while sent < 5_000, !kickRead.withLock({ $0 }) {
+            while sent < 20_000, !kickRead.withLock({ $0 }) {
                 try await bob.send((sent..<sent + batch).map { Frame.say(room: "r", text: "line \($0)") })
                 sent += batch
                 // Paces the flood (not a wait for a condition): unpaced, the server serves all
-                // 5,000 lines before alice has read line 300, and the kick lands after the flood.
+                // the lines before alice has read line 300, and the kick lands after the flood.
+                // The bound only ends a test whose kick never comes; under a full suite's load
+                // 5,000 lines were once not enough.
                 try await Task.sleep(for: .milliseconds(2))
             }
             return sent
