@@ -60,6 +60,13 @@ struct ChatServerCommand: ParsableCommand {
             The password comes from --password-file or the CHAT_SERVER_PASSWORD environment \
             variable, never from the command line, where other users could read it.
 
+            Rooms may be moderated (protocol version 4): ops, modes, kicks, invitations and bans. \
+            --admin-account NAME (or $CHAT_SERVER_ADMIN_ACCOUNTS) makes an account's sessions \
+            server operators, who may ban from the server and kill sessions. Registered rooms and \
+            server bans are kept in moderation.sqlite under --data-dir, or in memory only with \
+            --no-persistence; a cluster node answers moderation requests with error(unavailable) \
+            (docs/SERVER.md, "Moderation").
+
             With --metrics HOST:PORT the server also answers HTTP GETs there: /metrics in \
             Prometheus's text format and /status, a one-screen summary for people (docs/OPERATIONS.md). \
             Keep it on loopback or a private network: it names rooms on /status. Its second line of \

@@ -366,6 +366,35 @@ struct ChatCoreModerationTests {
         #expect(errorCode(to: alice, in: chat.send(.setMode(room: "r10", mode: .registered, on: true, argument: ""), from: alice)) == nil)
     }
 
+    @Test(arguments: servingBackends)
+    func whoeverRegistersADroppedAccountsNickInheritsNeitherItsRoomsNorItsRoles(_ backend: CoreBackend) throws {
+        var chat = try Harness(backend)
+        let alice = chat.connect("alice", version: 4)
+        chat.logIn(alice, as: "alice")
+        let bob = chat.connect("bob", version: 4)
+        chat.logIn(bob, as: "bob")
+        for room in ["empty", "busy"] {
+            _ = chat.send(.join(room: room), from: alice)
+            _ = chat.send(.setMode(room: room, mode: .registered, on: true, argument: ""), from: alice)
+        }
+        _ = chat.send(.join(room: "carols"), from: bob)
+        _ = chat.send(.setMode(room: "carols", mode: .registered, on: true, argument: ""), from: bob)
+        _ = chat.send(.join(room: "carols"), from: alice)
+        _ = chat.send(.setMode(room: "carols", mode: .op, on: true, argument: "alice"), from: bob)
+        _ = chat.send(.part(room: "empty"), from: alice)
+        _ = chat.send(.part(room: "carols"), from: alice)
+        chat.core.accountDropped("alice")
+        #expect(chat.core.moderation.registered.keys.sorted() == ["carols"])
+        #expect(chat.core.moderation.registered["carols"]?.accountRoles["alice"] == nil)
+        #expect(chat.core.rooms["busy"]?.moderation.settings.founder == nil)
+        // The nick registered anew: no founder's ops in "empty", no op in "carols".
+        let heir = chat.connect("heir", version: 4)
+        chat.logIn(heir, as: "alice")
+        _ = chat.send(.join(room: "carols"), from: heir)
+        #expect(chat.core.rooms["carols"]?.moderation.ops.contains(heir) == false)
+        #expect(chat.core.moderation.writes.contains(.room("empty", nil)), "the store forgets the room too")
+    }
+
     @Test func registeredRoomsAndServerBansComeBackFromTheStoreInANewCore() throws {
         var chat = try Harness(.memory) { $0.accounts.setAdminAccounts(["root"]) }
         let alice = chat.connect("alice", version: 4)
@@ -437,6 +466,11 @@ struct ChatCoreModerationTests {
         #expect(killed.contains { if case .disconnect(bob, let d, _) = $0 { d.code == .killed } else { false } })
         #expect(frames(to: alice, in: killed).contains { if case .quit("r", _, _, "bob", let reason) = $0 { reason.contains("abuse") } else { false } })
 
+        // A server operator enters a room that would refuse anyone else.
+        _ = chat.send(.setMode(room: "r", mode: .inviteOnly, on: true, argument: ""), from: root)
+        _ = chat.send(.setMode(room: "r", mode: .ban, on: true, argument: "account:root"), from: root)
+        #expect(errorCode(to: root, in: chat.send(.join(room: "r"), from: root)) == nil)
+        _ = chat.send(.part(room: "r"), from: root)
         let closed = chat.send(.serverBan(on: true, mask: "room:r", reason: "closed"), from: root)
         #expect(frames(to: alice, in: closed).contains { if case .kicked("r", _, _, "alice", "root", _) = $0 { true } else { false } })
         #expect(errorCode(to: alice, in: chat.send(.join(room: "r"), from: alice)) == .banned)

@@ -80,11 +80,13 @@ struct ModerationTests {
         let kickRead = Locked(false)
         let sender = Task { () -> Int in
             var sent = 0
-            while sent < 5_000, !kickRead.withLock({ $0 }) {
+            while sent < 20_000, !kickRead.withLock({ $0 }) {
                 try await bob.send((sent..<sent + batch).map { Frame.say(room: "r", text: "line \($0)") })
                 sent += batch
                 // Paces the flood (not a wait for a condition): unpaced, the server serves all
-                // 5,000 lines before alice has read line 300, and the kick lands after the flood.
+                // the lines before alice has read line 300, and the kick lands after the flood.
+                // The bound only ends a test whose kick never comes; under a full suite's load
+                // 5,000 lines were once not enough.
                 try await Task.sleep(for: .milliseconds(2))
             }
             return sent
@@ -247,6 +249,22 @@ struct ModerationTests {
         let last = try await bob.readUntilClosed()
         #expect(last.contains { if case .error(.killed, true, _, _) = $0 { true } else { false } }, "\(last)")
         _ = try await alice.waitFor("bob's quit") { if case .quit("r", _, _, "bob", let reason) = $0 { reason.contains("abuse") ? true : nil } else { nil } }
+
+        // An account ban ends a login to the account, and a registration of it.
+        let carol = try await Self.registered("carol", on: server)
+        carol.close()
+        for mask in ["account:carol", "account:dave"] {
+            try await root.send(.serverBan(on: true, mask: mask, reason: "no"))
+            _ = try await Self.answer(at: root, "done")
+        }
+        let login = try await TestClient.connect(to: server, nick: "guest1", version: 4)
+        try await login.send(.login(account: "carol", password: "pw-carol"))
+        let refused = try await login.readUntilClosed()
+        #expect(fatalError(in: refused)?.0 == .banned, "\(refused)")
+        let dave = try await TestClient.connect(to: server, nick: "dave", version: 4)
+        try await dave.send(.register(password: "pw-dave"))
+        let registered = try await dave.readUntilClosed()
+        #expect(fatalError(in: registered)?.0 == .banned, "\(registered)")
     }
 
     @Test(arguments: everyMode)
@@ -277,6 +295,81 @@ struct ModerationTests {
         #expect(try await Self.answer(at: op, "ban").isModeChange(.ban, "nick:v3"))
         try await olders[2].send(.join(room: "r"))
         #expect(try await olders[2].waitFor("a refusal") { frame -> ErrorCode? in if case .error(let code, false, _, _) = frame { code } else { nil } } == .banned)
+    }
+}
+
+extension ModerationTests {
+    @Test(arguments: modes)
+    func keyGuessesAreThrottledPerAddressANickBanIsEvadedByANickChangeAndAnAccountBanHoldsAcrossAReconnect(
+        _ mode: ServerMode
+    ) async throws {
+        let server = try await ChatServerProcess(mode, arguments: ["--login-attempts-per-address", "5", "--handshake-timeout", "60"])
+        defer { server.stop() }
+        let op = try await TestClient.connect(to: server, nick: "op", version: 4)
+        defer { op.close() }
+        try await Self.join(op, "r")
+        try await op.send(.setMode(room: "r", mode: .key, on: true, argument: "s3cret"))
+        #expect(try await Self.answer(at: op, "key").isModeChange(.key, "s3cret"))
+
+        // Eight guesses pipelined from one address: five compared, three throttled unread.
+        let guesser = try BlockingSocket(port: server.port, source: "127.0.0.2")
+        defer { guesser.close() }
+        await guesser.send([.hello(version: 4, nick: "guesser", password: nil)] + (0..<8).map { Frame.joinWithKey(room: "r", key: "guess\($0)") })
+        var answers: [ErrorCode] = []
+        while answers.count < 8, let frame = await guesser.nextFrame() {
+            if case .error(let code, false, .joinWithKey, _) = frame { answers.append(code) }
+        }
+        #expect(answers == Array(repeating: .badRoomKey, count: 5) + Array(repeating: .throttled, count: 3))
+        await guesser.send([.joinWithKey(room: "r", key: "s3cret")])
+        #expect(await errorCode(from: guesser) == .throttled, "throttled, even the right key is not compared")
+        let friend = try await TestClient.connect(to: server, nick: "friend", version: 4)
+        defer { friend.close() }
+        try await friend.send(.joinWithKey(room: "r", key: "s3cret"))
+        _ = try await friend.waitFor("friend's join") { if case .joined("r", _, _, "friend") = $0 { true } else { nil } }
+        try await op.send(.setMode(room: "r", mode: .key, on: false, argument: ""))
+        let keyOff = try await Self.answer(at: op, "key off")
+        #expect({ if case .modeChanged("r", _, _, "op", .key, false, "") = keyOff { true } else { false } }(), "\(keyOff)")
+
+        // A nick ban is evaded by a nick change, as documented.
+        try await op.send(.setMode(room: "r", mode: .ban, on: true, argument: "nick:mallory"))
+        _ = try await Self.answer(at: op, "the nick ban")
+        let mallory = try await TestClient.connect(to: server, nick: "mallory", version: 4)
+        defer { mallory.close() }
+        try await mallory.send(.join(room: "r"))
+        #expect(try await mallory.waitFor("a refusal") { frame -> ErrorCode? in if case .error(let code, _, _, _) = frame { code } else { nil } } == .banned)
+        try await mallory.send([.changeNick(nick: "mallory2"), .join(room: "r")])
+        _ = try await mallory.waitFor("the evading join") { if case .joined("r", _, _, "mallory2") = $0 { true } else { nil } }
+
+        // An account ban holds whatever the nick, across a reconnect.
+        let eve = try await Self.registered("eve", on: server)
+        try await op.send(.setMode(room: "r", mode: .ban, on: true, argument: "account:eve"))
+        _ = try await Self.answer(at: op, "the account ban")
+        eve.close()
+        let eveAgain = try await Self.loggedIn("eve", on: server)
+        defer { eveAgain.close() }
+        try await eveAgain.send([.changeNick(nick: "notEve"), .join(room: "r")])
+        #expect(try await eveAgain.waitFor("a refusal") { frame -> ErrorCode? in if case .error(let code, _, _, _) = frame { code } else { nil } } == .banned)
+    }
+
+    @Test func aClusterNodeAnswersEveryModerationRequestUnavailableRatherThanDroppingIt() async throws {
+        let server = try await ChatServerProcess(.cluster, arguments: ["--admin-account", "root", "--handshake-timeout", "60"])
+        defer { server.stop() }
+        let alice = try await TestClient.connect(to: server, nick: "alice", version: 4)
+        defer { alice.close() }
+        try await alice.send(.join(room: "r"))
+        _ = try await alice.waitFor("alice's join") { if case .joined("r", _, _, "alice") = $0 { true } else { nil } }
+        let requests: [Frame] = [
+            .kick(room: "r", nick: "alice", reason: ""), .setMode(room: "r", mode: .ban, on: true, argument: "nick:x"),
+            .invite(room: "r", nick: "alice"), .listBans(room: "r"), .serverBan(on: true, mask: "nick:x", reason: ""),
+            .kill(nick: "alice", reason: ""), .joinWithKey(room: "s", key: "k"),
+        ]
+        try await alice.send(requests)
+        for request in requests {
+            let refusal = try await alice.waitFor("the answer to \(request.type)") { frame -> Frame? in
+                if case .error = frame { frame } else { nil }
+            }
+            #expect(refusal == .error(code: .unavailable, fatal: false, frameType: request.type, reason: "room moderation is not served in cluster mode yet"))
+        }
     }
 }
 

@@ -267,6 +267,9 @@ extension ChatCore {
             } else {
                 clients[id.slot]!.account = record.key
                 actions.append(.send(.registered(account: record.name), to: id))
+                // Registering logs in: an account a server operator banned before it existed
+                // ends the session as a login to it would.
+                _ = endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions)
             }
         case .login(_, let key, let address, let handshake):
             loginVerified(id, key: key, address: address, handshake: handshake, answer, at: now, into: &actions)
@@ -308,6 +311,7 @@ extension ChatCore {
                 accounts.records[key] = nil
                 accounts.clusterNames[key] = nil
                 if clients[id.slot]!.account == key { clients[id.slot]!.account = nil }
+                accountDropped(key)
                 actions.append(.send(.accountDropped(account: name), to: id))
             }
         }

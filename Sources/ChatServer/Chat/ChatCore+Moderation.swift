@@ -453,6 +453,31 @@ extension ChatCore {
         return true
     }
 
+    /// The account `key` is gone, and its nick anyone's to register: the rooms it founded stop
+    /// being registered, and the roles given to it are forgotten, so whoever registers the nick
+    /// next inherits neither.
+    mutating func accountDropped(_ key: String) {
+        let touched = moderation.registered.filter { $0.value.founder == key || $0.value.accountRoles[key] != nil }.keys
+        for name in touched {
+            if rooms[name] != nil {
+                withRoom(name) { room in
+                    if room.moderation.settings.founder == key {
+                        room.moderation.settings.founder = nil
+                        room.moderation.settings.accountRoles = [:]
+                    }
+                    room.moderation.settings.accountRoles[key] = nil
+                }
+                settingsChanged(of: name)
+            } else if moderation.registered[name]!.founder == key {
+                moderation.registered[name] = nil
+                moderation.writes.append(.room(name, nil))
+            } else {
+                moderation.registered[name]!.accountRoles[key] = nil
+                moderation.writes.append(.room(name, moderation.registered[name]!.record(name: name)))
+            }
+        }
+    }
+
     // MARK: Joining
 
     /// Why `id` may not enter `name` by moderation — a ban, the room's closure, invite-only, a
@@ -463,6 +488,9 @@ extension ChatCore {
         if let closure = moderation.closure(of: name) {
             return (.banned, "#\(name) is closed" + (closure.entry.reason.isEmpty ? "" : ": \(closure.entry.reason)"))
         }
+        // A server operator enters any room that is not closed: to sort out one whose founder is
+        // gone, say.
+        if isServerOperator(id) { return nil }
         let inMemory = rooms.index(forKey: name)
         guard let settings = inMemory.map({ rooms.values[$0].moderation.settings }) ?? moderation.registered[name] else { return nil }
         if let ban = settings.ban(matching: client.account, nick: client.nick, address: client.address) {

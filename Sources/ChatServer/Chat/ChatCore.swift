@@ -739,13 +739,13 @@ public struct ChatCore: Sendable {
             return (.unavailable, unavailableText(what))
         }
         if request != .part, let storageFailure { return (.storageFailed, Self.notStored(storageFailure)) }
-        // Two flag reads and at most two set lookups: this is on every line's path.
+        // On every line's path: read in place (a copy of the room's moderation would retain its
+        // sets), a flag, and set lookups only in a moderated room.
         if request != .part, let index = rooms.index(forKey: room) {
-            let moderation = rooms.values[index].moderation
-            if request == .setTopic, moderation.settings.topicLock, !moderation.ops.contains(id) {
+            if request == .setTopic, rooms.values[index].moderation.settings.topicLock, !rooms.values[index].moderation.ops.contains(id) {
                 return (.notOperator, "#\(room)'s topic is locked: only ops set it")
             }
-            if request == .say || request == .emote, !moderation.maySpeak(id) {
+            if request == .say || request == .emote, !rooms.values[index].moderation.maySpeak(id) {
                 return (.moderated, "#\(room) is moderated: only ops and voiced members speak")
             }
         }
