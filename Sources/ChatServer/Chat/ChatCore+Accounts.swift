@@ -260,7 +260,7 @@ extension ChatCore {
             }
         case .registerSaved(_, let record):
             if case .created(let result) = answer {
-                registerCreated(id, record: record, result, into: &actions)
+                registerCreated(id, record: record, result, at: now, into: &actions)
             } else if case .failure(let error) = answer.storeResult {
                 if accounts.records[record.key] == record { accounts.records[record.key] = nil }
                 refuse(.register, .storageFailed, "the account was not stored: \(error)", to: id, into: &actions)
@@ -559,7 +559,7 @@ extension ChatCore {
         let address = clients[id.slot]!.address
         if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: address, request: .login) {
             // Before the ghosting: a banned account takes no nick back.
-            endSession(id, banned, at: now, into: &actions)
+            disconnect(id, banned, at: now, into: &actions)
             return
         }
         if let holder = nicks[record.key], holder != id {
@@ -666,6 +666,11 @@ extension ChatCore {
     private mutating func clusterCompleteLogin(
         _ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]
     ) {
+        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: clients[id.slot]!.address, request: .login) {
+            // As on a server on its own: a banned account takes no nick back.
+            disconnect(id, banned, at: now, into: &actions)
+            return
+        }
         if let holder = nicks[record.key], holder != id {
             let reason = "\(record.name) logged in from another connection and took the nick back"
             disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
@@ -708,13 +713,16 @@ extension ChatCore {
     }
 
     private mutating func registerCreated(
-        _ id: ClientID, record: AccountRecord, _ result: Result<AccountCreation, AccountStoreError>, into actions: inout [ChatAction]
+        _ id: ClientID, record: AccountRecord, _ result: Result<AccountCreation, AccountStoreError>, at now: ServerTime,
+        into actions: inout [ChatAction]
     ) {
         switch result {
         case .success(.created):
             accounts.clusterNames[record.key] = record.name
             clients[id.slot]!.account = record.key
             actions.append(.send(.registered(account: record.name), to: id))
+            // As on a server on its own: registering logs in, and a banned account ends the session.
+            _ = endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions)
         case .success(.exists):
             refuse(.register, .accountExists, "\(record.name) is already registered", to: id, into: &actions)
         case .success(.full):

@@ -139,7 +139,7 @@ extension ChatCore {
     /// Another node's server operator killed `nickKey`, a client of this node.
     public mutating func clusterKilled(nickKey key: String, reason: String, at now: ServerTime, into actions: inout [ChatAction]) {
         guard let holder = nicks[key], let nick = nick(of: holder), ChatName.nickKey(nick) == key else { return }
-        endSession(holder, Disconnection(code: .killed, frameType: .kill, reason: reason), at: now, into: &actions)
+        disconnect(holder, Disconnection(code: .killed, frameType: .kill, reason: reason), at: now, into: &actions)
     }
 
     /// The cluster's server bans as Redis holds them now (read when the node connects and after
@@ -167,7 +167,7 @@ extension ChatCore {
                     ban.mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
                 else { continue }
                 let banned = Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(ban.entry.reason))
-                endSession(ClientID(slot), banned, at: now, into: &actions)
+                disconnect(ClientID(slot), banned, at: now, into: &actions)
             }
         }
     }

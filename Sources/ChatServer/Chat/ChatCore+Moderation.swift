@@ -404,7 +404,7 @@ extension ChatCore {
                     mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
                 else { continue }
                 let banned = Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(reason))
-                endSession(ClientID(slot), banned, at: now, into: &actions)
+                disconnect(ClientID(slot), banned, at: now, into: &actions)
                 ended += 1
             }
         }
@@ -422,7 +422,7 @@ extension ChatCore {
             return
         }
         let text = "killed by \(nick)" + (reason.isEmpty ? "" : ": \(reason)")
-        endSession(targetID, Disconnection(code: .killed, frameType: .kill, reason: text), at: now, into: &actions)
+        disconnect(targetID, Disconnection(code: .killed, frameType: .kill, reason: text), at: now, into: &actions)
         actions.append(.send(.done(request: .kill, text: "killed \(targetNick)"), to: id))
     }
 
@@ -449,7 +449,7 @@ extension ChatCore {
         guard let client = clients[id.slot],
             let refusal = serverBanRefusal(accountKey: client.account, nick: nick ?? client.nick, address: client.address, request: request)
         else { return false }
-        endSession(id, refusal, at: now, into: &actions)
+        disconnect(id, refusal, at: now, into: &actions)
         return true
     }
 
