@@ -39,7 +39,7 @@ let package = Package(
         // A Redis connection on SocketCore's channel: pipelined commands and subscriber mode, on the
         // owner's queue. Ours because the Swift Redis clients on this machine need SwiftNIO.
         // The cluster mode's shared state in Redis: room logs with one seq order (docs/CLUSTER.md).
-        .target(name: "ChatCluster", dependencies: ["RedisClient", "RedisProtocol", "SocketCore"]),
+        .target(name: "ChatCluster", dependencies: ["ChatProtocol", "RedisClient", "RedisProtocol", "SocketCore"]),
         .target(
             name: "RedisClient",
             dependencies: ["RedisProtocol", "SocketCore", .product(name: "DequeModule", package: "swift-collections")]),

@@ -1,3 +1,4 @@
+import ChatProtocol
 import RedisClient
 import RedisProtocol
 
@@ -48,18 +49,11 @@ public struct ClusterServerBans: Sendable {
             Array("EVAL".utf8), Array(Self.banScript.utf8), Array("1".utf8), Self.key, Self.channel,
             Array((on ? "1" : "0").utf8), Array(mask.utf8), Array((setBy.isEmpty ? "-" : setBy).utf8), Array(reason.utf8),
             Array(String(Self.maxBans).utf8),
-        ]) { reply in
-            switch reply {
-            case .success(.integer): completion(.success(()))
-            case .success(.error(let text)): completion(.failure(.refused(text)))
-            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "1")))
-            case .failure(let error): completion(.failure(.redis(error)))
-            }
-        }
+        ]) { reply in completion(ClusterDirectory.done(reply)) }
     }
 
     /// Every server ban, oldest first.
-    public func all(completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+    public func all(completion: @escaping (Result<[BanEntry], ClusterError>) -> Void) {
         ClusterDirectory(commands: commands).bans(in: Self.key, completion: completion)
     }
 

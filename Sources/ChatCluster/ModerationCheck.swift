@@ -1,3 +1,4 @@
+import ChatProtocol
 import RedisClient
 import RedisProtocol
 
@@ -14,15 +15,20 @@ public enum ModerationCheck: Equatable, Sendable {
     /// refused if any of `masks` (every ban mask that would match it) is banned; then, unless its
     /// account has a role in the room or its invitation (`inviteKey`) is still good, refused by
     /// invite-only, by a key other than `key`, or by the member limit. The joiner becomes op if it
-    /// creates the room (no members, not registered), and takes its account's role otherwise.
-    case admit(account: String, key: String, inviteKey: String, masks: [String])
-    /// A `say` or `emote` of `nick`: refused while the room is moderated, unless it is op or voiced.
+    /// creates the room (no members, not registered), and takes its account's role otherwise. A
+    /// server operator (`admin`) is admitted whatever the room's rules.
+    case admit(account: String, key: String, inviteKey: String, masks: [String], admin: Bool = false)
+    /// A `say` or `emote` of `nick`: refused unless it is a member (a member kicked while its
+    /// line was on the way is one no more), and while the room is moderated unless it is op or
+    /// voiced.
     case speak(nick: String)
-    /// A topic set by `by`: refused while the topic is locked, unless it is op or `admin`.
+    /// A topic set by `by`: refused unless it is a member, and while the topic is locked unless
+    /// it is op or `admin`.
     case setTopic(by: String, admin: Bool)
     /// A kick (with `RoomChange.kick`) by `by`, logged in as `account`: needs op (or `admin`);
-    /// nobody but the founder (or an admin) kicks the founder.
-    case kick(by: String, account: String, admin: Bool)
+    /// nobody but the founder (or an admin) kicks the founder. `sparingOps`: refused (`ISOP`) if
+    /// the member is an op — a kick that a new ban makes, which spares ops.
+    case kick(by: String, account: String, admin: Bool, sparingOps: Bool = false)
     /// `by`, logged in as `account`, turns `mode` on or off with `argument` (the canonical form
     /// the node computed); `reason` goes into a ban's record.
     case setMode(by: String, account: String, admin: Bool, mode: UInt8, on: Bool, argument: String, reason: String)
@@ -31,15 +37,15 @@ public enum ModerationCheck: Equatable, Sendable {
     var arguments: [[UInt8]] {
         func flag(_ value: Bool) -> [UInt8] { value ? [UInt8(ascii: "1")] : [UInt8(ascii: "0")] }
         switch self {
-        case let .admit(account, key, inviteKey, masks):
-            return [Array("admit".utf8), [], flag(false), Array(account.utf8), Array(key.utf8), Array(inviteKey.utf8)]
+        case let .admit(account, key, inviteKey, masks, admin):
+            return [Array("admit".utf8), [], flag(admin), Array(account.utf8), Array(key.utf8), Array(inviteKey.utf8)]
                 + masks.map { Array($0.utf8) }
         case let .speak(nick):
             return [Array("speak".utf8), Array(nick.utf8), flag(false), []]
         case let .setTopic(by, admin):
             return [Array("topic".utf8), Array(by.utf8), flag(admin), []]
-        case let .kick(by, account, admin):
-            return [Array("kick".utf8), Array(by.utf8), flag(admin), Array(account.utf8)]
+        case let .kick(by, account, admin, sparingOps):
+            return [Array("kick".utf8), Array(by.utf8), flag(admin), Array(account.utf8), flag(sparingOps)]
         case let .setMode(by, account, admin, mode, on, argument, reason):
             return [
                 Array("mode".utf8), Array(by.utf8), flag(admin), Array(account.utf8), Array(String(mode).utf8), flag(on),
@@ -58,12 +64,23 @@ public enum ModerationCheck: Equatable, Sendable {
     /// `t`, `k`, `l`), member roles (nick → `o`, `v` or `ov`), bans (mask → `time setBy reason`),
     /// invitations (nick key → expiry in ms), account roles of a registered room (account → role)
     /// and members' accounts (nick → account). ARGV 9 on: the check and its fields, as
-    /// `arguments` writes them. `ms` is Redis's time, `change` the membership change.
+    /// `arguments` writes them. `ms` is Redis's time, `change` the membership change, `subject`
+    /// the nick it concerns (a kick's, as the member list spells it).
     static let checks = """
         local check = ARGV[9] or ''
         local by, admin, account = ARGV[10], ARGV[11] == '1', ARGV[12]
         local founder = redis.call('HGET', KEYS[7], 'founder')
         local function refuse(code, text) return redis.error_reply(code .. ' ' .. text) end
+        -- A member by its nick in any letter case (nicks are ASCII and compare ignoring case):
+        -- the exact nick is tried first, the list only when a client typed it otherwise.
+        local function member(nick)
+            if redis.call('ZSCORE', KEYS[3], nick) then return nick end
+            local wanted = string.lower(nick)
+            for _, name in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+                if string.lower(name) == wanted then return name end
+            end
+            return nil
+        end
         local function roleOf(nick) return redis.call('HGET', KEYS[8], nick) or '' end
         local function isOp(nick) return string.find(roleOf(nick), 'o', 1, true) ~= nil end
         local function isFounder(nick)
@@ -89,12 +106,12 @@ public enum ModerationCheck: Equatable, Sendable {
             end
         end
         local granted, creating = false, false
-        if check == 'admit' then
+        if check == 'admit' and account ~= '' then
+            if founder == account then granted = 'o' else granted = redis.call('HGET', KEYS[11], account) end
+        end
+        if check == 'admit' and not admin then
             for i = 15, #ARGV do
                 if redis.call('HEXISTS', KEYS[9], ARGV[i]) == 1 then return refuse('BANNED', 'you are banned from #' .. ARGV[7]) end
-            end
-            if account ~= '' then
-                if founder == account then granted = 'o' else granted = redis.call('HGET', KEYS[11], account) end
             end
             local invited = false
             local expiry = redis.call('HGET', KEYS[10], ARGV[14])
@@ -111,21 +128,25 @@ public enum ModerationCheck: Equatable, Sendable {
                     return refuse('FULL', '#' .. ARGV[7] .. ' is full (' .. limit .. ' members)')
                 end
             end
+        end
+        if check == 'admit' then
             creating = redis.call('ZCARD', KEYS[3]) == 0 and not founder
         elseif check == 'speak' then
+            if not redis.call('ZSCORE', KEYS[3], by) then return refuse('NOTMEMBER', 'you are not in #' .. ARGV[7]) end
             if redis.call('HEXISTS', KEYS[7], 'm') == 1 and roleOf(by) == '' then
                 return refuse('MODERATED', '#' .. ARGV[7] .. ' is moderated: only ops and voiced members speak')
             end
         elseif check == 'topic' then
+            if not redis.call('ZSCORE', KEYS[3], by) then return refuse('NOTMEMBER', 'you are not in #' .. ARGV[7]) end
             if redis.call('HEXISTS', KEYS[7], 't') == 1 and not admin and not isOp(by) then
                 return refuse('NOTOP', 'the topic of #' .. ARGV[7] .. ' is locked: only ops set it')
             end
         elseif check == 'kick' then
             if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
-            if not redis.call('ZSCORE', KEYS[3], ARGV[5]) then
-                return refuse('NOTMEMBER', ARGV[5] .. ' is not in #' .. ARGV[7])
-            end
-            if isFounder(ARGV[5]) and account ~= founder and not admin then
+            subject = member(ARGV[5])
+            if not subject then return refuse('NOTMEMBER', ARGV[5] .. ' is not in #' .. ARGV[7]) end
+            if ARGV[13] == '1' and isOp(subject) then return refuse('ISOP', subject .. ' is an op of #' .. ARGV[7]) end
+            if isFounder(subject) and account ~= founder and not admin then
                 return refuse('NOTOP', 'only the founder kicks the founder of #' .. ARGV[7])
             end
         elseif check == 'mode' then
@@ -133,7 +154,7 @@ public enum ModerationCheck: Equatable, Sendable {
             if mode == 8 then
                 if on then
                     if account == '' then return refuse('NOTLOGGEDIN', 'log in to register #' .. ARGV[7]) end
-                    if founder then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
+                    if founder and founder ~= account then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
                     if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
                     redis.call('HSET', KEYS[7], 'founder', account)
                     founder = account
@@ -142,9 +163,8 @@ public enum ModerationCheck: Equatable, Sendable {
                         local memberAccount = redis.call('HGET', KEYS[12], roles[i])
                         if memberAccount then redis.call('HSET', KEYS[11], memberAccount, roles[i + 1]) end
                     end
-                else
-                    if not founder then return refuse('NOTREGISTERED', '#' .. ARGV[7] .. ' is not registered') end
-                    if account ~= founder and not admin then return refuse('NOTOP', 'only the founder drops #' .. ARGV[7]) end
+                elseif founder then
+                    if account ~= founder and not admin then return refuse('NOTOP', 'only the founder unregisters #' .. ARGV[7]) end
                     redis.call('HDEL', KEYS[7], 'founder')
                     redis.call('DEL', KEYS[11])
                     founder = false
@@ -158,13 +178,12 @@ public enum ModerationCheck: Equatable, Sendable {
                     local field = mode == 1 and 'k' or 'l'
                     if on then redis.call('HSET', KEYS[7], field, argument) else redis.call('HDEL', KEYS[7], field) end
                 elseif mode == 5 or mode == 6 then
-                    if not redis.call('ZSCORE', KEYS[3], argument) then
-                        return refuse('NOTMEMBER', argument .. ' is not in #' .. ARGV[7])
-                    end
-                    if mode == 5 and not on and isFounder(argument) and account ~= founder and not admin then
+                    local target = member(argument)
+                    if not target then return refuse('NOTMEMBER', argument .. ' is not in #' .. ARGV[7]) end
+                    if mode == 5 and not on and isFounder(target) and account ~= founder and not admin then
                         return refuse('NOTOP', 'only the founder deops the founder of #' .. ARGV[7])
                     end
-                    grant(argument, mode == 5 and 'o' or 'v', on)
+                    grant(target, mode == 5 and 'o' or 'v', on)
                 elseif mode == 7 then
                     if on then
                         if redis.call('HEXISTS', KEYS[9], argument) == 0 and redis.call('HLEN', KEYS[9]) >= \(maxBans) then
@@ -189,7 +208,7 @@ public enum ModerationCheck: Equatable, Sendable {
             if granted then redis.call('HSET', KEYS[8], ARGV[5], granted) elseif creating then redis.call('HSET', KEYS[8], ARGV[5], 'o') end
             if account ~= '' then redis.call('HSET', KEYS[12], ARGV[5], account) end
         elseif change == 'leave' or change == 'kick' then
-            dropMember(ARGV[5])
+            dropMember(subject)
             forgetIfEmptyAndUnregistered()
         elseif change == 'rename' then
             local role = redis.call('HGET', KEYS[8], ARGV[5])
@@ -221,10 +240,10 @@ public enum ModerationRefusal: String, Equatable, Sendable {
     case notMember = "NOTMEMBER"
     /// Registering a room needs a login.
     case notLoggedIn = "NOTLOGGEDIN"
-    /// The room is registered already.
+    /// The room is registered to another account.
     case registered = "REGISTERED"
-    /// The room is not registered.
-    case notRegistered = "NOTREGISTERED"
+    /// A kick that spares ops found an op.
+    case isOperator = "ISOP"
     /// The mode is not one the script knows.
     case badMode = "BADMODE"
     /// The invitee is a member already.
@@ -304,37 +323,22 @@ extension ClusterDirectory {
             Array("EVAL".utf8), Array(Self.inviteScript.utf8), Array("3".utf8), keys.roles, keys.invitations, keys.members,
             Array(by.utf8), Array((admin ? "1" : "0").utf8), Array(nickKey.utf8), Array(String(lifetimeMillis).utf8),
             Array(String(ModerationCheck.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
-        ]) { reply in
-            switch reply {
-            case .success(.integer): completion(.success(()))
-            case .success(.error(let text)): completion(.failure(.refused(text)))
-            case .success(let other): completion(.failure(ClusterError(.success(other), expecting: "1")))
-            case .failure(let error): completion(.failure(.redis(error)))
-            }
+        ]) { reply in completion(Self.done(reply)) }
+    }
+
+    /// A script's answer that it did what was asked (`1`), or why not.
+    static func done(_ reply: RedisConnection.Reply) -> Result<Void, ClusterError> {
+        switch reply {
+        case .success(.integer): .success(())
+        case .success(.error(let text)): .failure(.refused(text))
+        case .success(let other): .failure(ClusterError(.success(other), expecting: "1"))
+        case .failure(let error): .failure(.redis(error))
         }
     }
 }
 
-/// One ban as Redis keeps it.
-public struct ClusterBan: Equatable, Sendable {
-    /// The canonical mask.
-    public var mask: String
-    /// The nick that set it; empty for none.
-    public var setBy: String
-    /// When, in milliseconds since the Unix epoch (Redis's clock).
-    public var time: UInt64
-    /// Why; may be empty.
-    public var reason: String
-
-    /// A ban record.
-    public init(mask: String, setBy: String, time: UInt64, reason: String) {
-        self.mask = mask
-        self.setBy = setBy
-        self.time = time
-        self.reason = reason
-    }
-
-    /// Parses `time setBy reason` (setBy `-` for none), as the scripts write it.
+extension BanEntry {
+    /// Parses `time setBy reason` (setBy `-` for none), as the scripts write a ban of `mask`.
     init?(mask: String, record: String) {
         let parts = record.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count >= 2, let time = UInt64(parts[0]) else { return nil }
@@ -363,17 +367,17 @@ extension ClusterDirectory {
     }
 
     /// Reads `room`'s bans, oldest first.
-    public func bans(of room: String, completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+    public func bans(of room: String, completion: @escaping (Result<[BanEntry], ClusterError>) -> Void) {
         bans(in: RoomKeys(room).bans, completion: completion)
     }
 
     /// Reads the bans of the hash `key` (a room's, or the server's), oldest first.
-    func bans(in key: [UInt8], completion: @escaping (Result<[ClusterBan], ClusterError>) -> Void) {
+    func bans(in key: [UInt8], completion: @escaping (Result<[BanEntry], ClusterError>) -> Void) {
         hashes([key]) { result in
             completion(result.flatMap { hashes in
-                var bans: [ClusterBan] = []
+                var bans: [BanEntry] = []
                 for (mask, record) in hashes[0] {
-                    guard let ban = ClusterBan(mask: mask, record: record) else {
+                    guard let ban = BanEntry(mask: mask, record: record) else {
                         return .failure(.malformedReply("ban record \(record)"))
                     }
                     bans.append(ban)

@@ -112,6 +112,7 @@ public final class RoomLog: @unchecked Sendable {
     /// leave the list wrong, and a reaper still finds every member of a dead node.
     static let appendScript = """
         local change = ARGV[4]
+        local subject = ARGV[5]
         local now = redis.call('TIME')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         \(ModerationCheck.checks)
@@ -143,11 +144,11 @@ public final class RoomLog: @unchecked Sendable {
             redis.call('ZREM', KEYS[3], ARGV[5])
             if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', 'chat:rooms', ARGV[7]) end
         elseif change == 'kick' then
-            if not redis.call('ZSCORE', KEYS[3], ARGV[5]) then
-                return redis.error_reply('NOTMEMBER ' .. ARGV[5] .. ' is not a member here')
+            if not redis.call('ZSCORE', KEYS[3], subject) then
+                return redis.error_reply('NOTMEMBER ' .. subject .. ' is not a member here')
             end
-            forget(ARGV[5])
-            redis.call('ZREM', KEYS[3], ARGV[5])
+            forget(subject)
+            redis.call('ZREM', KEYS[3], subject)
             if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', 'chat:rooms', ARGV[7]) end
         end
         local seq = redis.call('INCR', KEYS[1])

@@ -60,6 +60,13 @@ struct ChatServerCommand: ParsableCommand {
             The password comes from --password-file or the CHAT_SERVER_PASSWORD environment \
             variable, never from the command line, where other users could read it.
 
+            Rooms may be moderated (protocol version 4): ops, modes, kicks, invitations and bans. \
+            --admin-account NAME (or $CHAT_SERVER_ADMIN_ACCOUNTS) makes an account's sessions \
+            server operators, who may ban from the server and kill sessions. Registered rooms and \
+            server bans are kept in moderation.sqlite under --data-dir, or in memory only with \
+            --no-persistence; a cluster node answers moderation requests with error(unavailable) \
+            (docs/SERVER.md, "Moderation").
+
             With --metrics HOST:PORT the server also answers HTTP GETs there: /metrics in \
             Prometheus's text format and /status, a one-screen summary for people (docs/OPERATIONS.md). \
             Keep it on loopback or a private network: it names rooms on /status. Its second line of \
@@ -202,6 +209,12 @@ struct ChatServerCommand: ParsableCommand {
 
     @Flag(help: "Accept passwords (register, login) over plain TCP from non-loopback addresses, where anyone on the path can read them.")
     var allowPlainPasswords = false
+
+    @Option(
+        help: ArgumentHelp(
+            "An account whose sessions are server operators: they act as ops in every room and alone may serverBan, kill and list the server's bans (repeatable; also $CHAT_SERVER_ADMIN_ACCOUNTS, comma-separated). Register the account first.",
+            valueName: "NAME"))
+    var adminAccount: [String] = []
 
     @Option(
         help: ArgumentHelp(
@@ -353,6 +366,28 @@ struct ChatServerCommand: ParsableCommand {
         }
     }
 
+    /// Opens the moderation file (registered rooms, server bans) in the rooms' data directory
+    /// (durable mode); nil — kept in memory, lost at exit — without one.
+    private func openModeration(beside store: SQLiteRoomStore?, logger: Logger) throws -> (any ModerationStore)? {
+        guard let store else { return nil }
+        do {
+            let moderation = try SQLiteModerationStore(directory: store.directory.path)
+            logger.info("moderation stored", metadata: ["moderation.path": "\(moderation.path)"])
+            return moderation
+        } catch {
+            StandardError.write("chat-server: \(error)\n")
+            throw ExitCode(1)
+        }
+    }
+
+    /// The server operators' account names: `--admin-account`s, and those in
+    /// `$CHAT_SERVER_ADMIN_ACCOUNTS` (comma-separated; `AccountSettings.problem` checks them).
+    private func adminAccountNames() -> [String] {
+        let fromEnvironment = getenv("CHAT_SERVER_ADMIN_ACCOUNTS").map { String(cString: $0) } ?? ""
+        let listed = fromEnvironment.split(separator: ",").map { String($0.filter { $0 != " " }) }
+        return adminAccount + listed.filter { !$0.isEmpty }
+    }
+
     func run() throws {
         if status, let metrics {
             guard let page = StatusClient.fetch(host: metrics.host, port: metrics.port, path: "/status") else {
@@ -373,10 +408,12 @@ struct ChatServerCommand: ParsableCommand {
         let cluster = try clusterConfiguration()
         let store = cluster == nil ? try openStore(logger: logger) : nil
         let accounts = try openAccounts(beside: store, logger: logger)
+        let moderation = try openModeration(beside: store, logger: logger)
         let server: ChatServer
         do {
             server = try ChatServer(
-                configuration: try serverConfiguration(), store: store, cluster: cluster, accounts: accounts, logger: logger)
+                configuration: try serverConfiguration(), store: store, cluster: cluster, accounts: accounts, moderation: moderation,
+                logger: logger)
         } catch let error as TLSError {
             // The sentence names the file and what to do; a stack of ArgumentParser text would not.
             StandardError.write("chat-server: \(error)\n")
@@ -444,6 +481,7 @@ struct ChatServerCommand: ParsableCommand {
         configuration.accounts.hashingWorkers = hashingWorkers
         configuration.accounts.hashingQueue = hashingQueue
         configuration.accounts.allowPlainPasswords = allowPlainPasswords
+        configuration.accounts.setAdminAccounts(adminAccountNames())
         configuration.maxClientsPerAddress = maxClientsPerAddress
         configuration.maxFrameSize = maxFrameSize
         configuration.maxRoomsPerClient = maxRoomsPerClient

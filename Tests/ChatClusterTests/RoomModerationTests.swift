@@ -102,6 +102,9 @@ struct RoomModerationTests {
         _ = try await a.append(payload("mode"), change: .none, moderation: mode(4, false, by: "alice"), to: "r").get()
         _ = try await a.append(payload("mode"), change: .none, moderation: mode(0, true, by: "alice"), to: "r").get()
         #expect(refusal(await a.join("frank", "r", node: "a", admit("frank", key: "s3cret"))) == .inviteOnly)
+        // A server operator joins whatever the room's bans and modes.
+        let root = ModerationCheck.admit(account: "root", key: "", inviteKey: "root", masks: ["address:10.0.0.0/8"], admin: true)
+        _ = try await a.join("root", "r", node: "a", root).get()
 
         let bans = try await a.directory { $0.bans(of: "r", completion: $1) }
         #expect(bans.map(\.mask) == ["address:10.0.0.0/8"] && bans.first?.setBy == "alice" && bans.first?.reason == "spam")
@@ -142,6 +145,27 @@ struct RoomModerationTests {
         _ = try await a.append(payload("left"), change: .leave(nick: "alice", node: "a"), to: "r").get()
         _ = try await b.append(payload("left"), change: .leave(nick: "mallory", node: "b"), to: "r").get()
         #expect(try await a.moderation(of: "r") == ClusterRoomModeration())
+    }
+
+    @Test func aKickFindsTheMemberInAnyLetterCaseAndAKickedMembersLinesAreRefused() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        let b = try await Node("b", port: redis.port)
+        _ = try await a.join("alice", "r", node: "a", admit("alice")).get()
+        _ = try await b.join("Bob", "r", node: "b", admit("Bob")).get()
+        _ = try await a.append(payload("op"), change: .none, moderation: mode(5, true, "BOB", by: "alice"), to: "r").get()
+        #expect(try await a.moderation(of: "r").roles == ["alice": "o", "Bob": "o"], "op given as BOB lands on Bob")
+        let spared = await a.append(payload("k"), change: .kick(nick: "bob"), moderation: .kick(by: "alice", account: "", admin: true, sparingOps: true), to: "r")
+        #expect(refusal(spared) == .isOperator, "a ban's kick spares ops")
+        _ = try await a.append(payload("deop"), change: .none, moderation: mode(5, false, "bob", by: "alice"), to: "r").get()
+        _ = try await a.append(payload("kick"), change: .kick(nick: "bob"), moderation: .kick(by: "alice", account: "", admin: false), to: "r").get()
+        #expect(try await a.directory { $0.members(of: "r", completion: $1) } == ["alice"])
+        #expect(try await a.moderation(of: "r").roles == ["alice": "o"])
+        // A line Bob sent before his node heard of the kick: refused, not logged.
+        #expect(refusal(await b.append(payload("late"), change: .none, moderation: .speak(nick: "Bob"), to: "r")) == .notMember)
+        #expect(refusal(await b.append(payload("t"), change: .topic, moderation: .setTopic(by: "Bob", admin: false), to: "r")) == .notMember)
+        #expect(refusal(await a.append(payload("kick"), change: .kick(nick: "bob"), moderation: .kick(by: "alice", account: "", admin: false), to: "r")) == .notMember)
     }
 
     @Test func twoNodesBanningAndUnbanningAtOnceEndInOneState() async throws {

@@ -371,9 +371,11 @@ struct SingleNodeRedis {
         case .releaseNick(let nick):
             nicks.remove(ChatName.nickKey(nick))
             aways[ChatName.nickKey(nick)] = nil
-        case .join(let room, let id, let nick, let charge):
+        case .join(let room, let id, let nick, let charge, _):
+            // The room's moderation is not emulated here: the append script's checks are tested
+            // against a real Redis (RoomModerationTests, ClusterModerationTests).
             followed.insert(room)
-            core.clusterJoinAppended(id, room: room, failure: nil, into: &actions)
+            core.clusterJoinAppended(id, room: room, failure: nil, at: now, into: &actions)
             let seq = append(.joined(room: room, seq: 0, time: 0, nick: nick), to: room, at: now) { room in
                 // ZADD: a nick that joins again moves to the end.
                 room.members.removeAll { $0 == nick }
@@ -381,7 +383,7 @@ struct SingleNodeRedis {
             }
             settle(charge, in: room, audience: rooms[room]!.members.count, core: &core)
             publish(room, seq: seq, to: &core, into: &actions)
-        case .append(let room, let event, let change, let sender, let charge):
+        case .append(let room, let event, let change, let sender, let charge, _):
             if case .leave(let nick) = change, !(rooms[room]?.members.contains(nick) ?? false) {
                 // The script's NOTMEMBER: nothing is appended.
                 let failure = ClusterFailure(reason: "the cluster is unavailable: Redis refused: NOTMEMBER \(nick) is not a member here")
@@ -395,6 +397,7 @@ struct SingleNodeRedis {
                 case .rename(let old, let new):
                     if let index = room.members.firstIndex(of: old) { room.members[index] = new }
                 case .topic: room.topic = room.log.last
+                case .kick(let nick): room.members.removeAll { ChatName.nickKey($0) == ChatName.nickKey(nick) }
                 }
             }
             // A leaver hears its own `left`, though no longer counted a member.
@@ -414,8 +417,16 @@ struct SingleNodeRedis {
                 epoch: room.epoch!, firstSeq: room.log.first?.seq ?? 0, lastSeq: seq, topic: topic, members: room.members,
                 history: history, complete: complete)
             core.clusterSnapshotRead(room: name, id, .success(snapshot), into: &actions)
-        case .members(let room, let asker):
+        case .members(let room, let asker, _):
             core.clusterMembersRead(room: room, asker, .success(memberNicks(of: room)), into: &actions)
+        case .invite(let room, let nick, _, _, let asker):
+            core.clusterInvited(room: room, nick: nick, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
+        case .bans(let room, let asker):
+            core.clusterBansRead(room: room, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
+        case .serverBan(let mask, let on, _, _, let asker):
+            core.clusterServerBanSet(mask: mask, on: on, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
+        case .kill(let nick, _, let asker):
+            core.clusterKillSent(nick: nick, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
         case .listRooms(let asker):
             let listed = rooms.filter { !$0.value.members.isEmpty }.map { name, room in
                 RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic.flatMap(Self.topicText) ?? "")

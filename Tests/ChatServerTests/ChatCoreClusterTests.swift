@@ -1,3 +1,4 @@
+import ChatCluster
 import ChatProtocol
 import Testing
 
@@ -94,12 +95,12 @@ private struct FakeCluster {
             nodes[node].clusterNickClaimed(id, nick: nick, outcome, at: now, into: &actions)
         case .releaseNick(let nick):
             if nickOwners[ChatName.nickKey(nick)] == node { nickOwners[ChatName.nickKey(nick)] = nil }
-        case .join(let room, let id, let nick, _):
-            guard available else { return nodes[node].clusterJoinAppended(id, room: room, failure: failure, into: &actions) }
+        case .join(let room, let id, let nick, _, _):
+            guard available else { return nodes[node].clusterJoinAppended(id, room: room, failure: failure, at: now, into: &actions) }
             members[room, default: []].append(nick)
-            nodes[node].clusterJoinAppended(id, room: room, failure: nil, into: &actions)
+            nodes[node].clusterJoinAppended(id, room: room, failure: nil, at: now, into: &actions)
             append(.joined(room: room, seq: 0, time: 0, nick: nick), to: room)
-        case .append(let room, let event, let change, let sender, _):
+        case .append(let room, let event, let change, let sender, _, _):
             guard available else {
                 if let sender { nodes[node].clusterAppendFailed(event, in: room, sender: sender, failure: failure, into: &actions) }
                 return
@@ -118,12 +119,12 @@ private struct FakeCluster {
                 epoch: 42, firstSeq: logs[room]?.first?.seq ?? 0, lastSeq: seq, topic: nil, members: members[room] ?? [],
                 history: history, complete: true)
             nodes[node].clusterSnapshotRead(room: room, id, .success(snapshot), into: &actions)
-        case .members(let room, let id):
+        case .members(let room, let id, _):
             nodes[node].clusterMembersRead(room: room, id, .success(members[room] ?? []), into: &actions)
         case .listRooms(let id):
             let rooms = members.filter { !$0.value.isEmpty }.map { RoomInfo(name: $0.key, memberCount: UInt32($0.value.count), topic: "") }
             nodes[node].clusterRoomsRead(id, .success(rooms), into: &actions)
-        case .history, .direct, .unfollow, .setAway:
+        case .history, .direct, .unfollow, .setAway, .invite, .bans, .serverBan, .kill:
             break
         }
     }
@@ -167,6 +168,11 @@ private func welcome(_ nick: String, in slot: ClientID, of core: inout ChatCore,
 
 @Suite("ChatCore in cluster mode, against an in-memory cluster")
 struct ChatCoreClusterTests {
+    /// What a guest's join from `address` asks Redis to admit it by.
+    static func admission(of nick: String, address: String = "127.0.0.1") -> ModerationCheck {
+        .admit(account: "", key: "", inviteKey: nick, masks: BanMask.masks(matchingAccountKey: nil, nick: nick, address: address))
+    }
+
     @Test func aMessageReachesMembersOnEveryNodeWithTheClustersSeq() {
         var cluster = FakeCluster(nodes: 2)
         let ann = cluster.connect("ann", to: 0)
@@ -225,7 +231,7 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         welcome("ann", in: slot, of: &core)
         core.received(.who(room: "r"), size: 10, from: slot, at: now, into: &actions)
-        guard case .members(_, let asker)? = core.takeClusterRequests().first else {
+        guard case .members(_, let asker, _)? = core.takeClusterRequests().first else {
             Issue.record("expected a members read")
             return
         }
@@ -258,9 +264,9 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
-        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann", charge: nil)])
+        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann", charge: nil, admission: Self.admission(of: "ann"))])
         #expect(core.isAwaitingCluster(ann), "its next requests wait for the join")
-        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
         #expect(!core.isAwaitingCluster(ann))
         actions.removeAll()
 
@@ -305,7 +311,7 @@ struct ChatCoreClusterTests {
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
         _ = core.takeClusterRequests()
-        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, history: .page(.before, from: 5, limit: 100))])
@@ -342,9 +348,11 @@ struct ChatCoreClusterTests {
         // for the 49 others the append found (50 members after it).
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
         let joinCharge = FanoutCharge(address: "10.0.0.1", bytesPerDelivery: 34, deliveries: 1, memberCount: 0)
-        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann", charge: joinCharge)])
+        #expect(
+            core.takeClusterRequests()
+                == [.join(room: "r", ann, nick: "ann", charge: joinCharge, admission: Self.admission(of: "ann", address: "10.0.0.1"))])
         core.clusterFanoutCounted(room: "r", memberCount: 50, audience: 50, charge: joinCharge)
-        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         _ = core.takeClusterRequests()
@@ -352,7 +360,7 @@ struct ChatCoreClusterTests {
         for line in 1...15 {
             core.received(.say(room: "r", text: "x"), size: 100, from: ann, at: now, into: &actions)
             let requests = core.takeClusterRequests()
-            guard case .append(_, _, _, _, let charge?) = requests.first else {
+            guard case .append(_, _, _, _, let charge?, _) = requests.first else {
                 Issue.record("line \(line): expected an append with a charge, got \(requests)")
                 return
             }
@@ -372,7 +380,7 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
-        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
@@ -383,7 +391,7 @@ struct ChatCoreClusterTests {
 
     /// The asker of the one append among `requests`.
     private static func appendAsker(_ requests: [ClusterRequest]) -> ClusterAsker? {
-        for case .append(_, _, _, let sender?, _) in requests { return sender }
+        for case .append(_, _, _, let sender?, _, _) in requests { return sender }
         return nil
     }
 
@@ -424,7 +432,7 @@ struct ChatCoreClusterTests {
                     "the echo, then the end (reply first: \(replyFirst))")
             #expect(core.takeClusterRequests() == [
                 .append(room: "r", event: .quit(room: "r", seq: 0, time: 0, nick: "ann", reason: disconnection.reason),
-                        change: .leave(nick: "ann"), sender: nil, charge: nil),
+                        change: .leave(nick: "ann"), sender: nil, charge: nil, moderation: nil),
                 .releaseNick("ann"), .unfollow(room: "r"),
             ], "then its room hears it quit")
         }
@@ -436,7 +444,7 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
-        core.clusterJoinAppended(ann, room: "r", failure: nil, into: &actions)
+        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
         core.received(.say(room: "r", text: "bye now"), size: 20, from: ann, at: now, into: &actions)
         guard let asker = Self.appendAsker(core.takeClusterRequests()) else {
             Issue.record("expected the line's append")
@@ -532,7 +540,7 @@ struct ChatCoreClusterTests {
             #expect(requests.count == 1, "\(read) is asked of the cluster: \(requests)")
             #expect(core.isAwaitingCluster(ann), "the next request waits for the answer to \(read)")
             switch requests.first {
-            case .members(let room, let asker)?: core.clusterMembersRead(room: room, asker, .success(["ann"]), into: &actions)
+            case .members(let room, let asker, _)?: core.clusterMembersRead(room: room, asker, .success(["ann"]), into: &actions)
             case .listRooms(let asker)?: core.clusterRoomsRead(asker, .success([]), into: &actions)
             case .history(let room, let asker, _, let request)?:
                 core.clusterHistoryRead(room: room, asker, request: request, .success((epoch: 7, entries: [], complete: true)), into: &actions)
@@ -550,7 +558,7 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         core.received(.join(room: room), size: 10, from: id, at: now, into: &actions)
         _ = core.takeClusterRequests()
-        core.clusterJoinAppended(id, room: room, failure: nil, into: &actions)
+        core.clusterJoinAppended(id, room: room, failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: room, seq: seq, time: 9, nick: nick)
         core.clusterDeliver(room: room, seq: seq, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         _ = core.takeClusterRequests()
@@ -586,7 +594,7 @@ struct ChatCoreClusterTests {
         #expect(actions.isEmpty, "nothing goes before the echo of ann's first line: \(actions)")
         #expect(core.heldReplyBytes(for: ann) > 0, "what waits is counted")
         var askers: [String: ClusterAsker] = [:]
-        for case .append(_, .message(_, _, _, _, let text), _, let sender?, _) in core.takeClusterRequests() { askers[text] = sender }
+        for case .append(_, .message(_, _, _, _, let text), _, let sender?, _, _) in core.takeClusterRequests() { askers[text] = sender }
         #expect(askers.count == 3, "three lines are appended: \(askers.keys)")
 
         // Room s numbers its line first: bob hears it now, ann's copy waits behind "one".
@@ -637,7 +645,7 @@ struct ChatCoreClusterTests {
         // carol's node heard it before "one" came back: ann's copy waits for "one".
         let direct = Frame.direct(sender: "ann", recipient: "carol", time: now.wallMillis, text: "hi")
         core.clusterDirectSent(direct, sender: directAsker!, .success(true), into: &actions)
-        core.clusterJoinAppended(ann, room: "t", failure: ClusterFailure(reason: "Redis is down"), into: &actions)
+        core.clusterJoinAppended(ann, room: "t", failure: ClusterFailure(reason: "Redis is down"), at: now, into: &actions)
         #expect(actions.isEmpty, "\(actions)")
         let one = Frame.message(room: "r", seq: 2, time: 9, sender: "ann", text: "one")
         let released = Self.deliver(one, seq: 2, to: &core)
@@ -694,7 +702,7 @@ struct ChatCoreClusterTests {
         core.clusterNickClaimed(ann, nick: "anna", .success(true), at: now, into: &actions)
         #expect(actions == [.send(.nickAccepted(nick: "anna"), to: ann)], "accepted at once, before its events")
         var askers: [String: ClusterAsker] = [:]
-        for case .append(let room, .nickChanged, _, let sender?, _) in core.takeClusterRequests() { askers[room] = sender }
+        for case .append(let room, .nickChanged, _, let sender?, _, _) in core.takeClusterRequests() { askers[room] = sender }
         #expect(askers.keys.sorted() == ["r", "s"], "one nickChanged per room, each answered to ann")
         actions.removeAll()
         core.received(.ping(token: 1), size: 8, from: ann, at: now, into: &actions)
@@ -751,7 +759,7 @@ struct ChatCoreClusterTests {
                 default: .say(room: "r", text: "one")
                 }
             core.received(first, size: 20, from: ann, at: now, into: &actions)
-            if behind == "join" { core.clusterJoinAppended(ann, room: "t", failure: nil, into: &actions) }
+            if behind == "join" { core.clusterJoinAppended(ann, room: "t", failure: nil, at: now, into: &actions) }
             var directAsker: ClusterAsker?
             for case .direct(_, let sender) in core.takeClusterRequests() { directAsker = sender }
             core.received(.tell(recipient: "bob", text: "psst"), size: 20, from: ann, at: now, into: &actions)

@@ -10,42 +10,8 @@ import TestSupport
 /// being in Redis, outlive the nodes.
 @Suite("Accounts across cluster nodes", .serialized)
 struct ClusterAccountTests {
-    /// Redis and nodes started with `arguments`; each test stops them.
-    private final class Nodes: Sendable {
-        let redis: RedisServerProcess
-        let nodes: [ChatServerProcess]
-
-        init(_ count: Int = 2, arguments: [String] = []) async throws {
-            redis = try await RedisServerProcess()
-            var nodes: [ChatServerProcess] = []
-            for _ in 0..<count { nodes.append(try await Self.node(on: redis, arguments: arguments)) }
-            self.nodes = nodes
-        }
-
-        /// A node on `redis`, once its link is up.
-        static func node(on redis: RedisServerProcess, arguments: [String]) async throws -> ChatServerProcess {
-            let node = try await ChatServerProcess(
-                arguments: ["--cluster", "redis://127.0.0.1:\(redis.port)", "--handshake-timeout", "60"] + arguments)
-            let up = await node.child.waitFor(timeout: .seconds(60)) { output, _ in output.contains("cluster link up") }
-            #expect(up, "node on port \(node.port) did not connect to Redis:\n\(node.child.output)")
-            return node
-        }
-
-        func stop() {
-            for node in nodes { node.stop() }
-            redis.stop()
-        }
-
-        /// What `redis-cli` prints for one command, one line per item.
-        func redisCLI(_ arguments: String...) async throws -> [String] {
-            let child = try ChildProcess(URL(fileURLWithPath: "/usr/bin/redis-cli"), ["-p", "\(redis.port)"] + arguments)
-            _ = await child.waitForExit()
-            return child.lines.map(String.init)
-        }
-    }
-
     @Test func aNickRegisteredOnOneNodeIsRefusedToGuestsOnTheOther() async throws {
-        let cluster = try await Nodes()
+        let cluster = try await ClusterNodes()
         defer { cluster.stop() }
         let owner = try await TestClient.connect(port: cluster.nodes[0].port, nick: "alice", version: 3)
         defer { owner.close() }
@@ -69,7 +35,7 @@ struct ClusterAccountTests {
     }
 
     @Test func aLoginOnOneNodeGhostsTheHolderOnTheOther() async throws {
-        let cluster = try await Nodes()
+        let cluster = try await ClusterNodes()
         defer { cluster.stop() }
         let first = try await TestClient.connect(port: cluster.nodes[0].port, nick: "alice", version: 3)
         defer { first.close() }
@@ -90,7 +56,7 @@ struct ClusterAccountTests {
     /// docs/SECURITY.md: `--login-attempts-per-account` (5) password checks per account per
     /// minute from the whole cluster, however many addresses and nodes the guesses come through.
     @Test func aBruteForceThroughBothNodesIsHeldToThePerAccountLimitInTotal() async throws {
-        let cluster = try await Nodes()
+        let cluster = try await ClusterNodes()
         defer { cluster.stop() }
         let owner = try await TestClient.connect(port: cluster.nodes[0].port, nick: "victim", version: 3)
         defer { owner.close() }
@@ -117,7 +83,7 @@ struct ClusterAccountTests {
     /// `--max-accounts` counts the cluster's accounts: six registrations at once through two
     /// nodes, from six addresses, against a cap of 3.
     @Test func theAccountCapHoldsAcrossNodes() async throws {
-        let cluster = try await Nodes(arguments: ["--max-accounts", "3"])
+        let cluster = try await ClusterNodes(arguments: ["--max-accounts", "3"])
         defer { cluster.stop() }
         var sockets: [BlockingSocket] = []
         defer { for socket in sockets { socket.close() } }
@@ -136,7 +102,7 @@ struct ClusterAccountTests {
     /// `--registrations-per-address` (3 an hour) counts an address's registrations through
     /// every node together.
     @Test func anAddressRegisteringThroughBothNodesIsHeldToItsLimitInTotal() async throws {
-        let cluster = try await Nodes(arguments: ["--address-connection-rate", "0"])
+        let cluster = try await ClusterNodes(arguments: ["--address-connection-rate", "0"])
         defer { cluster.stop() }
         var sockets: [BlockingSocket] = []
         defer { for socket in sockets { socket.close() } }
@@ -156,14 +122,14 @@ struct ClusterAccountTests {
         let redis = try await RedisServerProcess()
         defer { redis.stop() }
         do {
-            let node = try await Nodes.node(on: redis, arguments: [])
+            let node = try await ClusterNodes.node(on: redis, arguments: [])
             defer { node.stop() }
             let alice = try await TestClient.connect(port: node.port, nick: "alice", version: 3)
             try await alice.send(.register(password: "hunter2"))
             #expect(try await registration(of: alice) == .registered(account: "alice"))
             alice.close()
         }
-        let node = try await Nodes.node(on: redis, arguments: [])
+        let node = try await ClusterNodes.node(on: redis, arguments: [])
         defer { node.stop() }
         let guest = try BlockingSocket(port: node.port)
         defer { guest.close() }

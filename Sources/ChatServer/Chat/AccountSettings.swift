@@ -1,4 +1,5 @@
 import ChatAccounts
+import ChatProtocol
 
 /// The limits of accounts (docs/SERVER.md, "Accounts"; docs/SECURITY.md has the threat rows).
 ///
@@ -33,6 +34,14 @@ public struct AccountSettings: Sendable, Equatable {
     public var hashingQueue = 32
     /// How passwords are hashed.
     public var hashing = PasswordHashing.standard
+    /// The keys (`ChatName.nickKey`) of the accounts whose sessions are server operators
+    /// (`--admin-account`; docs/SERVER.md, "Moderation").
+    public var adminAccounts: Set<String> = []
+
+    /// Makes the accounts `names` (any letter case) the server operators'.
+    public mutating func setAdminAccounts(_ names: [String]) {
+        adminAccounts = Set(names.map(ChatName.nickKey))
+    }
 
     /// What one account's record costs in memory, about: its name twice, a 97-byte hash and the
     /// dictionary's slack.
@@ -57,6 +66,7 @@ public struct AccountSettings: Sendable, Equatable {
         if loginWindow <= .zero || registrationWindow <= .zero { return "the account windows must be positive" }
         if !(1...8).contains(hashingWorkers) { return "the hashing workers must be 1...8" }
         if hashingQueue < 0 { return "the hashing queue must be 0 or more" }
+        if let bad = adminAccounts.first(where: { !ChatName.isValidNick($0) }) { return "admin account \(bad) is not a valid account name" }
         return nil
     }
 }

@@ -260,13 +260,16 @@ extension ChatCore {
             }
         case .registerSaved(_, let record):
             if case .created(let result) = answer {
-                registerCreated(id, record: record, result, into: &actions)
+                registerCreated(id, record: record, result, at: now, into: &actions)
             } else if case .failure(let error) = answer.storeResult {
                 if accounts.records[record.key] == record { accounts.records[record.key] = nil }
                 refuse(.register, .storageFailed, "the account was not stored: \(error)", to: id, into: &actions)
             } else {
                 clients[id.slot]!.account = record.key
                 actions.append(.send(.registered(account: record.name), to: id))
+                // Registering logs in: an account a server operator banned before it existed
+                // ends the session as a login to it would.
+                _ = endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions)
             }
         case .login(_, let key, let address, let handshake):
             loginVerified(id, key: key, address: address, handshake: handshake, answer, at: now, into: &actions)
@@ -308,6 +311,7 @@ extension ChatCore {
                 accounts.records[key] = nil
                 accounts.clusterNames[key] = nil
                 if clients[id.slot]!.account == key { clients[id.slot]!.account = nil }
+                accountDropped(key)
                 actions.append(.send(.accountDropped(account: name), to: id))
             }
         }
@@ -552,6 +556,12 @@ extension ChatCore {
     /// `id` proved it owns `record`: a connection holding the nick is ghosted, and `id` takes the
     /// nick — welcomed with it when this completes its handshake, renamed to it otherwise.
     private mutating func completeLogin(_ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
+        let address = clients[id.slot]!.address
+        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: address, request: .login) {
+            // Before the ghosting: a banned account takes no nick back.
+            disconnect(id, banned, at: now, into: &actions)
+            return
+        }
         if let holder = nicks[record.key], holder != id {
             let reason = "\(record.name) logged in from another connection and took the nick back"
             disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
@@ -656,6 +666,11 @@ extension ChatCore {
     private mutating func clusterCompleteLogin(
         _ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]
     ) {
+        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: clients[id.slot]!.address, request: .login) {
+            // As on a server on its own: a banned account takes no nick back.
+            disconnect(id, banned, at: now, into: &actions)
+            return
+        }
         if let holder = nicks[record.key], holder != id {
             let reason = "\(record.name) logged in from another connection and took the nick back"
             disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
@@ -698,13 +713,16 @@ extension ChatCore {
     }
 
     private mutating func registerCreated(
-        _ id: ClientID, record: AccountRecord, _ result: Result<AccountCreation, AccountStoreError>, into actions: inout [ChatAction]
+        _ id: ClientID, record: AccountRecord, _ result: Result<AccountCreation, AccountStoreError>, at now: ServerTime,
+        into actions: inout [ChatAction]
     ) {
         switch result {
         case .success(.created):
             accounts.clusterNames[record.key] = record.name
             clients[id.slot]!.account = record.key
             actions.append(.send(.registered(account: record.name), to: id))
+            // As on a server on its own: registering logs in, and a banned account ends the session.
+            _ = endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions)
         case .success(.exists):
             refuse(.register, .accountExists, "\(record.name) is already registered", to: id, into: &actions)
         case .success(.full):

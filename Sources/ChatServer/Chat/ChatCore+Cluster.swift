@@ -1,3 +1,4 @@
+import ChatCluster
 import ChatProtocol
 import DequeModule
 
@@ -20,20 +21,33 @@ public enum ClusterRequest: Sendable, Equatable {
     case claimNick(ClientID, nick: String, claimant: NickClaimant = .guest)
     /// Let `nick` go (its holder left, or changed it).
     case releaseNick(String)
-    /// Follow `room` (if not yet) and append `joined` for `nick` with the membership →
-    /// `clusterJoinAppended`; the event itself comes back through `clusterDeliver`. With
-    /// `charge`, the room's member count that Redis reports settles it → `clusterFanoutCounted`.
-    case join(room: String, ClientID, nick: String, charge: FanoutCharge?)
+    /// Follow `room` (if not yet) and append `joined` for `nick` with the membership, if the
+    /// room's moderation admits it (`admission`) → `clusterJoinAppended`; the event itself comes
+    /// back through `clusterDeliver`. With `charge`, the room's member count that Redis reports
+    /// settles it → `clusterFanoutCounted`.
+    case join(room: String, ClientID, nick: String, charge: FanoutCharge?, admission: ModerationCheck)
     /// Append `event` (its `seq` and time 0: Redis numbers and stamps it) to `room`'s log with
     /// `change`; if it fails, `clusterAppendFailed` tells `sender`. A quit (no sender) or a nick
     /// change that fails for want of Redis is appended again once the cluster is back: the room
     /// must not keep a member that left or a name that changed. With `charge`, as for `join`.
-    case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?)
+    /// `moderation`: what the room's moderation checks (and changes) with it.
+    case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?, moderation: ModerationCheck?)
     /// Read what a joiner of `room` is told — epoch, members, topic, and `history` (before its
     /// own `joined` at `seq`) → `clusterSnapshotRead`.
     case snapshot(room: String, ClientID, seq: UInt64, history: ClusterHistoryRead)
-    /// Read `room`'s members → `clusterMembersRead`.
-    case members(room: String, ClusterAsker)
+    /// Read `room`'s members, and its modes `withModes` (a version 4 asker) → `clusterMembersRead`.
+    case members(room: String, ClusterAsker, withModes: Bool)
+    /// Invite `nick` into `room` as `by` (`admin`: a server operator), then tell `nick` through
+    /// the node that serves it → `clusterInvited`.
+    case invite(room: String, nick: String, by: String, admin: Bool, ClusterAsker)
+    /// Read `room`'s bans → `clusterBansRead`.
+    case bans(room: String, ClusterAsker)
+    /// Ban `mask` (canonical) from every node, or lift the ban, as `setBy` → `clusterServerBanSet`;
+    /// each node hears the change and ends its sessions that a new ban matches
+    /// (`clusterServerBansRead`).
+    case serverBan(mask: String, on: Bool, setBy: String, reason: String, ClusterAsker)
+    /// End the session of `nick`, served by another node, for `reason` → `clusterKillSent`.
+    case kill(nick: String, reason: String, ClusterAsker)
     /// Read every room with members → `clusterRoomsRead`.
     case listRooms(ClusterAsker)
     /// Read `history` of `room` → `clusterHistoryRead`. `request` is what asked:
@@ -98,6 +112,8 @@ public enum ClusterChange: Sendable, Equatable {
     case rename(old: String, new: String)
     /// The event is the topic.
     case topic
+    /// `nick`, served by any node, is kicked out of the members.
+    case kick(nick: String)
 }
 
 /// What a joiner is told about a room, read from the cluster.
@@ -118,11 +134,15 @@ public struct ClusterRoomSnapshot: Sendable, Equatable {
     public var history: [HistoryEntry]
     /// Whether no history older than `history` is kept (for a page).
     public var complete: Bool
+    /// The room's settings and roles, for a version 4 joiner; nil if they could not be read.
+    public var modes: RoomModes?
 
     /// Describes a snapshot.
     public init(
-        epoch: UInt64, firstSeq: UInt64, lastSeq: UInt64, topic: Frame?, members: [String], history: [HistoryEntry], complete: Bool
+        epoch: UInt64, firstSeq: UInt64, lastSeq: UInt64, topic: Frame?, members: [String], history: [HistoryEntry], complete: Bool,
+        modes: RoomModes? = nil
     ) {
+        self.modes = modes
         self.epoch = epoch
         self.firstSeq = firstSeq
         self.lastSeq = lastSeq
@@ -406,6 +426,9 @@ struct ClusterState: Sendable {
     var unavailableReason = "not connected to the cluster yet"
     var rooms: [String: Room] = [:]
     var awaiting: [ClientID: Awaited] = [:]
+    /// Clients whose join under way gave a key (`joinWithKey`): a wrong one counts against
+    /// their address.
+    var keyedJoins: Set<ClientID> = []
     /// The session of each welcomed client, by slot: a number no earlier client in the slot had,
     /// so an answer for one that left is not taken for its successor's.
     var sessions: [Int: UInt64] = [:]
@@ -481,7 +504,7 @@ extension ChatCore {
     }
 
     /// `id` as the asker of an answer to come.
-    private func asker(_ id: ClientID) -> ClusterAsker {
+    func asker(_ id: ClientID) -> ClusterAsker {
         ClusterAsker(id: id, session: cluster!.sessions[id.slot] ?? 0)
     }
 
@@ -495,7 +518,7 @@ extension ChatCore {
 
     /// Asks the cluster for `request`; with `owing`, its answer is owed to that client, whose
     /// session then does not end before it comes (`endSession`).
-    private mutating func ask(_ request: ClusterRequest, owing id: ClientID? = nil) {
+    mutating func ask(_ request: ClusterRequest, owing id: ClientID? = nil) {
         cluster!.outbox.append(request)
         if let id { cluster!.owed[id, default: ClusterState.Owed()].answers += 1 }
     }
@@ -558,6 +581,7 @@ extension ChatCore {
         case .topic(_, _, _, let setBy, _): setBy
         case .left(_, _, _, let nick): nick
         case .nickChanged(_, _, _, _, let new): new
+        case .kicked(_, _, _, _, let by, _), .modeChanged(_, _, _, let by, _, _, _): by
         default: nil
         }
     }
@@ -704,6 +728,20 @@ extension ChatCore {
         _ frame: Frame, size: Int, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
     ) -> Bool {
         switch frame {
+        case .kick(let room, let target, let reason):
+            clusterKick(target, from: room, reason: reason, id: id, nick: nick, size: size, into: &actions)
+        case .setMode(let room, let mode, let on, let argument):
+            clusterSetMode(mode, on: on, argument: argument, in: room, id: id, nick: nick, size: size, into: &actions)
+        case .invite(let room, let target):
+            clusterInvite(target, to: room, id: id, nick: nick, into: &actions)
+        case .listBans(let room):
+            clusterListBans(of: room, id: id, into: &actions)
+        case .serverBan(let on, let mask, let reason):
+            clusterServerBan(mask, on: on, reason: reason, id: id, nick: nick, into: &actions)
+        case .kill(let target, let reason):
+            // A client of this node is ended here, as on a server on its own.
+            if nicks[ChatName.nickKey(target)].flatMap({ self.nick(of: $0) }) != nil { return false }
+            clusterKill(target, reason: reason, id: id, nick: nick, into: &actions)
         case .tell(let recipient, let text):
             if nicks[ChatName.nickKey(recipient)].flatMap({ self.nick(of: $0) }) != nil {
                 // Served here: as on a server on its own.
@@ -738,7 +776,7 @@ extension ChatCore {
                 return true
             }
             cluster!.awaiting[id] = .read
-            ask(.members(room: room, asker(id)), owing: id)
+            ask(.members(room: room, asker(id), withModes: clients[id.slot]!.version >= 4), owing: id)
         case .requestHistory(let room, let count):
             let read = recentMessages(before: 0, count: min(Int(count), configuration.historySize))
             clusterHistory(of: room, id: id, read, request: .requestHistory, into: &actions)
@@ -752,20 +790,31 @@ extension ChatCore {
     }
 
     /// Asks Redis to append `event` — a `left`, a line or a topic that `id` sent in a frame of
-    /// `size` bytes, admitted by `roomEventRefusal` — to `room`'s log; it is delivered when it
-    /// comes back (`clusterDeliver`), and what `id` is sent meanwhile waits for that echo.
-    mutating func clusterAppend(_ event: Frame, in room: String, from id: ClientID, size: Int) {
-        let change: ClusterChange
+    /// `size` bytes, admitted by `roomEventRefusal`, or a kick or a mode change — to `room`'s log,
+    /// if the room's moderation lets it (`moderation`; for a line or a topic, the checks that a
+    /// server on its own makes in `roomEventRefusal`, made where the room's roles are); it is
+    /// delivered when it comes back (`clusterDeliver`), and what `id` is sent meanwhile waits for
+    /// that echo.
+    mutating func clusterAppend(_ event: Frame, in room: String, from id: ClientID, size: Int, moderation: ModerationCheck? = nil) {
+        var change = ClusterChange.none
+        var moderation = moderation
         switch event {
         case .left(_, _, _, let nick):
             // A member for the room until its `left` arrives.
             cluster!.rooms[room]?.leaving.insert(id)
             change = .leave(nick: nick)
-        case .topic: change = .topic
-        default: change = .none
+        case .topic(_, _, _, let setBy, _):
+            change = .topic
+            moderation = .setTopic(by: setBy, admin: isServerOperator(id))
+        case .message(_, _, _, let sender, _), .action(_, _, _, let sender, _):
+            moderation = .speak(nick: sender)
+        case .kicked(_, _, _, let nick, _, _):
+            change = .kick(nick: nick)
+        default:
+            break
         }
         let charge = chargeFanout(of: id, size: size, in: room)
-        ask(.append(room: room, event: event, change: change, sender: asker(id), charge: charge), owing: id)
+        ask(.append(room: room, event: event, change: change, sender: asker(id), charge: charge, moderation: moderation), owing: id)
         expectEcho(of: event, in: room, from: id)
     }
 
@@ -829,7 +878,9 @@ extension ChatCore {
         for room in clients[id.slot]!.rooms {
             let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
             let charge = chargeFanout(of: id, size: size, in: room)
-            ask(.append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: asker(id), charge: charge), owing: id)
+            ask(
+                .append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: asker(id), charge: charge, moderation: nil),
+                owing: id)
             // A single server sends them before it reads the next request: what that request is
             // answered with waits for them.
             expectEcho(of: event, in: room, from: id)
@@ -838,11 +889,26 @@ extension ChatCore {
 
     /// `join` on a cluster node, once `joinRefusal` let it through: Redis appends the `joined`
     /// and answers with the room's snapshot.
-    mutating func clusterJoin(_ room: String, id: ClientID, nick: String, size: Int, into actions: inout [ChatAction]) {
+    mutating func clusterJoin(
+        _ room: String, id: ClientID, nick: String, size: Int, key: String?, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        let request: FrameType = key == nil ? .join : .joinWithKey
         guard cluster!.available else {
-            refuse(.join, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
+            refuse(request, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
             return
         }
+        // Wrong keys count against the address here, as on a server on its own (per node: a
+        // guesser that spreads over nodes gets each node's allowance).
+        if key != nil, let wait = keyGuessWait(for: id, at: now) {
+            refuse(request, .throttled, "too many wrong room keys from your address; try again in \((wait + 999) / 1000) s", to: id, into: &actions)
+            return
+        }
+        let client = clients[id.slot]!
+        // The room's bans, invite-only mode, key and limit are Redis's to apply, in the step
+        // that appends the `joined` (ModerationCheck): the node sends what they are matched by.
+        let admission = ModerationCheck.admit(
+            account: client.account ?? "", key: key ?? "", inviteKey: ChatName.nickKey(nick),
+            masks: BanMask.masks(matchingAccountKey: client.account, nick: nick, address: client.address), admin: isServerOperator(id))
         // The joiner hears its own `joined` too.
         let charge = chargeFanout(of: id, size: size, in: room, joining: true)
         clients[id.slot]!.rooms.append(room)
@@ -850,8 +916,9 @@ extension ChatCore {
         // Its `joined` and what it is told of the room come from Redis; what it is sent next waits.
         cluster!.rooms[room]!.joinOrdinals[id] = issueOrdinal(for: id)
         cluster!.awaiting[id] = .join(room)
+        if key != nil { cluster!.keyedJoins.insert(id) }
         // Owed until its `joined` is delivered (then its snapshot is, until it is read).
-        ask(.join(room: room, id, nick: nick, charge: charge), owing: id)
+        ask(.join(room: room, id, nick: nick, charge: charge, admission: admission), owing: id)
     }
 
     /// Charges `id`'s address, now, for its frame of `size` bytes delivered to every member of
@@ -941,7 +1008,7 @@ extension ChatCore {
         if case .join(let joining) = awaited, !rooms.contains(joining) { rooms.append(joining) }
         for room in rooms {
             let event = Frame.quit(room: room, seq: 0, time: 0, nick: nick, reason: reason)
-            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: nil, charge: nil))
+            ask(.append(room: room, event: event, change: .leave(nick: nick), sender: nil, charge: nil, moderation: nil))
         }
         ask(.releaseNick(nick))
     }
@@ -1086,16 +1153,21 @@ extension ChatCore {
     }
 
     /// The append of `id`'s `joined` in `room` is done: nil, or why it failed (it is not in the
-    /// room then, and is told so).
-    public mutating func clusterJoinAppended(_ id: ClientID, room: String, failure: ClusterFailure?, into actions: inout [ChatAction]) {
+    /// room then, and is told so: the room's moderation kept it out, or Redis could not be asked).
+    public mutating func clusterJoinAppended(
+        _ id: ClientID, room: String, failure: ClusterFailure?, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
         guard cluster?.awaiting[id] == .join(room) else { return }
         cluster!.awaiting[id] = nil
+        let keyed = cluster!.keyedJoins.remove(id) != nil
         guard let failure else { return }
+        if failure.code == .badRoomKey, keyed { countWrongKey(from: id, at: now) }
         clients[id.slot]?.rooms.removeAll { $0 == room }
         cluster!.rooms[room]?.joining.remove(id)
         let ordinal = cluster!.rooms[room]?.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count
-        refuse(.join, .unavailable, "cannot join #\(room) now: \(failure.reason); try again", to: id, into: &actions)
+        let reason = failure.code == .unavailable ? "cannot join #\(room) now: \(failure.reason); try again" : failure.reason
+        refuse(keyed ? .joinWithKey : .join, failure.code, reason, to: id, into: &actions)
         if let ordinal {
             clusterOrder(&actions, from: firstAction, for: id, after: ordinal - 1)
             resolveOrdinal(ordinal, of: id, into: &actions)
@@ -1141,6 +1213,8 @@ extension ChatCore {
         // Its nick is changed all the same (`nickAccepted` said so); the node appends the event
         // again once Redis is back. Nothing to tell, and nothing waits for it any more.
         case .nickChanged: request = nil
+        case .kicked: request = .kick
+        case .modeChanged: request = .setMode
         default: request = FrameType.none
         }
         // Its error goes where the request was sent, and what waited for it then.
@@ -1206,7 +1280,7 @@ extension ChatCore {
         } else {
             ownCopy = nil
         }
-        if !recipients.isEmpty { actions.append(.broadcast(frame, to: recipients)) }
+        if !recipients.isEmpty { broadcastClusterEvent(frame, to: recipients, into: &actions) }
         if let own = ownCopy {
             let firstAction = actions.count
             actions.append(.send(frame, to: own.id))
@@ -1231,6 +1305,26 @@ extension ChatCore {
             // The leaver got its own `left` as the acknowledgement above — or, if its snapshot is
             // still being read, gets it after the snapshot, with what was held for it.
             room.members.remove(at: index)
+        }
+        if case .kicked(_, _, _, let nick, _, _) = frame, let id = nicks[ChatName.nickKey(nick)], let index = room.members.firstIndex(of: id) {
+            // Kicked, from whichever node: it got the kick as its last event of the room above
+            // (or behind its snapshot), and gets nothing of the room after it.
+            room.members.remove(at: index)
+            room.leaving.remove(id)
+            clients[id.slot]?.rooms.removeAll { $0 == name }
+        }
+        if case .modeChanged(_, _, _, let by, .ban, true, let text) = frame, let mask = try? BanMask(parsing: text, allowsRoom: false) {
+            // A new ban kicks the members it matches who are not ops: each node its own, through
+            // the log, sparing ops there (Redis knows the roles).
+            for member in room.members {
+                guard let client = clients[member.slot], let memberNick = client.nick,
+                    mask.matches(accountKey: client.account, nick: memberNick, address: client.address)
+                else { continue }
+                let kick = Frame.kicked(room: name, seq: 0, time: 0, nick: memberNick, by: by, reason: "banned (\(mask.canonical))")
+                ask(.append(
+                    room: name, event: kick, change: .kick(nick: memberNick), sender: nil, charge: nil,
+                    moderation: .kick(by: by, account: "", admin: true, sparingOps: true)))
+            }
         }
         cluster!.rooms[name] = room
         // What its sender was sent after asking for it may go now (a join waits for its snapshot).
@@ -1287,6 +1381,7 @@ extension ChatCore {
                 .send(.roomState(room: name, epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: snapshot.lastSeq), to: id))
         }
         sendMembers(snapshot.members, of: name, to: id, into: &actions)
+        if version >= 4, let modes = snapshot.modes { actions.append(.send(.roomModes(room: name, modes: modes), to: id)) }
         // A cleared topic is no topic, as on a server on its own: the log's last topic event
         // may be the one that cleared it.
         if let topic = snapshot.topic, case .topic(_, _, _, _, let text) = topic, !text.isEmpty {
@@ -1309,7 +1404,7 @@ extension ChatCore {
     }
 
     /// The client a read's answer is for, if it is still there; its next request no longer waits.
-    private mutating func readAnswered(_ asker: ClusterAsker) -> ClientID? {
+    mutating func readAnswered(_ asker: ClusterAsker) -> ClientID? {
         guard let id = resolve(asker) else { return nil }
         if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
         return id
@@ -1317,21 +1412,29 @@ extension ChatCore {
 
     /// After a read's answer was appended from `firstAction` on: its address is charged for it,
     /// it waits for the events of the requests before it, and it is paid.
-    private mutating func settleRead(of id: ClientID, from firstAction: Int, into actions: inout [ChatAction]) {
+    mutating func settleRead(of id: ClientID, from firstAction: Int, into actions: inout [ChatAction]) {
         chargeReplies(to: id, for: actions[firstAction...])
         clusterOrder(&actions, from: firstAction, for: id)
         paid(id, into: &actions)
     }
 
     /// The members of `room` that `id` asked for, or why they could not be read.
+    /// With `modes` (asked for a version 4 client), the room's settings and roles follow; its
+    /// key only for a member or a server operator, as on a server on its own.
     public mutating func clusterMembersRead(
-        room: String, _ asker: ClusterAsker, _ result: Result<[String], ClusterFailure>, into actions: inout [ChatAction]
+        room: String, _ asker: ClusterAsker, _ result: Result<[String], ClusterFailure>, modes: RoomModes? = nil,
+        into actions: inout [ChatAction]
     ) {
         guard let id = readAnswered(asker) else { return }
         let firstAction = actions.count
         defer { settleRead(of: id, from: firstAction, into: &actions) }
         switch result {
-        case .success(let nicks): sendMembers(nicks, of: room, to: id, into: &actions)
+        case .success(let nicks):
+            sendMembers(nicks, of: room, to: id, into: &actions)
+            if var modes, !nicks.isEmpty {
+                if !clients[id.slot]!.rooms.contains(room), !isServerOperator(id) { modes.key = "" }
+                actions.append(.send(.roomModes(room: room, modes: modes), to: id))
+            }
         case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
         }
     }
@@ -1412,10 +1515,16 @@ extension ChatCore {
     }
 
     /// A direct message from another node, for a client of this one (dropped if it has left).
+    /// An invitation (`invited`) for a client of this node comes the same way.
     public mutating func clusterDirectReceived(_ payload: [UInt8], into actions: inout [ChatAction]) {
-        guard let message = try? Frame(decoding: payload), case .direct(_, let recipient, _, _) = message,
-            let id = nicks[ChatName.nickKey(recipient)], nick(of: id) != nil
-        else { return }
+        let recipient: String
+        switch try? Frame(decoding: payload) {
+        case .direct(_, let nick, _, _)?: recipient = nick
+        case .invited(_, let nick, _)?: recipient = nick
+        default: return
+        }
+        guard let id = nicks[ChatName.nickKey(recipient)], nick(of: id) != nil, let message = try? Frame(decoding: payload) else { return }
+        if case .invited = message, clients[id.slot]!.version < 4 { return }
         actions.append(.send(message, to: id))
     }
 
@@ -1431,6 +1540,10 @@ extension ChatCore {
         case .left(let room, _, _, let nick): .left(room: room, seq: seq, time: time, nick: nick)
         case .quit(let room, _, _, let nick, let reason): .quit(room: room, seq: seq, time: time, nick: nick, reason: reason)
         case .nickChanged(let room, _, _, let old, let new): .nickChanged(room: room, seq: seq, time: time, old: old, new: new)
+        case .kicked(let room, _, _, let nick, let by, let reason):
+            .kicked(room: room, seq: seq, time: time, nick: nick, by: by, reason: reason)
+        case .modeChanged(let room, _, _, let by, let mode, let on, let argument):
+            .modeChanged(room: room, seq: seq, time: time, by: by, mode: mode, on: on, argument: argument)
         default: nil
         }
     }
@@ -1445,7 +1558,8 @@ extension ChatCore {
     static func room(of frame: Frame) -> String? {
         switch frame {
         case .message(let room, _, _, _, _), .action(let room, _, _, _, _), .topic(let room, _, _, _, _), .joined(let room, _, _, _),
-            .left(let room, _, _, _), .quit(let room, _, _, _, _), .nickChanged(let room, _, _, _, _):
+            .left(let room, _, _, _), .quit(let room, _, _, _, _), .nickChanged(let room, _, _, _, _), .kicked(let room, _, _, _, _, _),
+            .modeChanged(let room, _, _, _, _, _, _):
             room
         default: nil
         }

@@ -137,7 +137,7 @@ extension ChatCore {
             for id in waiting {
                 guard let nick = nick(of: id) else { continue }
                 let firstAction = actions.count
-                join(name, id: id, nick: nick, size: 0, at: now, into: &actions)
+                join(name, id: id, nick: nick, size: 0, key: moderation.pendingKeys.removeValue(forKey: id), at: now, into: &actions)
                 chargeReplies(to: id, for: actions[firstAction...])
             }
             // Every joiner may have been refused: the room then leaves memory as a part would.

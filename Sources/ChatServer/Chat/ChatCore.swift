@@ -67,6 +67,8 @@ public struct ChatCore: Sendable {
     private var passwordFailures: [String: PasswordFailures] = [:]
     /// The accounts, and the account work in flight (ChatCore+Accounts.swift).
     var accounts = AccountDirectory()
+    /// Registered rooms' settings, the server's bans and their writes (ChatCore+Moderation.swift).
+    var moderation = ModerationDirectory()
 
     /// In cluster mode, what this node knows of the rooms its clients are in and what it waits
     /// for from the cluster (ChatCore+Cluster.swift); nil for a server on its own.
@@ -110,6 +112,7 @@ public struct ChatCore: Sendable {
             let reason = "too many connections from \(address) (limit \(configuration.maxClientsPerAddress))"
             return Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
         }
+        if let refusal = serverBanRefusal(accountKey: nil, nick: nil, address: address, request: .hello) { return refusal }
         var state = addresses[address] ?? AddressState(configuration: configuration, now: now.uptimeMillis)
         let connectionRate = configuration.addressConnectionRate
         if connectionRate > 0 {
@@ -171,6 +174,7 @@ public struct ChatCore: Sendable {
         defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
         if accountRequest(frame, from: id, nick: nick, at: now, into: &actions) { return }
         if cluster != nil, clusterReceived(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
+        if moderationRequest(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
         switch frame {
         case .changeNick(let newNick):
             changeNick(of: id, from: nick, to: newNick, at: now, into: &actions)
@@ -190,6 +194,7 @@ public struct ChatCore: Sendable {
             appendRoomList(to: id, into: &actions)
         case .who(let room):
             appendMembers(of: room, to: id, into: &actions)
+            if clients[id.slot]!.version >= 4, let modes = roomModesFrame(of: room, for: id) { actions.append(.send(modes, to: id)) }
         case .setTopic(let room, let text):
             let topic = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
             addRoomEvent(topic, for: .setTopic, from: id, size: size, at: now, into: &actions)
@@ -204,7 +209,7 @@ public struct ChatCore: Sendable {
             actions.append(.send(.pong(token: token), to: id))
         case .pong, .unknown, .register, .login, .changePassword, .dropAccount, .kick, .setMode, .invite, .listBans,
             .serverBan, .kill, .joinWithKey:
-            // Account requests were served above (`accountRequest`).
+            // Account and moderation requests were served above (`accountRequest`, `moderationRequest`).
             // A pong has done its job by arriving; unknown skippable frames are ignored by design.
             break
         case .goodbye(let reason):
@@ -250,6 +255,7 @@ public struct ChatCore: Sendable {
         clients[id.slot] = nil
         reads.forget(id)
         accounts.waiting[id] = nil
+        moderation.pendingKeys[id] = nil
         clientCount -= 1
         addresses[client.address]?.connections -= 1
         if cluster != nil {
@@ -378,6 +384,8 @@ public struct ChatCore: Sendable {
         } else if helloForReservedNick(nick, version: version, from: id, at: now, into: &actions) {
             // Refused, or waiting for the login that proves the nick is the client's.
             return
+        } else if let banned = serverBanRefusal(accountKey: nil, nick: nick, address: clients[id.slot]!.address, request: .hello) {
+            refusal = banned
         } else if nicks[ChatName.nickKey(nick)] != nil {
             refusal = Disconnection(code: .nickTaken, frameType: .hello, reason: "nick \(nick) is taken")
         } else {
@@ -602,6 +610,7 @@ public struct ChatCore: Sendable {
             refuse(.changeNick, .nickReserved, reason, to: id, into: &actions)
             return
         }
+        if endIfServerBanned(id, nick: newNick, request: .changeNick, at: now, into: &actions) { return }
         if cluster != nil {
             // The cluster's nick registry decides: claimed there, then announced (`renamed`).
             clusterChangeNick(of: id, from: oldNick, to: newNick, into: &actions)
@@ -628,38 +637,43 @@ public struct ChatCore: Sendable {
         }
     }
 
-    /// Why `id` may not join `name` — already in it, or in as many rooms as allowed — as the
-    /// `error` code and reason to refuse it with; nil when it may. One rule for every mode.
-    func joinRefusal(of name: String, for id: ClientID) -> (code: ErrorCode, reason: String)? {
+    /// Why `id` may not join `name` — already in it, in as many rooms as allowed, or kept out by
+    /// the room's moderation (`moderationJoinRefusal`: a ban, invite-only, its key, its limit) —
+    /// as the `error` code and reason to refuse it with; nil when it may. One rule for every mode.
+    /// `key`: the one given with `joinWithKey`.
+    func joinRefusal(of name: String, for id: ClientID, key: String? = nil, at now: ServerTime) -> (code: ErrorCode, reason: String)? {
         if clients[id.slot]!.rooms.contains(name) { return (.alreadyInRoom, "you are already in #\(name)") }
         if clients[id.slot]!.rooms.count >= configuration.maxRoomsPerClient {
             return (.tooManyRooms, "you are in \(configuration.maxRoomsPerClient) rooms, the most allowed")
         }
-        return nil
+        return moderationJoinRefusal(of: name, for: id, key: key, at: now)
     }
 
     /// `id`, called `nick`, joins `name` with a frame of `size` bytes: one rule for every mode
     /// (`joinRefusal`), then the room as the mode has it — made or read back here (memory,
     /// durable: `awaitRoom`), or joined through Redis (`clusterJoin`).
     mutating func join(
-        _ name: String, id: ClientID, nick: String, size: Int, at now: ServerTime, into actions: inout [ChatAction]
+        _ name: String, id: ClientID, nick: String, size: Int, key: String? = nil, at now: ServerTime, into actions: inout [ChatAction]
     ) {
-        if let refusal = joinRefusal(of: name, for: id) {
-            refuse(.join, refusal.code, refusal.reason, to: id, into: &actions)
+        if let refusal = joinRefusal(of: name, for: id, key: key, at: now) {
+            if refusal.code == .badRoomKey, key != nil { countWrongKey(from: id, at: now) }
+            refuse(key == nil ? .join : .joinWithKey, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
         if cluster != nil {
-            clusterJoin(name, id: id, nick: nick, size: size, into: &actions)
+            clusterJoin(name, id: id, nick: nick, size: size, key: key, at: now, into: &actions)
             return
         }
         if rooms[name] == nil {
             guard store == nil else {
-                // It may be stored: read back first (`roomRead` joins it then).
+                // It may be stored: read back first (`roomRead` joins it then, checking again).
+                if let key { moderation.pendingKeys[id] = key }
                 awaitRoom(name, for: id)
                 return
             }
             makeRoom(name, from: nil)
         }
+        takeRoles(in: name, for: id)
         clients[id.slot]!.rooms.append(name)
         let version = clients[id.slot]!.version
         let room = withRoom(name) { room in
@@ -677,6 +691,7 @@ public struct ChatCore: Sendable {
             actions.append(.send(state, to: id))
         }
         appendMembers(of: name, to: id, into: &actions)
+        if version >= 4, let modes = roomModesFrame(of: name) { actions.append(.send(modes, to: id)) }
         if let topic = room.topic {
             actions.append(
                 .send(.topic(room: name, seq: topic.seq, time: topic.time, setBy: topic.setBy, text: topic.text), to: id))
@@ -724,6 +739,16 @@ public struct ChatCore: Sendable {
             return (.unavailable, unavailableText(what))
         }
         if request != .part, let storageFailure { return (.storageFailed, Self.notStored(storageFailure)) }
+        // On every line's path: read in place (a copy of the room's moderation would retain its
+        // sets), a flag, and set lookups only in a moderated room.
+        if request != .part, let index = rooms.index(forKey: room) {
+            if request == .setTopic, rooms.values[index].moderation.settings.topicLock, !rooms.values[index].moderation.ops.contains(id) {
+                return (.notOperator, "#\(room)'s topic is locked: only ops set it")
+            }
+            if request == .say || request == .emote, !rooms.values[index].moderation.maySpeak(id) {
+                return (.moderated, "#\(room) is moderated: only ops and voiced members speak")
+            }
+        }
         return nil
     }
 
@@ -836,14 +861,16 @@ public struct ChatCore: Sendable {
         guard rooms[name] == nil else { return }
         guard let stored else {
             rooms[name] = ChatRoom(name: name, epoch: makeEpoch(), historySize: historySize, historyBytes: budget.historyPerRoom)
+            applyRegisteredSettings(to: name)
             return
         }
         rooms[name] = ChatRoom(stored: stored, historySize: historySize, historyBytes: budget.historyPerRoom)
+        applyRegisteredSettings(to: name)
         for entry in stored.recent { recordHistory(entry, in: name) }
     }
 
     /// Stages `name`'s new state, and `event` if it is one that is stored, in the store.
-    private mutating func persist(_ name: String, event: HistoryEntry?, at now: ServerTime) {
+    mutating func persist(_ name: String, event: HistoryEntry?, at now: ServerTime) {
         // Read in place (`withRoom` lends the room): `rooms.values[index].epoch` copies the whole
         // room, retaining and releasing its members and history, once per field read.
         guard let store else { return }
@@ -864,6 +891,7 @@ public struct ChatCore: Sendable {
     /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
     /// looks again).
     mutating func removeEmptyRoom(_ name: String) {
+        resetModeration(of: name)
         store?.occupancyChanged(of: name, occupied: false)
         if let store, store.hasUncommittedWrites(in: name) {
             roomsAwaitingCommit.insert(name)

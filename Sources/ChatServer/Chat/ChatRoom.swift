@@ -33,6 +33,8 @@ struct ChatRoom: Sendable {
     /// With a store: whether older events may be stored than the history in memory holds, so a
     /// page that reaches past memory must be read from the store.
     var olderStored = false
+    /// Modes, bans, roles and invitations (protocol version 4, ChatCore+Moderation.swift).
+    var moderation = RoomModeration()
 
     init(name: String, epoch: UInt64, historySize: Int, historyBytes: Int) {
         precondition(epoch != 0, "epoch 0 is reserved")
@@ -85,8 +87,9 @@ struct ChatRoom: Sendable {
         return lastSeq
     }
 
-    /// Removes `id` from the members; does nothing if it is not one.
+    /// Removes `id` from the members, and its roles with it; does nothing if it is not one.
     mutating func removeMember(_ id: ClientID) {
         if let index = members.firstIndex(of: id) { members.remove(at: index) }
+        moderation.forget(id)
     }
 }

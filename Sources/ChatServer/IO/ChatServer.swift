@@ -87,6 +87,8 @@ public final class ChatServer: @unchecked Sendable {
     /// ("Account work" below).
     private let accountStore: any AccountStore
     private let hashingPool: PasswordHashingPool
+    /// Where registered rooms and server bans are kept ("Moderation writes" below).
+    private let moderationStore: any ModerationStore
     /// Clients whose requests wait for account work (`ChatCore.isAwaitingAccount`).
     private var accountWaiters: [ClientConnection] = []
 
@@ -171,9 +173,10 @@ public final class ChatServer: @unchecked Sendable {
     /// history are the cluster's, in its Redis, and `store` must be nil.
     ///
     /// Accounts are kept in `accounts` (read whole here); by default in memory, lost at exit.
+    /// Registered rooms and server bans likewise in `moderation`.
     public init(
         configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, cluster: ClusterConfiguration? = nil,
-        accounts: (any AccountStore)? = nil, logger: Logger = Logger(label: "chat-server")
+        accounts: (any AccountStore)? = nil, moderation: (any ModerationStore)? = nil, logger: Logger = Logger(label: "chat-server")
     ) throws {
         if let problem = configuration.problem() { throw ChatServerError.invalidConfiguration(problem) }
         if cluster != nil, store != nil {
@@ -193,6 +196,13 @@ public final class ChatServer: @unchecked Sendable {
             core.loadAccounts(try accountStore.loadAll())
         } catch {
             throw ChatServerError.invalidConfiguration("cannot read the accounts: \(error)")
+        }
+        moderationStore = moderation ?? MemoryModerationStore()
+        do {
+            // A cluster node serves no moderation yet (ChatCore+Moderation.swift): nothing to load.
+            if cluster == nil { core.loadModeration(try moderationStore.loadAll()) }
+        } catch {
+            throw ChatServerError.invalidConfiguration("cannot read the moderation store: \(error)")
         }
         hashingPool = PasswordHashingPool(
             workers: configuration.accounts.hashingWorkers, queueCapacity: configuration.accounts.hashingQueue,
@@ -696,6 +706,7 @@ public final class ChatServer: @unchecked Sendable {
         }
         if let store { carryOutReads(on: store) }
         carryOutAccountWork()
+        writeModeration()
         guard !actions.isEmpty else { return }
         if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
             hold(actions)
@@ -1479,5 +1490,23 @@ extension ChatServer {
         core.accountAnswered(ticket, answer, at: Self.now(), into: &actions)
         perform()
         serveAnswered(\.accountWaiters) { core.isAwaitingAccount($0) }
+    }
+}
+
+// MARK: - Moderation writes
+//
+// Registered rooms and server bans change rarely (an op's command); the core hands each change
+// over as it happens and it is written on the moderation store's own queue. Nothing waits for
+// the write: the change holds in memory at once, and a failed write is logged.
+
+extension ChatServer {
+    /// Hands the moderation changes the core made to the store.
+    private func writeModeration() {
+        let writes = core.takeModerationWrites()
+        guard !writes.isEmpty else { return }
+        let logger = logger
+        moderationStore.apply(writes, replyOn: queue) { failure in
+            if let failure { logger.error("moderation change not stored", metadata: ["error": "\(failure)"]) }
+        }
     }
 }

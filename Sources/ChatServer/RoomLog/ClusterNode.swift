@@ -171,6 +171,16 @@ final class ClusterNode: @unchecked Sendable {
                 let key = String(decoding: payload.dropFirst(ghost.count), as: UTF8.self)
                 return self.answer { core, actions in core.clusterGhost(nickKey: key, at: ChatServer.now(), into: &actions) }
             }
+            // A server operator's kill on another node (`ClusterRequest.kill`): `kill KEY REASON`.
+            let kill = Array("kill ".utf8)
+            if payload.starts(with: kill) {
+                let rest = String(decoding: payload.dropFirst(kill.count), as: UTF8.self)
+                let parts = rest.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
+                let reason = parts.count > 1 ? String(parts[1]) : ""
+                return self.answer { core, actions in
+                    core.clusterKilled(nickKey: String(parts[0]), reason: reason, at: ChatServer.now(), into: &actions)
+                }
+            }
             self.answer { core, actions in core.clusterDirectReceived(payload, into: &actions) }
         }
         logger.info(
@@ -251,6 +261,9 @@ final class ClusterNode: @unchecked Sendable {
             if wasUp { metrics?.clusterReconnects += 1 }
             wasUp = true
             answer { core, _ in core.clusterAvailability(true) }
+            // Server bans: every change is heard, and what was missed while the link was down is read now.
+            link.roomLog?.listen(to: ClusterServerBans.channel) { [self] _ in readServerBans() }
+            readServerBans()
             let pending = retries
             retries = []
             carryOut(pending)
@@ -263,6 +276,16 @@ final class ClusterNode: @unchecked Sendable {
             answer { core, _ in core.clusterAvailability(false, reason: "\(error)") }
         case .connecting:
             break
+        }
+    }
+
+    /// Reads the cluster's server bans into the core, which ends its sessions that a new one
+    /// matches; a read that fails waits for the next change or reconnect.
+    private func readServerBans() {
+        guard let commands = link.commands else { return }
+        ClusterServerBans(commands: commands).all { [self] result in
+            guard case .success(let entries) = result else { return }
+            answer { core, actions in core.clusterServerBansRead(entries, at: ChatServer.now(), into: &actions) }
         }
     }
 
@@ -295,28 +318,31 @@ final class ClusterNode: @unchecked Sendable {
             registry.release(ChatName.nickKey(nick)) { [self] result in
                 if case .failure(.redis) = result { retries.append(request) }
             }
-        case .join(let room, let id, let nick, let charge):
+        case .join(let room, let id, let nick, let charge, let admission):
             link.follow(room) { [self] ready in
                 guard case .success = ready, let log = link.roomLog else {
                     let failure = ready.failure.map(self.failure) ?? down
-                    return answer { $0.clusterJoinAppended(id, room: room, failure: failure, into: &$1) }
+                    return answer { $0.clusterJoinAppended(id, room: room, failure: failure, at: ChatServer.now(), into: &$1) }
                 }
                 let joined = ChatCore.clusterPayload(of: .joined(room: room, seq: 0, time: 0, nick: nick))
-                log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID)) { [self] result in
+                log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID), moderation: admission) {
+                    [self] result in
                     if case .success(let appended) = result {
                         settle(charge, in: room, appended.memberCount, audience: appended.memberCount)
                     }
-                    answer { $0.clusterJoinAppended(id, room: room, failure: result.failure.map(self.failure), into: &$1) }
+                    answer {
+                        $0.clusterJoinAppended(id, room: room, failure: result.failure.map(self.failure), at: ChatServer.now(), into: &$1)
+                    }
                 }
             }
-        case .append(let room, let event, let change, let sender, let charge):
+        case .append(let room, let event, let change, let sender, let charge, let moderation):
             // A quit or a nick change that does not reach Redis is appended again once it is
             // back, for no one: the room must not keep a member that left or a name that changed.
             let retry: ClusterRequest? =
                 if sender == nil {
                     request
                 } else if case .rename = change {
-                    .append(room: room, event: event, change: change, sender: nil, charge: charge)
+                    .append(room: room, event: event, change: change, sender: nil, charge: charge, moderation: moderation)
                 } else {
                     nil
                 }
@@ -334,9 +360,10 @@ final class ClusterNode: @unchecked Sendable {
                 case .leave(let nick): .leave(nick: nick, node: node)
                 case .rename(let old, let new): .rename(old: old, new: new, node: node)
                 case .topic: .topic
+                case .kick(let nick): .kick(nick: nick)
                 }
             let sent = metrics == nil ? 0 : DispatchTime.now().uptimeNanoseconds
-            log.append(to: room, payload: ChatCore.clusterPayload(of: event), change: roomChange) { [self] result in
+            log.append(to: room, payload: ChatCore.clusterPayload(of: event), change: roomChange, moderation: moderation) { [self] result in
                 metrics?.redisAnswered(sentAt: sent)
                 if case .success(let appended) = result {
                     // A leaver hears its own `left`, though no longer counted a member.
@@ -350,6 +377,8 @@ final class ClusterNode: @unchecked Sendable {
                 }
                 guard case .failure(let error) = result else { return }
                 if case .redis = error, let retry { retries.append(retry) }
+                // A kick that a ban made found an op, or nobody: nothing to tell anyone.
+                if sender == nil, ModerationRefusal.parse(error) != nil { return }
                 if let sender {
                     answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.failure(error), into: &$1) }
                 }
@@ -358,10 +387,49 @@ final class ClusterNode: @unchecked Sendable {
             readSnapshot(of: room, upTo: seq, history: history) { [self] result in
                 answer { $0.clusterSnapshotRead(room: room, id, result, into: &$1) }
             }
-        case .members(let room, let id):
+        case .members(let room, let id, let withModes):
             guard let commands = link.commands else { return later { $0.clusterMembersRead(room: room, id, .failure(self.down), into: &$1) } }
-            ClusterDirectory(commands: commands).members(of: room) { [self] result in
-                answer { $0.clusterMembersRead(room: room, id, result.mapError(self.failure), into: &$1) }
+            let directory = ClusterDirectory(commands: commands)
+            directory.members(of: room) { [self] result in
+                guard withModes, case .success(let members) = result else {
+                    return answer { $0.clusterMembersRead(room: room, id, result.mapError(self.failure), into: &$1) }
+                }
+                directory.moderation(of: room) { [self] moderation in
+                    let modes = moderation.map { Self.modes($0, members: members) }
+                    answer { $0.clusterMembersRead(room: room, id, .success(members), modes: try? modes.get(), into: &$1) }
+                }
+            }
+        case .invite(let room, let nick, let by, let admin, let asker):
+            guard let commands = link.commands else { return later { $0.clusterInvited(room: room, nick: nick, asker, .failure(self.down), into: &$1) } }
+            let directory = ClusterDirectory(commands: commands)
+            let key = ChatName.nickKey(nick)
+            directory.invite(nick, nickKey: key, into: room, by: by, admin: admin, lifetimeMillis: Int(ChatCore.invitationLifetime)) {
+                [self] result in
+                if case .failure(let error) = result {
+                    return answer { $0.clusterInvited(room: room, nick: nick, asker, .failure(self.failure(error)), into: &$1) }
+                }
+                // The invitee hears of it on the node that serves it, as a direct message would.
+                directory.direct(toNick: key, payload: FrameEncoder.encode(Frame.invited(room: room, nick: nick, by: by))) { [self] sent in
+                    answer { $0.clusterInvited(room: room, nick: nick, asker, sent.map(\.heard).mapError(self.failure), into: &$1) }
+                }
+            }
+        case .serverBan(let mask, let on, let setBy, let reason, let asker):
+            guard let commands = link.commands else {
+                return later { $0.clusterServerBanSet(mask: mask, on: on, asker, .failure(self.down), into: &$1) }
+            }
+            ClusterServerBans(commands: commands).set(mask, on: on, setBy: setBy, reason: reason) { [self] result in
+                answer { $0.clusterServerBanSet(mask: mask, on: on, asker, result.mapError(self.failure), into: &$1) }
+            }
+        case .kill(let nick, let reason, let asker):
+            guard let commands = link.commands else { return later { $0.clusterKillSent(nick: nick, asker, .failure(self.down), into: &$1) } }
+            let key = ChatName.nickKey(nick)
+            ClusterDirectory(commands: commands).direct(toNick: key, payload: Array("kill \(key) \(reason)".utf8)) { [self] sent in
+                answer { $0.clusterKillSent(nick: nick, asker, sent.map(\.heard).mapError(self.failure), into: &$1) }
+            }
+        case .bans(let room, let asker):
+            guard let commands = link.commands else { return later { $0.clusterBansRead(room: room, asker, .failure(self.down), into: &$1) } }
+            ClusterDirectory(commands: commands).bans(of: room) { [self] result in
+                answer { $0.clusterBansRead(room: room, asker, result.mapError(self.failure), into: &$1) }
             }
         case .listRooms(let id):
             guard let commands = link.commands else { return later { $0.clusterRoomsRead(id, .failure(self.down), into: &$1) } }
@@ -521,6 +589,11 @@ final class ClusterNode: @unchecked Sendable {
     /// The failure a client is told of for `error`; when the link is down, why it is (a
     /// request cut off by the link's failure got only "closed").
     private func failure(_ error: ClusterError) -> ClusterFailure {
+        if let (refusal, text) = ModerationRefusal.parse(error) {
+            // The room's moderation said no (ModerationCheck): the client is told why, by the
+            // code a server on its own gives.
+            return ClusterFailure(code: refusal.errorCode, reason: text)
+        }
         if case .down(let cause) = link.state { return ClusterFailure(reason: "the cluster is unavailable: \(cause)") }
         return ClusterFailure(reason: "the cluster is unavailable: \(error)")
     }
@@ -544,6 +617,16 @@ final class ClusterNode: @unchecked Sendable {
         }
     }
 
+    /// A room's moderation as `roomModes` shows it to `members` (in joining order): its ops and
+    /// voiced members among them.
+    private static func modes(_ moderation: ClusterRoomModeration, members: [String]) -> RoomModes {
+        RoomModes(
+            founder: moderation.founder, inviteOnly: moderation.inviteOnly, moderated: moderation.moderated,
+            topicLock: moderation.topicLock, key: moderation.key, memberLimit: UInt32(clamping: moderation.memberLimit),
+            ops: members.filter { moderation.roles[$0]?.contains("o") == true },
+            voices: members.filter { moderation.roles[$0]?.contains("v") == true })
+    }
+
     /// What a joiner is told: the room's epoch, members and topic, and `history` before the
     /// joiner's own `joined` at `seq`.
     private func readSnapshot(
@@ -551,22 +634,28 @@ final class ClusterNode: @unchecked Sendable {
         completion: @escaping (Result<ClusterRoomSnapshot, ClusterFailure>) -> Void
     ) {
         guard let commands = link.commands else { return completion(.failure(down)) }
-        ClusterDirectory(commands: commands).snapshot(of: room, newEpoch: UInt64.random(in: 1...UInt64.max)) { [self] result in
+        let directory = ClusterDirectory(commands: commands)
+        directory.snapshot(of: room, newEpoch: UInt64.random(in: 1...UInt64.max)) { [self] result in
             switch result {
             case .failure(let error):
                 completion(.failure(self.failure(error)))
             case .success(let snapshot):
-                readHistory(of: room, history) { page in
-                    completion(
-                        page.map { page in
-                            let topic = snapshot.topic.flatMap { event -> Frame? in
-                                guard case .topic(let name, _, _, let setBy, let text)? = try? Frame(decoding: event.payload) else { return nil }
-                                return .topic(room: name, seq: event.seq, time: event.time, setBy: setBy, text: text)
-                            }
-                            return ClusterRoomSnapshot(
-                                epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: seq, topic: topic, members: snapshot.members,
-                                history: page.entries, complete: page.complete)
-                        })
+                directory.moderation(of: room) { [self] moderation in
+                    let modes = (try? moderation.get()).map { Self.modes($0, members: snapshot.members) }
+                    readHistory(of: room, history) { page in
+                        completion(
+                            page.map { page in
+                                let topic = snapshot.topic.flatMap { event -> Frame? in
+                                    guard case .topic(let name, _, _, let setBy, let text)? = try? Frame(decoding: event.payload) else {
+                                        return nil
+                                    }
+                                    return .topic(room: name, seq: event.seq, time: event.time, setBy: setBy, text: text)
+                                }
+                                return ClusterRoomSnapshot(
+                                    epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: seq, topic: topic,
+                                    members: snapshot.members, history: page.entries, complete: page.complete, modes: modes)
+                            })
+                    }
                 }
             }
         }

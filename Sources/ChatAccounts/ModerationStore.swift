@@ -1,0 +1,128 @@
+import Dispatch
+import SocketCore
+
+/// One ban as a store keeps it: the mask in canonical form, who set it, when, and why.
+public struct StoredBan: Sendable, Equatable {
+    /// The canonical mask (`account:NAME`, `nick:NICK`, `address:IP[/PREFIX]`, `room:NAME`).
+    public var mask: String
+    /// The nick that set it.
+    public var setBy: String
+    /// When, in milliseconds since the Unix epoch.
+    public var time: UInt64
+    /// Why; may be empty.
+    public var reason: String
+
+    /// Describes a ban.
+    public init(mask: String, setBy: String, time: UInt64, reason: String) {
+        self.mask = mask
+        self.setBy = setBy
+        self.time = time
+        self.reason = reason
+    }
+}
+
+/// A registered room's settings as a store keeps them: what lasts while it has no members.
+public struct RegisteredRoomRecord: Sendable, Equatable {
+    /// The room's name.
+    public var name: String
+    /// The founder's account key.
+    public var founder: String
+    /// Mode `inviteOnly`.
+    public var inviteOnly: Bool
+    /// Mode `moderated`.
+    public var moderated: Bool
+    /// Mode `topicLock`.
+    public var topicLock: Bool
+    /// The key joining needs; empty for none.
+    public var key: String
+    /// The most members; 0 for no limit.
+    public var memberLimit: Int
+    /// The room's bans, oldest first.
+    public var bans: [StoredBan]
+    /// Roles given to accounts (`op` or `voice`), by account key.
+    public var roles: [String: String]
+
+    /// Describes a registered room.
+    public init(
+        name: String, founder: String, inviteOnly: Bool, moderated: Bool, topicLock: Bool, key: String, memberLimit: Int,
+        bans: [StoredBan], roles: [String: String]
+    ) {
+        self.name = name
+        self.founder = founder
+        self.inviteOnly = inviteOnly
+        self.moderated = moderated
+        self.topicLock = topicLock
+        self.key = key
+        self.memberLimit = memberLimit
+        self.bans = bans
+        self.roles = roles
+    }
+}
+
+/// Everything a moderation store holds, read once at start-up.
+public struct ModerationSnapshot: Sendable, Equatable {
+    /// Every registered room.
+    public var rooms: [RegisteredRoomRecord]
+    /// The server's bans, oldest first.
+    public var serverBans: [StoredBan]
+
+    /// Describes what a store holds.
+    public init(rooms: [RegisteredRoomRecord] = [], serverBans: [StoredBan] = []) {
+        self.rooms = rooms
+        self.serverBans = serverBans
+    }
+}
+
+/// One change for a moderation store.
+public enum ModerationWrite: Sendable, Equatable {
+    /// The room's settings are now these; nil: it is no longer registered.
+    case room(String, RegisteredRoomRecord?)
+    /// The server's bans are now these (at most 1,000, so written whole).
+    case serverBans([StoredBan])
+}
+
+/// Where a server keeps registered rooms and server bans: memory (`MemoryModerationStore`,
+/// `--no-persistence`) or SQLite in the data directory (`SQLiteModerationStore`).
+///
+/// As with accounts (`AccountStore`), the records are few and small, read whole at start-up and
+/// kept in memory, so no join waits for a read; changes are written off the event loop. Unlike an
+/// account change, a moderation change is not held until it is written: a client sees its mode
+/// change at once, and a write that fails is logged (the change holds until the server stops).
+public protocol ModerationStore: AnyObject, Sendable {
+    /// Everything stored, read at start-up.
+    func loadAll() throws(AccountStoreError) -> ModerationSnapshot
+    /// Applies `writes` in order, off the caller's thread; calls `completion` on `queue` with
+    /// the first failure, if any.
+    func apply(_ writes: [ModerationWrite], replyOn queue: DispatchQueue, _ completion: @escaping @Sendable (AccountStoreError?) -> Void)
+}
+
+/// Registered rooms and server bans in memory only: lost when the server stops.
+///
+/// `@unchecked Sendable`: the snapshot is guarded by `lock`.
+public final class MemoryModerationStore: ModerationStore, @unchecked Sendable {
+    private let lock = Locked(ModerationSnapshot())
+
+    /// An empty store.
+    public init() {}
+
+    /// What was written since this store was made.
+    public func loadAll() throws(AccountStoreError) -> ModerationSnapshot {
+        lock.withLock { $0 }
+    }
+
+    /// Keeps `writes`; answers on `queue`.
+    public func apply(_ writes: [ModerationWrite], replyOn queue: DispatchQueue, _ completion: @escaping @Sendable (AccountStoreError?) -> Void) {
+        lock.withLock { snapshot in
+            for write in writes {
+                switch write {
+                case .room(let name, let record):
+                    snapshot.rooms.removeAll { $0.name == name }
+                    if let record { snapshot.rooms.append(record) }
+                case .serverBans(let bans):
+                    snapshot.serverBans = bans
+                }
+            }
+        }
+        queue.async { completion(nil) }
+    }
+}

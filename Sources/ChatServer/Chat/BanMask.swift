@@ -1,0 +1,149 @@
+import ChatProtocol
+import Glibc
+
+/// Whom a ban matches (protocol version 4, docs/PROTOCOL.md "Ban masks"): an account, a nick, an
+/// address or a network, or — for a server ban — a room.
+///
+/// Parsed once, when the ban is set, into the form it is matched in: names by their key (ASCII
+/// lower case, as nicks and accounts compare), addresses as bytes with the bits past the prefix
+/// cleared, so matching a session is a comparison, not a parse.
+public enum BanMask: Hashable, Sendable {
+    /// A session logged in as the account with this key.
+    case account(String)
+    /// A session known by a nick with this key.
+    case nick(String)
+    /// A session connected from the network `network` (4 bytes for IPv4, 16 for IPv6, the bits
+    /// past `prefix` zero).
+    case address(network: [UInt8], prefix: Int)
+    /// The room of this name (server bans only): closed.
+    case room(String)
+
+    /// Parses `text` (`kind:value`, the kind in any letter case); throws why it is not a mask.
+    /// `allowsRoom`: a server ban, which may close a room.
+    public init(parsing text: String, allowsRoom: Bool) throws(BanMaskError) {
+        guard let colon = text.firstIndex(of: ":") else {
+            throw BanMaskError("\(text) is not a ban mask: write account:NAME, nick:NICK or address:IP[/PREFIX]")
+        }
+        let kind = ChatName.nickKey(String(text[..<colon]))
+        let value = String(text[text.index(after: colon)...])
+        switch kind {
+        case "account", "nick":
+            guard ChatName.isValidNick(value) else { throw BanMaskError("\(value) is not a valid \(kind) name") }
+            self = kind == "account" ? .account(ChatName.nickKey(value)) : .nick(ChatName.nickKey(value))
+        case "address":
+            self = try Self.parseNetwork(value)
+        case "room" where allowsRoom:
+            guard ChatName.isValidRoom(value) else { throw BanMaskError("\(value) is not a valid room name") }
+            self = .room(value)
+        default:
+            throw BanMaskError("unknown ban kind \(kind): write account:, nick:, address:\(allowsRoom ? " or room:" : "")")
+        }
+    }
+
+    /// The mask as the server writes it back: the kind in lower case, a name by its key, an
+    /// address as `inet_ntop` writes the network's first address, and the prefix only when it
+    /// does not cover the whole address.
+    public var canonical: String {
+        switch self {
+        case .account(let key): "account:\(key)"
+        case .nick(let key): "nick:\(key)"
+        case .room(let name): "room:\(name)"
+        case .address(let network, let prefix):
+            "address:\(Self.presentation(of: network))" + (prefix == network.count * 8 ? "" : "/\(prefix)")
+        }
+    }
+
+    /// Whether a session logged in as the account `accountKey` (nil: a guest), known by `nick`
+    /// and connected from `address` (as the server writes it) matches. A room mask matches no
+    /// session.
+    public func matches(accountKey: String?, nick: String?, address: String) -> Bool {
+        switch self {
+        case .account(let key): return accountKey == key
+        case .nick(let key): return nick.map(ChatName.nickKey) == key
+        case .room: return false
+        case .address(let network, let prefix):
+            guard let bytes = Self.bytes(ofClientAddress: address, family: network.count) else { return false }
+            return Self.masked(bytes, prefix: prefix) == network
+        }
+    }
+
+    /// `address:IP` or `address:IP/PREFIX`, IPv4 or IPv6.
+    private static func parseNetwork(_ value: String) throws(BanMaskError) -> BanMask {
+        let parts = value.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        let ip = String(parts[0])
+        guard let bytes = bytes(of: ip) else { throw BanMaskError("\(ip) is not an IPv4 or IPv6 address") }
+        let bits = bytes.count * 8
+        var prefix = bits
+        if parts.count == 2 {
+            // Digits only: `Int("+8")` would take a sign.
+            guard parts[1].utf8.allSatisfy({ $0 &- 0x30 < 10 }), parts[1].utf8.count <= 3, let given = Int(parts[1]), given <= bits
+            else { throw BanMaskError("/\(parts[1]) is not a prefix length of 0 to \(bits)") }
+            prefix = given
+        }
+        return .address(network: masked(bytes, prefix: prefix), prefix: prefix)
+    }
+
+    /// The bytes of `ip` in text: 4 for IPv4 (dotted quad), 16 for IPv6; nil if it is neither.
+    static func bytes(of ip: String) -> [UInt8]? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, ip, &v4) == 1 { return withUnsafeBytes(of: v4) { Array($0) } }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, ip, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
+        return nil
+    }
+
+    /// A client's address as bytes of `family` (4 or 16): an IPv4-mapped IPv6 address (a
+    /// dual-stack listener's view of an IPv4 client) counts as the IPv4 address it carries.
+    private static func bytes(ofClientAddress address: String, family: Int) -> [UInt8]? {
+        guard var bytes = bytes(of: address) else { return nil }
+        let mappedPrefix: [UInt8] = Array(repeating: 0, count: 10) + [0xff, 0xff]
+        if bytes.count == 16, family == 4, bytes.prefix(12).elementsEqual(mappedPrefix) { bytes = Array(bytes.suffix(4)) }
+        return bytes.count == family ? bytes : nil
+    }
+
+    /// `bytes` with every bit past the first `prefix` cleared.
+    private static func masked(_ bytes: [UInt8], prefix: Int) -> [UInt8] {
+        bytes.enumerated().map { index, byte in
+            let kept = min(max(prefix - index * 8, 0), 8)
+            return kept == 8 ? byte : byte & ~(0xff >> kept)
+        }
+    }
+
+    /// `bytes` (4 or 16) as `inet_ntop` writes them.
+    private static func presentation(of bytes: [UInt8]) -> String {
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let family = bytes.count == 4 ? AF_INET : AF_INET6
+        let written = bytes.withUnsafeBytes { raw in inet_ntop(family, raw.baseAddress, &text, socklen_t(text.count)) }
+        precondition(written != nil, "inet_ntop takes any 4 or 16 bytes")
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// Why a text is not a ban mask: the `invalidArgument` reason.
+public struct BanMaskError: Error, Sendable, Equatable {
+    /// What is wrong, for the client.
+    public var reason: String
+
+    /// Describes a bad mask.
+    public init(_ reason: String) { self.reason = reason }
+}
+
+extension BanMask {
+    /// Every mask, in its canonical form, that matches a session logged in as `accountKey` (nil:
+    /// a guest), known by `nick` and connected from `address`: its account, its nick, and its
+    /// address at every prefix length (an IPv4-mapped IPv6 address also as the IPv4 address it
+    /// carries). A cluster node sends these with a join, and Redis looks each up among the
+    /// room's bans: the same matches as `matches(accountKey:nick:address:)`, as lookups.
+    public static func masks(matchingAccountKey accountKey: String?, nick: String?, address: String) -> [String] {
+        var masks: [String] = []
+        if let accountKey { masks.append(BanMask.account(accountKey).canonical) }
+        if let nick { masks.append(BanMask.nick(ChatName.nickKey(nick)).canonical) }
+        for family in [4, 16] {
+            guard let bytes = bytes(ofClientAddress: address, family: family) else { continue }
+            for prefix in 0...(family * 8) {
+                masks.append(BanMask.address(network: masked(bytes, prefix: prefix), prefix: prefix).canonical)
+            }
+        }
+        return masks
+    }
+}

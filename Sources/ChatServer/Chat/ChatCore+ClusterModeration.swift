@@ -1,0 +1,302 @@
+import ChatCluster
+import ChatProtocol
+
+// MARK: - Room moderation in cluster mode
+//
+// A room's moderation is the cluster's, in Redis (docs/CLUSTER.md, "Moderation"): the append
+// script checks and changes it in the step that numbers the event (`ModerationCheck`), so every
+// node delivers one order of kicks, mode changes and the joins and lines they decide. A node keeps
+// no copy: it checks here only what it can tell alone (the request's argument, the requester's
+// place in the room), sends Redis what the rules are matched by, and shows what Redis answers.
+// Server bans are Redis's too; every node keeps a copy (`moderation.serverBans`), read again at
+// each change it hears, so that it refuses a connection, a hello or a nick at once.
+
+extension ChatCore {
+    /// `kick` on a cluster node: appended as `kicked`, if Redis finds the kicker an op (or a
+    /// server operator) and the member there, whichever node serves it.
+    mutating func clusterKick(
+        _ target: String, from room: String, reason: String, id: ClientID, nick: String, size: Int, into actions: inout [ChatAction]
+    ) {
+        guard clusterMayModerate(room, request: .kick, id: id, into: &actions) else { return }
+        let event = Frame.kicked(room: room, seq: 0, time: 0, nick: target, by: nick, reason: reason)
+        let check = ModerationCheck.kick(by: nick, account: clients[id.slot]!.account ?? "", admin: isServerOperator(id))
+        clusterAppend(event, in: room, from: id, size: size, moderation: check)
+    }
+
+    /// `setMode` on a cluster node: the argument checked and put in its canonical form here,
+    /// the change appended as `modeChanged` if Redis finds the setter an op (or the founder, or
+    /// a server operator, where the mode needs one).
+    mutating func clusterSetMode(
+        _ mode: RoomMode, on: Bool, argument: String, in room: String, id: ClientID, nick: String, size: Int,
+        into actions: inout [ChatAction]
+    ) {
+        guard clusterMayModerate(room, request: .setMode, id: id, into: &actions) else { return }
+        var canonical: String
+        switch Self.canonicalModeArgument(mode, on: on, argument: argument) {
+        case .failure(let invalid):
+            refuse(.setMode, .invalidArgument, invalid.reason, to: id, into: &actions)
+            return
+        case .success(let text):
+            canonical = text
+        }
+        let account = clients[id.slot]!.account
+        if mode == .registered {
+            guard let account else {
+                refuse(.setMode, .notLoggedIn, "log in to register #\(room) to your account", to: id, into: &actions)
+                return
+            }
+            canonical = on ? accounts.name(of: account) : ""
+        }
+        let event = Frame.modeChanged(room: room, seq: 0, time: 0, by: nick, mode: mode, on: on, argument: canonical)
+        let check = ModerationCheck.setMode(
+            by: nick, account: account ?? "", admin: isServerOperator(id), mode: mode.rawValue, on: on,
+            argument: mode == .registered ? "" : canonical, reason: "")
+        clusterAppend(event, in: room, from: id, size: size, moderation: check)
+    }
+
+    /// `invite` on a cluster node: kept in Redis if the inviter is an op there (or a server
+    /// operator), then told to the invitee through the node that serves it → `clusterInvited`.
+    mutating func clusterInvite(_ target: String, to room: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
+        guard clusterMayModerate(room, request: .invite, id: id, into: &actions) else { return }
+        cluster!.awaiting[id] = .read
+        ask(.invite(room: room, nick: target, by: nick, admin: isServerOperator(id), asker(id)), owing: id)
+    }
+
+    /// `listBans` on a cluster node: a member's (or a server operator's) read of the room's bans
+    /// → `clusterBansRead`; the server's bans are this node's copy of them (`listBans`).
+    mutating func clusterListBans(of room: String, id: ClientID, into actions: inout [ChatAction]) {
+        guard !room.isEmpty else { return listBans(of: room, for: id, into: &actions) }
+        guard clusterMayModerate(room, request: .listBans, id: id, into: &actions) else { return }
+        cluster!.awaiting[id] = .read
+        ask(.bans(room: room, asker(id)), owing: id)
+    }
+
+    /// `serverBan` on a cluster node: kept in Redis, which tells every node (this one too), and
+    /// each ends its own sessions that the ban matches → `clusterServerBanSet`.
+    mutating func clusterServerBan(_ text: String, on: Bool, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
+        guard isServerOperator(id) else {
+            refuse(.serverBan, .notAdmin, "only a server operator bans from the server", to: id, into: &actions)
+            return
+        }
+        guard cluster!.available else {
+            refuse(.serverBan, .unavailable, unavailableText("cannot ban from the server now"), to: id, into: &actions)
+            return
+        }
+        let mask: BanMask
+        do {
+            mask = try BanMask(parsing: text, allowsRoom: true)
+        } catch {
+            refuse(.serverBan, .invalidArgument, error.reason, to: id, into: &actions)
+            return
+        }
+        cluster!.awaiting[id] = .read
+        let kept = Self.prefix(of: reason, bytes: Self.maxBanReasonBytes)
+        ask(.serverBan(mask: mask.canonical, on: on, setBy: nick, reason: kept, asker(id)), owing: id)
+    }
+
+    /// `kill` of a client of another node: told to that node, which ends the session → `clusterKillSent`.
+    mutating func clusterKill(_ target: String, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
+        guard isServerOperator(id) else {
+            refuse(.kill, .notAdmin, "only a server operator kills a session", to: id, into: &actions)
+            return
+        }
+        guard cluster!.available else {
+            refuse(.kill, .unavailable, unavailableText("cannot reach \(target) now"), to: id, into: &actions)
+            return
+        }
+        cluster!.awaiting[id] = .read
+        ask(.kill(nick: target, reason: "killed by \(nick)" + (reason.isEmpty ? "" : ": \(reason)"), asker(id)), owing: id)
+    }
+
+    /// The server ban of `mask` that `asker` asked for was kept (or lifted), or failed.
+    public mutating func clusterServerBanSet(
+        mask: String, on: Bool, _ asker: ClusterAsker, _ result: Result<Void, ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard let id = readAnswered(asker) else { return }
+        let firstAction = actions.count
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
+        switch result {
+        case .success:
+            let text = on ? "banned \(mask) on every node" : "lifted the ban of \(mask)"
+            actions.append(.send(.done(request: .serverBan, text: text), to: id))
+        case .failure(let failure):
+            refuse(.serverBan, failure.code, failure.reason, to: id, into: &actions)
+        }
+    }
+
+    /// The kill `asker` asked for reached the node serving its target (`true`), found no one, or failed.
+    public mutating func clusterKillSent(nick target: String, _ asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, into actions: inout [ChatAction]) {
+        guard let id = readAnswered(asker) else { return }
+        let firstAction = actions.count
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
+        switch result {
+        case .success(true): actions.append(.send(.done(request: .kill, text: "killed \(target)"), to: id))
+        case .success(false): refuse(.kill, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
+        case .failure(let failure): refuse(.kill, failure.code, "not killed: \(failure.reason)", to: id, into: &actions)
+        }
+    }
+
+    /// Another node's server operator killed `nickKey`, a client of this node.
+    public mutating func clusterKilled(nickKey key: String, reason: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard let holder = nicks[key], let nick = nick(of: holder), ChatName.nickKey(nick) == key else { return }
+        disconnect(holder, Disconnection(code: .killed, frameType: .kill, reason: reason), at: now, into: &actions)
+    }
+
+    /// The cluster's server bans as Redis holds them now (read when the node connects and after
+    /// each change it hears): this node's copy is replaced, and its sessions that a ban new to
+    /// the copy matches are ended, its members of a newly closed room kicked.
+    public mutating func clusterServerBansRead(_ entries: [BanEntry], at now: ServerTime, into actions: inout [ChatAction]) {
+        let known = Set(moderation.serverBans.map(\.entry.mask))
+        moderation.serverBans = entries.compactMap { entry in
+            (try? BanMask(parsing: entry.mask, allowsRoom: true)).map { Ban(mask: $0, entry: entry) }
+        }
+        for ban in moderation.serverBans where !known.contains(ban.entry.mask) {
+            if case .room(let name) = ban.mask {
+                for member in cluster!.rooms[name]?.members ?? [] {
+                    guard let memberNick = nick(of: member) else { continue }
+                    let kick = Frame.kicked(room: name, seq: 0, time: 0, nick: memberNick, by: ban.entry.setBy, reason: "#\(name) is closed: \(ban.entry.reason)")
+                    ask(.append(
+                        room: name, event: kick, change: .kick(nick: memberNick), sender: nil, charge: nil,
+                        moderation: .kick(by: ban.entry.setBy, account: "", admin: true)))
+                }
+                continue
+            }
+            for slot in clients.indices {
+                // A server operator is never locked out by a server ban.
+                guard let client = clients[slot], client.nick != nil, !isServerOperator(ClientID(slot)),
+                    ban.mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
+                else { continue }
+                let banned = Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(ban.entry.reason))
+                disconnect(ClientID(slot), banned, at: now, into: &actions)
+            }
+        }
+    }
+
+    /// Whether `id` may ask the cluster for `request` in `room`: the cluster is reachable and
+    /// `id` is a member (or a server operator); refused here otherwise.
+    private mutating func clusterMayModerate(_ room: String, request: FrameType, id: ClientID, into actions: inout [ChatAction]) -> Bool {
+        guard cluster!.available else {
+            refuse(request, .unavailable, unavailableText("cannot moderate #\(room) now"), to: id, into: &actions)
+            return false
+        }
+        guard clients[id.slot]!.rooms.contains(room) || isServerOperator(id) else {
+            refuse(request, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
+            return false
+        }
+        return true
+    }
+
+    /// The invitation `asker` sent was kept and told to the invitee's node (`true`), found no
+    /// one online (`false`), or failed.
+    public mutating func clusterInvited(
+        room: String, nick target: String, _ asker: ClusterAsker, _ result: Result<Bool, ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard let id = readAnswered(asker), let nick = nick(of: id) else { return }
+        let firstAction = actions.count
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
+        switch result {
+        case .success(true): actions.append(.send(.invited(room: room, nick: target, by: nick), to: id))
+        case .success(false): refuse(.invite, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
+        case .failure(let failure): refuse(.invite, failure.code, failure.reason, to: id, into: &actions)
+        }
+    }
+
+    /// The bans of `room` that `asker` asked for, oldest first, or why they could not be read.
+    public mutating func clusterBansRead(
+        room: String, _ asker: ClusterAsker, _ result: Result<[BanEntry], ClusterFailure>, into actions: inout [ChatAction]
+    ) {
+        guard let id = readAnswered(asker) else { return }
+        let firstAction = actions.count
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
+        switch result {
+        case .success(let entries): actions.append(.send(.banList(room: room, entries: entries), to: id))
+        case .failure(let failure): refuse(.listBans, failure.code, "cannot list the bans of #\(room) now: \(failure.reason)", to: id, into: &actions)
+        }
+    }
+
+    /// Delivers a room event to this node's `recipients`: a kick reaches clients of versions 1–3
+    /// as `left`, and a mode change reaches version 4 clients alone, as on a server on its own.
+    mutating func broadcastClusterEvent(_ frame: Frame, to recipients: [ClientID], into actions: inout [ChatAction]) {
+        switch frame {
+        case .kicked(let room, let seq, let time, let nick, _, _):
+            let (current, older) = splitByVersion(recipients)
+            if !current.isEmpty { actions.append(.broadcast(frame, to: current)) }
+            if !older.isEmpty { actions.append(.broadcast(.left(room: room, seq: seq, time: time, nick: nick), to: older)) }
+        case .modeChanged:
+            let (current, _) = splitByVersion(recipients)
+            if !current.isEmpty { actions.append(.broadcast(frame, to: current)) }
+        default:
+            actions.append(.broadcast(frame, to: recipients))
+        }
+    }
+
+    /// `ids` of version 4 and later, and those of earlier versions.
+    private func splitByVersion(_ ids: [ClientID]) -> (current: [ClientID], older: [ClientID]) {
+        var current: [ClientID] = []
+        var older: [ClientID] = []
+        for id in ids {
+            if (clients[id.slot]?.version ?? 1) >= 4 { current.append(id) } else { older.append(id) }
+        }
+        return (current, older)
+    }
+}
+
+extension ModerationRefusal {
+    /// The error a server on its own gives for the same refusal.
+    var errorCode: ErrorCode {
+        switch self {
+        case .banned: .banned
+        case .inviteOnly: .inviteOnly
+        case .badKey: .badRoomKey
+        case .full: .roomFull
+        case .notOperator, .registered, .isOperator: .notOperator
+        case .moderated: .moderated
+        case .listFull: .listFull
+        case .notMember: .notInRoom
+        case .notLoggedIn: .notLoggedIn
+        case .badMode: .invalidArgument
+        case .alreadyMember: .alreadyInRoom
+        }
+    }
+}
+
+/// Why a mode's argument is not valid: the `invalidArgument` reason.
+struct InvalidModeArgument: Error, Equatable {
+    var reason: String
+}
+
+extension ChatCore {
+    /// `argument` of `mode` as the server announces it, or why it is not valid for the mode:
+    /// none for the flags and registration, a key of 1 to `maxRoomKeyBytes` bytes, a limit in
+    /// decimal from 1 to 1,000,000, a member's nick, a ban mask (in its canonical form). A key
+    /// or a limit turned off takes whatever it is given, and is announced without it.
+    static func canonicalModeArgument(_ mode: RoomMode, on: Bool, argument: String) -> Result<String, InvalidModeArgument> {
+        switch mode {
+        case .inviteOnly, .moderated, .topicLock, .registered:
+            return argument.isEmpty ? .success("") : .failure(InvalidModeArgument(reason: "mode \(mode) takes no argument"))
+        case .key:
+            guard on else { return .success("") }
+            guard (1...maxRoomKeyBytes).contains(argument.utf8.count) else {
+                return .failure(InvalidModeArgument(reason: "a room key is 1 to \(maxRoomKeyBytes) bytes"))
+            }
+            return .success(argument)
+        case .memberLimit:
+            guard on else { return .success("") }
+            guard let limit = decimal(argument), (1...1_000_000).contains(limit) else {
+                return .failure(InvalidModeArgument(reason: "a member limit is a decimal number from 1 to 1000000, not \(argument)"))
+            }
+            return .success(String(limit))
+        case .op, .voice:
+            guard ChatName.isValidNick(argument) else { return .failure(InvalidModeArgument(reason: "\(argument) is not a nick")) }
+            return .success(argument)
+        case .ban:
+            do {
+                return .success(try BanMask(parsing: argument, allowsRoom: false).canonical)
+            } catch {
+                return .failure(InvalidModeArgument(reason: error.reason))
+            }
+        default:
+            return .failure(InvalidModeArgument(reason: "this server does not know mode \(mode.rawValue)"))
+        }
+    }
+}

@@ -1,0 +1,636 @@
+import ChatAccounts
+import ChatProtocol
+
+// MARK: - Moderation
+//
+// Room moderation (protocol version 4, docs/PROTOCOL.md "Version 4"): ops and voiced members,
+// modes, kicks, invitations and bans of a room; server operators (`--admin-account`), server
+// bans and kills.
+//
+// A room's moderation lives in the room (`ChatRoom.moderation`) while it has members. A
+// registered room's settings — founder, modes, bans, roles by account — also live in
+// `ModerationDirectory.registered`, so they outlast its members; with a `ModerationStore` they
+// outlast the process too: every change is handed to the server as a `ModerationWrite`, which
+// it writes off the event loop (the changes are rare, and nobody waits for them).
+//
+// The rules that decide whether a client may enter a room sit with the other join rules
+// (`joinRefusal` in ChatCore.swift), and those that decide whether it may speak or set the
+// topic with the other room-event rules (`roomEventRefusal`), so every mode applies them. A
+// clustered core keeps no moderation of its own: a room's is in Redis, checked and changed by the
+// append script (ChatCore+ClusterModeration.swift).
+
+/// The moderation the core keeps beyond the rooms in memory: registered rooms' settings, the
+/// server's bans, and the writes for the store.
+struct ModerationDirectory: Sendable {
+    /// Registered rooms' settings, by room name, whether or not the room has members.
+    var registered: [String: RoomSettings] = [:]
+    /// The server's bans, oldest first; at most `ChatCore.maxServerBans`.
+    var serverBans: [Ban] = []
+    /// Changes for the store, oldest first (`ChatCore.takeModerationWrites()`).
+    var writes: [ModerationWrite] = []
+    /// Keys given with a `joinWithKey` whose room is being read from the store, by joiner: the
+    /// join is checked again when the room is in memory.
+    var pendingKeys: [ClientID: String] = [:]
+
+    /// The server ban of `room`, if the room is closed.
+    func closure(of room: String) -> Ban? {
+        serverBans.first { $0.mask == .room(room) }
+    }
+}
+
+extension ChatCore {
+    /// The most bans a room holds.
+    static let maxRoomBans = 100
+    /// The most bans the server holds.
+    static let maxServerBans = 1_000
+    /// The most invitations a room holds; the oldest go first.
+    static let maxInvitations = 100
+    /// How long an invitation lasts, in milliseconds.
+    static let invitationLifetime: UInt64 = 3_600_000
+    /// The most roles by account a registered room remembers.
+    static let maxAccountRoles = 200
+    /// The most rooms registered on the server, and to one account: what a registered room
+    /// keeps (bans, roles) outlives its members, so their number is bounded.
+    static let maxRegisteredRooms = 1_000
+    static let maxRegisteredRoomsPerAccount = 10
+    /// Kept of a ban's reason, in bytes: bans are kept for good and listed in one frame.
+    static let maxBanReasonBytes = 200
+    /// The longest room key, in bytes.
+    static let maxRoomKeyBytes = 64
+
+    // MARK: Requests
+
+    /// Serves `frame` if it is a moderation request from `id`, known as `nick`; returns whether
+    /// it was one.
+    mutating func moderationRequest(
+        _ frame: Frame, size: Int, from id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) -> Bool {
+        switch frame {
+        case .kick(let room, let target, let reason):
+            kick(target, from: room, by: id, nick: nick, reason: reason, at: now, into: &actions)
+        case .setMode(let room, let mode, let on, let argument):
+            setMode(mode, on: on, argument: argument, in: room, by: id, nick: nick, at: now, into: &actions)
+        case .invite(let room, let target):
+            invite(target, to: room, by: id, nick: nick, at: now, into: &actions)
+        case .listBans(let room):
+            listBans(of: room, for: id, into: &actions)
+        case .serverBan(let on, let mask, let reason):
+            serverBan(mask, on: on, reason: reason, by: id, nick: nick, at: now, into: &actions)
+        case .kill(let target, let reason):
+            kill(target, reason: reason, by: id, nick: nick, at: now, into: &actions)
+        case .joinWithKey(let room, let key):
+            join(room, id: id, nick: nick, size: size, key: key, at: now, into: &actions)
+        default:
+            return false
+        }
+        return true
+    }
+
+    /// Whether `id` is logged in as an account the operator named a server operator.
+    func isServerOperator(_ id: ClientID) -> Bool {
+        guard let account = clients[id.slot]?.account else { return false }
+        return configuration.accounts.adminAccounts.contains(account)
+    }
+
+    /// Why `id` may not act as an op in `name`, or nil when it may: an op among its members, or
+    /// a server operator while the room has members.
+    func operatorRefusal(in name: String, for id: ClientID) -> (code: ErrorCode, reason: String)? {
+        if isServerOperator(id) {
+            return rooms[name] == nil ? (.notInRoom, "#\(name) has no members") : nil
+        }
+        guard clients[id.slot]!.rooms.contains(name), let index = rooms.index(forKey: name) else {
+            return (.notInRoom, "you are not in #\(name)")
+        }
+        guard rooms.values[index].moderation.ops.contains(id) else { return (.notOperator, "you are not an op of #\(name)") }
+        return nil
+    }
+
+    /// Whether `id` is logged in as `name`'s founder.
+    private func isFounder(_ id: ClientID, of name: String) -> Bool {
+        guard let founder = rooms[name]?.moderation.settings.founder else { return false }
+        return clients[id.slot]?.account == founder
+    }
+
+    private mutating func kick(
+        _ target: String, from name: String, by id: ClientID, nick: String, reason: String, at now: ServerTime,
+        into actions: inout [ChatAction]
+    ) {
+        if let refusal = operatorRefusal(in: name, for: id) {
+            refuse(.kick, refusal.code, refusal.reason, to: id, into: &actions)
+            return
+        }
+        guard let targetID = nicks[ChatName.nickKey(target)], clients[targetID.slot]!.rooms.contains(name) else {
+            refuse(.kick, .notInRoom, "\(target) is not in #\(name)", to: id, into: &actions)
+            return
+        }
+        if isFounder(targetID, of: name), !isFounder(id, of: name), !isServerOperator(id) {
+            refuse(.kick, .notOperator, "\(target) founded #\(name): only the founder kicks the founder", to: id, into: &actions)
+            return
+        }
+        remove(targetID, from: name, by: nick, reason: reason, at: now, into: &actions)
+    }
+
+    /// Takes `id` out of `name` as kicked by `by`: the room's next event, `kicked` to version 4
+    /// members and `left` to older ones, is the last of the room `id` receives, and from now on
+    /// its requests for the room are answered `notInRoom`.
+    mutating func remove(_ id: ClientID, from name: String, by: String, reason: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard let nick = nick(of: id), let members = rooms[name]?.members else { return }
+        clients[id.slot]!.rooms.removeAll { $0 == name }
+        let current = members.filter { (clients[$0.slot]?.version ?? 1) >= 4 }
+        let older = members.filter { (clients[$0.slot]?.version ?? 1) < 4 }
+        let time = now.wallMillis
+        let isEmpty = withRoom(name) { room in
+            let seq = room.nextSeq()
+            if !current.isEmpty {
+                actions.append(.broadcast(.kicked(room: name, seq: seq, time: time, nick: nick, by: by, reason: reason), to: current))
+            }
+            if !older.isEmpty { actions.append(.broadcast(.left(room: name, seq: seq, time: time, nick: nick), to: older)) }
+            room.removeMember(id)
+            return room.members.isEmpty
+        }!
+        persist(name, event: nil, at: now)
+        if isEmpty { removeEmptyRoom(name) }
+    }
+
+    /// Announces the change of `mode` in `name` by `by` as the room's next event, to its
+    /// version 4 members (older ones do not know the frame; their `seq`s skip it).
+    private mutating func announceMode(
+        _ mode: RoomMode, on: Bool, argument: String, in name: String, by: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        guard let members = rooms[name]?.members else { return }
+        let current = members.filter { (clients[$0.slot]?.version ?? 1) >= 4 }
+        let time = now.wallMillis
+        withRoom(name) { room in
+            let event = Frame.modeChanged(room: name, seq: room.nextSeq(), time: time, by: by, mode: mode, on: on, argument: argument)
+            if !current.isEmpty { actions.append(.broadcast(event, to: current)) }
+        }
+        persist(name, event: nil, at: now)
+    }
+
+    private mutating func setMode(
+        _ mode: RoomMode, on: Bool, argument: String, in name: String, by id: ClientID, nick: String, at now: ServerTime,
+        into actions: inout [ChatAction]
+    ) {
+        if let refusal = operatorRefusal(in: name, for: id) {
+            refuse(.setMode, refusal.code, refusal.reason, to: id, into: &actions)
+            return
+        }
+        let invalid = { (reason: String) in ChatAction.send(.error(code: .invalidArgument, fatal: false, frameType: .setMode, reason: reason), to: id) }
+        var moderation = rooms[name]!.moderation
+        var canonical = ""
+        var banKicks: BanMask?
+        switch mode {
+        case .inviteOnly, .moderated, .topicLock:
+            guard argument.isEmpty else { return actions.append(invalid("mode \(mode) takes no argument")) }
+            if mode == .inviteOnly { moderation.settings.inviteOnly = on }
+            if mode == .moderated { moderation.settings.moderated = on }
+            if mode == .topicLock { moderation.settings.topicLock = on }
+        case .key:
+            if on {
+                guard (1...Self.maxRoomKeyBytes).contains(argument.utf8.count) else {
+                    return actions.append(invalid("a room key is 1 to \(Self.maxRoomKeyBytes) bytes"))
+                }
+                canonical = argument
+            }
+            moderation.settings.key = on ? argument : nil
+        case .memberLimit:
+            if on {
+                guard let limit = Self.decimal(argument), (1...1_000_000).contains(limit) else {
+                    return actions.append(invalid("a member limit is a decimal number from 1 to 1000000, not \(argument)"))
+                }
+                moderation.settings.memberLimit = limit
+                canonical = String(limit)
+            } else {
+                moderation.settings.memberLimit = 0
+            }
+        case .op, .voice:
+            guard let targetID = nicks[ChatName.nickKey(argument)], let target = self.nick(of: targetID),
+                clients[targetID.slot]!.rooms.contains(name)
+            else {
+                refuse(.setMode, .notInRoom, "\(argument) is not in #\(name)", to: id, into: &actions)
+                return
+            }
+            if mode == .op, !on, isFounder(targetID, of: name), !isFounder(id, of: name), !isServerOperator(id) {
+                refuse(.setMode, .notOperator, "\(target) founded #\(name): only the founder deops the founder", to: id, into: &actions)
+                return
+            }
+            let role: RoomRole = mode == .op ? .op : .voice
+            if role == .op {
+                if on { moderation.ops.insert(targetID) } else { moderation.ops.remove(targetID) }
+            } else {
+                if on { moderation.voices.insert(targetID) } else { moderation.voices.remove(targetID) }
+            }
+            if moderation.settings.founder != nil, let account = clients[targetID.slot]!.account {
+                // A registered room remembers the role for the account, up to a bound.
+                if on, moderation.settings.accountRoles[account] != nil || moderation.settings.accountRoles.count < Self.maxAccountRoles {
+                    moderation.settings.accountRoles[account] = role
+                } else if !on, moderation.settings.accountRoles[account] == role {
+                    moderation.settings.accountRoles[account] = nil
+                }
+            }
+            canonical = target
+        case .ban:
+            let mask: BanMask
+            do { mask = try BanMask(parsing: argument, allowsRoom: false) } catch { return actions.append(invalid(error.reason)) }
+            canonical = mask.canonical
+            let existing = moderation.settings.bans.firstIndex { $0.mask == mask }
+            if on, existing == nil {
+                guard moderation.settings.bans.count < Self.maxRoomBans else {
+                    refuse(.setMode, .listFull, "#\(name) holds \(Self.maxRoomBans) bans, the most allowed", to: id, into: &actions)
+                    return
+                }
+                let entry = BanEntry(mask: canonical, setBy: nick, time: now.wallMillis, reason: "")
+                moderation.settings.bans.append(Ban(mask: mask, entry: entry))
+            } else if !on, let existing {
+                moderation.settings.bans.remove(at: existing)
+            }
+            if on { banKicks = mask }
+        case .registered:
+            guard argument.isEmpty else { return actions.append(invalid("mode registered takes no argument")) }
+            let account = clients[id.slot]!.account
+            if on {
+                guard let account else {
+                    refuse(.setMode, .notLoggedIn, "log in to register #\(name) to your account", to: id, into: &actions)
+                    return
+                }
+                if let founder = moderation.settings.founder, founder != account {
+                    refuse(.setMode, .notOperator, "#\(name) is registered to \(accounts.name(of: founder))", to: id, into: &actions)
+                    return
+                }
+                if moderation.settings.founder == nil, let full = registrationLimit(for: account) {
+                    refuse(.setMode, .listFull, full, to: id, into: &actions)
+                    return
+                }
+                moderation.settings.founder = account
+                canonical = accounts.name(of: account)
+            } else {
+                guard let founder = moderation.settings.founder else { break }
+                guard founder == account || isServerOperator(id) else {
+                    refuse(.setMode, .notOperator, "only the founder unregisters #\(name)", to: id, into: &actions)
+                    return
+                }
+                canonical = accounts.name(of: founder)
+                moderation.settings.founder = nil
+                moderation.settings.accountRoles = [:]
+            }
+        default:
+            actions.append(invalid("this server does not know mode \(mode.rawValue)"))
+            return
+        }
+        let wasRegistered = rooms[name]!.moderation.settings.founder != nil
+        withRoom(name) { $0.moderation = moderation }
+        if moderation.settings.founder != nil || wasRegistered { settingsChanged(of: name) }
+        announceMode(mode, on: on, argument: canonical, in: name, by: nick, at: now, into: &actions)
+        if let banKicks { kickMembers(of: name, matching: banKicks, by: nick, at: now, into: &actions) }
+    }
+
+    /// Why `account` may not register another room — the server or the account holds as many
+    /// as allowed — or nil when it may.
+    private func registrationLimit(for account: String) -> String? {
+        if moderation.registered.count >= Self.maxRegisteredRooms {
+            return "the server holds \(Self.maxRegisteredRooms) registered rooms, the most allowed"
+        }
+        let own = moderation.registered.values.lazy.filter { $0.founder == account }.count
+        if own >= Self.maxRegisteredRoomsPerAccount {
+            return "your account has registered \(Self.maxRegisteredRoomsPerAccount) rooms, the most allowed"
+        }
+        return nil
+    }
+
+    /// Kicks the members of `name` that `mask` matches and who are not ops.
+    private mutating func kickMembers(of name: String, matching mask: BanMask, by: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard let room = rooms[name] else { return }
+        for member in room.members where !room.moderation.ops.contains(member) {
+            guard let client = clients[member.slot], mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
+            else { continue }
+            remove(member, from: name, by: by, reason: "banned (\(mask.canonical))", at: now, into: &actions)
+        }
+    }
+
+    /// A registered room's settings changed (or it stopped being registered): the directory and
+    /// the store follow.
+    private mutating func settingsChanged(of name: String) {
+        let settings = rooms[name]?.moderation.settings
+        if let settings, settings.founder != nil {
+            moderation.registered[name] = settings
+            moderation.writes.append(.room(name, settings.record(name: name)))
+        } else {
+            moderation.registered[name] = nil
+            moderation.writes.append(.room(name, nil))
+        }
+    }
+
+    private mutating func invite(_ target: String, to name: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        if let refusal = operatorRefusal(in: name, for: id) {
+            refuse(.invite, refusal.code, refusal.reason, to: id, into: &actions)
+            return
+        }
+        guard let targetID = nicks[ChatName.nickKey(target)], let targetNick = self.nick(of: targetID) else {
+            refuse(.invite, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
+            return
+        }
+        guard !clients[targetID.slot]!.rooms.contains(name) else {
+            refuse(.invite, .alreadyInRoom, "\(targetNick) is in #\(name)", to: id, into: &actions)
+            return
+        }
+        let key = ChatName.nickKey(targetNick)
+        let expires = now.uptimeMillis + Self.invitationLifetime
+        withRoom(name) { room in
+            room.moderation.invitations.removeAll { $0.nickKey == key || $0.expires <= now.uptimeMillis }
+            if room.moderation.invitations.count >= Self.maxInvitations { room.moderation.invitations.removeFirst() }
+            room.moderation.invitations.append(Invitation(nickKey: key, expires: expires))
+        }
+        let frame = Frame.invited(room: name, nick: targetNick, by: nick)
+        actions.append(.broadcast(frame, to: targetID == id ? [id] : [id, targetID]))
+    }
+
+    func listBans(of name: String, for id: ClientID, into actions: inout [ChatAction]) {
+        if name.isEmpty {
+            guard isServerOperator(id) else {
+                refuse(.listBans, .notAdmin, "only a server operator lists the server's bans", to: id, into: &actions)
+                return
+            }
+            actions.append(.send(.banList(room: "", entries: moderation.serverBans.map(\.entry)), to: id))
+            return
+        }
+        let isMember = clients[id.slot]!.rooms.contains(name)
+        guard isMember || isServerOperator(id), let room = rooms[name] else {
+            refuse(.listBans, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
+            return
+        }
+        actions.append(.send(.banList(room: name, entries: room.moderation.settings.bans.map(\.entry)), to: id))
+    }
+
+    // MARK: Server operators
+
+    private mutating func serverBan(
+        _ text: String, on: Bool, reason: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        guard isServerOperator(id) else {
+            refuse(.serverBan, .notAdmin, "only a server operator bans from the server", to: id, into: &actions)
+            return
+        }
+        let mask: BanMask
+        do {
+            mask = try BanMask(parsing: text, allowsRoom: true)
+        } catch {
+            refuse(.serverBan, .invalidArgument, error.reason, to: id, into: &actions)
+            return
+        }
+        let existing = moderation.serverBans.firstIndex { $0.mask == mask }
+        guard on else {
+            if let existing { moderation.serverBans.remove(at: existing) }
+            moderation.writes.append(.serverBans(moderation.serverBans.map(\.stored)))
+            actions.append(.send(.done(request: .serverBan, text: "lifted the ban of \(mask.canonical)"), to: id))
+            return
+        }
+        if existing == nil {
+            guard moderation.serverBans.count < Self.maxServerBans else {
+                refuse(.serverBan, .listFull, "the server holds \(Self.maxServerBans) bans, the most allowed", to: id, into: &actions)
+                return
+            }
+            let entry = BanEntry(
+                mask: mask.canonical, setBy: nick, time: now.wallMillis, reason: Self.prefix(of: reason, bytes: Self.maxBanReasonBytes))
+            moderation.serverBans.append(Ban(mask: mask, entry: entry))
+            moderation.writes.append(.serverBans(moderation.serverBans.map(\.stored)))
+        }
+        var ended = 0
+        if case .room(let name) = mask, let members = rooms[name]?.members {
+            for member in members { remove(member, from: name, by: nick, reason: "#\(name) is closed: \(reason)", at: now, into: &actions) }
+            ended = members.count
+        } else {
+            for slot in clients.indices {
+                guard let client = clients[slot], client.nick != nil, ClientID(slot) != id,
+                    mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
+                else { continue }
+                let banned = Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(reason))
+                disconnect(ClientID(slot), banned, at: now, into: &actions)
+                ended += 1
+            }
+        }
+        let what = if case .room = mask { "kicked \(ended) members" } else { "ended \(ended) sessions" }
+        actions.append(.send(.done(request: .serverBan, text: "banned \(mask.canonical); \(what)"), to: id))
+    }
+
+    private mutating func kill(_ target: String, reason: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard isServerOperator(id) else {
+            refuse(.kill, .notAdmin, "only a server operator kills a session", to: id, into: &actions)
+            return
+        }
+        guard let targetID = nicks[ChatName.nickKey(target)], let targetNick = self.nick(of: targetID) else {
+            refuse(.kill, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
+            return
+        }
+        let text = "killed by \(nick)" + (reason.isEmpty ? "" : ": \(reason)")
+        disconnect(targetID, Disconnection(code: .killed, frameType: .kill, reason: text), at: now, into: &actions)
+        actions.append(.send(.done(request: .kill, text: "killed \(targetNick)"), to: id))
+    }
+
+    /// The reason a banned session or `hello` is refused with.
+    static func bannedReason(_ reason: String) -> String {
+        "you are banned from this server" + (reason.isEmpty ? "" : ": \(reason)")
+    }
+
+    /// The server ban that matches a session with these traits, if any.
+    func serverBan(matching accountKey: String?, nick: String?, address: String) -> Ban? {
+        moderation.serverBans.first { $0.mask.matches(accountKey: accountKey, nick: nick, address: address) }
+    }
+
+    /// The fatal refusal of a connection, `hello`, login or nick change that a server ban
+    /// matches, or nil.
+    func serverBanRefusal(accountKey: String?, nick: String?, address: String, request: FrameType) -> Disconnection? {
+        guard let ban = serverBan(matching: accountKey, nick: nick, address: address) else { return nil }
+        return Disconnection(code: .banned, frameType: request, reason: Self.bannedReason(ban.entry.reason))
+    }
+
+    /// Ends `id`'s session if its account, nick or address is banned from the server (after a
+    /// login or a nick change); returns whether it did.
+    mutating func endIfServerBanned(_ id: ClientID, nick: String?, request: FrameType, at now: ServerTime, into actions: inout [ChatAction]) -> Bool {
+        guard let client = clients[id.slot],
+            let refusal = serverBanRefusal(accountKey: client.account, nick: nick ?? client.nick, address: client.address, request: request)
+        else { return false }
+        disconnect(id, refusal, at: now, into: &actions)
+        return true
+    }
+
+    /// The account `key` is gone, and its nick anyone's to register: the rooms it founded stop
+    /// being registered, and the roles given to it are forgotten, so whoever registers the nick
+    /// next inherits neither.
+    mutating func accountDropped(_ key: String) {
+        let touched = moderation.registered.filter { $0.value.founder == key || $0.value.accountRoles[key] != nil }.keys
+        for name in touched {
+            if rooms[name] != nil {
+                withRoom(name) { room in
+                    if room.moderation.settings.founder == key {
+                        room.moderation.settings.founder = nil
+                        room.moderation.settings.accountRoles = [:]
+                    }
+                    room.moderation.settings.accountRoles[key] = nil
+                }
+                settingsChanged(of: name)
+            } else if moderation.registered[name]!.founder == key {
+                moderation.registered[name] = nil
+                moderation.writes.append(.room(name, nil))
+            } else {
+                moderation.registered[name]!.accountRoles[key] = nil
+                moderation.writes.append(.room(name, moderation.registered[name]!.record(name: name)))
+            }
+        }
+    }
+
+    // MARK: Joining
+
+    /// Why `id` may not enter `name` by moderation — a ban, the room's closure, invite-only, a
+    /// wrong or missing key, the member limit — or nil when it may. `key`: given with
+    /// `joinWithKey`. Part of `joinRefusal`: one rule for every mode.
+    func moderationJoinRefusal(of name: String, for id: ClientID, key: String?, at now: ServerTime) -> (code: ErrorCode, reason: String)? {
+        let client = clients[id.slot]!
+        if let closure = moderation.closure(of: name) {
+            return (.banned, "#\(name) is closed" + (closure.entry.reason.isEmpty ? "" : ": \(closure.entry.reason)"))
+        }
+        // A server operator enters any room that is not closed: to sort out one whose founder is
+        // gone, say.
+        if isServerOperator(id) { return nil }
+        let inMemory = rooms.index(forKey: name)
+        guard let settings = inMemory.map({ rooms.values[$0].moderation.settings }) ?? moderation.registered[name] else { return nil }
+        if let ban = settings.ban(matching: client.account, nick: client.nick, address: client.address) {
+            return (.banned, "you are banned from #\(name) (\(ban.entry.mask))")
+        }
+        if let account = client.account, account == settings.founder || settings.accountRoles[account] != nil { return nil }
+        let nickKey = client.nick.map(ChatName.nickKey)
+        let invited = inMemory.map { rooms.values[$0].moderation.invitations.contains { $0.nickKey == nickKey && $0.expires > now.uptimeMillis } } ?? false
+        if invited { return nil }
+        if settings.inviteOnly { return (.inviteOnly, "#\(name) is invite-only") }
+        if let roomKey = settings.key {
+            if let wait = keyGuessWait(for: id, at: now), key != nil {
+                return (.throttled, "too many wrong room keys from your address; try again in \((wait + 999) / 1000) s")
+            }
+            guard let key, Self.constantTimeEquals(key, roomKey) else {
+                return (.badRoomKey, key == nil ? "#\(name) needs a key (joinWithKey)" : "wrong key for #\(name)")
+            }
+        }
+        if settings.memberLimit > 0, let inMemory, rooms.values[inMemory].members.count >= settings.memberLimit {
+            return (.roomFull, "#\(name) is full (\(settings.memberLimit) members)")
+        }
+        return nil
+    }
+
+    /// How long `id`'s address must wait before its next room key is compared: wrong keys count
+    /// in the same window as wrong passwords (`AccountSettings.loginAttemptsPerAddress` per
+    /// `loginWindow`), so a guesser cannot switch from passwords to keys for more tries.
+    func keyGuessWait(for id: ClientID, at now: ServerTime) -> UInt64? {
+        let limits = configuration.accounts
+        let window = accounts.addressAttempts[Self.throttleKey(of: clients[id.slot]!.address)]
+        return Self.wait(window, limit: limits.loginAttemptsPerAddress, window: limits.loginWindow.milliseconds, now: now.uptimeMillis)
+    }
+
+    /// Counts a wrong room key against `id`'s address.
+    mutating func countWrongKey(from id: ClientID, at now: ServerTime) {
+        let limits = configuration.accounts
+        _ = Self.spend(
+            &accounts.addressAttempts[Self.throttleKey(of: clients[id.slot]!.address)], limit: .max,
+            window: limits.loginWindow.milliseconds, now: now.uptimeMillis)
+    }
+
+    /// `id` enters `name`, which is in memory and whose rules let it in: uses its invitation,
+    /// and gives it the roles it has there — op for whoever creates an unregistered room, the
+    /// founder's and the roles given to its account in a registered one.
+    mutating func takeRoles(in name: String, for id: ClientID) {
+        let account = clients[id.slot]!.account
+        let nickKey = clients[id.slot]!.nick.map(ChatName.nickKey)
+        withRoom(name) { room in
+            room.moderation.invitations.removeAll { $0.nickKey == nickKey }
+            let settings = room.moderation.settings
+            if settings.founder == nil {
+                if room.members.isEmpty { room.moderation.ops.insert(id) }
+            } else if let account {
+                if account == settings.founder || settings.accountRoles[account] == .op { room.moderation.ops.insert(id) }
+                if settings.accountRoles[account] == .voice { room.moderation.voices.insert(id) }
+            }
+        }
+    }
+
+    /// `name`'s settings and roles for a version 4 client (after `members`); the key only for
+    /// `viewer` a member or a server operator (nil: shown), since `who` answers anyone and the
+    /// key would otherwise be a free pass past `badRoomKey`.
+    func roomModesFrame(of name: String, for viewer: ClientID? = nil) -> Frame? {
+        guard let room = rooms[name] else { return nil }
+        var settings = room.moderation.settings
+        if let viewer, !room.members.contains(viewer), !isServerOperator(viewer) { settings.key = nil }
+        let ops = room.members.filter { room.moderation.ops.contains($0) }.compactMap { nick(of: $0) }
+        let voices = room.members.filter { room.moderation.voices.contains($0) }.compactMap { nick(of: $0) }
+        let modes = RoomModes(
+            founder: settings.founder.map { accounts.name(of: $0) } ?? "", inviteOnly: settings.inviteOnly,
+            moderated: settings.moderated, topicLock: settings.topicLock, key: settings.key ?? "",
+            memberLimit: UInt32(settings.memberLimit), ops: ops, voices: voices)
+        return .roomModes(room: name, modes: modes)
+    }
+
+    /// A new room in memory takes its registered settings, if any.
+    mutating func applyRegisteredSettings(to name: String) {
+        guard let settings = moderation.registered[name] else { return }
+        withRoom(name) { $0.moderation = RoomModeration(settings: settings) }
+    }
+
+    /// An unregistered room that emptied forgets its modes and bans; a registered one keeps
+    /// its settings (the directory has them) and forgets its invitations.
+    mutating func resetModeration(of name: String) {
+        let settings = moderation.registered[name] ?? RoomSettings()
+        withRoom(name) { $0.moderation = RoomModeration(settings: settings) }
+    }
+
+    // MARK: Store
+
+    /// Loads what the moderation store kept: registered rooms and server bans. Called once,
+    /// before the server serves anyone; records that no longer parse are skipped.
+    public mutating func loadModeration(_ snapshot: ModerationSnapshot) {
+        for record in snapshot.rooms {
+            guard let settings = RoomSettings(record: record) else { continue }
+            moderation.registered[record.name] = settings
+        }
+        moderation.serverBans = snapshot.serverBans.compactMap { stored in
+            guard let mask = try? BanMask(parsing: stored.mask, allowsRoom: true) else { return nil }
+            return Ban(mask: mask, entry: BanEntry(mask: mask.canonical, setBy: stored.setBy, time: stored.time, reason: stored.reason))
+        }
+    }
+
+    /// The moderation changes to write since the last call, oldest first; the server hands
+    /// them to its `ModerationStore`.
+    public mutating func takeModerationWrites() -> [ModerationWrite] {
+        defer { moderation.writes.removeAll() }
+        return moderation.writes
+    }
+
+    /// The digits of `text` as a number, or nil if it is not one (no sign, no spaces, at most 7 digits).
+    static func decimal(_ text: String) -> Int? {
+        guard !text.isEmpty, text.utf8.count <= 7, text.utf8.allSatisfy({ $0 &- 0x30 < 10 }) else { return nil }
+        return Int(text)
+    }
+}
+
+extension RoomSettings {
+    /// The settings as the store keeps them.
+    func record(name: String) -> RegisteredRoomRecord {
+        RegisteredRoomRecord(
+            name: name, founder: founder ?? "", inviteOnly: inviteOnly, moderated: moderated, topicLock: topicLock,
+            key: key ?? "", memberLimit: memberLimit,
+            bans: bans.map(\.stored),
+            roles: accountRoles.mapValues(\.rawValue))
+    }
+
+    /// The settings of a stored room; nil if it has no founder.
+    init?(record: RegisteredRoomRecord) {
+        guard !record.founder.isEmpty else { return nil }
+        founder = record.founder
+        inviteOnly = record.inviteOnly
+        moderated = record.moderated
+        topicLock = record.topicLock
+        key = record.key.isEmpty ? nil : record.key
+        memberLimit = record.memberLimit
+        bans = record.bans.compactMap { stored in
+            guard let mask = try? BanMask(parsing: stored.mask, allowsRoom: false) else { return nil }
+            return Ban(mask: mask, entry: BanEntry(mask: mask.canonical, setBy: stored.setBy, time: stored.time, reason: stored.reason))
+        }
+        accountRoles = record.roles.compactMapValues(RoomRole.init(rawValue:))
+    }
+}
