@@ -6,11 +6,7 @@ import TestSupport
 extension TerminalTests {
     /// Room moderation (version 4) between two real chat-clients in tmux against the real
     /// chat-server: roles shown in the nick list, a kick on both screens, no rejoin after it.
-    ///
-    /// Disabled on this branch: the server serves version 4's requests only on branch
-    /// mod-server. Enable it once both sides are merged.
-    @Suite(.disabled("needs the server side of version 4 (branch mod-server)"))
-    struct Moderation {
+    @Suite struct Moderation {
         @Test func anOpKicksAndTheKickedClientDoesNotRejoin() async throws {
             let server = try await ChatServerProcess(arguments: [])
             defer { server.stop() }
