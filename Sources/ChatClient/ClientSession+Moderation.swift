@@ -68,15 +68,10 @@ extension ClientSession {
             return [.send([.kick(room: room, nick: other, reason: reason)])]
         case .ban(let mask, let reason):
             guard let room = currentRoom else { return [noRoomForModeration()] }
-            var frames: [Frame] = []
-            // `setMode` has no reason; the server's own kick of a banned member would carry none
-            // of ours, so with a reason a member banned by nick is kicked with it first.
-            let bannedNick = String(mask.dropFirst("nick:".count))
-            if !reason.isEmpty, mask.hasPrefix("nick:"), isMember(bannedNick, of: room) {
-                frames.append(.kick(room: room, nick: bannedNick, reason: reason))
-            }
-            frames.append(.setMode(room: room, mode: .ban, on: true, argument: mask))
-            return [.send(frames)]
+            // A ban's reason follows its mask in the argument (docs/PROTOCOL.md, "Version 4");
+            // the server's kick of the members it matches carries it.
+            let argument = reason.isEmpty ? mask : "\(mask) \(reason)"
+            return [.send([.setMode(room: room, mode: .ban, on: true, argument: argument)])]
         case .unban(let mask):
             guard let room = currentRoom else { return [noRoomForModeration()] }
             return [.send([.setMode(room: room, mode: .ban, on: false, argument: mask)])]

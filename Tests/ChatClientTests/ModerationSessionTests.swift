@@ -88,13 +88,14 @@ import Testing
         #expect(frames(session.perform(try command("/unban bob"))) == [.setMode(room: "mod", mode: .ban, on: false, argument: "nick:bob")])
     }
 
-    @Test func banWithAReasonKicksAMemberWithItFirst() throws {
+    @Test func aBansReasonFollowsItsMask() throws {
         var session = modSession()
-        #expect(frames(session.perform(try command("/ban carol spam"))) == [
-            .kick(room: "mod", nick: "carol", reason: "spam"), .setMode(room: "mod", mode: .ban, on: true, argument: "nick:carol"),
-        ], "setMode carries no reason, so the kick does")
-        #expect(frames(session.perform(try command("/ban dave spam"))) == [.setMode(room: "mod", mode: .ban, on: true, argument: "nick:dave")],
-            "a nick that is not a member is only banned")
+        #expect(frames(session.perform(try command("/ban carol spam and more"))) == [
+            .setMode(room: "mod", mode: .ban, on: true, argument: "nick:carol spam and more")
+        ])
+        #expect(frames(session.perform(try command("/ban address:10.0.0.0/8"))) == [
+            .setMode(room: "mod", mode: .ban, on: true, argument: "address:10.0.0.0/8")
+        ])
     }
 
     @Test func roomCommandsActOnTheCurrentRoomOrTheNamedOne() throws {

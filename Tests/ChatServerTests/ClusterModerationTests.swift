@@ -44,15 +44,18 @@ struct ClusterModerationTests {
         #expect(try await Self.refusal(at: bob, of: .setMode) == .notOperator, "bob, on the other node, is no op")
 
         // Alice bans carol's nick through node a: carol, a member on node b, is kicked by it.
-        try await alice.send(.setMode(room: "r", mode: .ban, on: true, argument: "nick:Carol"))
+        try await alice.send(.setMode(room: "r", mode: .ban, on: true, argument: "nick:Carol spam"))
         let banSeq = try await alice.waitFor("the ban") { frame -> UInt64? in
-            if case .modeChanged("r", let seq, _, "alice", .ban, true, "nick:carol") = frame { return seq }
+            if case .modeChanged("r", let seq, _, "alice", .ban, true, "nick:carol spam") = frame { return seq }
             return nil
         }
         let kickSeq = try await carol.waitFor("carol's kick") { frame -> UInt64? in
-            if case .kicked("r", let seq, _, "carol", "alice", _) = frame { return seq }
+            if case .kicked("r", let seq, _, "carol", "alice", "banned (nick:carol): spam") = frame { return seq }
             return nil
         }
+        try await alice.send(.listBans(room: "r"))
+        let bans = try await alice.waitFor("the bans") { if case .banList("r", let entries) = $0 { entries } else { nil } }
+        #expect(bans.map(\.mask) == ["nick:carol"] && bans.first?.reason == "spam" && bans.first?.setBy == "alice")
         #expect(kickSeq > banSeq)
         // Ban evasion: neither node lets her back in, by reconnecting to the other node either.
         try await carol.send(.join(room: "r"))

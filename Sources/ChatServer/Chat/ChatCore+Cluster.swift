@@ -1313,14 +1313,16 @@ extension ChatCore {
             room.leaving.remove(id)
             clients[id.slot]?.rooms.removeAll { $0 == name }
         }
-        if case .modeChanged(_, _, _, let by, .ban, true, let text) = frame, let mask = try? BanMask(parsing: text, allowsRoom: false) {
+        if case .modeChanged(_, _, _, let by, .ban, true, let text) = frame, case .success(let ban) = Self.modeArgument(.ban, on: true, argument: text),
+            let mask = ban.mask
+        {
             // A new ban kicks the members it matches who are not ops: each node its own, through
             // the log, sparing ops there (Redis knows the roles).
             for member in room.members {
                 guard let client = clients[member.slot], let memberNick = client.nick,
                     mask.matches(accountKey: client.account, nick: memberNick, address: client.address)
                 else { continue }
-                let kick = Frame.kicked(room: name, seq: 0, time: 0, nick: memberNick, by: by, reason: "banned (\(mask.canonical))")
+                let kick = Frame.kicked(room: name, seq: 0, time: 0, nick: memberNick, by: by, reason: Self.banKickReason(mask, reason: ban.reason))
                 ask(.append(
                     room: name, event: kick, change: .kick(nick: memberNick), sender: nil, charge: nil,
                     moderation: .kick(by: by, account: "", admin: true, sparingOps: true)))

@@ -31,14 +31,15 @@ extension ChatCore {
         into actions: inout [ChatAction]
     ) {
         guard clusterMayModerate(room, request: .setMode, id: id, into: &actions) else { return }
-        var canonical: String
-        switch Self.canonicalModeArgument(mode, on: on, argument: argument) {
+        let parsed: ModeArgument
+        switch Self.modeArgument(mode, on: on, argument: argument) {
         case .failure(let invalid):
             refuse(.setMode, .invalidArgument, invalid.reason, to: id, into: &actions)
             return
-        case .success(let text):
-            canonical = text
+        case .success(let argument):
+            parsed = argument
         }
+        var canonical = parsed.announced
         let account = clients[id.slot]!.account
         if mode == .registered {
             guard let account else {
@@ -48,9 +49,11 @@ extension ChatCore {
             canonical = on ? accounts.name(of: account) : ""
         }
         let event = Frame.modeChanged(room: room, seq: 0, time: 0, by: nick, mode: mode, on: on, argument: canonical)
+        // Redis keeps a ban by its mask, with its reason in the ban's record.
+        let stored = mode == .registered ? "" : parsed.mask?.canonical ?? canonical
         let check = ModerationCheck.setMode(
             by: nick, account: account ?? "", admin: isServerOperator(id), mode: mode.rawValue, on: on,
-            argument: mode == .registered ? "" : canonical, reason: "")
+            argument: stored, reason: parsed.reason)
         clusterAppend(event, in: room, from: id, size: size, moderation: check)
     }
 
@@ -265,36 +268,53 @@ struct InvalidModeArgument: Error, Equatable {
     var reason: String
 }
 
+/// A mode's argument, checked: what the change is announced with, and what it sets.
+struct ModeArgument: Equatable {
+    /// The argument as `modeChanged` carries it: the canonical form (a ban's mask, then its
+    /// reason after a space), empty for the flags and for a key or limit turned off.
+    var announced = ""
+    /// A limit turned on.
+    var limit: Int?
+    /// A ban's mask, and its reason (cut to `maxBanReasonBytes`; may be empty).
+    var mask: BanMask?
+    var reason = ""
+}
+
 extension ChatCore {
-    /// `argument` of `mode` as the server announces it, or why it is not valid for the mode:
-    /// none for the flags and registration, a key of 1 to `maxRoomKeyBytes` bytes, a limit in
-    /// decimal from 1 to 1,000,000, a member's nick, a ban mask (in its canonical form). A key
-    /// or a limit turned off takes whatever it is given, and is announced without it.
-    static func canonicalModeArgument(_ mode: RoomMode, on: Bool, argument: String) -> Result<String, InvalidModeArgument> {
+    /// `argument` of `mode`, checked, or why it is not valid for the mode: none for the flags and
+    /// registration, a key of 1 to `maxRoomKeyBytes` bytes, a limit in decimal from 1 to
+    /// 1,000,000, a nick, a ban mask (with an optional reason after a space). A key or a limit
+    /// turned off takes whatever it is given, and is announced without it. One check for every
+    /// mode of the server (`setMode`, `clusterSetMode`).
+    static func modeArgument(_ mode: RoomMode, on: Bool, argument: String) -> Result<ModeArgument, InvalidModeArgument> {
         switch mode {
         case .inviteOnly, .moderated, .topicLock, .registered:
-            return argument.isEmpty ? .success("") : .failure(InvalidModeArgument(reason: "mode \(mode) takes no argument"))
+            return argument.isEmpty ? .success(ModeArgument()) : .failure(InvalidModeArgument(reason: "mode \(mode) takes no argument"))
         case .key:
-            guard on else { return .success("") }
+            guard on else { return .success(ModeArgument()) }
             guard (1...maxRoomKeyBytes).contains(argument.utf8.count) else {
                 return .failure(InvalidModeArgument(reason: "a room key is 1 to \(maxRoomKeyBytes) bytes"))
             }
-            return .success(argument)
+            return .success(ModeArgument(announced: argument))
         case .memberLimit:
-            guard on else { return .success("") }
+            guard on else { return .success(ModeArgument()) }
             guard let limit = decimal(argument), (1...1_000_000).contains(limit) else {
                 return .failure(InvalidModeArgument(reason: "a member limit is a decimal number from 1 to 1000000, not \(argument)"))
             }
-            return .success(String(limit))
+            return .success(ModeArgument(announced: String(limit), limit: limit))
         case .op, .voice:
             guard ChatName.isValidNick(argument) else { return .failure(InvalidModeArgument(reason: "\(argument) is not a nick")) }
-            return .success(argument)
+            return .success(ModeArgument(announced: argument))
         case .ban:
+            let parts = argument.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
+            let mask: BanMask
             do {
-                return .success(try BanMask(parsing: argument, allowsRoom: false).canonical)
+                mask = try BanMask(parsing: String(parts[0]), allowsRoom: false)
             } catch {
                 return .failure(InvalidModeArgument(reason: error.reason))
             }
+            let reason = parts.count > 1 ? prefix(of: String(parts[1]), bytes: maxBanReasonBytes) : ""
+            return .success(ModeArgument(announced: mask.canonical + (reason.isEmpty ? "" : " \(reason)"), mask: mask, reason: reason))
         default:
             return .failure(InvalidModeArgument(reason: "this server does not know mode \(mode.rawValue)"))
         }

@@ -175,34 +175,28 @@ extension ChatCore {
             refuse(.setMode, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        let invalid = { (reason: String) in ChatAction.send(.error(code: .invalidArgument, fatal: false, frameType: .setMode, reason: reason), to: id) }
+        let parsed: ModeArgument
+        switch Self.modeArgument(mode, on: on, argument: argument) {
+        case .failure(let invalid):
+            refuse(.setMode, .invalidArgument, invalid.reason, to: id, into: &actions)
+            return
+        case .success(let argument):
+            parsed = argument
+        }
         var moderation = rooms[name]!.moderation
-        var canonical = ""
+        var canonical = parsed.announced
         var banKicks: BanMask?
         switch mode {
-        case .inviteOnly, .moderated, .topicLock:
-            guard argument.isEmpty else { return actions.append(invalid("mode \(mode) takes no argument")) }
-            if mode == .inviteOnly { moderation.settings.inviteOnly = on }
-            if mode == .moderated { moderation.settings.moderated = on }
-            if mode == .topicLock { moderation.settings.topicLock = on }
+        case .inviteOnly:
+            moderation.settings.inviteOnly = on
+        case .moderated:
+            moderation.settings.moderated = on
+        case .topicLock:
+            moderation.settings.topicLock = on
         case .key:
-            if on {
-                guard (1...Self.maxRoomKeyBytes).contains(argument.utf8.count) else {
-                    return actions.append(invalid("a room key is 1 to \(Self.maxRoomKeyBytes) bytes"))
-                }
-                canonical = argument
-            }
             moderation.settings.key = on ? argument : nil
         case .memberLimit:
-            if on {
-                guard let limit = Self.decimal(argument), (1...1_000_000).contains(limit) else {
-                    return actions.append(invalid("a member limit is a decimal number from 1 to 1000000, not \(argument)"))
-                }
-                moderation.settings.memberLimit = limit
-                canonical = String(limit)
-            } else {
-                moderation.settings.memberLimit = 0
-            }
+            moderation.settings.memberLimit = parsed.limit ?? 0
         case .op, .voice:
             guard let targetID = nicks[ChatName.nickKey(argument)], let target = self.nick(of: targetID),
                 clients[targetID.slot]!.rooms.contains(name)
@@ -230,23 +224,20 @@ extension ChatCore {
             }
             canonical = target
         case .ban:
-            let mask: BanMask
-            do { mask = try BanMask(parsing: argument, allowsRoom: false) } catch { return actions.append(invalid(error.reason)) }
-            canonical = mask.canonical
+            let mask = parsed.mask!
             let existing = moderation.settings.bans.firstIndex { $0.mask == mask }
             if on, existing == nil {
                 guard moderation.settings.bans.count < Self.maxRoomBans else {
                     refuse(.setMode, .listFull, "#\(name) holds \(Self.maxRoomBans) bans, the most allowed", to: id, into: &actions)
                     return
                 }
-                let entry = BanEntry(mask: canonical, setBy: nick, time: now.wallMillis, reason: "")
+                let entry = BanEntry(mask: mask.canonical, setBy: nick, time: now.wallMillis, reason: parsed.reason)
                 moderation.settings.bans.append(Ban(mask: mask, entry: entry))
             } else if !on, let existing {
                 moderation.settings.bans.remove(at: existing)
             }
             if on { banKicks = mask }
         case .registered:
-            guard argument.isEmpty else { return actions.append(invalid("mode registered takes no argument")) }
             let account = clients[id.slot]!.account
             if on {
                 guard let account else {
@@ -274,14 +265,14 @@ extension ChatCore {
                 moderation.settings.accountRoles = [:]
             }
         default:
-            actions.append(invalid("this server does not know mode \(mode.rawValue)"))
+            // `modeArgument` refuses every mode this server does not know.
             return
         }
         let wasRegistered = rooms[name]!.moderation.settings.founder != nil
         withRoom(name) { $0.moderation = moderation }
         if moderation.settings.founder != nil || wasRegistered { settingsChanged(of: name) }
         announceMode(mode, on: on, argument: canonical, in: name, by: nick, at: now, into: &actions)
-        if let banKicks { kickMembers(of: name, matching: banKicks, by: nick, at: now, into: &actions) }
+        if let banKicks { kickMembers(of: name, matching: banKicks, reason: parsed.reason, by: nick, at: now, into: &actions) }
     }
 
     /// Why `account` may not register another room — the server or the account holds as many
@@ -297,13 +288,20 @@ extension ChatCore {
         return nil
     }
 
-    /// Kicks the members of `name` that `mask` matches and who are not ops.
-    private mutating func kickMembers(of name: String, matching mask: BanMask, by: String, at now: ServerTime, into actions: inout [ChatAction]) {
+    /// The reason of a kick that a ban of `mask` for `reason` makes.
+    static func banKickReason(_ mask: BanMask, reason: String) -> String {
+        "banned (\(mask.canonical))" + (reason.isEmpty ? "" : ": \(reason)")
+    }
+
+    /// Kicks the members of `name` that `mask` matches and who are not ops, for `reason`.
+    private mutating func kickMembers(
+        of name: String, matching mask: BanMask, reason: String, by: String, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
         guard let room = rooms[name] else { return }
         for member in room.members where !room.moderation.ops.contains(member) {
             guard let client = clients[member.slot], mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
             else { continue }
-            remove(member, from: name, by: by, reason: "banned (\(mask.canonical))", at: now, into: &actions)
+            remove(member, from: name, by: by, reason: Self.banKickReason(mask, reason: reason), at: now, into: &actions)
         }
     }
 
