@@ -126,6 +126,8 @@ struct ClusterModerationTests {
         try await back.send(.join(room: "home"))
         let again = try await back.waitFor("the founder's join") { if case .roomModes("home", let modes) = $0 { modes } else { nil } }
         #expect(again.ops == ["founder"], "\(again)")
+        // The others learn the role the founder took, through the log, as on a server on its own.
+        _ = try await mallory.waitFor("the founder's op") { if case .modeChanged("home", _, _, "founder", .op, true, "founder") = $0 { true } else { nil } }
     }
 
     @Test func twoOpsOnTwoNodesBanningAndUnbanningAtOnceLeaveEveryNodeInOneState() async throws {

@@ -195,6 +195,8 @@ struct ModerationTests {
             #expect(
                 try await Self.answer(at: alice, "the founder's roomModes")
                     == .roomModes(room: "r", modes: RoomModes(founder: "alice", topicLock: true, ops: ["alice"])))
+            // The others learn the role the founder took with a mode change.
+            #expect(try await Self.answer(at: mallory, "the founder's op").isModeChange(.op, "alice"))
         } else {
             // Memory mode keeps registered rooms in memory only (docs/SERVER.md): after a restart
             // the room is new and its first joiner is its op.

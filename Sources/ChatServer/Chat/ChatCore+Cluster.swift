@@ -1359,6 +1359,7 @@ extension ChatCore {
         switch result {
         case .success(let snapshot):
             sendSnapshot(snapshot, of: name, version: version, to: id, into: &actions)
+            clusterAnnounceRolesTaken(in: name, by: id, modes: snapshot.modes)
         case .failure(let failure):
             refuse(.join, failure.code, "#\(name): cannot read the room's state now: \(failure.reason)", to: id, into: &actions)
         }

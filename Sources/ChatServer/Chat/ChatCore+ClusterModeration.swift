@@ -217,6 +217,20 @@ extension ChatCore {
         }
     }
 
+    /// Tells `name`'s members, through its log, the roles `id` took by its account as it joined a
+    /// registered room (Redis gave them in the join's step; its snapshot, `modes`, names them), as
+    /// a server on its own does (`announceRolesTaken`).
+    mutating func clusterAnnounceRolesTaken(in name: String, by id: ClientID, modes: RoomModes?) {
+        guard let modes, !modes.founder.isEmpty, let nick = nick(of: id) else { return }
+        for (mode, holds) in [(RoomMode.op, modes.ops.contains(nick)), (RoomMode.voice, modes.voices.contains(nick))] where holds {
+            let event = Frame.modeChanged(room: name, seq: 0, time: 0, by: nick, mode: mode, on: true, argument: nick)
+            // Given already: the change confirms it, with a server operator's authority.
+            let check = ModerationCheck.setMode(
+                by: nick, account: clients[id.slot]!.account ?? "", admin: true, mode: mode.rawValue, on: true, argument: nick, reason: "")
+            ask(.append(room: name, event: event, change: .none, sender: nil, charge: nil, moderation: check))
+        }
+    }
+
     /// Delivers a room event to this node's `recipients`: a kick reaches clients of versions 1–3
     /// as `left`, and a mode change reaches version 4 clients alone, as on a server on its own.
     mutating func broadcastClusterEvent(_ frame: Frame, to recipients: [ClientID], into actions: inout [ChatAction]) {

@@ -155,10 +155,11 @@ extension ChatCore {
     /// Announces the change of `mode` in `name` by `by` as the room's next event, to its
     /// version 4 members (older ones do not know the frame; their `seq`s skip it).
     private mutating func announceMode(
-        _ mode: RoomMode, on: Bool, argument: String, in name: String, by: String, at now: ServerTime, into actions: inout [ChatAction]
+        _ mode: RoomMode, on: Bool, argument: String, in name: String, by: String, except: ClientID? = nil, at now: ServerTime,
+        into actions: inout [ChatAction]
     ) {
         guard let members = rooms[name]?.members else { return }
-        let current = members.filter { (clients[$0.slot]?.version ?? 1) >= 4 }
+        let current = members.filter { $0 != except && (clients[$0.slot]?.version ?? 1) >= 4 }
         let time = now.wallMillis
         withRoom(name) { room in
             let event = Frame.modeChanged(room: name, seq: room.nextSeq(), time: time, by: by, mode: mode, on: on, argument: argument)
@@ -545,6 +546,18 @@ extension ChatCore {
                 if account == settings.founder || settings.accountRoles[account] == .op { room.moderation.ops.insert(id) }
                 if settings.accountRoles[account] == .voice { room.moderation.voices.insert(id) }
             }
+        }
+    }
+
+    /// Tells `name`'s other version 4 members the roles `id` (called `nick`) took by its account
+    /// as it joined a registered room, one `modeChanged` by itself each: the joiner learns them
+    /// from its `roomModes`, the others would otherwise only from a `who`. (The creator of an
+    /// unregistered room, its op, is alone in it.)
+    mutating func announceRolesTaken(in name: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard let room = rooms[name], room.moderation.settings.founder != nil else { return }
+        let taken = [(RoomMode.op, room.moderation.ops.contains(id)), (RoomMode.voice, room.moderation.voices.contains(id))]
+        for (mode, holds) in taken where holds {
+            announceMode(mode, on: true, argument: nick, in: name, by: nick, except: id, at: now, into: &actions)
         }
     }
 

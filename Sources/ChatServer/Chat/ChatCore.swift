@@ -684,6 +684,7 @@ public struct ChatCore: Sendable {
         }!
         // Retention spares an occupied room however quiet it is.
         if room.members.count == 1 { store?.occupancyChanged(of: name, occupied: true) }
+        announceRolesTaken(in: name, by: id, nick: nick, at: now, into: &actions)
         persist(name, event: nil, at: now)
         if version >= 2 {
             let firstSeq = store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq
