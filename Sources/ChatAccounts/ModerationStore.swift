@@ -1,25 +1,6 @@
+import ChatProtocol
 import Dispatch
 import SocketCore
-
-/// One ban as a store keeps it: the mask in canonical form, who set it, when, and why.
-public struct StoredBan: Sendable, Equatable {
-    /// The canonical mask (`account:NAME`, `nick:NICK`, `address:IP[/PREFIX]`, `room:NAME`).
-    public var mask: String
-    /// The nick that set it.
-    public var setBy: String
-    /// When, in milliseconds since the Unix epoch.
-    public var time: UInt64
-    /// Why; may be empty.
-    public var reason: String
-
-    /// Describes a ban.
-    public init(mask: String, setBy: String, time: UInt64, reason: String) {
-        self.mask = mask
-        self.setBy = setBy
-        self.time = time
-        self.reason = reason
-    }
-}
 
 /// A registered room's settings as a store keeps them: what lasts while it has no members.
 public struct RegisteredRoomRecord: Sendable, Equatable {
@@ -38,14 +19,14 @@ public struct RegisteredRoomRecord: Sendable, Equatable {
     /// The most members; 0 for no limit.
     public var memberLimit: Int
     /// The room's bans, oldest first.
-    public var bans: [StoredBan]
+    public var bans: [BanEntry]
     /// Roles given to accounts (`op` or `voice`), by account key.
     public var roles: [String: String]
 
     /// Describes a registered room.
     public init(
         name: String, founder: String, inviteOnly: Bool, moderated: Bool, topicLock: Bool, key: String, memberLimit: Int,
-        bans: [StoredBan], roles: [String: String]
+        bans: [BanEntry], roles: [String: String]
     ) {
         self.name = name
         self.founder = founder
@@ -64,10 +45,10 @@ public struct ModerationSnapshot: Sendable, Equatable {
     /// Every registered room.
     public var rooms: [RegisteredRoomRecord]
     /// The server's bans, oldest first.
-    public var serverBans: [StoredBan]
+    public var serverBans: [BanEntry]
 
     /// Describes what a store holds.
-    public init(rooms: [RegisteredRoomRecord] = [], serverBans: [StoredBan] = []) {
+    public init(rooms: [RegisteredRoomRecord] = [], serverBans: [BanEntry] = []) {
         self.rooms = rooms
         self.serverBans = serverBans
     }
@@ -78,7 +59,7 @@ public enum ModerationWrite: Sendable, Equatable {
     /// The room's settings are now these; nil: it is no longer registered.
     case room(String, RegisteredRoomRecord?)
     /// The server's bans are now these (at most 1,000, so written whole).
-    case serverBans([StoredBan])
+    case serverBans([BanEntry])
 }
 
 /// Where a server keeps registered rooms and server bans: memory (`MemoryModerationStore`,

@@ -1,3 +1,4 @@
+import ChatProtocol
 import ChatStorage
 import Dispatch
 
@@ -63,17 +64,17 @@ public final class SQLiteModerationStore: ModerationStore, @unchecked Sendable {
                 let selectBans = try database.prepare("SELECT room, mask, set_by, time, reason FROM room_bans ORDER BY room, position")
                 while try selectBans.step() {
                     rooms[selectBans.text(0)]?.bans.append(
-                        StoredBan(mask: selectBans.text(1), setBy: selectBans.text(2), time: selectBans.uint64(3), reason: selectBans.text(4)))
+                        BanEntry(mask: selectBans.text(1), setBy: selectBans.text(2), time: selectBans.uint64(3), reason: selectBans.text(4)))
                 }
                 let selectRoles = try database.prepare("SELECT room, account, role FROM room_roles")
                 while try selectRoles.step() {
                     rooms[selectRoles.text(0)]?.roles[selectRoles.text(1)] = selectRoles.text(2)
                 }
-                var serverBans: [StoredBan] = []
+                var serverBans: [BanEntry] = []
                 let selectServerBans = try database.prepare("SELECT mask, set_by, time, reason FROM server_bans ORDER BY position")
                 while try selectServerBans.step() {
                     serverBans.append(
-                        StoredBan(
+                        BanEntry(
                             mask: selectServerBans.text(0), setBy: selectServerBans.text(1), time: selectServerBans.uint64(2),
                             reason: selectServerBans.text(3)))
                 }

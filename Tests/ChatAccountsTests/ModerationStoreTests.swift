@@ -1,3 +1,4 @@
+import ChatProtocol
 import ChatAccounts
 import Dispatch
 import SocketCore
@@ -8,16 +9,16 @@ import TestSupport
 /// file reads back (SQLite, a real file in a temporary directory).
 @Suite("Moderation stores")
 struct ModerationStoreTests {
-    static let ban = StoredBan(mask: "nick:troll", setBy: "alice", time: 1_767_225_600_000, reason: "spam")
+    static let ban = BanEntry(mask: "nick:troll", setBy: "alice", time: 1_767_225_600_000, reason: "spam")
     static let room = RegisteredRoomRecord(
         name: "general", founder: "alice", inviteOnly: true, moderated: false, topicLock: true, key: "s3cret", memberLimit: 50,
-        bans: [ban, StoredBan(mask: "address:192.0.2.0/24", setBy: "alice", time: 1_767_225_600_001, reason: "")],
+        bans: [ban, BanEntry(mask: "address:192.0.2.0/24", setBy: "alice", time: 1_767_225_600_001, reason: "")],
         roles: ["bob": "voice", "carol": "op"])
 
     @Test func sqliteKeepsRegisteredRoomsAndServerBansAcrossOpeningsAndForgetsAnUnregisteredRoom() throws {
         let directory = try TemporaryDirectory(prefix: "chat-moderation-store")
         defer { directory.remove() }
-        let serverBans = [StoredBan(mask: "address:203.0.113.0/24", setBy: "root", time: 5, reason: "flood"), Self.ban]
+        let serverBans = [BanEntry(mask: "address:203.0.113.0/24", setBy: "root", time: 5, reason: "flood"), Self.ban]
         do {
             let store = try SQLiteModerationStore(directory: directory.path)
             #expect(try store.loadAll() == ModerationSnapshot())

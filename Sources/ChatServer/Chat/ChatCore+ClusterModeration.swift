@@ -77,19 +77,9 @@ extension ChatCore {
     /// `serverBan` on a cluster node: kept in Redis, which tells every node (this one too), and
     /// each ends its own sessions that the ban matches → `clusterServerBanSet`.
     mutating func clusterServerBan(_ text: String, on: Bool, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
-        guard isServerOperator(id) else {
-            refuse(.serverBan, .notAdmin, "only a server operator bans from the server", to: id, into: &actions)
-            return
-        }
+        guard let mask = serverBanMask(text, by: id, into: &actions) else { return }
         guard cluster!.available else {
             refuse(.serverBan, .unavailable, unavailableText("cannot ban from the server now"), to: id, into: &actions)
-            return
-        }
-        let mask: BanMask
-        do {
-            mask = try BanMask(parsing: text, allowsRoom: true)
-        } catch {
-            refuse(.serverBan, .invalidArgument, error.reason, to: id, into: &actions)
             return
         }
         cluster!.awaiting[id] = .read

@@ -362,24 +362,29 @@ extension ChatCore {
 
     // MARK: Server operators
 
+    /// The mask of `id`'s `serverBan` of `text`, or nil once `id` is refused: it is no server
+    /// operator, or `text` no mask. Every mode asks it first.
+    mutating func serverBanMask(_ text: String, by id: ClientID, into actions: inout [ChatAction]) -> BanMask? {
+        guard isServerOperator(id) else {
+            refuse(.serverBan, .notAdmin, "only a server operator bans from the server", to: id, into: &actions)
+            return nil
+        }
+        do {
+            return try BanMask(parsing: text, allowsRoom: true)
+        } catch {
+            refuse(.serverBan, .invalidArgument, error.reason, to: id, into: &actions)
+            return nil
+        }
+    }
+
     private mutating func serverBan(
         _ text: String, on: Bool, reason: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]
     ) {
-        guard isServerOperator(id) else {
-            refuse(.serverBan, .notAdmin, "only a server operator bans from the server", to: id, into: &actions)
-            return
-        }
-        let mask: BanMask
-        do {
-            mask = try BanMask(parsing: text, allowsRoom: true)
-        } catch {
-            refuse(.serverBan, .invalidArgument, error.reason, to: id, into: &actions)
-            return
-        }
+        guard let mask = serverBanMask(text, by: id, into: &actions) else { return }
         let existing = moderation.serverBans.firstIndex { $0.mask == mask }
         guard on else {
             if let existing { moderation.serverBans.remove(at: existing) }
-            moderation.writes.append(.serverBans(moderation.serverBans.map(\.stored)))
+            moderation.writes.append(.serverBans(moderation.serverBans.map(\.entry)))
             actions.append(.send(.done(request: .serverBan, text: "lifted the ban of \(mask.canonical)"), to: id))
             return
         }
@@ -391,7 +396,7 @@ extension ChatCore {
             let entry = BanEntry(
                 mask: mask.canonical, setBy: nick, time: now.wallMillis, reason: Self.prefix(of: reason, bytes: Self.maxBanReasonBytes))
             moderation.serverBans.append(Ban(mask: mask, entry: entry))
-            moderation.writes.append(.serverBans(moderation.serverBans.map(\.stored)))
+            moderation.writes.append(.serverBans(moderation.serverBans.map(\.entry)))
         }
         var ended = 0
         if case .room(let name) = mask, let members = rooms[name]?.members {
@@ -625,7 +630,7 @@ extension RoomSettings {
         RegisteredRoomRecord(
             name: name, founder: founder ?? "", inviteOnly: inviteOnly, moderated: moderated, topicLock: topicLock,
             key: key ?? "", memberLimit: memberLimit,
-            bans: bans.map(\.stored),
+            bans: bans.map(\.entry),
             roles: accountRoles.mapValues(\.rawValue))
     }
 

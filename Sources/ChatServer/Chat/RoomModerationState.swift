@@ -6,8 +6,6 @@ struct Ban: Sendable, Equatable {
     var mask: BanMask
     var entry: BanEntry
 
-    /// The ban as a `ModerationStore` keeps it.
-    var stored: StoredBan { StoredBan(mask: entry.mask, setBy: entry.setBy, time: entry.time, reason: entry.reason) }
 }
 
 /// A room's settings that a registered room keeps while empty and across restarts (where the
