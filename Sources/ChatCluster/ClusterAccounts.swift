@@ -91,13 +91,36 @@ public struct ClusterAccounts: Sendable {
     }
 
     /// Drops the account `key`: its record and its place under the cap, in one script, so the
-    /// cap's count and the records never disagree.
+    /// cap's count and the records never disagree. The rooms it founded stop being registered
+    /// (their roles by account are forgotten), and the roles it was given elsewhere are forgotten,
+    /// so that whoever registers the nick again inherits neither (ModerationCheck.swift keeps the
+    /// two lists).
     public func drop(key: String, completion: @escaping (Result<Void, ClusterError>) -> Void) {
-        let script = "redis.call('DEL', KEYS[1]) redis.call('SREM', KEYS[2], ARGV[1]) return 1"
-        eval(script, keys: [Self.accountKey(key), "chat:accounts"], arguments: [key]) { reply in
+        eval(Self.dropScript, keys: [Self.accountKey(key), "chat:accounts"], arguments: [key]) { reply in
             completion(reply.map { _ in () })
         }
     }
+
+    /// KEYS: the account's hash, the set of accounts. ARGV: the account's key.
+    static let dropScript = """
+        redis.call('DEL', KEYS[1])
+        redis.call('SREM', KEYS[2], ARGV[1])
+        local founded = 'chat:account:' .. ARGV[1] .. ':rooms'
+        for _, room in ipairs(redis.call('SMEMBERS', founded)) do
+            local modes = 'chat:{' .. room .. '}:modes'
+            if redis.call('HGET', modes, 'founder') == ARGV[1] then
+                redis.call('HDEL', modes, 'founder')
+                redis.call('DEL', 'chat:{' .. room .. '}:accountroles')
+            end
+            redis.call('SREM', 'chat:registered', room)
+        end
+        local given = 'chat:account:' .. ARGV[1] .. ':roles'
+        for _, room in ipairs(redis.call('SMEMBERS', given)) do
+            redis.call('HDEL', 'chat:{' .. room .. '}:accountroles', ARGV[1])
+        end
+        redis.call('DEL', founded, given)
+        return 1
+        """
 
     /// KEYS: the account's hash, its guess counter, the address's guess counter. ARGV: the
     /// account's limit, the address's limit, the window in ms. When either counter is at its

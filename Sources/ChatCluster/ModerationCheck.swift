@@ -58,6 +58,10 @@ public enum ModerationCheck: Equatable, Sendable {
     public static let maxBans = 100
     /// The most invitations a room keeps; past it the one closest to expiring goes.
     public static let maxInvitations = 100
+    /// The most rooms registered in a cluster, and to one account: a registered room outlives its
+    /// members, so their number is bounded, as on a server on its own.
+    public static let maxRegisteredRooms = 1_000
+    public static let maxRegisteredRoomsPerAccount = 10
 
     /// The append script's moderation: functions, then the checks run before the event is
     /// numbered (a refusal logs nothing). KEYS 7–12: the room's modes (hash: `founder`, `i`, `m`,
@@ -86,15 +90,25 @@ public enum ModerationCheck: Equatable, Sendable {
         local function isFounder(nick)
             return founder and redis.call('HGET', KEYS[12], nick) == founder
         end
+        -- The rooms an account founded, and those where it was given a role, so that dropping the
+        -- account forgets both (ClusterAccounts.drop).
+        local function accountSet(accountKey, what) return 'chat:account:' .. accountKey .. ':' .. what end
+        local function rememberRole(memberAccount, role)
+            if role == '' then
+                redis.call('HDEL', KEYS[11], memberAccount)
+                redis.call('SREM', accountSet(memberAccount, 'roles'), ARGV[7])
+            else
+                redis.call('HSET', KEYS[11], memberAccount, role)
+                redis.call('SADD', accountSet(memberAccount, 'roles'), ARGV[7])
+            end
+        end
         local function grant(nick, letter, on)
             local role = roleOf(nick):gsub(letter, '')
             if on then role = role .. letter end
             if role == 'vo' then role = 'ov' end
             if role == '' then redis.call('HDEL', KEYS[8], nick) else redis.call('HSET', KEYS[8], nick, role) end
             local memberAccount = founder and redis.call('HGET', KEYS[12], nick)
-            if memberAccount then
-                if role == '' then redis.call('HDEL', KEYS[11], memberAccount) else redis.call('HSET', KEYS[11], memberAccount, role) end
-            end
+            if memberAccount then rememberRole(memberAccount, role) end
         end
         local function dropMember(nick)
             redis.call('HDEL', KEYS[8], nick)
@@ -156,17 +170,29 @@ public enum ModerationCheck: Equatable, Sendable {
                     if account == '' then return refuse('NOTLOGGEDIN', 'log in to register #' .. ARGV[7]) end
                     if founder and founder ~= account then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
                     if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
+                    if not founder then
+                        if redis.call('SCARD', 'chat:registered') >= \(maxRegisteredRooms) then
+                            return refuse('LISTFULL', 'the cluster holds \(maxRegisteredRooms) registered rooms, the most allowed')
+                        end
+                        if redis.call('SCARD', accountSet(account, 'rooms')) >= \(maxRegisteredRoomsPerAccount) then
+                            return refuse('LISTFULL', 'your account has registered \(maxRegisteredRoomsPerAccount) rooms, the most allowed')
+                        end
+                    end
                     redis.call('HSET', KEYS[7], 'founder', account)
+                    redis.call('SADD', 'chat:registered', ARGV[7])
+                    redis.call('SADD', accountSet(account, 'rooms'), ARGV[7])
                     founder = account
                     local roles = redis.call('HGETALL', KEYS[8])
                     for i = 1, #roles, 2 do
                         local memberAccount = redis.call('HGET', KEYS[12], roles[i])
-                        if memberAccount then redis.call('HSET', KEYS[11], memberAccount, roles[i + 1]) end
+                        if memberAccount then rememberRole(memberAccount, roles[i + 1]) end
                     end
                 elseif founder then
                     if account ~= founder and not admin then return refuse('NOTOP', 'only the founder unregisters #' .. ARGV[7]) end
                     redis.call('HDEL', KEYS[7], 'founder')
                     redis.call('DEL', KEYS[11])
+                    redis.call('SREM', 'chat:registered', ARGV[7])
+                    redis.call('SREM', accountSet(founder, 'rooms'), ARGV[7])
                     founder = false
                 end
             else

@@ -34,6 +34,12 @@ extension Node {
         await append(payload("join \(nick)"), change: .join(nick: nick, node: node), moderation: moderation, to: room)
     }
 
+    func dropAccount(_ key: String) async throws {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { [commands] in ClusterAccounts(commands: commands).drop(key: key) { continuation.resume(with: $0) } }
+        }
+    }
+
     func moderation(of room: String) async throws -> ClusterRoomModeration {
         try await directory { $0.moderation(of: room, completion: $1) }
     }
@@ -166,6 +172,33 @@ struct RoomModerationTests {
         #expect(refusal(await b.append(payload("late"), change: .none, moderation: .speak(nick: "Bob"), to: "r")) == .notMember)
         #expect(refusal(await b.append(payload("t"), change: .topic, moderation: .setTopic(by: "Bob", admin: false), to: "r")) == .notMember)
         #expect(refusal(await a.append(payload("kick"), change: .kick(nick: "bob"), moderation: .kick(by: "alice", account: "", admin: false), to: "r")) == .notMember)
+    }
+
+    @Test func aDroppedAccountLeavesNoRoomsNorRolesAndRegistrationsAreBounded() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        for index in 0..<ModerationCheck.maxRegisteredRoomsPerAccount {
+            _ = try await a.join("alice", "r\(index)", node: "a", admit("alice", account: "alice")).get()
+            _ = try await a.append(payload("reg"), change: .none, moderation: mode(8, true, by: "alice", account: "alice"), to: "r\(index)").get()
+        }
+        _ = try await a.join("alice", "one-more", node: "a", admit("alice", account: "alice")).get()
+        let past = await a.append(payload("reg"), change: .none, moderation: mode(8, true, by: "alice", account: "alice"), to: "one-more")
+        #expect(refusal(past) == .listFull, "ten registered rooms an account")
+        // Bob is given op in alice's room by his account, then both accounts are dropped.
+        _ = try await a.join("bob", "r0", node: "a", admit("bob", account: "bob")).get()
+        _ = try await a.append(payload("op"), change: .none, moderation: mode(5, true, "bob", by: "alice", account: "alice"), to: "r0").get()
+        #expect(try await a.command([Array("HGET".utf8), Array("chat:{r0}:accountroles".utf8), Array("bob".utf8)]).get() == .bulk("o"))
+        try await a.dropAccount("alice")
+        try await a.dropAccount("bob")
+        for index in 0..<ModerationCheck.maxRegisteredRoomsPerAccount {
+            #expect(try await a.moderation(of: "r\(index)").founder == "", "#r\(index) is no longer registered")
+        }
+        #expect(try await a.command([Array("HGET".utf8), Array("chat:{r0}:accountroles".utf8), Array("bob".utf8)]).get() == .bulkString(nil))
+        #expect(try await a.command([Array("SCARD".utf8), Array("chat:registered".utf8)]).get() == .integer(0))
+        // Whoever registers the nick again founds nothing: a guest logged in as the new alice is no op.
+        _ = try await a.join("mallory", "r1", node: "a", admit("mallory", account: "alice")).get()
+        #expect(try await a.moderation(of: "r1").roles["mallory"] == nil)
     }
 
     @Test func twoNodesBanningAndUnbanningAtOnceEndInOneState() async throws {
