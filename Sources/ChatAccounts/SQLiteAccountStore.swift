@@ -25,11 +25,9 @@ public final class SQLiteAccountStore: AccountStore, @unchecked Sendable {
     public init(directory: String) throws(AccountStoreError) {
         path = directory + "/accounts.sqlite"
         do throws(SQLiteError) {
-            database = try SQLiteDatabase(path: path, mode: .readWriteCreate)
-            try database.execute("PRAGMA journal_mode=WAL")
-            try database.execute("PRAGMA synchronous=FULL")
-            try database.execute(
-                """
+            database = try SQLiteDatabase.openStore(
+                path: path,
+                schema: """
                 CREATE TABLE IF NOT EXISTS accounts (
                     key TEXT PRIMARY KEY NOT NULL,
                     name TEXT NOT NULL,
@@ -96,5 +94,18 @@ public final class SQLiteAccountStore: AccountStore, @unchecked Sendable {
             }
             replyQueue.async { completion(result) }
         }
+    }
+}
+
+extension SQLiteDatabase {
+    /// Opens (creating if needed) a small store's file at `path` — accounts, moderation — in WAL
+    /// mode with `synchronous=FULL`, so a change confirmed to a client survives a power cut, and
+    /// makes sure `schema` is there.
+    static func openStore(path: String, schema: String) throws(SQLiteError) -> SQLiteDatabase {
+        let database = try SQLiteDatabase(path: path, mode: .readWriteCreate)
+        try database.execute("PRAGMA journal_mode=WAL")
+        try database.execute("PRAGMA synchronous=FULL")
+        try database.execute(schema)
+        return database
     }
 }

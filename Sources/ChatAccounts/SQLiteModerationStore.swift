@@ -21,11 +21,9 @@ public final class SQLiteModerationStore: ModerationStore, @unchecked Sendable {
     public init(directory: String) throws(AccountStoreError) {
         path = directory + "/moderation.sqlite"
         do throws(SQLiteError) {
-            database = try SQLiteDatabase(path: path, mode: .readWriteCreate)
-            try database.execute("PRAGMA journal_mode=WAL")
-            try database.execute("PRAGMA synchronous=FULL")
-            try database.execute(
-                """
+            database = try SQLiteDatabase.openStore(
+                path: path,
+                schema: """
                 CREATE TABLE IF NOT EXISTS rooms (
                     name TEXT PRIMARY KEY NOT NULL, founder TEXT NOT NULL, invite_only INTEGER NOT NULL,
                     moderated INTEGER NOT NULL, topic_lock INTEGER NOT NULL, key TEXT NOT NULL, member_limit INTEGER NOT NULL

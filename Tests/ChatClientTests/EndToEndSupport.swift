@@ -280,6 +280,19 @@ func listenOnLoopback() throws -> (descriptor: Int32, port: Int) {
     return (listener, Int(UInt16(bigEndian: address.sin_port)))
 }
 
+/// Accepts connections on `listener` and hands each to `handle`, until the listener is shut
+/// down (or `handle` returns false): the loop of the tests' own small servers.
+func acceptEach(on listener: Int32, _ handle: (Int32) -> Bool) {
+    while true {
+        let client = accept(listener, nil, nil)
+        if client < 0 {
+            if errno == EINTR { continue }
+            return
+        }
+        guard handle(client) else { return }
+    }
+}
+
 /// A TCP relay on a loopback port in front of a server, so a test can cut the client's
 /// connections while the server and everyone else stay (a network outage for one client).
 ///
@@ -317,20 +330,15 @@ final class TCPRelay: @unchecked Sendable {
     }
 
     private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if errno == EINTR { continue }
-                return
-            }
+        acceptEach(on: listener) { client in
             guard let target = lock.withLock({ refusing ? nil : self.target }) else {
                 close(client)
-                continue
+                return true
             }
             let server = Self.connectLoopback(port: target)
             guard server >= 0 else {
                 close(client)
-                continue
+                return true
             }
             let keep = lock.withLock { () -> Bool in
                 if stopped { return false }
@@ -340,9 +348,10 @@ final class TCPRelay: @unchecked Sendable {
             guard keep else {
                 close(client)
                 close(server)
-                return
+                return false
             }
             Thread.detachNewThread { [self] in pump(client, server) }
+            return true
         }
     }
 

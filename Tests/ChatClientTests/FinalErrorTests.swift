@@ -45,12 +45,7 @@ private final class ScriptedFatalServer: @unchecked Sendable {
     }
 
     private func acceptLoop() {
-        while true {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if errno == EINTR { continue }
-                return
-            }
+        acceptEach(on: listener) { client in
             lock.withLock { count += 1 }
             // The hello (and the login, if any) is read, not checked: any client is ended.
             var buffer = [UInt8](repeating: 0, count: 4096)
@@ -63,6 +58,7 @@ private final class ScriptedFatalServer: @unchecked Sendable {
             // Until the client closes, so it reads everything before the end.
             while read(client, &buffer, buffer.count) > 0 {}
             close(client)
+            return true
         }
     }
 

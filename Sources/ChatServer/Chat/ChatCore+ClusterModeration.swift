@@ -89,16 +89,13 @@ extension ChatCore {
 
     /// `kill` of a client of another node: told to that node, which ends the session → `clusterKillSent`.
     mutating func clusterKill(_ target: String, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
-        guard isServerOperator(id) else {
-            refuse(.kill, .notAdmin, "only a server operator kills a session", to: id, into: &actions)
-            return
-        }
+        guard admitsServerOperator(id, for: .kill, "kills a session", into: &actions) else { return }
         guard cluster!.available else {
             refuse(.kill, .unavailable, unavailableText("cannot reach \(target) now"), to: id, into: &actions)
             return
         }
         cluster!.awaiting[id] = .read
-        ask(.kill(nick: target, reason: "killed by \(nick)" + (reason.isEmpty ? "" : ": \(reason)"), asker(id)), owing: id)
+        ask(.kill(nick: target, reason: Self.killReason(by: nick, reason), asker(id)), owing: id)
     }
 
     /// The server ban of `mask` that `asker` asked for was kept (or lifted), or failed.
@@ -147,21 +144,18 @@ extension ChatCore {
             if case .room(let name) = ban.mask {
                 for member in cluster!.rooms[name]?.members ?? [] {
                     guard let memberNick = nick(of: member) else { continue }
-                    let kick = Frame.kicked(room: name, seq: 0, time: 0, nick: memberNick, by: ban.entry.setBy, reason: "#\(name) is closed: \(ban.entry.reason)")
+                    let kick = Frame.kicked(
+                        room: name, seq: 0, time: 0, nick: memberNick, by: ban.entry.setBy, reason: Self.closureReason(of: name, ban.entry.reason))
                     ask(.append(
                         room: name, event: kick, change: .kick(nick: memberNick), sender: nil, charge: nil,
                         moderation: .kick(by: ban.entry.setBy, account: "", admin: true)))
                 }
                 continue
             }
-            for slot in clients.indices {
-                // A server operator is never locked out by a server ban.
-                guard let client = clients[slot], client.nick != nil, !isServerOperator(ClientID(slot)),
-                    ban.mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
-                else { continue }
-                let banned = Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(ban.entry.reason))
-                disconnect(ClientID(slot), banned, at: now, into: &actions)
-            }
+            // A server operator is never locked out by a server ban: the one who set it may be on
+            // another node.
+            let operators = Set(clients.indices.map(ClientID.init).filter(isServerOperator))
+            _ = endSessions(matching: ban.mask, reason: ban.entry.reason, sparing: operators, at: now, into: &actions)
         }
     }
 

@@ -345,10 +345,7 @@ extension ChatCore {
 
     func listBans(of name: String, for id: ClientID, into actions: inout [ChatAction]) {
         if name.isEmpty {
-            guard isServerOperator(id) else {
-                refuse(.listBans, .notAdmin, "only a server operator lists the server's bans", to: id, into: &actions)
-                return
-            }
+            guard admitsServerOperator(id, for: .listBans, "lists the server's bans", into: &actions) else { return }
             actions.append(.send(.banList(room: "", entries: moderation.serverBans.map(\.entry)), to: id))
             return
         }
@@ -362,13 +359,47 @@ extension ChatCore {
 
     // MARK: Server operators
 
+    /// Whether `id` is a server operator; if not, its `request` is refused `notAdmin` ("only a
+    /// server operator `what`"). Every mode asks it first for every server operator's request.
+    func admitsServerOperator(_ id: ClientID, for request: FrameType, _ what: String, into actions: inout [ChatAction]) -> Bool {
+        guard isServerOperator(id) else {
+            refuse(request, .notAdmin, "only a server operator \(what)", to: id, into: &actions)
+            return false
+        }
+        return true
+    }
+
+    /// The reason a `kill` by `nick` for `reason` ends a session with.
+    static func killReason(by nick: String, _ reason: String) -> String {
+        "killed by \(nick)" + (reason.isEmpty ? "" : ": \(reason)")
+    }
+
+    /// The reason of the kicks that close `room` for `reason`.
+    static func closureReason(of room: String, _ reason: String) -> String {
+        "#\(room) is closed: \(reason)"
+    }
+
+    /// Ends the sessions that `mask` matches, other than those `spared`, as banned from the
+    /// server for `reason`; returns how many.
+    mutating func endSessions(
+        matching mask: BanMask, reason: String, sparing spared: Set<ClientID>, at now: ServerTime, into actions: inout [ChatAction]
+    ) -> Int {
+        var ended = 0
+        for slot in clients.indices {
+            let id = ClientID(slot)
+            guard let client = clients[slot], client.nick != nil, !spared.contains(id),
+                mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
+            else { continue }
+            disconnect(id, Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(reason)), at: now, into: &actions)
+            ended += 1
+        }
+        return ended
+    }
+
     /// The mask of `id`'s `serverBan` of `text`, or nil once `id` is refused: it is no server
     /// operator, or `text` no mask. Every mode asks it first.
     mutating func serverBanMask(_ text: String, by id: ClientID, into actions: inout [ChatAction]) -> BanMask? {
-        guard isServerOperator(id) else {
-            refuse(.serverBan, .notAdmin, "only a server operator bans from the server", to: id, into: &actions)
-            return nil
-        }
+        guard admitsServerOperator(id, for: .serverBan, "bans from the server", into: &actions) else { return nil }
         do {
             return try BanMask(parsing: text, allowsRoom: true)
         } catch {
@@ -400,32 +431,22 @@ extension ChatCore {
         }
         var ended = 0
         if case .room(let name) = mask, let members = rooms[name]?.members {
-            for member in members { remove(member, from: name, by: nick, reason: "#\(name) is closed: \(reason)", at: now, into: &actions) }
+            for member in members { remove(member, from: name, by: nick, reason: Self.closureReason(of: name, reason), at: now, into: &actions) }
             ended = members.count
         } else {
-            for slot in clients.indices {
-                guard let client = clients[slot], client.nick != nil, ClientID(slot) != id,
-                    mask.matches(accountKey: client.account, nick: client.nick, address: client.address)
-                else { continue }
-                let banned = Disconnection(code: .banned, frameType: .serverBan, reason: Self.bannedReason(reason))
-                disconnect(ClientID(slot), banned, at: now, into: &actions)
-                ended += 1
-            }
+            ended = endSessions(matching: mask, reason: reason, sparing: [id], at: now, into: &actions)
         }
         let what = if case .room = mask { "kicked \(ended) members" } else { "ended \(ended) sessions" }
         actions.append(.send(.done(request: .serverBan, text: "banned \(mask.canonical); \(what)"), to: id))
     }
 
     private mutating func kill(_ target: String, reason: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
-        guard isServerOperator(id) else {
-            refuse(.kill, .notAdmin, "only a server operator kills a session", to: id, into: &actions)
-            return
-        }
+        guard admitsServerOperator(id, for: .kill, "kills a session", into: &actions) else { return }
         guard let targetID = nicks[ChatName.nickKey(target)], let targetNick = self.nick(of: targetID) else {
             refuse(.kill, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
             return
         }
-        let text = "killed by \(nick)" + (reason.isEmpty ? "" : ": \(reason)")
+        let text = Self.killReason(by: nick, reason)
         disconnect(targetID, Disconnection(code: .killed, frameType: .kill, reason: text), at: now, into: &actions)
         actions.append(.send(.done(request: .kill, text: "killed \(targetNick)"), to: id))
     }
