@@ -553,20 +553,27 @@ extension ChatCore {
         }
     }
 
-    /// `id` proved it owns `record`: a connection holding the nick is ghosted, and `id` takes the
-    /// nick — welcomed with it when this completes its handshake, renamed to it otherwise.
-    private mutating func completeLogin(_ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
-        let address = clients[id.slot]!.address
-        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: address, request: .login) {
-            // Before the ghosting: a banned account takes no nick back.
+    /// What every mode does first once `id` proved it owns `record`: a session of a server-banned
+    /// account is ended (before any ghosting: a banned account takes no nick back); otherwise a
+    /// holder of the nick on this server or node is ghosted and `id` is logged in. Returns
+    /// whether it was.
+    private mutating func logIn(_ id: ClientID, to record: AccountRecord, at now: ServerTime, into actions: inout [ChatAction]) -> Bool {
+        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: clients[id.slot]!.address, request: .login) {
             disconnect(id, banned, at: now, into: &actions)
-            return
+            return false
         }
         if let holder = nicks[record.key], holder != id {
             let reason = "\(record.name) logged in from another connection and took the nick back"
             disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
         }
         clients[id.slot]!.account = record.key
+        return true
+    }
+
+    /// `id` proved it owns `record`: a connection holding the nick is ghosted, and `id` takes the
+    /// nick — welcomed with it when this completes its handshake, renamed to it otherwise.
+    private mutating func completeLogin(_ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard logIn(id, to: record, at: now, into: &actions) else { return }
         if handshake, let pending = clients[id.slot]!.pendingHello {
             clients[id.slot]!.pendingHello = nil
             welcome(id, nick: pending.nick, version: pending.version, into: &actions)
@@ -666,16 +673,7 @@ extension ChatCore {
     private mutating func clusterCompleteLogin(
         _ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]
     ) {
-        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: clients[id.slot]!.address, request: .login) {
-            // As on a server on its own: a banned account takes no nick back.
-            disconnect(id, banned, at: now, into: &actions)
-            return
-        }
-        if let holder = nicks[record.key], holder != id {
-            let reason = "\(record.name) logged in from another connection and took the nick back"
-            disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
-        }
-        clients[id.slot]!.account = record.key
+        guard logIn(id, to: record, at: now, into: &actions) else { return }
         if handshake, let pending = clients[id.slot]!.pendingHello {
             clients[id.slot]!.pendingHello = nil
             clusterClaim(pending.nick, for: id, version: pending.version, as: .ghost, at: now, into: &actions)

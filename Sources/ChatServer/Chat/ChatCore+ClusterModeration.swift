@@ -31,14 +31,7 @@ extension ChatCore {
         into actions: inout [ChatAction]
     ) {
         guard clusterMayModerate(room, request: .setMode, id: id, into: &actions) else { return }
-        let parsed: ModeArgument
-        switch Self.modeArgument(mode, on: on, argument: argument) {
-        case .failure(let invalid):
-            refuse(.setMode, .invalidArgument, invalid.reason, to: id, into: &actions)
-            return
-        case .success(let argument):
-            parsed = argument
-        }
+        guard let parsed = checkedModeArgument(mode, on: on, argument: argument, for: id, into: &actions) else { return }
         var canonical = parsed.announced
         let account = clients[id.slot]!.account
         if mode == .registered {
@@ -315,6 +308,19 @@ extension ChatCore {
             return .success(ModeArgument(announced: mask.canonical + (reason.isEmpty ? "" : " \(reason)"), mask: mask, reason: reason))
         default:
             return .failure(InvalidModeArgument(reason: "this server does not know mode \(mode.rawValue)"))
+        }
+    }
+
+    /// `modeArgument`, or nil once `id`'s `setMode` is refused `invalidArgument` with why.
+    func checkedModeArgument(
+        _ mode: RoomMode, on: Bool, argument: String, for id: ClientID, into actions: inout [ChatAction]
+    ) -> ModeArgument? {
+        switch Self.modeArgument(mode, on: on, argument: argument) {
+        case .success(let parsed):
+            return parsed
+        case .failure(let invalid):
+            refuse(.setMode, .invalidArgument, invalid.reason, to: id, into: &actions)
+            return nil
         }
     }
 }

@@ -176,14 +176,7 @@ extension ChatCore {
             refuse(.setMode, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        let parsed: ModeArgument
-        switch Self.modeArgument(mode, on: on, argument: argument) {
-        case .failure(let invalid):
-            refuse(.setMode, .invalidArgument, invalid.reason, to: id, into: &actions)
-            return
-        case .success(let argument):
-            parsed = argument
-        }
+        guard let parsed = checkedModeArgument(mode, on: on, argument: argument, for: id, into: &actions) else { return }
         var moderation = rooms[name]!.moderation
         var canonical = parsed.announced
         var banKicks: BanMask?
