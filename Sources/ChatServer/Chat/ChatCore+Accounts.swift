@@ -678,7 +678,7 @@ extension ChatCore {
             clients[id.slot]!.pendingHello = nil
             clusterClaim(pending.nick, for: id, version: pending.version, as: .ghost, at: now, into: &actions)
         } else if let current = clients[id.slot]!.nick, ChatName.nickKey(current) != record.key {
-            clusterChangeNick(of: id, from: current, to: record.name, as: .ghost, into: &actions)
+            clusterChangeNick(of: id, from: current, to: record.name, as: .ghost, at: now, into: &actions)
         } else {
             actions.append(.send(.loggedIn(account: record.name), to: id))
             return

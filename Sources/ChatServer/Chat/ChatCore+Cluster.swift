@@ -810,6 +810,8 @@ extension ChatCore {
             moderation = .speak(nick: sender)
         case .kicked(_, _, _, let nick, _, _):
             change = .kick(nick: nick)
+        case .nickChanged(_, _, _, let old, let new):
+            change = .rename(old: old, new: new)
         default:
             break
         }
@@ -841,7 +843,8 @@ extension ChatCore {
     /// cluster first.
     /// `claimant` `.ghost`: `id` logged in to `newNick`'s account, which takes it.
     mutating func clusterChangeNick(
-        of id: ClientID, from oldNick: String, to newNick: String, as claimant: NickClaimant = .guest, into actions: inout [ChatAction]
+        of id: ClientID, from oldNick: String, to newNick: String, as claimant: NickClaimant = .guest, at now: ServerTime,
+        into actions: inout [ChatAction]
     ) {
         let newKey = ChatName.nickKey(newNick)
         guard cluster!.available else {
@@ -855,36 +858,12 @@ extension ChatCore {
         }
         if newKey == ChatName.nickKey(oldNick) {
             // Its own nick in other letters: nothing to claim.
-            renamed(id, from: oldNick, to: newNick, into: &actions)
+            rename(id, from: oldNick, to: newNick, at: now, into: &actions)
             return
         }
         nicks[newKey] = id
         cluster!.awaiting[id] = .nickChange(newNick)
         ask(.claimNick(id, nick: newNick, claimant: claimant))
-    }
-
-    /// `id` is called `newNick` now: tells it, and its rooms through the cluster.
-    private mutating func renamed(_ id: ClientID, from oldNick: String, to newNick: String, into actions: inout [ChatAction]) {
-        if ChatName.nickKey(oldNick) != ChatName.nickKey(newNick) {
-            nicks[ChatName.nickKey(oldNick)] = nil
-            ask(.releaseNick(oldNick))
-        }
-        nicks[ChatName.nickKey(newNick)] = id
-        clients[id.slot]!.nick = newNick
-        actions.append(.send(.nickAccepted(nick: newNick), to: id))
-        if let away = clients[id.slot]!.away { ask(.setAway(nick: newNick, text: away)) }
-        guard newNick != oldNick else { return }
-        let size = configuration.addressFanoutRate > 0 ? FrameEncoder.encode(Frame.changeNick(nick: newNick)).count : 0
-        for room in clients[id.slot]!.rooms {
-            let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
-            let charge = chargeFanout(of: id, size: size, in: room)
-            ask(
-                .append(room: room, event: event, change: .rename(old: oldNick, new: newNick), sender: asker(id), charge: charge, moderation: nil),
-                owing: id)
-            // A single server sends them before it reads the next request: what that request is
-            // answered with waits for them.
-            expectEcho(of: event, in: room, from: id)
-        }
     }
 
     /// `join` on a cluster node, once `joinRefusal` let it through: Redis appends the `joined`
@@ -1095,7 +1074,7 @@ extension ChatCore {
             disconnect(id, refusal, at: now, into: &actions)
         case (.nickChange, .success(true)):
             guard let oldNick = self.nick(of: id) else { return }
-            renamed(id, from: oldNick, to: nick, into: &actions)
+            rename(id, from: oldNick, to: nick, at: now, into: &actions)
         case (.nickChange, .success(false)):
             nicks[key] = nil
             refuse(.changeNick, .nickTaken, "nick \(nick) is taken", to: id, into: &actions)
@@ -1352,13 +1331,16 @@ extension ChatCore {
     public mutating func clusterSnapshotRead(
         room name: String, _ id: ClientID, _ result: Result<ClusterRoomSnapshot, ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard let held = cluster?.rooms[name]?.snapshotting[id], let version = clients[id.slot]?.version else { return }
+        guard let held = cluster?.rooms[name]?.snapshotting[id], clients[id.slot] != nil else { return }
         cluster!.rooms[name]!.snapshotting[id] = nil
         let ordinal = cluster!.rooms[name]!.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count
         switch result {
         case .success(let snapshot):
-            sendSnapshot(snapshot, of: name, version: version, to: id, into: &actions)
+            let arrival = RoomArrival(
+                epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: snapshot.lastSeq, members: snapshot.members,
+                modes: snapshot.modes, topic: snapshot.topic, history: .page(snapshot.history, complete: snapshot.complete))
+            sendArrival(arrival, in: name, to: id, into: &actions)
             clusterAnnounceRolesTaken(in: name, by: id, modes: snapshot.modes)
         case .failure(let failure):
             refuse(.join, failure.code, "#\(name): cannot read the room's state now: \(failure.reason)", to: id, into: &actions)
@@ -1374,36 +1356,6 @@ extension ChatCore {
         // A client that left before its snapshot came was the room's last one here.
         unfollowIfEmpty(name, into: &actions)
         paid(id, into: &actions)
-    }
-
-    private func sendSnapshot(
-        _ snapshot: ClusterRoomSnapshot, of name: String, version: UInt16, to id: ClientID, into actions: inout [ChatAction]
-    ) {
-        if version >= 2 {
-            actions.append(
-                .send(.roomState(room: name, epoch: snapshot.epoch, firstSeq: snapshot.firstSeq, lastSeq: snapshot.lastSeq), to: id))
-        }
-        sendMembers(snapshot.members, of: name, to: id, into: &actions)
-        if version >= 4, let modes = snapshot.modes { actions.append(.send(.roomModes(room: name, modes: modes), to: id)) }
-        // A cleared topic is no topic, as on a server on its own: the log's last topic event
-        // may be the one that cleared it.
-        if let topic = snapshot.topic, case .topic(_, _, _, _, let text) = topic, !text.isEmpty {
-            actions.append(.send(topic, to: id))
-        }
-        if version >= 2 {
-            actions.append(
-                .send(.historyPage(room: name, epoch: snapshot.epoch, complete: snapshot.complete, entries: snapshot.history), to: id))
-        } else if !snapshot.history.isEmpty {
-            appendHistoryFrames(room: name, entries: snapshot.history, to: id, into: &actions)
-        }
-    }
-
-    private func sendMembers(_ nicks: [String], of room: String, to id: ClientID, into actions: inout [ChatAction]) {
-        let paged = (clients[id.slot]?.version ?? 1) >= 2
-        Self.splitIntoFrames(nicks, cost: Self.cost(nick:)) { part, isLast in
-            actions.append(
-                .send(paged ? .membersPage(room: room, complete: isLast, nicks: part) : .members(room: room, nicks: part), to: id))
-        }
     }
 
     /// The client a read's answer is for, if it is still there; its next request no longer waits.

@@ -583,17 +583,16 @@ extension ChatCore {
     /// `name`'s settings and roles for a version 4 client (after `members`); the key only for
     /// `viewer` a member or a server operator (nil: shown), since `who` answers anyone and the
     /// key would otherwise be a free pass past `badRoomKey`.
-    func roomModesFrame(of name: String, for viewer: ClientID? = nil) -> Frame? {
+    func roomModes(of name: String, for viewer: ClientID? = nil) -> RoomModes? {
         guard let room = rooms[name] else { return nil }
         var settings = room.moderation.settings
         if let viewer, !room.members.contains(viewer), !isServerOperator(viewer) { settings.key = nil }
         let ops = room.members.filter { room.moderation.ops.contains($0) }.compactMap { nick(of: $0) }
         let voices = room.members.filter { room.moderation.voices.contains($0) }.compactMap { nick(of: $0) }
-        let modes = RoomModes(
+        return RoomModes(
             founder: settings.founder.map { accounts.name(of: $0) } ?? "", inviteOnly: settings.inviteOnly,
             moderated: settings.moderated, topicLock: settings.topicLock, key: settings.key ?? "",
             memberLimit: UInt32(settings.memberLimit), ops: ops, voices: voices)
-        return .roomModes(room: name, modes: modes)
     }
 
     /// A new room in memory takes its registered settings, if any.

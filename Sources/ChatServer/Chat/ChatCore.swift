@@ -193,8 +193,8 @@ public struct ChatCore: Sendable {
         case .listRooms:
             appendRoomList(to: id, into: &actions)
         case .who(let room):
-            appendMembers(of: room, to: id, into: &actions)
-            if clients[id.slot]!.version >= 4, let modes = roomModesFrame(of: room, for: id) { actions.append(.send(modes, to: id)) }
+            sendMembers(memberNicks(of: room), of: room, to: id, into: &actions)
+            if clients[id.slot]!.version >= 4, let modes = roomModes(of: room, for: id) { actions.append(.send(.roomModes(room: room, modes: modes), to: id)) }
         case .setTopic(let room, let text):
             let topic = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
             addRoomEvent(topic, for: .setTopic, from: id, size: size, at: now, into: &actions)
@@ -612,28 +612,35 @@ public struct ChatCore: Sendable {
         }
         if endIfServerBanned(id, nick: newNick, request: .changeNick, at: now, into: &actions) { return }
         if cluster != nil {
-            // The cluster's nick registry decides: claimed there, then announced (`renamed`).
-            clusterChangeNick(of: id, from: oldNick, to: newNick, into: &actions)
+            // The cluster's nick registry decides: claimed there first, then `rename`d.
+            clusterChangeNick(of: id, from: oldNick, to: newNick, at: now, into: &actions)
             return
         }
         rename(id, from: oldNick, to: newNick, at: now, into: &actions)
     }
 
-    /// `id` is now `newNick` (free, or its account's): `nickAccepted` to it, `nickChanged` to its rooms.
+    /// `id` is now `newNick` (free, or its account's; on a cluster node, claimed in Redis):
+    /// `nickAccepted` to it, then a `nickChanged` in each of its rooms, which the room's log takes
+    /// as it takes any room event (`appendRoomEvent`). One path for every mode; a cluster node
+    /// also lets the old nick go in Redis and moves its away text to the new one there.
     mutating func rename(_ id: ClientID, from oldNick: String, to newNick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        let oldKey = ChatName.nickKey(oldNick)
         let newKey = ChatName.nickKey(newNick)
-        nicks[ChatName.nickKey(oldNick)] = nil
+        if oldKey != newKey {
+            nicks[oldKey] = nil
+            if cluster != nil { ask(.releaseNick(oldNick)) }
+        }
         nicks[newKey] = id
         clients[id.slot]!.nick = newNick
         actions.append(.send(.nickAccepted(nick: newNick), to: id))
+        if cluster != nil, let away = clients[id.slot]!.away { ask(.setAway(nick: newNick, text: away)) }
         guard newNick != oldNick else { return }
+        // What a member's address is charged for each room's announcement, where fan-out is
+        // limited: the request's size, as for a line.
+        let size = configuration.addressFanoutRate > 0 ? FrameEncoder.encode(Frame.changeNick(nick: newNick)).count : 0
         for room in clients[id.slot]!.rooms {
-            withRoom(room) { room in
-                let frame = Frame.nickChanged(
-                    room: room.name, seq: room.nextSeq(), time: now.wallMillis, old: oldNick, new: newNick)
-                actions.append(.broadcast(frame, to: room.members))
-            }
-            persist(room, event: nil, at: now)
+            let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
+            appendRoomEvent(event, in: room, from: id, size: size, at: now, into: &actions)
         }
     }
 
@@ -686,18 +693,55 @@ public struct ChatCore: Sendable {
         if room.members.count == 1 { store?.occupancyChanged(of: name, occupied: true) }
         announceRolesTaken(in: name, by: id, nick: nick, at: now, into: &actions)
         persist(name, event: nil, at: now)
+        let arrival = RoomArrival(
+            epoch: room.epoch, firstSeq: store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq, lastSeq: room.lastSeq,
+            members: memberNicks(of: name), modes: roomModes(of: name),
+            topic: room.topic.map { .topic(room: name, seq: $0.seq, time: $0.time, setBy: $0.setBy, text: $0.text) },
+            history: .shared(replay(of: name, version: version)))
+        sendArrival(arrival, in: name, to: id, into: &actions)
+    }
+
+    /// What a joiner is told of a room after its `joined`, however the mode keeps the room: read
+    /// here (`join`) or from Redis (`clusterSnapshotRead`). `sendArrival` sends it by one rule.
+    struct RoomArrival {
+        var epoch: UInt64
+        var firstSeq: UInt64
+        var lastSeq: UInt64
+        var members: [String]
+        var modes: RoomModes?
+        /// The room's last `topic` event; one that cleared the topic is not sent.
+        var topic: Frame?
+        var history: History
+
+        /// The history replay: one the room's joiners share (nil: none for this joiner), or a
+        /// page of entries to send as the joiner's version takes them.
+        enum History {
+            case shared(SharedFrames?)
+            case page([HistoryEntry], complete: Bool)
+        }
+    }
+
+    /// Sends `id` what it is told of `room` once in it, as its version takes it: the room's state
+    /// (version 2 on), its members, its modes (version 4 on), its topic, its recent history.
+    /// One rule for every mode.
+    mutating func sendArrival(_ arrival: RoomArrival, in room: String, to id: ClientID, into actions: inout [ChatAction]) {
+        let version = clients[id.slot]!.version
         if version >= 2 {
-            let firstSeq = store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq
-            let state = Frame.roomState(room: name, epoch: room.epoch, firstSeq: firstSeq, lastSeq: room.lastSeq)
-            actions.append(.send(state, to: id))
+            actions.append(.send(.roomState(room: room, epoch: arrival.epoch, firstSeq: arrival.firstSeq, lastSeq: arrival.lastSeq), to: id))
         }
-        appendMembers(of: name, to: id, into: &actions)
-        if version >= 4, let modes = roomModesFrame(of: name) { actions.append(.send(modes, to: id)) }
-        if let topic = room.topic {
-            actions.append(
-                .send(.topic(room: name, seq: topic.seq, time: topic.time, setBy: topic.setBy, text: topic.text), to: id))
+        sendMembers(arrival.members, of: room, to: id, into: &actions)
+        if version >= 4, let modes = arrival.modes { actions.append(.send(.roomModes(room: room, modes: modes), to: id)) }
+        if let topic = arrival.topic, case .topic(_, _, _, _, let text) = topic, !text.isEmpty { actions.append(.send(topic, to: id)) }
+        switch arrival.history {
+        case .shared(let replay):
+            if let replay { actions.append(.sendShared(replay, to: id)) }
+        case .page(let entries, let complete):
+            if version >= 2 {
+                actions.append(.send(.historyPage(room: room, epoch: arrival.epoch, complete: complete, entries: entries), to: id))
+            } else if !entries.isEmpty {
+                appendHistoryFrames(room: room, entries: entries, to: id, into: &actions)
+            }
         }
-        if let replay = replay(of: name, version: version) { actions.append(.sendShared(replay, to: id)) }
     }
 
     /// The history replay a joiner of `version` gets, built once per change of the history and
@@ -771,6 +815,17 @@ public struct ChatCore: Sendable {
             // — its acknowledgement — is sent.
             clients[id.slot]!.rooms.removeAll { $0 == name }
         }
+        appendRoomEvent(event, in: name, from: id, size: size, leaving: request == .part, at: now, into: &actions)
+    }
+
+    /// `room`'s log takes `event`, which `id` caused (with a request of `size` bytes), once its
+    /// rules let it (`addRoomEvent`, `rename`): numbered here and broadcast now (memory), staged
+    /// for the turn's commit too (a store), or numbered by Redis and delivered when it comes back
+    /// (a cluster node). `leaving`: the event is `id`'s `left`, after which it is no member.
+    mutating func appendRoomEvent(
+        _ event: Frame, in name: String, from id: ClientID, size: Int, leaving: Bool = false, at now: ServerTime,
+        into actions: inout [ChatAction]
+    ) {
         if cluster != nil {
             clusterAppend(event, in: name, from: id, size: size)
             return
@@ -784,7 +839,7 @@ public struct ChatCore: Sendable {
                 room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: setBy, time: time, seq: seq)
             }
             actions.append(.broadcast(frame, to: room.members))
-            if request == .part { room.removeMember(id) }
+            if leaving { room.removeMember(id) }
             return (seq, room.members.isEmpty)
         }!
         let entry = Self.historyEntry(of: event, seq: seq, time: time)
@@ -1056,12 +1111,11 @@ public struct ChatCore: Sendable {
         }
     }
 
-    /// Sends `id` the nicks in `room` (none if it does not exist), in as many frames as it
-    /// takes: `membersPage`s (the last one `complete`) to a version 2 client, `members` to a
-    /// version 1 client.
-    private func appendMembers(of room: String, to id: ClientID, into actions: inout [ChatAction]) {
+    /// Sends `id` the `nicks` of `room`'s members, in as many frames as it takes: `membersPage`s
+    /// (the last one `complete`) to a version 2 client, `members` to a version 1 client.
+    func sendMembers(_ nicks: [String], of room: String, to id: ClientID, into actions: inout [ChatAction]) {
         let paged = clients[id.slot]!.version >= 2
-        Self.splitIntoFrames(memberNicks(of: room), cost: Self.cost(nick:)) { part, isLast in
+        Self.splitIntoFrames(nicks, cost: Self.cost(nick:)) { part, isLast in
             actions.append(
                 .send(paged ? .membersPage(room: room, complete: isLast, nicks: part) : .members(room: room, nicks: part), to: id))
         }
