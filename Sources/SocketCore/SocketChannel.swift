@@ -120,6 +120,32 @@ public final class SocketChannel: @unchecked Sendable {
     public var queuedSlots: Int { outbound.count }
     /// Bytes of the queued chunks not yet sent (with TLS: not yet encrypted).
     @exclusivity(unchecked) private var queuedBytes = 0
+    /// The last bytes of the queue, which are not sent until `release(_:)` lets them go: what an
+    /// owner queued while `holdsNewBytes` (or behind other held bytes). A server that delivers a
+    /// log's events once the log has made them durable queues them at once and releases them
+    /// when the commit lands; until then they cost what queued bytes cost, and nothing leaves.
+    @exclusivity(unchecked) public private(set) var heldBytes = 0
+    /// Whether bytes queued from now on are held (`heldBytes`). Bytes queued behind held ones are
+    /// held whatever this says: what leaves is always a prefix of the queue.
+    @exclusivity(unchecked) public var holdsNewBytes = false {
+        didSet { holds = holdsNewBytes || heldBytes > 0 }
+    }
+    /// `holdsNewBytes || heldBytes > 0`, kept as one flag: `enqueue` looks at it per member and
+    /// event.
+    @exclusivity(unchecked) private var holds = false
+
+    /// Holds the bytes queued from now on (`holdsNewBytes`); returns whether it did not already.
+    /// (A method, not the property set from another module: across modules a stored property's
+    /// access is checked at run time whatever its `@exclusivity`, on a path taken per member and
+    /// event.)
+    public func holdNewBytes() -> Bool {
+        guard !holdsNewBytes else { return false }
+        holdsNewBytes = true
+        return true
+    }
+
+    /// `outboundCost` without the held bytes: what the peer's reading would drain.
+    public var sendableCost: Int { outboundCost - heldBytes }
     /// What the queued chunks pin: `outboundCost` without TLS's buffers.
     @exclusivity(unchecked) private var queuedCost = 0
     /// Plaintext taken from the queue per `encrypt`: about what one `send` takes, so ciphertext
@@ -360,6 +386,7 @@ public final class SocketChannel: @unchecked Sendable {
         guard state == .open, !writeShutdownRequested, !range.isEmpty else { return }
         assert(range.lowerBound >= 0 && range.upperBound <= chunk.count)
         queuedBytes += range.count
+        if holds { heldBytes += range.count }
         if !outbound.isEmpty {
             let last = outbound.count - 1
             if outbound[last].chunk === chunk, outbound[last].end == range.lowerBound {
@@ -393,18 +420,56 @@ public final class SocketChannel: @unchecked Sendable {
     @discardableResult
     public func discardUnsent() -> Int {
         assertOnQueue()
+        // The held bytes first: the slot kept below may end with some.
+        let held = heldBytes
+        discardHeld()
         let keep = headOffset > 0 ? 1 : 0
-        guard outbound.count > keep else { return 0 }
-        var dropped = 0
+        guard outbound.count > keep else { return held }
+        var dropped = held
         while outbound.count > keep {
             let slot = outbound.removeLast()
             dropped += slot.count
+            queuedBytes -= slot.count
             queuedCost -= ByteChunk.cost(ofBytes: slot.count) + Self.slotBytes
             unreportedSlotBytes -= Self.slotBytes
         }
-        queuedBytes -= dropped
         reportSlots()
         return dropped
+    }
+
+    /// Lets the first `count` held bytes go (at most all of them); `flush()` sends them.
+    public func release(_ count: Int) {
+        assertOnQueue()
+        heldBytes -= min(count, heldBytes)
+        holds = holdsNewBytes || heldBytes > 0
+    }
+
+    /// Drops the held bytes: they leave the queue as if never queued (`holdsNewBytes` is left
+    /// as it is). For an owner whose log could not make them durable, or that gives up waiting.
+    public func discardHeld() {
+        assertOnQueue()
+        var left = heldBytes
+        guard left > 0 else { return }
+        heldBytes = 0
+        holds = holdsNewBytes
+        queuedBytes -= left
+        while left > 0, !outbound.isEmpty {
+            let last = outbound.count - 1
+            // Held bytes are never sent: of the first slot, only its unsent part can be held.
+            let unsent = outbound[last].count - (last == 0 ? headOffset : 0)
+            if unsent <= left {
+                let slot = outbound.removeLast()
+                left -= unsent
+                queuedCost -= ByteChunk.cost(ofBytes: slot.count) + Self.slotBytes
+                unreportedSlotBytes -= Self.slotBytes
+                if last == 0 { headOffset = 0 }
+            } else {
+                outbound[last].end -= left
+                queuedCost -= left
+                left = 0
+            }
+        }
+        reportSlots()
     }
 
     /// Gives back the outbound queue's storage when nothing is queued: a queue keeps the capacity
@@ -428,7 +493,7 @@ public final class SocketChannel: @unchecked Sendable {
         defer { reportSlots() }
         guard state == .open, !waitingForWritable else { return }
         if let tls { return flush(through: tls) }
-        while !outbound.isEmpty {
+        while queuedBytes > heldBytes {
             let result: IOResult<Int>
             do {
                 result = try sendQueued()
@@ -444,7 +509,7 @@ public final class SocketChannel: @unchecked Sendable {
                 consume(written)
             }
         }
-        if writeShutdownRequested { shutdownWriteNow() }
+        if writeShutdownRequested, queuedBytes == 0 { shutdownWriteNow() }
     }
 
     /// Shuts down the sending side once everything queued has left; reading goes on.
@@ -484,10 +549,11 @@ public final class SocketChannel: @unchecked Sendable {
                 continue
             }
             guard case .established(_, let outputOpen) = tls.state else { return }
-            if !outbound.isEmpty {
+            if queuedBytes > heldBytes {
                 let consumed: Int
                 do {
-                    consumed = try tls.encrypt(queuedPlaintext, limit: Self.encryptBatchBytes)
+                    // Held bytes end the queue: a limit short of them keeps them out.
+                    consumed = try tls.encrypt(queuedPlaintext, limit: min(Self.encryptBatchBytes, queuedBytes - heldBytes))
                 } catch {
                     fail(error)
                     return
@@ -495,7 +561,7 @@ public final class SocketChannel: @unchecked Sendable {
                 consume(consumed)
                 continue
             }
-            guard writeShutdownRequested else { return }
+            guard writeShutdownRequested, queuedBytes == 0 else { return }
             if outputOpen {
                 tls.closeOutput()
                 continue
@@ -532,12 +598,14 @@ public final class SocketChannel: @unchecked Sendable {
         return try withUnsafeTemporaryAllocation(of: iovec.self, capacity: maxVectors) { vectors throws(SocketError) in
             var count = 0
             var index = 0
-            while count < maxVectors, index < outbound.count {
+            // What may leave: everything but the held bytes at the end.
+            var sendable = queuedBytes - heldBytes
+            while count < maxVectors, index < outbound.count, sendable > 0 {
                 let bytes = outbound[index].bytes
                 let skip = index == 0 ? headOffset : 0
-                vectors[count] = iovec(
-                    iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress! + skip),
-                    iov_len: bytes.count - skip)
+                let length = min(bytes.count - skip, sendable)
+                vectors[count] = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress! + skip), iov_len: length)
+                sendable -= length
                 count += 1
                 index += 1
             }
@@ -600,6 +668,8 @@ public final class SocketChannel: @unchecked Sendable {
             reportSlots()
             outbound = Deque()
             queuedBytes = 0
+            heldBytes = 0
+            holds = false
             queuedCost = 0
             if let poller {
                 poller.remove(self, descriptor: socket.descriptor)

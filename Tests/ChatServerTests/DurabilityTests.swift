@@ -562,3 +562,58 @@ extension DurabilityTests {
         await server.shutdown()
     }
 }
+
+extension DurabilityTests {
+    /// The durable mark in a member's queue: a member whose socket filled up has its queue sent
+    /// as the kernel makes room (when its socket turns writable, not at a turn's end), and it
+    /// still gets nothing that waits for a commit until the commit lands — then all of it, once,
+    /// in order.
+    @Test func aMemberGetsNoLineBeforeItsCommitEvenWhileItsSocketDrains() async throws {
+        let data = try TemporaryDirectory(prefix: "chat-durability")
+        defer { data.remove() }
+        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
+        defer { store.close() }
+        let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
+        server.start()
+        let sender = try await TestClient.connect(port: server.port, nick: "sender", version: 2)
+        _ = try await sender.joinRoom("r")
+        let member = try BlockingSocket(port: server.port)
+        defer { member.close() }
+        #expect(await member.send([.hello(version: 2, nick: "member", password: nil), .join(room: "r")]) > 0)
+        _ = try await sender.waitFor("the member's join") { frame -> Bool? in
+            if case .joined("r", _, _, "member") = frame { return true }
+            return nil
+        }
+
+        // Committed lines, more than the member's socket takes while it reads nothing: the rest
+        // waits in its queue.
+        let committed = (0..<300).map { "committed \($0) " + String(repeating: "c", count: 1_000) }
+        for text in committed { try await sender.send(.say(room: "r", text: text)) }
+        _ = try await sender.collect(committed.count, "the committed lines' echoes", limit: .seconds(60)) { frame -> Bool? in
+            if case .message("r", _, _, "sender", _) = frame { return true }
+            return nil
+        }
+        // Lines whose commit does not land yet: queued behind the committed ones, and held.
+        store.shut()
+        let held = (0..<20).map { "held \($0)" }
+        for text in held { try await sender.send(.say(room: "r", text: text)) }
+        try await withTimeout(waitingFor: "the held lines staged") { await store.waitForStaged(held.count) }
+
+        func lines(in frames: [Frame]) -> [String] {
+            frames.compactMap { frame in
+                if case .message("r", _, _, "sender", let text) = frame { return text }
+                return nil
+            }
+        }
+        // The member reads now: its socket drains, and its queue follows — up to the mark.
+        let before = lines(in: await member.readFrames(timeout: .seconds(1)).frames)
+        // Compared as one truth, so a failure names the lines by number, not by their kilobytes.
+        let onlyCommitted = before == committed
+        #expect(onlyCommitted, "every committed line, in order, and none held: got \(before.count), the last \(before.last?.prefix(14) ?? "none")")
+        store.open()
+        let after = lines(in: await member.readFrames(timeout: .seconds(1)).frames)
+        #expect(after == held, "the held lines once their commit landed, in order")
+        sender.close()
+        await server.shutdown()
+    }
+}

@@ -38,6 +38,32 @@ struct ChannelQueueTests {
             return Pair(channel: channel, queue: queue, client: client, closed: closed)
         }
 
+        /// Reads exactly `count` bytes from the client socket (within 30 s).
+        func read(count: Int) async throws -> [UInt8] {
+            try await Task.detached { [client] in
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: count)
+                var timeout = timeval(tv_sec: 30, tv_usec: 0)
+                setsockopt(client.descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                let flags = fcntl(client.descriptor, F_GETFL)
+                _ = fcntl(client.descriptor, F_SETFL, flags & ~O_NONBLOCK)
+                while received.count < count {
+                    let got = recv(client.descriptor, &buffer, count - received.count, 0)
+                    if got < 0 && errno == EINTR { continue }
+                    if got <= 0 { throw SocketError(.posix(errno), operation: "recv", target: "test") }
+                    received += buffer[0..<got]
+                }
+                return received
+            }.value
+        }
+
+        /// Whether the client socket has nothing to read 200 ms from now: the channel sent all it
+        /// was going to (loopback delivers at once).
+        func nothingMoreArrives() -> Bool {
+            var poller = pollfd(fd: client.descriptor, events: Int16(POLLIN), revents: 0)
+            return poll(&poller, 1, 200) == 0
+        }
+
         /// Reads from the client socket until end of stream.
         func readToEnd() async throws -> [UInt8] {
             try await Task.detached { [client] in
@@ -151,6 +177,83 @@ struct ChannelQueueTests {
         }
         let received = try await pair.readToEnd()
         #expect(String(decoding: received, as: UTF8.self) == "one two three replyfour one ", "in the order queued")
+        pair.queue.sync { pair.channel.close() }
+    }
+
+    /// Bytes queued while the channel holds them stay until released, even those that extend a
+    /// slot whose first part may leave; what leaves is always a prefix of what was queued.
+    @Test func heldBytesLeaveOnlyOnceReleasedAndInOrder() async throws {
+        let pair = try await Pair.make()
+        defer { pair.client.close() }
+        let segment = ByteChunk(capacity: 64)
+        var offset = 0
+        func queuePart(_ text: String) {
+            let part = Array(text.utf8)
+            part.withUnsafeBytes { segment.fill(from: $0, at: offset) }
+            pair.channel.enqueue(segment, bytes: offset..<offset + part.count)
+            offset += part.count
+        }
+        let (slots, held, costHeld) = pair.queue.sync {
+            queuePart("sent ")
+            pair.channel.holdsNewBytes = true
+            // Extends the slot of "sent ", whose bytes may go.
+            queuePart("held ")
+            pair.channel.enqueue(ByteChunk(Array("reply ".utf8)))
+            pair.channel.holdsNewBytes = false
+            // Behind held bytes: held too, whatever `holdsNewBytes` says.
+            queuePart("behind")
+            pair.channel.flush()
+            return (pair.channel.queuedSlots, pair.channel.heldBytes, pair.channel.outboundCost)
+        }
+        #expect(slots == 3, "the first slot is extended, then a reply, then a new range")
+        #expect(held == 5 + 6 + 6, "held: everything queued from the hold on")
+        // A slot partly sent costs all its bytes until it has left whole.
+        #expect(costHeld == 5 + held + 3 * (ByteChunk.overheadBytes + SocketChannel.slotBytes), "what is held still costs")
+        let first = try await pair.read(count: 5)
+        #expect(String(decoding: first, as: UTF8.self) == "sent ")
+        #expect(pair.nothingMoreArrives(), "nothing held left the queue")
+        pair.queue.sync {
+            pair.channel.release(5 + 6)
+            pair.channel.flush()
+        }
+        let released = try await pair.read(count: 11)
+        #expect(String(decoding: released, as: UTF8.self) == "held reply ")
+        #expect(pair.nothingMoreArrives(), "only what was released left")
+        pair.queue.sync {
+            pair.channel.release(.max)
+            pair.channel.shutdownWrite()
+            pair.channel.flush()
+        }
+        #expect(String(decoding: try await pair.readToEnd(), as: UTF8.self) == "behind")
+        pair.queue.sync { pair.channel.close() }
+    }
+
+    /// Dropping the held bytes leaves the queue as it was before them — a slot cut back to its
+    /// released part — and a shutdown asked for meanwhile waits for no held byte.
+    @Test func discardingHeldBytesCutsTheQueueBackToWhatWasReleased() async throws {
+        let pair = try await Pair.make()
+        defer { pair.client.close() }
+        let segment = ByteChunk(capacity: 64)
+        let (costBefore, costAfter, held) = pair.queue.sync {
+            Array("kept ".utf8).withUnsafeBytes { segment.fill(from: $0, at: 0) }
+            Array("dropped".utf8).withUnsafeBytes { segment.fill(from: $0, at: 5) }
+            pair.channel.enqueue(segment, bytes: 0..<5)
+            let costBefore = pair.channel.outboundCost
+            pair.channel.holdsNewBytes = true
+            pair.channel.enqueue(segment, bytes: 5..<12)
+            pair.channel.enqueue(ByteChunk(Array("also dropped".utf8)))
+            pair.channel.shutdownWrite()
+            pair.channel.flush()
+            pair.channel.discardHeld()
+            return (costBefore, pair.channel.outboundCost, pair.channel.heldBytes)
+        }
+        #expect(held == 0)
+        #expect(costAfter <= costBefore, "what was held no longer costs anything")
+        pair.queue.sync {
+            pair.channel.holdsNewBytes = false
+            pair.channel.flush()
+        }
+        #expect(String(decoding: try await pair.readToEnd(), as: UTF8.self) == "kept ", "the end of stream follows the released bytes")
         pair.queue.sync { pair.channel.close() }
     }
 

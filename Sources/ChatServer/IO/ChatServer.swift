@@ -28,15 +28,17 @@ import SocketTLS
 ///   consumer; a client that reads catches up long before, so legal bursts never evict it.
 /// The server never drops a frame for a client it keeps.
 ///
-/// With a `RoomStore`, acknowledged means stored: actions are held while the room changes staged
-/// with them are committed, and carried out, in order, only after the commit. A store that
-/// commits on the server's queue (SQLite's default) commits once per turn, at its end, just before
-/// the flush that sends what the commit released — Redis's order: write the log, then reply. A
-/// store that commits on a thread of its own has one commit in flight at a time; whatever the
-/// chat produces meanwhile is held and goes into the next one. Either way a commit is one
-/// transaction for everything since the last (group commit: the busier the server, the more each
-/// commit carries), and no delivery overtakes an earlier one. Held frames are encoded when
-/// held and charged at their real size (`hold`); while they cost more than `budget.held`, the
+/// With a `RoomStore`, acknowledged means stored: the frames that go with room changes staged in
+/// it are queued at once but held in their recipients' queues (`SocketChannel.holdsNewBytes`)
+/// until the commit of those changes lands, which releases them (`SocketChannel.release`): the
+/// log's durable mark, carried into each queue. A store that commits on the server's queue
+/// (SQLite's default) commits once per turn, at its end, just before the flush that sends what
+/// the commit released — Redis's order: write the log, then reply. A store that commits on a
+/// thread of its own has one commit in flight at a time; whatever the chat produces meanwhile is
+/// held for the next one. Either way a commit is one transaction for everything since the last
+/// (group commit: the busier the server, the more each commit carries), and no delivery
+/// overtakes an earlier one, since each queue only ever sends a prefix of itself. Held frames
+/// are charged at their real size (`carryOutHeld`); while they cost more than `budget.held`, the
 /// server stops reading from welcomed clients. Handshakes, evictions and shutdown never wait for
 /// a commit. A failed commit's room events are not delivered; their senders get `storageFailed`,
 /// and room events are refused until a commit succeeds again.
@@ -123,12 +125,20 @@ public final class ChatServer: @unchecked Sendable {
     /// When `throttleTimer` is armed for (uptime milliseconds); nil when it is not.
     private var throttleTimerDeadline: UInt64?
 
-    /// Actions held for the next commit, in order: those produced while a commit is in flight.
-    @exclusivity(unchecked) private var heldActions: [HeldAction] = []
-    /// What `heldActions` costs, by `HeldAction.cost`.
-    @exclusivity(unchecked) private var heldActionsCost = 0
-    /// What the held actions and those of the commit in flight cost: their encoded frames (also
-    /// counted by `chunkMeter`, as queued frames are) and their recipient lists.
+    /// How many of `actions` are carried out, held for the next commit (`carryOutHeld`): with a
+    /// store, `actions` keeps what the chat produced since the last commit was submitted, so a
+    /// failed commit can be carried out again without its events (`replay`). 0 when nothing is.
+    @exclusivity(unchecked) private var performed = 0
+    /// Which of those went out at once (a handshake's, a slow consumer's end): not carried out again.
+    @exclusivity(unchecked) private var performedAtOnce: [Int] = []
+    /// Which of those are departures that wait for the commit (`Departure`): carried out after it.
+    @exclusivity(unchecked) private var departuresAfterCommit: [Int] = []
+    /// Connections whose queues hold frames for the next commit (`SocketChannel.holdsNewBytes`).
+    @exclusivity(unchecked) private var holding: [ClientConnection] = []
+    /// What the frames held for the next commit cost, by `heldCost(of:)`.
+    @exclusivity(unchecked) private var uncommittedCost = 0
+    /// What the frames held for the commit in flight cost: their encoded bytes (also counted by
+    /// `chunkMeter`, as queued frames are) and their recipient lists.
     @exclusivity(unchecked) private var heldCost = 0
     /// Whether a commit is in flight; there is at most one, and what arrives meanwhile goes into
     /// the next (group commit: the busier the server, the more each commit holds).
@@ -138,7 +148,7 @@ public final class ChatServer: @unchecked Sendable {
     /// Commits handed to the store so far, and of those, how many are done.
     @exclusivity(unchecked) private var submittedCommits = 0
     @exclusivity(unchecked) private var completedCommits = 0
-    /// Slots of closed connections that held actions may still name, with the commit after
+    /// Slots of closed connections that kept actions may still name, with the commit after
     /// which they are free (in increasing order).
     private var slotsAwaitingCommit = Deque<(slot: Int, after: Int)>()
     /// Clients whose requests wait for the storage writer to catch up.
@@ -290,14 +300,14 @@ public final class ChatServer: @unchecked Sendable {
                 return
             }
             // What is held back goes out first, once committed.
-            let lastCommit = heldActions.isEmpty ? submittedCommits : submittedCommits + 1
+            let lastCommit = performed == 0 ? submittedCommits : submittedCommits + 1
             guard lastCommit > completedCommits else {
                 sayGoodbye(reason)
                 return
             }
             // Armed first: a store that commits on this queue completes inside `submitCommit`.
             goodbyeAfterCommit = (lastCommit, reason, Self.now().uptimeMillis + configuration.drainTimeout.milliseconds)
-            if !commitInFlight, store.hasStagedChanges || !heldActions.isEmpty { submitCommit() }
+            if !commitInFlight, store.hasStagedChanges || performed > 0 { submitCommit() }
         }
     }
 
@@ -521,7 +531,7 @@ public final class ChatServer: @unchecked Sendable {
 
     /// Whether the storage writer is so far behind that no more requests are served.
     private var writerBacklogged: Bool {
-        heldCost + heldActionsCost > budget.held
+        heldCost + uncommittedCost > budget.held
     }
 
     private func waitForWriter(_ connection: ClientConnection) {
@@ -638,13 +648,16 @@ public final class ChatServer: @unchecked Sendable {
         if let earliest, throttleTimerDeadline.map({ earliest < $0 }) ?? true { armThrottleTimer(for: earliest) }
     }
 
-    /// What stands between `connection` and its next request being served: its queue, what is
-    /// held for it until a commit lands, and — in a cluster — its frames that wait for the echoes
-    /// of its earlier lines (`ChatCore.heldReplyBytes(for:)`), all against one reply mark.
+    /// What stands between `connection` and its next request being served: its queue, the
+    /// replies to it that its queue holds until a commit lands, and — in a cluster — its frames
+    /// that wait for the echoes of its earlier lines (`ChatCore.heldReplyBytes(for:)`), all
+    /// against one reply mark.
     private func replyBytes(of connection: ClientConnection) -> Int {
-        connection.channel.outboundCost + connection.heldReplyBytes
+        connection.channel.sendableCost + connection.heldReplyBytes
             + (clusterNode == nil ? 0 : core.heldReplyBytes(for: connection.id))
     }
+
+
 
     /// Serves `connection`'s requests again once its queue is under `replyLowWater`.
     private func resumeRequestsIfDrained(_ connection: ClientConnection) {
@@ -680,9 +693,10 @@ public final class ChatServer: @unchecked Sendable {
         }
         connection.phase = .closed
         connections[connection.id.slot] = nil
-        // Actions held for a commit may still name this slot: it is reused only after them, or
-        // a newcomer in it would get what was meant for the one that left.
-        let releaseAfter = heldActions.isEmpty ? submittedCommits : submittedCommits + 1
+        // Actions kept for a commit may still name this slot (a failed commit carries them out
+        // again): it is reused only after them, or a newcomer in it would get what was meant
+        // for the one that left.
+        let releaseAfter = performed == 0 ? submittedCommits : submittedCommits + 1
         if releaseAfter > completedCommits {
             slotsAwaitingCommit.append((connection.id.slot, releaseAfter))
         } else {
@@ -694,9 +708,10 @@ public final class ChatServer: @unchecked Sendable {
 
     // MARK: Carrying out actions
 
-    /// Carries out the actions the core appended, in order, and empties the list — with a
-    /// store, after the commit of the changes staged with them, unless nothing is staged or
-    /// held before them.
+    /// Carries out the actions the core appended, in order. Without a store, or with nothing
+    /// staged or waiting for a commit, they go out now and the list is emptied; otherwise their
+    /// frames are queued at once but held in their recipients' queues until the commit of the
+    /// changes staged with them lands (`carryOutHeld`), and the list keeps them until then.
     private func perform() {
         // A commit the writer finished meanwhile goes out now, not after the queued requests.
         defer { store?.runFinishedCommits() }
@@ -707,10 +722,9 @@ public final class ChatServer: @unchecked Sendable {
         if let store { carryOutReads(on: store) }
         carryOutAccountWork()
         writeModeration()
-        guard !actions.isEmpty else { return }
-        if let store, commitInFlight || !heldActions.isEmpty || store.hasStagedChanges {
-            hold(actions)
-            actions.removeAll(keepingCapacity: true)
+        guard actions.count > performed else { return }
+        if let store, commitInFlight || performed > 0 || store.hasStagedChanges {
+            carryOutHeld()
             if store.commitsOnCallersQueue {
                 // Committed at the end of the turn, just before the flush that sends what it
                 // releases (`flushDirty`): one write of the log per turn, as Redis writes its
@@ -728,56 +742,60 @@ public final class ChatServer: @unchecked Sendable {
         actions.removeAll(keepingCapacity: true)
     }
 
-    /// Holds `list` for the next commit, its frames encoded now so that what they hold is
-    /// charged as what it is: the chunks count against the output queues' meter, replies also
-    /// against their client's reply high-water mark, and all of it against `budget.held`.
+    /// Carries out the actions not yet performed for the next commit: each frame is queued now,
+    /// held in its recipients' queues (`SocketChannel.holdsNewBytes`) until the commit lands —
+    /// the log's durable mark, carried into each queue — and charged against `budget.held`
+    /// meanwhile (`uncommittedCost`). Queued frames keep the order the chat produced them in,
+    /// whatever a commit's outcome.
     ///
-    /// A disconnection does not wait for the commit. A slow consumer is cut off at once (what is
-    /// held for it is dropped, as what is queued is); any other leaving client is read no more
-    /// and gets what is held for it and its farewell when the commit lands, or its farewell at
-    /// its linger deadline if the commit has not landed by then.
-    private func hold(_ list: [ChatAction]) {
-        for action in list {
+    /// A handshake's frames go out at once: nothing is held for a client before its welcome (it
+    /// is in no room), so it is welcomed however far behind the writer is. A disconnection does
+    /// not wait for the commit either. A slow consumer is cut off at once (what is held for it is
+    /// dropped, as what is queued is); any other leaving client is read no more and gets what
+    /// is held for it and its farewell when the commit lands, or its farewell at its linger
+    /// deadline if the commit has not landed by then.
+    private func carryOutHeld() {
+        for index in performed..<actions.count {
+            let action = actions[index]
             if case .send(.limits, _) = action {
                 // The handshake's second frame goes with the welcome before it (below).
-                execute([action])
+                carryOut(action, holding: false)
+                performedAtOnce.append(index)
                 continue
             }
             if let id = action.soleRecipient, let connection = connections[id.slot], !connection.welcomed {
-                // Nothing is held for a client before its welcome (it is in no room): its
-                // handshake is answered at once, however long the writer takes.
-                execute([action])
+                carryOut(action, holding: false)
+                performedAtOnce.append(index)
                 continue
             }
-            let held: HeldAction
-            switch action {
-            case .send(let frame, let id):
-                guard let connection = connections[id.slot], connection.isActive else { continue }
-                let chunk = encode(frame)
-                held = .send(chunk, to: connection, event: StoredEventKey(frame), welcomes: Self.welcomedNick(frame))
-                connection.heldReplyBytes += held.cost
-            case .sendShared(let shared, let id):
-                guard let connection = connections[id.slot], connection.isActive else { continue }
-                encodeIfNeeded(shared)
-                held = .sendShared(shared, to: connection)
-                connection.heldReplyBytes += held.cost
-            case .broadcast(let frame, let recipients):
-                let (chunk, range) = encodeEvent(frame)
-                held = .broadcast(chunk, range, to: recipients, event: StoredEventKey(frame))
-            case .disconnect(let id, let disconnection, let nick):
+            if case .disconnect(let id, let disconnection, let nick) = action {
                 guard let connection = connections[id.slot], connection.isActive else { continue }
                 if disconnection.code == .slowConsumer {
-                    execute([action])
+                    carryOut(action, holding: false)
+                    performedAtOnce.append(index)
                     continue
                 }
                 let deadline = Self.now().uptimeMillis + configuration.lingerTimeout.milliseconds
                 connection.departure = Departure(disconnection: disconnection, nick: nick, deadline: deadline)
                 connection.updateReading()
-                held = .disconnect(id, disconnection, nick: nick)
+                departuresAfterCommit.append(index)
+                uncommittedCost += Self.departureCost(disconnection)
+                continue
             }
-            heldActions.append(held)
-            heldActionsCost += held.cost
+            uncommittedCost += carryOut(action, holding: true)
         }
+        performed = actions.count
+    }
+
+    /// What a departure waiting for a commit is charged against `budget.held`.
+    private static func departureCost(_ disconnection: Disconnection) -> Int {
+        128 + disconnection.reason.utf8.count
+    }
+
+    /// Makes `connection`'s queue hold what is queued for it from now until the next commit is
+    /// submitted (`submitCommit` notes how much that is).
+    private func hold(_ connection: ClientConnection) {
+        if connection.channel.holdNewBytes() { holding.append(connection) }
     }
 
     /// After a commit: commits at the end of this turn what is staged and held — once the
@@ -790,37 +808,46 @@ public final class ChatServer: @unchecked Sendable {
         queue.async { [weak self] in
             guard let self else { return }
             commitScheduled = false
-            guard let store, !heldActions.isEmpty || store.hasStagedChanges else { return }
+            guard let store, performed > 0 || store.hasStagedChanges else { return }
             submitCommit()
         }
     }
 
-    /// Commits everything staged and holds the held actions until the commit is done.
+    /// Commits everything staged; the frames held for it wait in their queues until it is done.
     private func submitCommit() {
         guard let store, !commitInFlight else { return }
-        let held = heldActions
-        let cost = heldActionsCost
-        heldActions = []
-        heldActionsCost = 0
-        heldCost += cost
+        // Everything a queue holds now is this commit's: the last one's was released or dropped.
+        let commit = PendingCommit(
+            actions: actions, performedAtOnce: performedAtOnce, departures: departuresAfterCommit,
+            held: holding.map { HeldBytes(connection: $0, bytes: $0.channel.heldBytes, replies: $0.heldReplyBytes) }, cost: uncommittedCost)
+        for connection in holding { connection.channel.holdsNewBytes = false }
+        holding.removeAll(keepingCapacity: true)
+        actions = []
+        actions.reserveCapacity(commit.actions.count)
+        performed = 0
+        performedAtOnce.removeAll()
+        departuresAfterCommit.removeAll()
+        heldCost += uncommittedCost
+        uncommittedCost = 0
         commitInFlight = true
         submittedCommits += 1
         metrics?.commitStarted(events: (store as? SQLiteRoomStore)?.stagedEventCount ?? 0)
-        store.commitStaged(on: queue) { [weak self] result in self?.committed(held, cost: cost, result) }
+        store.commitStaged(on: queue) { [weak self] result in self?.committed(commit, result) }
     }
 
-    /// A commit is done: carries out its actions (without the events that could not be stored),
-    /// submits what was held meanwhile, and serves the clients that waited for the writer.
-    private func committed(_ held: [HeldAction], cost: Int, _ result: Result<Void, CommitFailure>) {
+    /// A commit is done: what its queues held for it goes (without the events that could not be
+    /// stored), what was held meanwhile is submitted, and the clients that waited for the writer
+    /// are served.
+    private func committed(_ commit: PendingCommit, _ result: Result<Void, CommitFailure>) {
         commitInFlight = false
         completedCommits += 1
-        heldCost -= cost
+        heldCost -= commit.cost
         metrics?.commitFinished(failed: result.isFailure)
         defer {
             while let first = slotsAwaitingCommit.first, first.after <= completedCommits {
                 freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
             }
-            if let store, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) {
+            if let store, performed > 0 || (store.hasStagedChanges && core.storageFailure == nil) {
                 // A store that commits on this queue commits at the end of a turn, but this
                 // completion may have come late (a commit it handed to its writer): what was
                 // held meanwhile needs a turn's end to be committed at.
@@ -837,99 +864,134 @@ public final class ChatServer: @unchecked Sendable {
                 core.storageRecovered()
                 logger.notice("storage works again; room events are accepted", metadata: ["storage.error": "\(failure)"])
             }
-            execute(held, leavingOut: [])
+            for held in commit.held where held.connection.isActive {
+                held.connection.channel.release(held.bytes)
+                held.connection.heldReplyBytes = max(0, held.connection.heldReplyBytes - held.replies)
+                markDirty(held.connection)
+            }
+            for index in commit.departures { carryOut(commit.actions[index], holding: false) }
         case .failure(let failure):
             logger.error(
                 "commit failed: room events not delivered, and refused until a commit succeeds",
                 metadata: ["storage.error": "\(failure.error)", "storage.events": "\(failure.events.count)"])
-            let failed = Set(failure.events.map { StoredEventKey(room: $0.room, seq: $0.entry.seq) })
-            execute(held, leavingOut: failed)
+            replay(commit, leavingOut: Set(failure.events.map { StoredEventKey(room: $0.room, seq: $0.entry.seq) }))
             core.storageFailed(failure, into: &actions)
             perform()
         }
         resumeWriterWaiters()
     }
 
-    /// Carries out held actions, in order, except deliveries of the stored events in `failed`.
-    private func execute(_ list: [HeldAction], leavingOut failed: Set<StoredEventKey>) {
-        for action in list {
-            switch action {
-            case .send(let chunk, let connection, let event, let welcomes):
-                connection.heldReplyBytes -= action.cost
-                guard connection.isActive, event.map({ !failed.contains($0) }) ?? true else { continue }
-                if let welcomes { logWelcome(connection, nick: welcomes) }
-                connection.channel.enqueue(chunk)
-                metrics?.queued(chunk)
-                markDirty(connection)
-            case .sendShared(let shared, let connection):
-                connection.heldReplyBytes -= action.cost
-                guard connection.isActive else { continue }
-                for chunk in shared.encoded ?? [] { connection.channel.enqueue(chunk) }
-                metrics?.queued(shared)
-                markDirty(connection)
-            case .broadcast(let chunk, let range, let recipients, let event):
-                if let event, failed.contains(event) { continue }
-                fanOut(chunk, range, to: recipients)
-            case .disconnect(let id, let disconnection, let nick):
-                execute([.disconnect(id, disconnection, nick: nick)])
+    /// After `commit` failed: every queue drops what it holds — the commit's frames, and those
+    /// queued for the next one since — and they are queued again, in order: the commit's, to go
+    /// now, without the deliveries of the stored events in `failed`; then the next commit's,
+    /// held again. (Not counted again in the metrics: they were when first queued.)
+    private func replay(_ commit: PendingCommit, leavingOut failed: Set<StoredEventKey>) {
+        for held in commit.held {
+            held.connection.channel.discardHeld()
+            held.connection.heldReplyBytes = 0
+        }
+        for connection in holding {
+            connection.channel.discardHeld()
+            connection.channel.holdsNewBytes = false
+            connection.heldReplyBytes = 0
+        }
+        holding.removeAll(keepingCapacity: true)
+        let recording = metrics
+        metrics = nil
+        defer { metrics = recording }
+        let skipped = Set(commit.performedAtOnce).union(commit.departures)
+        for index in commit.actions.indices where !skipped.contains(index) {
+            let action = commit.actions[index]
+            if let event = StoredEventKey(action), failed.contains(event) { continue }
+            carryOut(action, holding: false)
+        }
+        for index in commit.departures { carryOut(commit.actions[index], holding: false) }
+        let next = Set(performedAtOnce).union(departuresAfterCommit)
+        uncommittedCost = 0
+        for index in 0..<performed {
+            if next.contains(index) {
+                if case .disconnect(_, let disconnection, _) = actions[index] { uncommittedCost += Self.departureCost(disconnection) }
+                continue
             }
+            uncommittedCost += carryOut(actions[index], holding: true)
         }
     }
 
-    /// Carries out `list`, in order.
+    /// Carries out `list`, in order, at once.
     private func execute(_ list: [ChatAction]) {
-        for action in list {
-            switch action {
-            case .send(let frame, let id):
-                guard let connection = connections[id.slot], connection.isActive else { continue }
-                if let nick = Self.welcomedNick(frame) { logWelcome(connection, nick: nick) }
-                let chunk = encode(frame)
+        for action in list { carryOut(action, holding: false) }
+    }
+
+    /// Carries out `action`: its frames queued — held until the next commit, with `holding` —
+    /// or the session it ends closed. Returns what its held frames cost (`budget.held`): their
+    /// encoded bytes, once however many queues share them, and a recipient list's IDs.
+    @discardableResult @inline(__always)
+    private func carryOut(_ action: ChatAction, holding: Bool) -> Int {
+        switch action {
+        case .send(let frame, let id):
+            guard let connection = connections[id.slot], connection.isActive else { return 0 }
+            if let nick = Self.welcomedNick(frame) { logWelcome(connection, nick: nick) }
+            let chunk = encode(frame)
+            let cost = ByteChunk.cost(ofBytes: chunk.count)
+            if holding {
+                hold(connection)
+                connection.heldReplyBytes += cost
+            }
+            connection.channel.enqueue(chunk)
+            metrics?.queued(chunk)
+            markDirty(connection)
+            return cost
+        case .sendShared(let shared, let id):
+            guard let connection = connections[id.slot], connection.isActive else { return 0 }
+            encodeIfNeeded(shared)
+            if holding { hold(connection) }
+            var cost = 0
+            for chunk in shared.encoded ?? [] {
                 connection.channel.enqueue(chunk)
-                metrics?.queued(chunk)
-                markDirty(connection)
-            case .sendShared(let shared, let id):
-                guard let connection = connections[id.slot], connection.isActive else { continue }
-                encodeIfNeeded(shared)
-                for chunk in shared.encoded ?? [] { connection.channel.enqueue(chunk) }
-                metrics?.queued(shared)
-                markDirty(connection)
-            case .broadcast(let frame, let recipients):
-                let (chunk, range) = encodeEvent(frame)
-                fanOut(chunk, range, to: recipients)
-            case .disconnect(let id, let disconnection, let nick):
-                guard let connection = connections[id.slot], connection.isActive else { continue }
-                connection.departure = nil
-                let now = Self.now()
-                metrics?.disconnected(disconnection, tlsHandshaking: connection.channel.isHandshaking, welcomed: connection.welcomed)
-                if connection.channel.isHandshaking {
-                    // Nothing can be said to a client without TLS keys: close at once, and say
-                    // which handshake it did not finish (a TLS slowloris reads like this).
-                    let reason = disconnection.code == .handshakeTimeout
-                        ? "TLS handshake not finished within \(configuration.handshakeTimeout)" : disconnection.reason
-                    logDisconnect(connection, reason: reason, nick: nick, now: now)
+                cost += ByteChunk.cost(ofBytes: chunk.count)
+            }
+            if holding { connection.heldReplyBytes += cost }
+            metrics?.queued(shared)
+            markDirty(connection)
+            return cost
+        case .broadcast(let frame, let recipients):
+            let (chunk, range) = encodeEvent(frame)
+            fanOut(chunk, range, to: recipients, holding: holding)
+            return ByteChunk.cost(ofBytes: range.count) + 8 * recipients.count
+        case .disconnect(let id, let disconnection, let nick):
+            guard let connection = connections[id.slot], connection.isActive else { return 0 }
+            connection.departure = nil
+            let now = Self.now()
+            metrics?.disconnected(disconnection, tlsHandshaking: connection.channel.isHandshaking, welcomed: connection.welcomed)
+            if connection.channel.isHandshaking {
+                // Nothing can be said to a client without TLS keys: close at once, and say
+                // which handshake it did not finish (a TLS slowloris reads like this).
+                let reason = disconnection.code == .handshakeTimeout
+                    ? "TLS handshake not finished within \(configuration.handshakeTimeout)" : disconnection.reason
+                logDisconnect(connection, reason: reason, nick: nick, now: now)
+                connection.phase = .closing(deadline: now.uptimeMillis)
+                connection.channel.close()
+                return 0
+            }
+            logDisconnect(connection, reason: disconnection.reason, nick: nick, now: now)
+            if disconnection.code == .slowConsumer {
+                // It is not reading: what is queued would only hold memory until the close.
+                // Its rooms see it quit, and it can catch up from history when it returns.
+                connection.channel.discardUnsent()
+                if connection.channel.outboundCost > budget.replyLowWater {
+                    // A large frame it has read part of stays queued (its farewell would have
+                    // to follow it): a megabyte history page held for the linger time by
+                    // each of a dozen hoarders is what pushed the output budget over and had
+                    // readers cut off. It gets no farewell: it would not have read it.
                     connection.phase = .closing(deadline: now.uptimeMillis)
                     connection.channel.close()
-                    continue
+                    return 0
                 }
-                logDisconnect(connection, reason: disconnection.reason, nick: nick, now: now)
-                if disconnection.code == .slowConsumer {
-                    // It is not reading: what is queued would only hold memory until the close.
-                    // Its rooms see it quit, and it can catch up from history when it returns.
-                    connection.channel.discardUnsent()
-                    if connection.channel.outboundCost > budget.replyLowWater {
-                        // A large frame it has read part of stays queued (its farewell would have
-                        // to follow it): a megabyte history page held for the linger time by
-                        // each of a dozen hoarders is what pushed the output budget over and had
-                        // readers cut off. It gets no farewell: it would not have read it.
-                        connection.phase = .closing(deadline: now.uptimeMillis)
-                        connection.channel.close()
-                        continue
-                    }
-                }
-                let deadline = now.uptimeMillis + configuration.lingerTimeout.milliseconds
-                connection.beginClosing(farewell: disconnection.errorFrame.map(encode), deadline: deadline)
-                markDirty(connection)
             }
+            let deadline = now.uptimeMillis + configuration.lingerTimeout.milliseconds
+            connection.beginClosing(farewell: disconnection.errorFrame.map(encode), deadline: deadline)
+            markDirty(connection)
+            return 0
         }
     }
 
@@ -980,7 +1042,8 @@ public final class ChatServer: @unchecked Sendable {
     /// most of the quarter of the server's CPU that reference counting took at 500 members
     /// (docs/BENCHMARKS.md). The table holds every connection until it is removed, which never
     /// happens inside this loop.
-    private func fanOut(_ chunk: ByteChunk, _ range: Range<Int>, to recipients: [ClientID]) {
+    @inline(__always)
+    private func fanOut(_ chunk: ByteChunk, _ range: Range<Int>, to recipients: [ClientID], holding: Bool) {
         metrics?.delivered(bytes: range.count, to: recipients.count)
         connections.withUnsafeBufferPointer { table in
             // `Optional<ClientConnection>` and `Optional<Unmanaged<ClientConnection>>` are both one
@@ -990,6 +1053,7 @@ public final class ChatServer: @unchecked Sendable {
                     guard let slot = slots[id.slot] else { continue }
                     slot._withUnsafeGuaranteedRef { connection in
                         guard connection.isActive else { return }
+                        if holding { hold(connection) }
                         connection.channel.enqueue(chunk, bytes: range)
                         markDirty(connection)
                     }
@@ -1023,7 +1087,7 @@ public final class ChatServer: @unchecked Sendable {
             flushScheduled = false
             // Held inside this turn's last commit (requests it let through): the next turn's end
             // commits them, rather than the timer's next tick.
-            if let store, store.commitsOnCallersQueue, !commitInFlight, !heldActions.isEmpty { scheduleFlush() }
+            if let store, store.commitsOnCallersQueue, !commitInFlight, performed > 0 { scheduleFlush() }
         }
         commitAtEndOfTurn()
         while !dirty.isEmpty {
@@ -1034,7 +1098,7 @@ public final class ChatServer: @unchecked Sendable {
                 connection.isDirty = false
                 connection.channel.flush()
                 guard connection.isActive else { continue }
-                let cost = connection.channel.outboundCost
+                let cost = connection.channel.sendableCost
                 if cost > budget.outputPerClient {
                     overLimit.append(connection)
                 } else if cost > budget.lagThreshold {
@@ -1062,7 +1126,7 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     /// With a store that commits on this queue: commits what is staged and held, which releases
-    /// the held actions (`committed`) — unless a commit is still in flight (one the store handed
+    /// the held frames (`committed`) — unless a commit is still in flight (one the store handed
     /// to its writer thread, whose completion schedules the next turn's end). A commit is tried
     /// at most twice per call: the second carries the replies that a failed first one produced
     /// (its senders' `storageFailed`), so they are not left for the next turn, and a failing
@@ -1070,23 +1134,28 @@ public final class ChatServer: @unchecked Sendable {
     private func commitAtEndOfTurn() {
         guard let store, store.commitsOnCallersQueue else { return }
         for _ in 0..<2 {
-            guard !commitInFlight, !heldActions.isEmpty || (store.hasStagedChanges && core.storageFailure == nil) else { return }
+            guard !commitInFlight, performed > 0 || (store.hasStagedChanges && core.storageFailure == nil) else { return }
             submitCommit()
         }
     }
 
     /// While all queues together pin more than the output budget, disconnects the client with
     /// the most queued: it is the furthest behind, and a client that reads never stays there.
-    /// Frames held for a commit are left out: they have their own share (`budget.held`, which
-    /// the writer gate keeps), and no eviction frees them before their commit lands — counting
-    /// them once cut off every reader, down to queues of 340 bytes.
+    /// Frames held for a commit are left out, in the total and in each queue: they have their own
+    /// share (`budget.held`, which the writer gate keeps), and no eviction frees them before
+    /// their commit lands — counting them once cut off every reader, down to queues of 340 bytes.
     private func relieveOutputPressure(now: ServerTime) {
-        while outputInUse - heldCost - heldActionsCost > budget.output {
+        while outputInUse - heldCost - uncommittedCost > budget.output {
             // A client with less than the reply low-water mark queued is not behind: cutting it
             // off would free next to nothing, whatever else holds the memory.
             var furthest: ClientConnection?
+            var furthestCost = budget.replyLowWater
             for case let connection? in connections where connection.isActive {
-                if connection.channel.outboundCost > (furthest?.channel.outboundCost ?? budget.replyLowWater) { furthest = connection }
+                let cost = connection.channel.sendableCost
+                if cost > furthestCost {
+                    furthest = connection
+                    furthestCost = cost
+                }
             }
             guard let furthest else { return }
             evictSlowConsumer(
@@ -1166,7 +1235,7 @@ public final class ChatServer: @unchecked Sendable {
             goodbyeAfterCommit = nil
             logger.warning(
                 "the storage writer did not finish within the drain timeout: shutting down without waiting for it",
-                metadata: ["storage.held": "\(heldCost + heldActionsCost)"])
+                metadata: ["storage.held": "\(heldCost + uncommittedCost)"])
             sayGoodbye(reason)
         }
         let slowAfter = configuration.slowConsumerTimeout.milliseconds
@@ -1182,7 +1251,7 @@ public final class ChatServer: @unchecked Sendable {
                     continue
                 }
                 connection.releaseIdleBuffers()
-                if connection.channel.outboundCost <= budget.lagThreshold { connection.lagSince = nil }
+                if connection.channel.sendableCost <= budget.lagThreshold { connection.lagSince = nil }
                 if let since = connection.lagSince, now.uptimeMillis &- since >= slowAfter {
                     let reason =
                         "slow consumer: more than \(budget.lagThreshold) bytes queued for longer than "
@@ -1283,31 +1352,28 @@ public enum ChatServerError: Error, CustomStringConvertible {
     }
 }
 
-/// A `ChatAction` held for a commit, its frames already encoded.
+/// A commit submitted to the store, with what carrying out its actions left to do: the actions
+/// the chat produced for it (to carry out again, without the failed events, if it fails), which
+/// of them went out at once, which are departures that wait for it, and how many bytes each
+/// queue holds for it.
 ///
 /// `@unchecked Sendable`: it names connections, which live on the server's queue; it crosses to
 /// the storage writer only inside the commit's completion, which runs back on that queue.
-private enum HeldAction: @unchecked Sendable {
-    /// A frame for one client; `event` names it if it delivers a stored event, `welcomes` the
-    /// nick if it is a `welcome`.
-    case send(ByteChunk, to: ClientConnection, event: StoredEventKey?, welcomes: String?)
-    /// A history replay (encoded) for one client.
-    case sendShared(SharedFrames, to: ClientConnection)
-    /// A frame for every client in `to`; `event` names it if it delivers a stored event.
-    case broadcast(ByteChunk, Range<Int>, to: [ClientID], event: StoredEventKey?)
-    /// The end of a client's session.
-    case disconnect(ClientID, Disconnection, nick: String?)
+private struct PendingCommit: @unchecked Sendable {
+    var actions: [ChatAction]
+    var performedAtOnce: [Int]
+    var departures: [Int]
+    var held: [HeldBytes]
+    /// What its held frames cost against `budget.held`.
+    var cost: Int
+}
 
-    /// What holding it costs: the encoded bytes (as `ByteChunk.cost` counts them), the recipient
-    /// list, or a disconnection's reason.
-    var cost: Int {
-        switch self {
-        case .send(let chunk, _, _, _): ByteChunk.cost(ofBytes: chunk.count)
-        case .sendShared(let shared, _): (shared.encoded ?? []).reduce(0) { $0 + ByteChunk.cost(ofBytes: $1.count) }
-        case .broadcast(_, let range, let recipients, _): ByteChunk.cost(ofBytes: range.count) + 8 * recipients.count
-        case .disconnect(_, let disconnection, _): 128 + disconnection.reason.utf8.count
-        }
-    }
+/// What a connection's queue holds for a commit: its `bytes` (`SocketChannel.heldBytes`), and of
+/// their cost, how much is `replies` to it (`ClientConnection.heldReplyBytes`).
+private struct HeldBytes {
+    var connection: ClientConnection
+    var bytes: Int
+    var replies: Int
 }
 
 /// A stored event by room and `seq`: what a failed commit names so that its deliveries are left out.
@@ -1320,12 +1386,17 @@ private struct StoredEventKey: Hashable {
         self.seq = seq
     }
 
-    /// The event `frame` delivers, if it is one that is stored (a message, an action, a topic).
-    init?(_ frame: Frame) {
-        switch frame {
-        case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .topic(let room, let seq, _, _, _):
-            self.init(room: room, seq: seq)
-        default:
+    /// The stored event `action` delivers, if it delivers one (a message, an action, a topic).
+    init?(_ action: ChatAction) {
+        switch action {
+        case .send(let frame, _), .broadcast(let frame, _):
+            switch frame {
+            case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .topic(let room, let seq, _, _, _):
+                self.init(room: room, seq: seq)
+            default:
+                return nil
+            }
+        case .sendShared, .disconnect:
             return nil
         }
     }
@@ -1428,7 +1499,7 @@ extension ChatServer {
         ]
         budgetUse.used = [
             ("connections", budget.perConnection * openConnections), ("history", core.historyBytes),
-            ("output", max(0, outputInUse - heldCost - heldActionsCost)), ("held", heldCost + heldActionsCost),
+            ("output", max(0, outputInUse - heldCost - uncommittedCost)), ("held", heldCost + uncommittedCost),
         ]
         let mode: ServerSnapshot.Mode = clusterNode != nil ? .cluster : store != nil ? .durable : .memory
         return ServerSnapshot(

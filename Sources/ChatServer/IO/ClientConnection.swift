@@ -53,9 +53,10 @@ final class ClientConnection {
     @exclusivity(unchecked) var readSinceTick = false
     /// Whether the decoder may hold a grown buffer.
     @exclusivity(unchecked) var decoderHasGrown = false
-    /// Bytes of replies to this client held for a commit (durable mode): they count with its
-    /// queue against the reply high-water mark, or a client that never reads could have the
-    /// server prepare replies without bound while commits are in flight.
+    /// Bytes of replies to this client that its queue holds for a commit (durable mode): they
+    /// count against the reply high-water mark as if sent, or a client that never reads could
+    /// have the server prepare replies without bound while commits are in flight. (Room events
+    /// held for it do not: they are not its requests' doing.)
     @exclusivity(unchecked) var heldReplyBytes = 0
     /// `throttledUntil`, or `UInt64.max` for nil (an uptime in milliseconds never gets there).
     @exclusivity(unchecked) private var storedThrottledUntil = UInt64.max
@@ -105,6 +106,11 @@ final class ClientConnection {
         phase = .closing(deadline: deadline)
         // The decoder's partial frame is of no more use.
         decoder = FrameDecoder(maxFrameSize: decoder.maxFrameSize)
+        // What its queue still holds for a commit is dropped: it leaves without it, as it
+        // leaves when the commit does not land by its linger deadline.
+        channel.discardHeld()
+        channel.holdsNewBytes = false
+        heldReplyBytes = 0
         if let farewell { channel.enqueue(farewell) }
         channel.shutdownWrite()
     }
