@@ -522,13 +522,8 @@ extension DurabilityTests {
         server.start()
         let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
         _ = try await bob.joinRoom("r")
-        let alice = try BlockingSocket(port: server.port)
+        let alice = try await Self.rawMember("alice", of: "r", port: server.port, seenBy: bob)
         defer { alice.close() }
-        #expect(await alice.send([.hello(version: 2, nick: "alice", password: nil), .join(room: "r")]) > 0)
-        _ = try await bob.waitFor("alice's join") { frame -> Bool? in
-            if case .joined("r", _, _, "alice") = frame { return true }
-            return nil
-        }
         store.shut()
 
         // bob's line to bob and alice waits for its commit; then alice's connection is reset.
@@ -577,13 +572,8 @@ extension DurabilityTests {
         server.start()
         let sender = try await TestClient.connect(port: server.port, nick: "sender", version: 2)
         _ = try await sender.joinRoom("r")
-        let member = try BlockingSocket(port: server.port)
+        let member = try await Self.rawMember("member", of: "r", port: server.port, seenBy: sender)
         defer { member.close() }
-        #expect(await member.send([.hello(version: 2, nick: "member", password: nil), .join(room: "r")]) > 0)
-        _ = try await sender.waitFor("the member's join") { frame -> Bool? in
-            if case .joined("r", _, _, "member") = frame { return true }
-            return nil
-        }
 
         // Committed lines, more than the member's socket takes while it reads nothing: the rest
         // waits in its queue.
@@ -615,5 +605,19 @@ extension DurabilityTests {
         #expect(after == held, "the held lines once their commit landed, in order")
         sender.close()
         await server.shutdown()
+    }
+}
+
+extension DurabilityTests {
+    /// A member `nick` of `room` on a raw socket, which reads only when the test says so; returns
+    /// once `witness`, a member already, saw it join.
+    static func rawMember(_ nick: String, of room: String, port: Int, seenBy witness: TestClient) async throws -> BlockingSocket {
+        let member = try BlockingSocket(port: port)
+        #expect(await member.send([.hello(version: 2, nick: nick, password: nil), .join(room: room)]) > 0)
+        _ = try await witness.waitFor("\(nick)'s join") { frame -> Bool? in
+            if case .joined(room, _, _, nick) = frame { return true }
+            return nil
+        }
+        return member
     }
 }

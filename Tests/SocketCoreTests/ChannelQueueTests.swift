@@ -148,16 +148,11 @@ struct ChannelQueueTests {
     @Test func aRangeThatContinuesTheLastOneExtendsItsSlot() async throws {
         let pair = try await Pair.make()
         defer { pair.client.close() }
-        let segment = ByteChunk(capacity: 64)
+        let parts = SegmentParts(channel: pair.channel)
+        let segment = parts.segment
         let reply = ByteChunk(Array("reply".utf8))
         let (slotsAfterRun, costAfterRun, costAfterAll) = pair.queue.sync {
-            var offset = 0
-            func queuePart(_ text: String) {
-                let part = Array(text.utf8)
-                part.withUnsafeBytes { segment.fill(from: $0, at: offset) }
-                pair.channel.enqueue(segment, bytes: offset..<offset + part.count)
-                offset += part.count
-            }
+            func queuePart(_ text: String) { parts.queue(text) }
             for word in ["one ", "two ", "three "] { queuePart(word) }
             let slotsAfterRun = pair.channel.queuedSlots
             let costAfterRun = pair.channel.outboundCost
@@ -185,14 +180,8 @@ struct ChannelQueueTests {
     @Test func heldBytesLeaveOnlyOnceReleasedAndInOrder() async throws {
         let pair = try await Pair.make()
         defer { pair.client.close() }
-        let segment = ByteChunk(capacity: 64)
-        var offset = 0
-        func queuePart(_ text: String) {
-            let part = Array(text.utf8)
-            part.withUnsafeBytes { segment.fill(from: $0, at: offset) }
-            pair.channel.enqueue(segment, bytes: offset..<offset + part.count)
-            offset += part.count
-        }
+        let parts = SegmentParts(channel: pair.channel)
+        func queuePart(_ text: String) { parts.queue(text) }
         let (slots, held, costHeld) = pair.queue.sync {
             queuePart("sent ")
             pair.channel.holdsNewBytes = true
@@ -310,5 +299,23 @@ extension Socket {
             if result > 0 { total += result }
         }
         return total
+    }
+}
+
+/// A segment filled in parts, each part queued on `channel` as it is written: how the server
+/// queues a room's events (consecutive ranges of one chunk).
+private final class SegmentParts {
+    let segment = ByteChunk(capacity: 64)
+    let channel: SocketChannel
+    private var offset = 0
+
+    init(channel: SocketChannel) { self.channel = channel }
+
+    /// Writes `text` after the last part and queues its range (on the channel's queue).
+    func queue(_ text: String) {
+        let part = Array(text.utf8)
+        part.withUnsafeBytes { segment.fill(from: $0, at: offset) }
+        channel.enqueue(segment, bytes: offset..<offset + part.count)
+        offset += part.count
     }
 }
