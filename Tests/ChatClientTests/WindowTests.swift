@@ -313,6 +313,42 @@ import Testing
         #expect(mode == 0o600)
     }
 
+    /// A room's backlog from an earlier day arrives after the join line of today (a client
+    /// started the morning after): its lines must not move today's file aside under today's date,
+    /// nor the next line of today move that file over the earlier day's (rename replaces it).
+    @Test func anEarlierDaysLineAfterTodaysNeverMovesAFileOverAnother() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("logs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = "127.0.0.1:7000"
+        // Yesterday's session.
+        var yesterday = WindowLogs(directory: directory.path)
+        yesterday.write("#general <bob> evening", stamp: "2026-05-11 22:00:00", day: "2026-05-11", window: "#general", server: server)
+        yesterday.write("#general <alice> good night", stamp: "2026-05-11 22:01:00", day: "2026-05-11", window: "#general", server: server)
+        // This morning's: the join line, the backlog from yesterday, then live lines.
+        var logs = WindowLogs(directory: directory.path)
+        let written = [
+            logs.write("-!- alice joined", stamp: "2026-05-12 08:00:00", day: "2026-05-12", window: "#general", server: server),
+            logs.write("#general <bob> evening", stamp: "2026-05-11 22:00:00", day: "2026-05-11", window: "#general", server: server),
+            logs.write("— live from here —", stamp: "2026-05-12 08:00:00", day: "2026-05-12", window: "#general", server: server),
+            logs.write("#general <bob> morning", stamp: "2026-05-12 08:01:00", day: "2026-05-12", window: "#general", server: server),
+        ]
+        #expect(written == [true, true, true, true])
+        let folder = directory.appendingPathComponent(server)
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted()
+        #expect(files == ["#general.2026-05-11.log", "#general.log"], "no file under today's date while today is being written: \(files)")
+        let old = (try? String(contentsOf: folder.appendingPathComponent("#general.2026-05-11.log"), encoding: .utf8)) ?? ""
+        #expect(old == "2026-05-11 22:00:00 #general <bob> evening\n2026-05-11 22:01:00 #general <alice> good night\n",
+                "yesterday's file keeps yesterday's session:\n\(old)")
+        let today = (try? String(contentsOf: folder.appendingPathComponent("#general.log"), encoding: .utf8)) ?? ""
+        #expect(today == """
+            2026-05-12 08:00:00 -!- alice joined
+            2026-05-11 22:00:00 #general <bob> evening
+            2026-05-12 08:00:00 — live from here —
+            2026-05-12 08:01:00 #general <bob> morning
+
+            """, "today's file has every line of today's session, the backlog stamped with its own day:\n\(today)")
+    }
+
     @Test func anUnwritableDirectoryStopsLoggingWithOneReason() {
         var logs = WindowLogs(directory: "/proc/chat-client-test-logs")
         let first = logs.write("x", stamp: "2026-05-12 00:00:00", day: "2026-05-12", window: "#general", server: "s")
