@@ -167,6 +167,22 @@ extension TerminalTests {
             let log = home.appendingPathComponent(".local/share/chat-client/logs/127.0.0.1:\(server.port)/#dev.log")
             #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" #dev <bob> the deploy is done") },
                     "the log has the line")
+            // /lastlog shows copies of lines that are already in the window and its log: the
+            // copies are not logged again, nor found by the next /lastlog.
+            for answers in 1...2 {
+                try await tmux.type("/lastlog deploy")
+                try await tmux.press("Enter")
+                try await tmux.waitForScreen("answer \(answers) of one line") { rows in
+                    rows.filter { $0.contains("-- lastlog: ") }.count == answers
+                }
+            }
+            #expect(try await tmux.screen().filter { $0.hasSuffix("-- lastlog: 1 line contains \"deploy\":") }.count == 2,
+                    "the second search does not find the first one's answer")
+            try await bob.say("after the search", in: "dev")
+            #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" #dev <bob> after the search") })
+            let searched = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            #expect(!searched.contains("lastlog") && searched.components(separatedBy: "the deploy is done").count == 2,
+                    "the log holds the line once and none of /lastlog's answer:\n\(searched)")
             let mode = try FileManager.default.attributesOfItem(atPath: log.path)[.posixPermissions] as? Int
             #expect(mode == 0o600, "the log is private: \(String(mode ?? 0, radix: 8))")
             let logged = (try? String(contentsOf: log, encoding: .utf8)) ?? ""

@@ -86,6 +86,24 @@ import Testing
         #expect(buffer.matching("<carol> nothing").count == 1, "escape codes do not hide a match")
     }
 
+    @Test func lastlogDoesNotSearchItsOwnAnswers() {
+        var buffer = WindowBuffer(limit: 6)
+        buffer.append("09:00 <bob> deploy at noon")
+        // What /lastlog deploy shows: a header and the copy, both holding the word.
+        buffer.append("10:00 -- lastlog: 1 line contains \"deploy\":", searchable: false)
+        buffer.append("09:00 <bob> deploy at noon", searchable: false)
+        buffer.append("10:01 <carol> deploy done")
+        #expect(buffer.matching("deploy") == ["09:00 <bob> deploy at noon", "10:01 <carol> deploy done"],
+                "the answer to the last search is not found by the next")
+        // Past the limit and after /clear, lines keep their kind.
+        for index in 1...4 { buffer.append("10:0\(index) <bob> deploy \(index)", searchable: index.isMultiple(of: 2)) }
+        #expect(Array(buffer.lines) == ["09:00 <bob> deploy at noon", "10:01 <carol> deploy done"] + (1...4).map { "10:0\($0) <bob> deploy \($0)" })
+        #expect(buffer.matching("deploy") == ["10:01 <carol> deploy done", "10:02 <bob> deploy 2", "10:04 <bob> deploy 4"])
+        buffer.clear()
+        buffer.append("11:00 <bob> deploy again")
+        #expect(buffer.matching("deploy") == ["11:00 <bob> deploy again"])
+    }
+
     private func connected(rooms: [String] = ["general", "dev"]) -> ClientSession {
         var session = ClientSession(nick: "alice", rooms: rooms, clock: { 1000 })
         _ = session.connected(nick: "alice", motd: "", version: 2)
