@@ -86,7 +86,8 @@ public struct MessageRenderer: Sendable {
                 let members = info.memberCount == 1 ? "1 member " : "\(info.memberCount) members"
                 return line(time, room: nil, style(.notice, "-- \(name)  \(members)") + (info.topic.isEmpty ? "" : "  \(clean(info.topic))"))
             }
-            return ([line(time, room: nil, style(.notice, "-- \(rooms.count) rooms:"))] + list).joined(separator: "\n")
+            let count = rooms.count == 1 ? "1 room" : "\(rooms.count) rooms"
+            return ([line(time, room: nil, style(.notice, "-- \(count):"))] + list).joined(separator: "\n")
         case let .notice(time, text):
             return line(time, room: nil, style(.notice, "-- \(clean(text))"))
         case let .error(time, text):

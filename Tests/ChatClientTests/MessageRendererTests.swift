@@ -52,7 +52,7 @@ import Testing
             "09:05 #general -!- bob is now known as bobby",
             "09:05 #general -!- topic: Swift sockets (set by alice)",
             "09:05 #general -!- members (2): alice bob",
-            "09:05 -- 1 rooms:\n09:05 -- #general  2 members  Swift",
+            "09:05 -- 1 room:\n09:05 -- #general  2 members  Swift",
             "09:05 #general — 3 new since you left —",
             "09:05 -- connected",
             "09:05 !! no such nick",
