@@ -257,6 +257,102 @@ extension TerminalTests {
             #expect(try await tmux.screen().filter { $0.contains("cannot write the log") }.count == 1, "one note")
         }
 
+        /// What a client started into a server that already has rooms sees and can do: its room's
+        /// backlog above `— live from here —`, Tab after `/join #` offering a room only the
+        /// connect-time room list named, `/rooms` one a line with its topic, `/switch` and `/window`
+        /// going to a query and back by name, and `/server` moving to another server.
+        @Test func aServerWithRoomsAlreadyThereSwitchingByNameAndServer() async throws {
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            let other = try await ChatServerProcess()
+            defer { other.stop() }
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            // Before alice starts: a line in #general, and a room with a topic she is not in.
+            let carol = try await Peer(nick: "carol", port: server.port)
+            defer { carol.close() }
+            try await carol.say("said before you came")
+            try await carol.join("ops")
+            try await carol.connection.send(.setTopic(room: "ops", text: "incidents only"))
+            #expect(await carol.waitFor { if case .topic("ops", _, _, _, "incidents only") = $0 { true } else { false } })
+            #expect(await carol.waitFor(TerminalTests.said("said before you came", by: "carol")))
+
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitForScreen("the backlog, then the marker where live lines start") { rows in
+                guard let said = rows.firstIndex(where: { $0.hasSuffix("#general <carol> said before you came") }),
+                    let live = rows.firstIndex(where: { $0.hasSuffix("#general — live from here —") })
+                else { return false }
+                return said < live
+            }
+            // Nothing but the room list alice's client asked for at connect time names #ops.
+            try await tmux.type("/join #o")
+            try await tmux.press("Tab")
+            try await tmux.waitForInput("/join #ops ", prompt: TerminalTests.prompt)
+            try await tmux.press("C-u")
+            try await tmux.type("/rooms")
+            try await tmux.press("Enter")
+            try await tmux.waitFor("-- 2 rooms:")
+            try await tmux.waitForScreen("#ops on a line of its own, with its member count and topic") { rows in
+                rows.contains { $0.range(of: #"-- #ops +1 member +incidents only$"#, options: .regularExpression) != nil }
+            }
+
+            // A query, left and found again by name with /switch and /window.
+            try await tmux.type("/query carol")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: "[carol] ")
+            try await tmux.type("/switch #general")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: TerminalTests.prompt)
+            try await tmux.type("/switch carol")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: "[carol] ")
+            try await tmux.type("/window #general")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: TerminalTests.prompt)
+            try await tmux.type("/window carol")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: "[carol] ")
+            try await tmux.press("M-1")
+
+            // /server: to another server, which becomes the only one; #general is joined there.
+            let dave = try await Peer(nick: "dave", port: other.port)
+            defer { dave.close() }
+            try await tmux.type("/server 127.0.0.1:\(other.port)")
+            try await tmux.press("Enter")
+            #expect(await dave.waitFor { if case .joined("general", _, _, "alice") = $0 { true } else { false } },
+                    "alice joined #general on the other server")
+            try await tmux.waitForLogicalLine(containing: "reconnected to 127.0.0.1:\(other.port)")
+            try await dave.say("on the other server")
+            try await tmux.waitFor("#general <dave> on the other server")
+            try await tmux.type("moved")
+            try await tmux.press("Enter")
+            #expect(await dave.waitFor(TerminalTests.said("moved", by: "alice")), "alice talks on the other server")
+            #expect(!carol.frames.contains { if case .message(_, _, _, "alice", "moved") = $0 { true } else { false } },
+                    "and no longer on the first")
+        }
+
+        /// `buffer_lines` bounds what the real client keeps: 200 lines into a window of 50, and
+        /// paging back stops at the 151st.
+        @Test func aWindowKeepsItsBufferLinesAndNoMore() async throws {
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            try writeConfig("buffer_lines = 50\ntimestamp_format = \"-\"\n", home: home)
+            let server = try await ChatServerProcess(arguments: ["--no-rate-limits"])
+            defer { server.stop() }
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("#general -!- alice joined")
+            let bob = try await Peer(nick: "bob", port: server.port)
+            defer { bob.close() }
+            for index in 1...200 { try await bob.say("kept \(index)") }
+            try await tmux.waitFor("- #general <bob> kept 200")
+            for _ in 0..<6 { try await tmux.press("PPage") }
+            try await tmux.waitForScreen("the oldest line kept at the top, the 151st") { rows in
+                rows.first == "- #general <bob> kept 151" && rows.contains { $0.hasPrefix("alice -- more --") }
+            }
+        }
+
         @Test func aConfigNamingFiveHundredRoomsJoinsThemAll() async throws {
             let server = try await ChatServerProcess(arguments: ["--no-rate-limits", "--max-rooms-per-client", "600"])
             defer { server.stop() }
