@@ -260,7 +260,8 @@ extension TerminalTests {
         /// What a client started into a server that already has rooms sees and can do: its room's
         /// backlog above `— live from here —`, Tab after `/join #` offering a room only the
         /// connect-time room list named, `/rooms` one a line with its topic, `/switch` and `/window`
-        /// going to a query and back by name, and `/server` moving to another server.
+        /// (`/w`, `/win`) going to a query (`/q`) and back by name, and `/server` moving to another
+        /// server.
         @Test func aServerWithRoomsAlreadyThereSwitchingByNameAndServer() async throws {
             let server = try await ChatServerProcess()
             defer { server.stop() }
@@ -298,7 +299,7 @@ extension TerminalTests {
             }
 
             // A query, left and found again by name with /switch and /window.
-            try await tmux.type("/query carol")
+            try await tmux.type("/q carol")
             try await tmux.press("Enter")
             try await tmux.waitForInput("", prompt: "[carol] ")
             try await tmux.type("/switch #general")
@@ -307,10 +308,10 @@ extension TerminalTests {
             try await tmux.type("/switch carol")
             try await tmux.press("Enter")
             try await tmux.waitForInput("", prompt: "[carol] ")
-            try await tmux.type("/window #general")
+            try await tmux.type("/w #general")
             try await tmux.press("Enter")
             try await tmux.waitForInput("", prompt: TerminalTests.prompt)
-            try await tmux.type("/window carol")
+            try await tmux.type("/win carol")
             try await tmux.press("Enter")
             try await tmux.waitForInput("", prompt: "[carol] ")
             try await tmux.press("M-1")
