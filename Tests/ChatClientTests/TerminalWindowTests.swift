@@ -97,6 +97,26 @@ extension TerminalTests {
             }
         }
 
+        /// A terminal too narrow for the current window's name and a mention's still shows the
+        /// mention, scrolled back too: the windows go by number (it was cut off the line's end).
+        @Test func aNarrowStatusLineStillShowsTheMention() async throws {
+            try await TerminalTests.start(rooms: ["general", "dev"]) { _, tmux, bob, _ in
+                for index in 1...12 { try await bob.say("filler \(index)") }
+                try await tmux.waitFor("<bob> filler 12")
+                try await bob.join("dev")
+                try await bob.say("alice: look here", in: "dev")
+                try await tmux.waitFor("alice | [1:#general] 2:#dev(1!)")
+                try await TerminalTests.Scrolling.resize(tmux, columns: 30, rows: 10)
+                try await tmux.waitForScreen("the mention by number") { rows in rows.contains { $0 == "alice | [1] 2(1!)" } }
+                try await tmux.press("PPage")
+                try await tmux.waitForScreen("the mention while scrolled back") { rows in rows.contains { $0 == "alice -- more -- | [1] 2(1!)" } }
+                try await tmux.press("M-2")
+                try await tmux.waitForInput("", prompt: "[#dev] ")
+                try await TerminalTests.Scrolling.resize(tmux, columns: 80, rows: 24)
+                try await tmux.waitFor("alice | 1:#general [2:#dev]")
+            }
+        }
+
         @Test func connectionCommandsListingsAndCompletion() async throws {
             try await TerminalTests.start { server, tmux, bob, _ in
                 try await tmux.type("/who #nosuch")

@@ -132,6 +132,12 @@ import Testing
         let narrower = StatusLine.render(session: session, columns: 36)
         #expect(narrower == "alice | [1:#room1] 8:#room8(1!) +6", "then windows with news, never a mention: \(narrower)")
         #expect(StatusLine.render(session: session, columns: 200, scrolledBack: true).hasPrefix("alice -- more -- |"))
+        // Narrower than the current window and the mention named: windows by number alone.
+        let compact = StatusLine.render(session: session, columns: 30)
+        #expect(compact == "alice | [1] 2 3(1) 4 8(1!) +3", "the mention is still there: \(compact)")
+        #expect(StatusLine.render(session: session, columns: 20) == "alice | [1] 8(1!) +6")
+        // Where even the count does not fit, it goes before the mention is cut.
+        #expect(StatusLine.render(session: session, columns: 30, scrolledBack: true) == "alice -- more -- | [1] 8(1!)")
     }
 
     @Test func highlightWordsCountAsMentions() {
