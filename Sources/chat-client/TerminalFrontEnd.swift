@@ -86,8 +86,9 @@ final class TerminalFrontEnd: ClientDisplay {
     private func perform(_ request: EditorRequest) {
         switch request {
         case .submit(let line):
-            // Saying something brings the window back to its newest lines.
-            if buffers[currentWindow]?.isScrolledBack == true, !line.hasPrefix("/") || line.hasPrefix("//") {
+            // A line entered brings the window back to its newest lines: what is said, and a
+            // command's answer (`/lastlog` while scrolled back looking for something), show there.
+            if buffers[currentWindow]?.isScrolledBack == true {
                 buffers[currentWindow]?.scrollToEnd()
                 drawWindow(resized: false)
             }

@@ -54,6 +54,23 @@ extension TerminalTests {
             }
         }
 
+        /// A command entered while scrolled back shows its answer: /lastlog is how one looks for
+        /// a line one was paging back for (the answer went below the view, unseen).
+        @Test func aCommandEnteredWhileScrolledBackShowsItsAnswer() async throws {
+            try await TerminalTests.start { _, tmux, bob, _ in
+                for index in 1...40 { try await bob.say("line \(index)") }
+                try await tmux.waitFor("<bob> line 40")
+                try await tmux.press("PPage")
+                try await tmux.waitFor("alice -- more -- |")
+                try await tmux.type("/lastlog line 17")
+                try await tmux.press("Enter")
+                try await tmux.waitForScreen("the answer, and no -- more --") { rows in
+                    rows.contains { $0.hasSuffix("-- lastlog: 1 line contains \"line 17\":") }
+                        && rows.contains { $0.hasPrefix("alice | [1:#general]") }
+                }
+            }
+        }
+
         @Test func aResizeStormWhileScrolledBackKeepsTheViewAndTheLine() async throws {
             try await TerminalTests.start { _, tmux, bob, _ in
                 for index in 1...60 { try await bob.say("storm \(index)") }
