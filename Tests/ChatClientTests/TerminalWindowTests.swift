@@ -278,6 +278,31 @@ extension TerminalTests {
             try await TerminalTests.expectSaneTerminal(tmux)
         }
 
+        /// Names and addresses in the file are checked with its lines: a bad nick, room or server
+        /// was refused after the file was read, without its line, and a bad nick only when no
+        /// --nick stood in for it (the usage error of a flag, exit status 64).
+        @Test(arguments: [
+            ("nick = \"alice\"\n\nnick2 = 1\n", "line 3: unknown setting nick2"),
+            ("# mine\nnick = \"9lives\"\n", "line 2: \"9lives\" is not a valid nick"),
+            ("autojoin = [\"#general\"]\nautojoin2 = []\n", "line 2: unknown setting autojoin2"),
+            ("\nautojoin = [\"#general\", \"#no room\"]\n", "line 2: autojoin: \"#no room\" is not a valid room"),
+            ("servers = [\"127.0.0.1\"]\n", "line 1: servers: 127.0.0.1: expected HOST:PORT"),
+            ("[colours]\n", "line 1: unknown table [colours]"),
+        ])
+        func aBadValueInTheConfigNamesItsLineAndStartsNothing(text: String, expected: String) async throws {
+            let directory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let file = directory.appendingPathComponent("config.toml")
+            try text.write(to: file, atomically: true, encoding: .utf8)
+            let child = try pipeClient(["--config", file.path, "--port", "1"])
+            defer { child.stop() }
+            let status = await child.waitForExit()
+            #expect(status == 1)
+            #expect(child.output.hasPrefix("chat-client: \(file.path) \(expected)")
+                    && child.output.hasSuffix("; nothing was started\n") && child.output.split(separator: "\n").count == 1,
+                    "one line naming the file and the line: \(child.output)")
+        }
+
         @Test func anUnwritableLogDirectoryGivesOneNoteAndChatGoesOn() async throws {
             let home = try temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: home) }
