@@ -246,6 +246,36 @@ extension TerminalTests {
             try await tmux.waitFor("alice | [1:#general]")
         }
 
+        /// The config file's [tls] (mode "ca", ca_file under ~) against a real TLS server, with
+        /// no TLS flag given: verified, and said so in the status line.
+        @Test func theConfigFilesTLSSettingsConnectVerified() async throws {
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent("Scripts/dev-cert.sh")
+            let certificates = home.appendingPathComponent("certs")
+            let issue = try ChildProcess(script, ["--out", certificates.path])
+            #expect(await issue.waitForExit() == 0, "dev-cert.sh made a CA and a certificate for localhost: \(issue.output)")
+            try FileManager.default.copyItem(at: certificates.appendingPathComponent("ca.pem"), to: home.appendingPathComponent("ca.pem"))
+            let server = try await ChatServerProcess(arguments: [
+                "--tls-cert", certificates.appendingPathComponent("server.pem").path,
+                "--tls-key", certificates.appendingPathComponent("server-key.pem").path,
+            ])
+            defer { server.stop() }
+            try writeConfig("""
+                servers = ["localhost:\(server.port)"]
+
+                [tls]
+                mode = "ca"
+                ca_file = "~/ca.pem"
+                """, home: home)
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("alice | [1:#general] | TLS 1.3")
+            #expect(try await !tmux.screen().contains { $0.contains("UNVERIFIED") || $0.contains("NOT verified") })
+        }
+
         @Test func theMergedWindowShowsEveryWindowsLines() async throws {
             let server = try await ChatServerProcess()
             defer { server.stop() }
