@@ -1,3 +1,6 @@
+import ChatProtocol
+import SocketCore
+
 /// What the config file (`~/.config/chat-client/config.toml`) sets, with its defaults; `/set`
 /// changes the session's copy and `/save` writes it back.
 ///
@@ -72,10 +75,17 @@ public struct ClientSettings: Equatable, Sendable {
     /// Settings from a config file's text; throws the first line that is wrong.
     public init(parsing text: String) throws(ConfigFile.ParseError) {
         self.init()
-        for entry in try ConfigFile.parse(text) {
+        var tlsModeLine = 1
+        var colourLine: (key: String, line: Int)?
+        for entry in try ConfigFile.parse(text, tables: ["tls", "aliases"]) {
             do throws(SettingError) {
                 switch entry.table {
                 case "":
+                    if entry.key == "colours" || entry.key == "colors" {
+                        // One setting by two spellings: both given would be one of them twice.
+                        if let other = colourLine { throw SettingError("\(entry.key) is \(other.key) again (line \(other.line)): give one") }
+                        colourLine = (entry.key, entry.line)
+                    }
                     try set(entry.key, to: entry.value)
                 case "tls":
                     switch (entry.key, entry.value) {
@@ -84,6 +94,7 @@ public struct ClientSettings: Equatable, Sendable {
                             throw SettingError("tls mode is one of " + TLSMode.allCases.map(\.rawValue).joined(separator: ", "))
                         }
                         tlsMode = parsed
+                        tlsModeLine = entry.line
                     case ("ca_file", .string(let path)):
                         tlsCAFile = path
                     default:
@@ -101,7 +112,7 @@ public struct ClientSettings: Equatable, Sendable {
                 throw ConfigFile.ParseError(line: entry.line, reason: error.reason)
             }
         }
-        if tlsMode == .ca, tlsCAFile == nil { throw ConfigFile.ParseError(line: 1, reason: "[tls] mode = \"ca\" needs ca_file") }
+        if tlsMode == .ca, tlsCAFile == nil { throw ConfigFile.ParseError(line: tlsModeLine, reason: "[tls] mode = \"ca\" needs ca_file") }
     }
 
     /// Why a setting was refused.
@@ -115,9 +126,23 @@ public struct ClientSettings: Equatable, Sendable {
     /// Sets `name` from a value in the file's form.
     public mutating func set(_ name: String, to value: ConfigFile.Value) throws(SettingError) {
         switch (name, value) {
-        case ("nick", .string(let text)): nick = text
-        case ("servers", .array(let values)): servers = try strings(values, name)
-        case ("autojoin", .array(let values)): autojoin = try strings(values, name)
+        // Names and addresses are checked here, so a bad one in the file is refused with its line
+        // (and by /set), not later with the client half set up.
+        case ("nick", .string(let text)):
+            guard ChatName.isValidNick(text) else { throw SettingError(CommandError.invalidNick(text).description) }
+            nick = text
+        case ("servers", .array(let values)):
+            let typed = try strings(values, name)
+            for server in typed {
+                do { _ = try ServerAddress(parsing: server) } catch { throw SettingError("servers: \(server): \(error)") }
+            }
+            servers = typed
+        case ("autojoin", .array(let values)):
+            let typed = try strings(values, name)
+            for room in typed where (try? ChatName.normalizedRoom(room)) == nil {
+                throw SettingError("autojoin: \(CommandError.invalidRoom(room).description)")
+            }
+            autojoin = typed
         case ("timestamp_format", .string(let text)): timestampFormat = text
         case ("colours", .boolean(let flag)), ("colors", .boolean(let flag)): colours = flag
         case ("buffer_lines", .integer(let count)):
@@ -128,7 +153,9 @@ public struct ClientSettings: Equatable, Sendable {
         case ("merged_window", .boolean(let flag)): mergedWindow = flag
         case ("log_directory", .string(let path)): logDirectory = path
         case ("password_file", .string(let path)): passwordFile = path
-        case ("account", .string(let name)): account = name
+        case ("account", .string(let name)):
+            guard ChatName.isValidNick(name) else { throw SettingError("account: \(CommandError.invalidNick(name).description)") }
+            account = name
         case ("account_password_file", .string(let path)): accountPasswordFile = path
         default:
             guard Self.names.contains(name) || name == "colors" else {

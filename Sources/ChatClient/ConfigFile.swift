@@ -42,7 +42,9 @@ public enum ConfigFile {
     }
 
     /// Every entry of `text`, in file order; throws at the first line that is not understood.
-    public static func parse(_ text: String) throws(ParseError) -> [Entry] {
+    /// Given `tables`, a header naming another table is refused at its line, even with no keys
+    /// under it (which would otherwise leave no entry to refuse).
+    public static func parse(_ text: String, tables known: [String]? = nil) throws(ParseError) -> [Entry] {
         var entries: [Entry] = []
         var table = ""
         var seen: Set<String> = []
@@ -58,6 +60,10 @@ public enum ConfigFile {
                 guard scanner.take("]") else { throw ParseError(line: number, reason: "a table header is [name]") }
                 try scanner.expectEnd()
                 guard tables.insert(name).inserted else { throw ParseError(line: number, reason: "[\(name)] is given twice") }
+                if let known, !known.contains(name) {
+                    let listed = known.map { "[\($0)]" }.joined(separator: " and ")
+                    throw ParseError(line: number, reason: "unknown table [\(name)] (the file has \(listed))")
+                }
                 table = name
                 continue
             }

@@ -83,10 +83,12 @@ public struct MessageRenderer: Sendable {
             let width = rooms.map { $0.name.count }.max() ?? 0
             let list = rooms.map { info in
                 let name = "#" + info.name + String(repeating: " ", count: width - info.name.count)
-                let members = info.memberCount == 1 ? "1 member " : "\(info.memberCount) members"
+                // "1 member" is padded to line its topic up with the others', not at a line's end.
+                let members = info.memberCount == 1 ? (info.topic.isEmpty ? "1 member" : "1 member ") : "\(info.memberCount) members"
                 return line(time, room: nil, style(.notice, "-- \(name)  \(members)") + (info.topic.isEmpty ? "" : "  \(clean(info.topic))"))
             }
-            return ([line(time, room: nil, style(.notice, "-- \(rooms.count) rooms:"))] + list).joined(separator: "\n")
+            let count = rooms.count == 1 ? "1 room" : "\(rooms.count) rooms"
+            return ([line(time, room: nil, style(.notice, "-- \(count):"))] + list).joined(separator: "\n")
         case let .notice(time, text):
             return line(time, room: nil, style(.notice, "-- \(clean(text))"))
         case let .error(time, text):

@@ -8,11 +8,21 @@
 /// for server and encryption while reconnecting; `-- more --` while the window is scrolled
 /// back. A room we were kicked from (or refused), whose window is still open, reads `#mod(out)`. When the line is too long, quiet windows are left out first, then those with unread
 /// messages (the fewest first), and `+3` says how many are not shown; the current window and
-/// windows with a mention are never left out.
+/// windows with a mention are never left out. When even those do not fit (a narrow terminal),
+/// the windows go by number alone — `alice | [1] 3(1) 8(1!) +5`, the input line's prompt
+/// naming the current one — and the server's name is left out, so a mention is still seen.
 public enum StatusLine {
     /// The status line for `session`, at most `columns` cells wide; `scrolledBack` when the
     /// current window does not show its newest lines.
     public static func render(session: ClientSession, columns: Int, scrolledBack: Bool = false) -> String {
+        let full = layout(session: session, columns: columns, scrolledBack: scrolledBack, compact: false)
+        if full.fits { return full.line }
+        return layout(session: session, columns: columns, scrolledBack: scrolledBack, compact: true).line
+    }
+
+    /// The line with windows named (`2:#dev(1!)`) or, `compact`, by number alone (`2(1!)`) and
+    /// without the server's name; and whether the windows that must stay fit in `columns`.
+    private static func layout(session: ClientSession, columns: Int, scrolledBack: Bool, compact: Bool) -> (line: String, fits: Bool) {
         var head = session.nick
         if session.awayMessage != nil { head += " (away)" }
         if scrolledBack { head += " -- more --" }
@@ -20,14 +30,14 @@ public enum StatusLine {
         if !session.isConnected {
             tail.append("offline")
         } else {
-            if let server = session.server { tail.append(server) }
+            if let server = session.server, !compact { tail.append(server) }
             if let encryption = session.encryption { tail.append(encryption) }
         }
 
         // How much each window wants to stay: the higher, the later it is dropped.
         var items: [(text: String, keep: Int)] = []
         for (index, window) in session.windows.enumerated() {
-            var label = "\(index + 1):\(window.title)"
+            var label = compact ? "\(index + 1)" : "\(index + 1):\(window.title)"
             if case .room(let room) = window, session.removal(from: room) != nil { label += "(out)" }
             if window == session.currentWindow {
                 items.append(("[\(label)]", Int.max))
@@ -56,8 +66,12 @@ public enum StatusLine {
             windowsWidth -= widths[index] + 1
             hidden += 1
         }
-        let windows = items.indices.filter { shown[$0] }.map { items[$0].text } + (hidden > 0 ? ["+\(hidden)"] : [])
+        // The last resort, before the line is cut at the edge: the windows that must stay, without
+        // the count of those left out (cut, it would read `+`).
+        let count = hidden > 0 && !(compact && total() > columns) ? ["+\(hidden)"] : []
+        if count.isEmpty { hidden = 0 }
+        let windows = items.indices.filter { shown[$0] }.map { items[$0].text } + count
         let line = ([head, windows.joined(separator: " ")] + tail).joined(separator: " | ")
-        return TerminalText.prefix(of: TerminalText.sanitized(line), fitting: max(0, columns))
+        return (TerminalText.prefix(of: TerminalText.sanitized(line), fitting: max(0, columns)), total() <= columns)
     }
 }

@@ -25,6 +25,12 @@ public struct WindowBuffer: Sendable {
     public private(set) var hiddenRows = 0
     /// The calendar day of the newest line, to mark a change of day.
     public var lastDay: Int?
+    /// How many lines have gone from the front (past the limit, or cleared): a line's number,
+    /// `dropped` plus its index, stays the same while it is kept.
+    private var dropped = 0
+    /// The numbers of the lines `/lastlog` does not search, in order: its own answers, which
+    /// would otherwise match the next search for the same text, and again the one after.
+    private var unsearchable: Deque<Int> = []
 
     /// An empty buffer that keeps at most `limit` lines (at least 1).
     public init(limit: Int) {
@@ -35,7 +41,9 @@ public struct WindowBuffer: Sendable {
     public var isScrolledBack: Bool { offset > 0 || hiddenRows > 0 }
 
     /// Adds `line` at the end; while scrolled back the view stays on the lines it showed.
-    public mutating func append(_ line: String) {
+    /// A line not `searchable` is left out of `matching` (what `/lastlog` itself shows).
+    public mutating func append(_ line: String, searchable: Bool = true) {
+        if !searchable { unsearchable.append(dropped + lines.count) }
         lines.append(line)
         if isScrolledBack { offset += 1 }
         trim()
@@ -114,7 +122,9 @@ public struct WindowBuffer: Sendable {
 
     /// Forgets every line (`/clear`).
     public mutating func clear() {
+        dropped += lines.count
         lines = []
+        unsearchable = []
         scrollToEnd()
     }
 
@@ -141,16 +151,27 @@ public struct WindowBuffer: Sendable {
         TerminalText.rows(of: lines[index], columns: columns).count
     }
 
-    /// The lines whose visible text contains `text`, ignoring letter case (`/lastlog`).
+    /// The lines whose visible text contains `text`, ignoring letter case (`/lastlog`), but
+    /// for those appended as not searchable.
     public func matching(_ text: String) -> [String] {
         let key = text.lowercased()
-        return lines.filter { TerminalText.plain($0).lowercased().contains(key) }
+        var result: [String] = []
+        var skipped = unsearchable.startIndex
+        for (index, line) in lines.enumerated() {
+            let number = dropped + index
+            while skipped < unsearchable.endIndex, unsearchable[skipped] < number { skipped += 1 }
+            if skipped < unsearchable.endIndex, unsearchable[skipped] == number { continue }
+            if TerminalText.plain(line).lowercased().contains(key) { result.append(line) }
+        }
+        return result
     }
 
     private mutating func trim() {
         let excess = lines.count - limit
         guard excess > 0 else { return }
         lines.removeFirst(excess)
+        dropped += excess
+        while let first = unsearchable.first, first < dropped { unsearchable.removeFirst() }
         if offset > lines.count - 1 {
             // The line the view ended in went: the view ends at the first line's last row.
             offset = max(0, lines.count - 1)

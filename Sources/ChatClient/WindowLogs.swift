@@ -7,8 +7,9 @@ import Darwin
 /// Writes each window's lines to `<directory>/<server>/<window>.log` (mode 0600, directories
 /// 0700: they hold private conversations), one plain line each with the date and time in front.
 ///
-/// Rotated by day: the first line of a new day moves yesterday's file aside as
-/// `<window>.YYYY-MM-DD.log`. A directory or file that cannot be written gives one note (the
+/// Rotated by day: the first line of a later day moves the file aside as
+/// `<window>.YYYY-MM-DD.log`, under the day of its last line; a line of an earlier day (a
+/// backlog) is written to the file at hand with its own date, and no file is moved over another. A directory or file that cannot be written gives one note (the
 /// `failure`) and turns logging off for the session, so chat goes on.
 public struct WindowLogs {
     /// Where the per-server directories go.
@@ -37,10 +38,16 @@ public struct WindowLogs {
                 try Self.makeDirectory(folder)
                 days[path] = Self.lastDay(of: path) ?? day
             }
-            if let last = days[path], last != day {
-                _ = rename(path, folder + "/" + Self.fileName(window) + "." + last + ".log")
+            // Only a later day moves the file aside. A line of an earlier day (a room's backlog,
+            // shown after today's join line) goes into the file at hand with its own stamp: moving
+            // the file aside then would file today's lines under today's date, and the next line
+            // of today would move the file back over the earlier day's, which rename replaces.
+            if let last = days[path], day > last {
+                let aside = folder + "/" + Self.fileName(window) + "." + last + ".log"
+                // Never over a file already there (a clock set back): keep writing here instead.
+                if access(aside, F_OK) != 0 { _ = rename(path, aside) }
+                days[path] = day
             }
-            days[path] = day
             try Self.append(stamp + " " + line + "\n", to: path)
             return true
         } catch {

@@ -196,8 +196,15 @@ struct ChatClientCommand: AsyncParsableCommand {
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
-            if !required, !FileManager.default.fileExists(atPath: path) { return ClientSettings() }
-            throw configError(path, "cannot be read: \(error.localizedDescription)")
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+                if !required { return ClientSettings() }
+                throw configError(path, "cannot be read: there is no such file")
+            }
+            // Foundation's own description is "The operation could not be completed".
+            let why = isDirectory.boolValue ? "it is a directory"
+                : access(path, R_OK) != 0 ? String(cString: strerror(errno)) : "it is not UTF-8 text"
+            throw configError(path, "cannot be read: \(why)")
         }
         do {
             return try ClientSettings(parsing: text)

@@ -86,8 +86,9 @@ final class TerminalFrontEnd: ClientDisplay {
     private func perform(_ request: EditorRequest) {
         switch request {
         case .submit(let line):
-            // Saying something brings the window back to its newest lines.
-            if buffers[currentWindow]?.isScrolledBack == true, !line.hasPrefix("/") || line.hasPrefix("//") {
+            // A line entered brings the window back to its newest lines: what is said, and a
+            // command's answer (`/lastlog` while scrolled back looking for something), show there.
+            if buffers[currentWindow]?.isScrolledBack == true {
                 buffers[currentWindow]?.scrollToEnd()
                 drawWindow(resized: false)
             }
@@ -142,19 +143,22 @@ final class TerminalFrontEnd: ClientDisplay {
     ///
     /// The buffer is changed in place in the dictionary: a copy taken out and put back would
     /// share its storage, and every append would then copy all of the window's lines.
-    private func add(_ lines: [String], time: UInt64, to window: ChatWindow?) {
+    ///
+    /// `/lastlog`'s answer is neither `searchable` by the next `/lastlog` nor `logged`: its lines
+    /// are copies of lines already there (and in the log), under the time of the search.
+    private func add(_ lines: [String], time: UInt64, to window: ChatWindow?, searchable: Bool = true, logged: Bool = true) {
         var added: [String] = []
         let day = renderer.day(of: time)
         if let last = buffers[window]?.lastDay, last != day { added.append(renderer.dayChange(time)) }
         added += lines
         let limit = settings.bufferLines
         buffers[window, default: WindowBuffer(limit: limit)].lastDay = day
-        for line in added { buffers[window, default: WindowBuffer(limit: limit)].append(line) }
+        for line in added { buffers[window, default: WindowBuffer(limit: limit)].append(line, searchable: searchable) }
         let visible = buffers[window]?.isScrolledBack != true
-        log(added, time: time, window: window)
+        if logged { log(added, time: time, window: window) }
         var merged = false
         if window != .merged, driver?.session.windows.first == .merged {
-            for line in added { buffers[.merged, default: WindowBuffer(limit: limit)].append(line) }
+            for line in added { buffers[.merged, default: WindowBuffer(limit: limit)].append(line, searchable: searchable) }
             merged = drawnWindow == .some(.merged) && buffers[.merged]?.isScrolledBack != true
         }
         guard active else {
@@ -254,7 +258,8 @@ final class TerminalFrontEnd: ClientDisplay {
                 : matches.count > limit ? "lastlog: \(matches.count) lines contain \"\(text)\"; the last \(limit):"
                 : "lastlog: \(matches.count) line\(matches.count == 1 ? "" : "s") contain\(matches.count == 1 ? "s" : "") \"\(text)\":"
             let now = ClientClock.now()
-            add([renderer.render(.notice(time: now, text: header))] + matches.suffix(limit), time: now, to: currentWindow)
+            add([renderer.render(.notice(time: now, text: header))] + matches.suffix(limit), time: now, to: currentWindow,
+                searchable: false, logged: false)
         case .set(let name, let value):
             set(name: name, value: value)
         case .save:

@@ -27,6 +27,21 @@ import Testing
         ]
     }
 
+    @Test func theRoomListIsOneRoomALineTopicsLinedUpAndNoTrailingSpace() {
+        let renderer = MessageRenderer(colour: false, timeZone: utc)
+        let list = renderer.render(.roomList(time: 1_778_576_733_000, rooms: [
+            RoomInfo(name: "dev", memberCount: 1, topic: ""),
+            RoomInfo(name: "general", memberCount: 12, topic: "Swift"),
+            RoomInfo(name: "ops", memberCount: 1, topic: "incidents only"),
+        ]))
+        #expect(list.split(separator: "\n") == [
+            "09:05 -- 3 rooms:",
+            "09:05 -- #dev      1 member",
+            "09:05 -- #general  12 members  Swift",
+            "09:05 -- #ops      1 member   incidents only",
+        ])
+    }
+
     @Test func plainRenderingHasNoEscapeCodes() {
         let renderer = MessageRenderer(colour: false, ownNick: "alice", timeZone: utc)
         for event in everyEvent {
@@ -52,7 +67,7 @@ import Testing
             "09:05 #general -!- bob is now known as bobby",
             "09:05 #general -!- topic: Swift sockets (set by alice)",
             "09:05 #general -!- members (2): alice bob",
-            "09:05 -- 1 rooms:\n09:05 -- #general  2 members  Swift",
+            "09:05 -- 1 room:\n09:05 -- #general  2 members  Swift",
             "09:05 #general — 3 new since you left —",
             "09:05 -- connected",
             "09:05 !! no such nick",

@@ -95,6 +95,17 @@ import TestSupport
         for option in options where option != "--help" {
             #expect(docs.contains("`" + option + "`"), "CLIENT.md documents \(option)")
         }
+        // Every setting of the config file, and [tls]'s keys, in the example file of "The config file".
+        let lines = docs.split(separator: "\n")
+        for setting in ClientSettings.names + ["mode", "ca_file"] {
+            #expect(lines.contains { $0.hasPrefix(setting + " = ") }, "CLIENT.md's config file sets \(setting)")
+        }
+        for table in ["[tls]", "[aliases]"] { #expect(lines.contains { $0 == table }, "CLIENT.md's config file has \(table)") }
+        // Each of them is read by the parser, as the example writes it.
+        let example = try #require(docs.range(of: "```toml\n").flatMap { start in
+            docs[start.upperBound...].range(of: "```").map { String(docs[start.upperBound..<$0.lowerBound]) }
+        })
+        #expect(throws: Never.self, "CLIENT.md's example config file is read as it is") { try ClientSettings(parsing: example) }
     }
 }
 

@@ -99,6 +99,25 @@ extension TerminalTests {
             try await tmux.press("Enter")
             try await tmux.waitFor("EXIT=0")
             try await TerminalTests.expectSaneTerminal(tmux)
+
+            // The morning after: a new start shows its join (today), then the room's backlog from
+            // yesterday, then today's lines again. Yesterday's file must keep yesterday's session;
+            // it was moved over by a file holding the backlog alone (rename replaces its target).
+            let again = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home, environment: ["TZ": tz]))
+            defer { again.stop() }
+            try await again.waitFor("— live from here —")
+            try await bob.say("the next morning")
+            try await again.waitFor("#general <bob> the next morning")
+            #expect(await eventually(timeout: .seconds(30)) {
+                ((try? String(contentsOf: current, encoding: .utf8)) ?? "").contains("the next morning")
+            }, "today's file gets the new session's lines")
+            let filesAfter = ((try? FileManager.default.contentsOfDirectory(atPath: logs.path)) ?? []).filter { $0.hasPrefix("#general") }.sorted()
+            #expect(filesAfter == ["#general.\(old.day).log", "#general.log"], "still one file a day: \(filesAfter)")
+            let oldAfter = (try? String(contentsOf: previous, encoding: .utf8)) ?? ""
+            #expect(oldAfter == oldText, "yesterday's file is as it was:\n\(oldAfter)")
+            let newAfter = (try? String(contentsOf: current, encoding: .utf8)) ?? ""
+            #expect(newAfter.hasPrefix(newText) && newAfter.contains(" #general <bob> the next morning"),
+                    "today's file goes on, the backlog in it under its own date:\n\(newAfter)")
         }
     }
 }

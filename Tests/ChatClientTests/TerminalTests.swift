@@ -219,6 +219,11 @@ import TestSupport
             try await tmux.press("Enter")
             try await tmux.waitFor("EXIT=0")
             try await Self.expectSaneTerminal(tmux)
+            // The alternate screen is left: the shell's screen is back, without the chat on it.
+            #expect(try await tmux.format("#{alternate_on}") == "0", "the alternate screen is off")
+            let shell = try await tmux.screen()
+            #expect(!shell.contains { $0.contains("bob joined") || $0.hasPrefix("alice | ") },
+                    "the chat stayed on the alternate screen:\n\(shell.joined(separator: "\n"))")
             #expect(await bob.waitFor { if case .quit("general", _, _, "alice", "gone fishing") = $0 { true } else { false } },
                     "the server got the goodbye")
             try await tmux.type("typed after")

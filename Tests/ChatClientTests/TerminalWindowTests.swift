@@ -54,6 +54,23 @@ extension TerminalTests {
             }
         }
 
+        /// A command entered while scrolled back shows its answer: /lastlog is how one looks for
+        /// a line one was paging back for (the answer went below the view, unseen).
+        @Test func aCommandEnteredWhileScrolledBackShowsItsAnswer() async throws {
+            try await TerminalTests.start { _, tmux, bob, _ in
+                for index in 1...40 { try await bob.say("line \(index)") }
+                try await tmux.waitFor("<bob> line 40")
+                try await tmux.press("PPage")
+                try await tmux.waitFor("alice -- more -- |")
+                try await tmux.type("/lastlog line 17")
+                try await tmux.press("Enter")
+                try await tmux.waitForScreen("the answer, and no -- more --") { rows in
+                    rows.contains { $0.hasSuffix("-- lastlog: 1 line contains \"line 17\":") }
+                        && rows.contains { $0.hasPrefix("alice | [1:#general]") }
+                }
+            }
+        }
+
         @Test func aResizeStormWhileScrolledBackKeepsTheViewAndTheLine() async throws {
             try await TerminalTests.start { _, tmux, bob, _ in
                 for index in 1...60 { try await bob.say("storm \(index)") }
@@ -94,6 +111,26 @@ extension TerminalTests {
                 try await tmux.press("Enter")
                 try await tmux.waitFor("<flood> flood 3000")
                 _ = home
+            }
+        }
+
+        /// A terminal too narrow for the current window's name and a mention's still shows the
+        /// mention, scrolled back too: the windows go by number (it was cut off the line's end).
+        @Test func aNarrowStatusLineStillShowsTheMention() async throws {
+            try await TerminalTests.start(rooms: ["general", "dev"]) { _, tmux, bob, _ in
+                for index in 1...12 { try await bob.say("filler \(index)") }
+                try await tmux.waitFor("<bob> filler 12")
+                try await bob.join("dev")
+                try await bob.say("alice: look here", in: "dev")
+                try await tmux.waitFor("alice | [1:#general] 2:#dev(1!)")
+                try await TerminalTests.Scrolling.resize(tmux, columns: 30, rows: 10)
+                try await tmux.waitForScreen("the mention by number") { rows in rows.contains { $0 == "alice | [1] 2(1!)" } }
+                try await tmux.press("PPage")
+                try await tmux.waitForScreen("the mention while scrolled back") { rows in rows.contains { $0 == "alice -- more -- | [1] 2(1!)" } }
+                try await tmux.press("M-2")
+                try await tmux.waitForInput("", prompt: "[#dev] ")
+                try await TerminalTests.Scrolling.resize(tmux, columns: 80, rows: 24)
+                try await tmux.waitFor("alice | 1:#general [2:#dev]")
             }
         }
 
@@ -167,6 +204,22 @@ extension TerminalTests {
             let log = home.appendingPathComponent(".local/share/chat-client/logs/127.0.0.1:\(server.port)/#dev.log")
             #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" #dev <bob> the deploy is done") },
                     "the log has the line")
+            // /lastlog shows copies of lines that are already in the window and its log: the
+            // copies are not logged again, nor found by the next /lastlog.
+            for answers in 1...2 {
+                try await tmux.type("/lastlog deploy")
+                try await tmux.press("Enter")
+                try await tmux.waitForScreen("answer \(answers) of one line") { rows in
+                    rows.filter { $0.contains("-- lastlog: ") }.count == answers
+                }
+            }
+            #expect(try await tmux.screen().filter { $0.hasSuffix("-- lastlog: 1 line contains \"deploy\":") }.count == 2,
+                    "the second search does not find the first one's answer")
+            try await bob.say("after the search", in: "dev")
+            #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" #dev <bob> after the search") })
+            let searched = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            #expect(!searched.contains("lastlog") && searched.components(separatedBy: "the deploy is done").count == 2,
+                    "the log holds the line once and none of /lastlog's answer:\n\(searched)")
             let mode = try FileManager.default.attributesOfItem(atPath: log.path)[.posixPermissions] as? Int
             #expect(mode == 0o600, "the log is private: \(String(mode ?? 0, radix: 8))")
             let logged = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
@@ -191,6 +244,36 @@ extension TerminalTests {
             try await tmux.type("/wc")
             try await tmux.press("Enter")
             try await tmux.waitFor("alice | [1:#general]")
+        }
+
+        /// The config file's [tls] (mode "ca", ca_file under ~) against a real TLS server, with
+        /// no TLS flag given: verified, and said so in the status line.
+        @Test func theConfigFilesTLSSettingsConnectVerified() async throws {
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent("Scripts/dev-cert.sh")
+            let certificates = home.appendingPathComponent("certs")
+            let issue = try ChildProcess(script, ["--out", certificates.path])
+            #expect(await issue.waitForExit() == 0, "dev-cert.sh made a CA and a certificate for localhost: \(issue.output)")
+            try FileManager.default.copyItem(at: certificates.appendingPathComponent("ca.pem"), to: home.appendingPathComponent("ca.pem"))
+            let server = try await ChatServerProcess(arguments: [
+                "--tls-cert", certificates.appendingPathComponent("server.pem").path,
+                "--tls-key", certificates.appendingPathComponent("server-key.pem").path,
+            ])
+            defer { server.stop() }
+            try writeConfig("""
+                servers = ["localhost:\(server.port)"]
+
+                [tls]
+                mode = "ca"
+                ca_file = "~/ca.pem"
+                """, home: home)
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("alice | [1:#general] | TLS 1.3")
+            #expect(try await !tmux.screen().contains { $0.contains("UNVERIFIED") || $0.contains("NOT verified") })
         }
 
         @Test func theMergedWindowShowsEveryWindowsLines() async throws {
@@ -225,6 +308,31 @@ extension TerminalTests {
             try await TerminalTests.expectSaneTerminal(tmux)
         }
 
+        /// Names and addresses in the file are checked with its lines: a bad nick, room or server
+        /// was refused after the file was read, without its line, and a bad nick only when no
+        /// --nick stood in for it (the usage error of a flag, exit status 64).
+        @Test(arguments: [
+            ("nick = \"alice\"\n\nnick2 = 1\n", "line 3: unknown setting nick2"),
+            ("# mine\nnick = \"9lives\"\n", "line 2: \"9lives\" is not a valid nick"),
+            ("autojoin = [\"#general\"]\nautojoin2 = []\n", "line 2: unknown setting autojoin2"),
+            ("\nautojoin = [\"#general\", \"#no room\"]\n", "line 2: autojoin: \"#no room\" is not a valid room"),
+            ("servers = [\"127.0.0.1\"]\n", "line 1: servers: 127.0.0.1: expected HOST:PORT"),
+            ("[colours]\n", "line 1: unknown table [colours]"),
+        ])
+        func aBadValueInTheConfigNamesItsLineAndStartsNothing(text: String, expected: String) async throws {
+            let directory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let file = directory.appendingPathComponent("config.toml")
+            try text.write(to: file, atomically: true, encoding: .utf8)
+            let child = try pipeClient(["--config", file.path, "--port", "1"])
+            defer { child.stop() }
+            let status = await child.waitForExit()
+            #expect(status == 1)
+            #expect(child.output.hasPrefix("chat-client: \(file.path) \(expected)")
+                    && child.output.hasSuffix("; nothing was started\n") && child.output.split(separator: "\n").count == 1,
+                    "one line naming the file and the line: \(child.output)")
+        }
+
         @Test func anUnwritableLogDirectoryGivesOneNoteAndChatGoesOn() async throws {
             let home = try temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: home) }
@@ -239,6 +347,103 @@ extension TerminalTests {
             try await bob.say("still chatting")
             try await tmux.waitFor("<bob> still chatting")
             #expect(try await tmux.screen().filter { $0.contains("cannot write the log") }.count == 1, "one note")
+        }
+
+        /// What a client started into a server that already has rooms sees and can do: its room's
+        /// backlog above `— live from here —`, Tab after `/join #` offering a room only the
+        /// connect-time room list named, `/rooms` one a line with its topic, `/switch` and `/window`
+        /// (`/w`, `/win`) going to a query (`/q`) and back by name, and `/server` moving to another
+        /// server.
+        @Test func aServerWithRoomsAlreadyThereSwitchingByNameAndServer() async throws {
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            let other = try await ChatServerProcess()
+            defer { other.stop() }
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            // Before alice starts: a line in #general, and a room with a topic she is not in.
+            let carol = try await Peer(nick: "carol", port: server.port)
+            defer { carol.close() }
+            try await carol.say("said before you came")
+            try await carol.join("ops")
+            try await carol.connection.send(.setTopic(room: "ops", text: "incidents only"))
+            #expect(await carol.waitFor { if case .topic("ops", _, _, _, "incidents only") = $0 { true } else { false } })
+            #expect(await carol.waitFor(TerminalTests.said("said before you came", by: "carol")))
+
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitForScreen("the backlog, then the marker where live lines start") { rows in
+                guard let said = rows.firstIndex(where: { $0.hasSuffix("#general <carol> said before you came") }),
+                    let live = rows.firstIndex(where: { $0.hasSuffix("#general — live from here —") })
+                else { return false }
+                return said < live
+            }
+            // Nothing but the room list alice's client asked for at connect time names #ops.
+            try await tmux.type("/join #o")
+            try await tmux.press("Tab")
+            try await tmux.waitForInput("/join #ops ", prompt: TerminalTests.prompt)
+            try await tmux.press("C-u")
+            try await tmux.type("/rooms")
+            try await tmux.press("Enter")
+            try await tmux.waitFor("-- 2 rooms:")
+            try await tmux.waitForScreen("#ops on a line of its own, with its member count and topic") { rows in
+                rows.contains { $0.range(of: #"-- #ops +1 member +incidents only$"#, options: .regularExpression) != nil }
+            }
+
+            // A query, left and found again by name with /switch and /window.
+            try await tmux.type("/q carol")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: "[carol] ")
+            try await tmux.type("/switch #general")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: TerminalTests.prompt)
+            try await tmux.type("/switch carol")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: "[carol] ")
+            try await tmux.type("/w #general")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: TerminalTests.prompt)
+            try await tmux.type("/win carol")
+            try await tmux.press("Enter")
+            try await tmux.waitForInput("", prompt: "[carol] ")
+            try await tmux.press("M-1")
+
+            // /server: to another server, which becomes the only one; #general is joined there.
+            let dave = try await Peer(nick: "dave", port: other.port)
+            defer { dave.close() }
+            try await tmux.type("/server 127.0.0.1:\(other.port)")
+            try await tmux.press("Enter")
+            #expect(await dave.waitFor { if case .joined("general", _, _, "alice") = $0 { true } else { false } },
+                    "alice joined #general on the other server")
+            try await tmux.waitForLogicalLine(containing: "reconnected to 127.0.0.1:\(other.port)")
+            try await dave.say("on the other server")
+            try await tmux.waitFor("#general <dave> on the other server")
+            try await tmux.type("moved")
+            try await tmux.press("Enter")
+            #expect(await dave.waitFor(TerminalTests.said("moved", by: "alice")), "alice talks on the other server")
+            #expect(!carol.frames.contains { if case .message(_, _, _, "alice", "moved") = $0 { true } else { false } },
+                    "and no longer on the first")
+        }
+
+        /// `buffer_lines` bounds what the real client keeps: 200 lines into a window of 50, and
+        /// paging back stops at the 151st.
+        @Test func aWindowKeepsItsBufferLinesAndNoMore() async throws {
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            try writeConfig("buffer_lines = 50\ntimestamp_format = \"-\"\n", home: home)
+            let server = try await ChatServerProcess(arguments: ["--no-rate-limits"])
+            defer { server.stop() }
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("#general -!- alice joined")
+            let bob = try await Peer(nick: "bob", port: server.port)
+            defer { bob.close() }
+            for index in 1...200 { try await bob.say("kept \(index)") }
+            try await tmux.waitFor("- #general <bob> kept 200")
+            for _ in 0..<6 { try await tmux.press("PPage") }
+            try await tmux.waitForScreen("the oldest line kept at the top, the 151st") { rows in
+                rows.first == "- #general <bob> kept 151" && rows.contains { $0.hasPrefix("alice -- more --") }
+            }
         }
 
         @Test func aConfigNamingFiveHundredRoomsJoinsThemAll() async throws {

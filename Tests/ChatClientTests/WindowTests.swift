@@ -86,6 +86,24 @@ import Testing
         #expect(buffer.matching("<carol> nothing").count == 1, "escape codes do not hide a match")
     }
 
+    @Test func lastlogDoesNotSearchItsOwnAnswers() {
+        var buffer = WindowBuffer(limit: 6)
+        buffer.append("09:00 <bob> deploy at noon")
+        // What /lastlog deploy shows: a header and the copy, both holding the word.
+        buffer.append("10:00 -- lastlog: 1 line contains \"deploy\":", searchable: false)
+        buffer.append("09:00 <bob> deploy at noon", searchable: false)
+        buffer.append("10:01 <carol> deploy done")
+        #expect(buffer.matching("deploy") == ["09:00 <bob> deploy at noon", "10:01 <carol> deploy done"],
+                "the answer to the last search is not found by the next")
+        // Past the limit and after /clear, lines keep their kind.
+        for index in 1...4 { buffer.append("10:0\(index) <bob> deploy \(index)", searchable: index.isMultiple(of: 2)) }
+        #expect(Array(buffer.lines) == ["09:00 <bob> deploy at noon", "10:01 <carol> deploy done"] + (1...4).map { "10:0\($0) <bob> deploy \($0)" })
+        #expect(buffer.matching("deploy") == ["10:01 <carol> deploy done", "10:02 <bob> deploy 2", "10:04 <bob> deploy 4"])
+        buffer.clear()
+        buffer.append("11:00 <bob> deploy again")
+        #expect(buffer.matching("deploy") == ["11:00 <bob> deploy again"])
+    }
+
     private func connected(rooms: [String] = ["general", "dev"]) -> ClientSession {
         var session = ClientSession(nick: "alice", rooms: rooms, clock: { 1000 })
         _ = session.connected(nick: "alice", motd: "", version: 2)
@@ -114,6 +132,12 @@ import Testing
         let narrower = StatusLine.render(session: session, columns: 36)
         #expect(narrower == "alice | [1:#room1] 8:#room8(1!) +6", "then windows with news, never a mention: \(narrower)")
         #expect(StatusLine.render(session: session, columns: 200, scrolledBack: true).hasPrefix("alice -- more -- |"))
+        // Narrower than the current window and the mention named: windows by number alone.
+        let compact = StatusLine.render(session: session, columns: 30)
+        #expect(compact == "alice | [1] 2 3(1) 4 8(1!) +3", "the mention is still there: \(compact)")
+        #expect(StatusLine.render(session: session, columns: 20) == "alice | [1] 8(1!) +6")
+        // Where even the count does not fit, it goes before the mention is cut.
+        #expect(StatusLine.render(session: session, columns: 30, scrolledBack: true) == "alice -- more -- | [1] 8(1!)")
     }
 
     @Test func highlightWordsCountAsMentions() {
@@ -240,7 +264,14 @@ import Testing
         ("\n\ncolour = true", 3, "unknown setting colour"),
         ("highlight = [\"a\", \"b\"", 1, "an array is"),
         ("nick = \"a\"\nnick = \"b\"", 2, "nick is given twice"),
-        ("[server]\nport = 1", 2, "unknown table [server]"),
+        ("[server]\nport = 1", 1, "unknown table [server] (the file has [tls] and [aliases])"),
+        ("nick = \"a\"\n[colours]\n", 2, "unknown table [colours]"),
+        ("\nnick = \"9lives\"", 2, "\"9lives\" is not a valid nick"),
+        ("autojoin = [\"#general\", \"#bad room\"]", 1, "autojoin: \"#bad room\" is not a valid room"),
+        ("\n\nservers = [\"nohost\"]", 3, "servers: nohost: expected HOST:PORT"),
+        ("account = \"-x\"", 1, "account: \"-x\" is not a valid nick"),
+        ("colours = true\ncolors = false", 2, "colors is colours again (line 1)"),
+        ("[tls]\n\nmode = \"ca\"", 3, "needs ca_file"),
         ("nick = \"unclosed", 1, "a string is not closed"),
         ("buffer_lines = 0", 1, "buffer_lines is 1 to"),
     ])
@@ -311,6 +342,42 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: folder.appendingPathComponent("_._bob.log").path), "a window name cannot leave the directory")
         let mode = try FileManager.default.attributesOfItem(atPath: folder.appendingPathComponent("#general.log").path)[.posixPermissions] as? Int
         #expect(mode == 0o600)
+    }
+
+    /// A room's backlog from an earlier day arrives after the join line of today (a client
+    /// started the morning after): its lines must not move today's file aside under today's date,
+    /// nor the next line of today move that file over the earlier day's (rename replaces it).
+    @Test func anEarlierDaysLineAfterTodaysNeverMovesAFileOverAnother() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("logs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = "127.0.0.1:7000"
+        // Yesterday's session.
+        var yesterday = WindowLogs(directory: directory.path)
+        yesterday.write("#general <bob> evening", stamp: "2026-05-11 22:00:00", day: "2026-05-11", window: "#general", server: server)
+        yesterday.write("#general <alice> good night", stamp: "2026-05-11 22:01:00", day: "2026-05-11", window: "#general", server: server)
+        // This morning's: the join line, the backlog from yesterday, then live lines.
+        var logs = WindowLogs(directory: directory.path)
+        let written = [
+            logs.write("-!- alice joined", stamp: "2026-05-12 08:00:00", day: "2026-05-12", window: "#general", server: server),
+            logs.write("#general <bob> evening", stamp: "2026-05-11 22:00:00", day: "2026-05-11", window: "#general", server: server),
+            logs.write("— live from here —", stamp: "2026-05-12 08:00:00", day: "2026-05-12", window: "#general", server: server),
+            logs.write("#general <bob> morning", stamp: "2026-05-12 08:01:00", day: "2026-05-12", window: "#general", server: server),
+        ]
+        #expect(written == [true, true, true, true])
+        let folder = directory.appendingPathComponent(server)
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted()
+        #expect(files == ["#general.2026-05-11.log", "#general.log"], "no file under today's date while today is being written: \(files)")
+        let old = (try? String(contentsOf: folder.appendingPathComponent("#general.2026-05-11.log"), encoding: .utf8)) ?? ""
+        #expect(old == "2026-05-11 22:00:00 #general <bob> evening\n2026-05-11 22:01:00 #general <alice> good night\n",
+                "yesterday's file keeps yesterday's session:\n\(old)")
+        let today = (try? String(contentsOf: folder.appendingPathComponent("#general.log"), encoding: .utf8)) ?? ""
+        #expect(today == """
+            2026-05-12 08:00:00 -!- alice joined
+            2026-05-11 22:00:00 #general <bob> evening
+            2026-05-12 08:00:00 — live from here —
+            2026-05-12 08:01:00 #general <bob> morning
+
+            """, "today's file has every line of today's session, the backlog stamped with its own day:\n\(today)")
     }
 
     @Test func anUnwritableDirectoryStopsLoggingWithOneReason() {
