@@ -749,11 +749,11 @@ public final class ChatServer: @unchecked Sendable {
     /// whatever a commit's outcome.
     ///
     /// A handshake's frames go out at once: nothing is held for a client before its welcome (it
-    /// is in no room), so it is welcomed however far behind the writer is. A disconnection does
-    /// not wait for the commit either. A slow consumer is cut off at once (what is held for it is
-    /// dropped, as what is queued is); any other leaving client is read no more and gets what
-    /// is held for it and its farewell when the commit lands, or its farewell at its linger
-    /// deadline if the commit has not landed by then.
+    /// is in no room), so it is welcomed however far behind the writer is. A leaving client is
+    /// read no more at once: a slow consumer is cut off at once too (what is held for it is
+    /// dropped, as what is queued is); any other gets what is held for it and its farewell when
+    /// the commit lands, or its farewell alone at its linger deadline if the commit has not
+    /// landed by then.
     private func carryOutHeld() {
         for index in performed..<actions.count {
             let action = actions[index]
