@@ -817,9 +817,10 @@ public final class ChatServer: @unchecked Sendable {
     private func submitCommit() {
         guard let store, !commitInFlight else { return }
         // Everything a queue holds now is this commit's: the last one's was released or dropped.
+        let held = holding.map { HeldBytes(connection: $0, bytes: $0.channel.heldBytes, replies: $0.heldReplyBytes) }
         let commit = PendingCommit(
-            actions: actions, performedAtOnce: performedAtOnce, departures: departuresAfterCommit,
-            held: holding.map { HeldBytes(connection: $0, bytes: $0.channel.heldBytes, replies: $0.heldReplyBytes) }, cost: uncommittedCost)
+            actions: actions, performedAtOnce: performedAtOnce, departures: departuresAfterCommit, held: held,
+            cost: uncommittedCost)
         for connection in holding { connection.channel.holdsNewBytes = false }
         holding.removeAll(keepingCapacity: true)
         actions = []
