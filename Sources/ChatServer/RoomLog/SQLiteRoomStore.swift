@@ -304,6 +304,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// See `RoomStore.runFinishedCommits()`.
     public func runFinishedCommits() {
+        // Committing on the loop with nothing handed to the writer, nothing can have finished
+        // there: no lock taken for it (the server asks after every request).
+        if placement == .eventLoop, handedOff == 0 { return }
         // A completion may serve requests that call this again: the outer loop runs the rest,
         // so completions never nest and always run in order.
         guard !runningFinished else { return }
