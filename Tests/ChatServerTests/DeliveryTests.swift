@@ -130,9 +130,15 @@ struct DeliveryTests {
 
 extension DeliveryTests {
     /// The room log's memory promise for a member that stops reading: its queue holds a slot per
-    /// segment of the room's encoded events (`RoomSegments`), not a chunk per event.
-    @Test func aMemberThatStopsReadingCostsASlotPerSegmentNotPerMessage() async throws {
-        try await withServer(testConfiguration()) { server in
+    /// segment of the room's encoded events (`RoomSegments`), not a chunk per event — in memory
+    /// mode, and in durable mode, where a turn's events wait in the queue for their commit.
+    @Test(arguments: [false, true])
+    func aMemberThatStopsReadingCostsASlotPerSegmentNotPerMessage(durable: Bool) async throws {
+        let data = try TemporaryDirectory(prefix: "chat-delivery")
+        defer { data.remove() }
+        let store = durable ? try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll) : nil
+        defer { store?.close() }
+        try await withServer(testConfiguration(), store: store) { server in
             let alice = try await TestClient.connect(server, nick: "alice")
             try await alice.join("r")
             let stalled = try BlockingSocket(port: server.port, receiveBuffer: 4096)

@@ -51,11 +51,13 @@ func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ i
 /// A logger that drops everything, so test output stays readable.
 let quietLogger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
-/// Starts a server on port 0, runs `body`, then shuts the server down (also when `body` throws).
+/// Starts a server on port 0 (keeping its rooms in `store`, if given), runs `body`, then shuts
+/// the server down (also when `body` throws).
 func withServer(
-    _ configuration: ChatServerConfiguration = testConfiguration(), _ body: (ChatServer) async throws -> Void
+    _ configuration: ChatServerConfiguration = testConfiguration(), store: (any RoomStore)? = nil,
+    _ body: (ChatServer) async throws -> Void
 ) async throws {
-    let server = try ChatServer(configuration: configuration, logger: quietLogger)
+    let server = try ChatServer(configuration: configuration, store: store, logger: quietLogger)
     server.start()
     do {
         try await body(server)
