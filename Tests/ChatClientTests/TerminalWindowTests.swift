@@ -394,18 +394,15 @@ extension TerminalTests {
             try await tmux.type("/q carol")
             try await tmux.press("Enter")
             try await tmux.waitForInput("", prompt: "[carol] ")
-            try await tmux.type("/switch #general")
-            try await tmux.press("Enter")
-            try await tmux.waitForInput("", prompt: TerminalTests.prompt)
-            try await tmux.type("/switch carol")
-            try await tmux.press("Enter")
-            try await tmux.waitForInput("", prompt: "[carol] ")
-            try await tmux.type("/w #general")
-            try await tmux.press("Enter")
-            try await tmux.waitForInput("", prompt: TerminalTests.prompt)
-            try await tmux.type("/win carol")
-            try await tmux.press("Enter")
-            try await tmux.waitForInput("", prompt: "[carol] ")
+            let switches = [
+                ("/switch #general", TerminalTests.prompt), ("/switch carol", "[carol] "), ("/w #general", TerminalTests.prompt),
+                ("/win carol", "[carol] "),
+            ]
+            for (command, prompt) in switches {
+                try await tmux.type(command)
+                try await tmux.press("Enter")
+                try await tmux.waitForInput("", prompt: prompt)
+            }
             try await tmux.press("M-1")
 
             // /server: to another server, which becomes the only one; #general is joined there.

@@ -416,6 +416,22 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
     func close() { inner.close() }
 }
 
+/// Runs `body` with a started server on a `GatedRoomStore` over a real SQLite store in
+/// `directory` (a temporary one of its own, removed afterwards, unless given); the store is
+/// closed afterwards, and `body` shuts the server down.
+func withGatedServer(
+    _ configuration: ChatServerConfiguration = testConfiguration(), in directory: TemporaryDirectory? = nil,
+    _ body: (GatedRoomStore, ChatServer) async throws -> Void
+) async throws {
+    let data = try directory ?? TemporaryDirectory(prefix: "chat-durability")
+    defer { if directory == nil { data.remove() } }
+    let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
+    defer { store.close() }
+    let server = try ChatServer(configuration: configuration, store: store, logger: quietLogger)
+    server.start()
+    try await body(store, server)
+}
+
 /// How many of this process's descriptors are open read-only on `path`.
 private func readOnlyDescriptors(on path: String) -> Int {
     guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return 0 }
@@ -457,104 +473,96 @@ extension DurabilityTests {
 
 extension DurabilityTests {
     @Test func aWriterThatLagsStopsTheServerReadingAndLosesNothing() async throws {
-        let data = try TemporaryDirectory(prefix: "chat-durability")
-        defer { data.remove() }
         let configuration = testConfiguration {
             $0.maxClients = 10
             $0.maxMemory = 84 << 20
         }
-        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
-        defer { store.close() }
-        let server = try ChatServer(configuration: configuration, store: store, logger: quietLogger)
-        server.start()
-        let flooder = try await TestClient.connect(port: server.port, nick: "flood", version: 2)
-        let reader = try await TestClient.connect(port: server.port, nick: "reader", version: 2)
-        _ = try await flooder.joinRoom("r")
-        _ = try await reader.joinRoom("r")
-        store.shut()
+        try await withGatedServer(configuration) { store, server in
+            let flooder = try await TestClient.connect(port: server.port, nick: "flood", version: 2)
+            let reader = try await TestClient.connect(port: server.port, nick: "reader", version: 2)
+            _ = try await flooder.joinRoom("r")
+            _ = try await reader.joinRoom("r")
+            store.shut()
 
-        // A message of 1,000 bytes to a room of two costs about 1.1 KB held until its commit;
-        // the server may hold an eighth of its output share, then must stop reading.
-        let count = 8_000
-        let bound = server.budget.output / 8 / 1_000
-        let texts = (0..<count).map { number in "\(number) " + String(repeating: "f", count: 1_000) }
-        // The flooder reads its echoes, or its own unread replies would stop it first.
-        let echoes = Task {
-            try await flooder.collect(count, "echoes", limit: .seconds(120)) { frame -> Bool? in
-                if case .message("r", _, _, "flood", _) = frame { return true }
-                return nil
-            }.count
-        }
-        let sender = Task {
-            for text in texts {
-                do { try await flooder.send(.say(room: "r", text: text)) } catch { return }
+            // A message of 1,000 bytes to a room of two costs about 1.1 KB held until its commit;
+            // the server may hold an eighth of its output share, then must stop reading.
+            let count = 8_000
+            let bound = server.budget.output / 8 / 1_000
+            let texts = (0..<count).map { number in "\(number) " + String(repeating: "f", count: 1_000) }
+            // The flooder reads its echoes, or its own unread replies would stop it first.
+            let echoes = Task {
+                try await flooder.collect(count, "echoes", limit: .seconds(120)) { frame -> Bool? in
+                    if case .message("r", _, _, "flood", _) = frame { return true }
+                    return nil
+                }.count
             }
-        }
-        try await withTimeout(waitingFor: "half the bound staged") { await store.waitForStaged(bound / 2) }
-        // The pause gives a server that kept reading the time to stage far more; one that stops
-        // stages nothing more however long it lasts, so the test cannot fail for being slow.
-        try await Task.sleep(for: .seconds(1))
-        let staged = store.eventsStagedWhileShut
-        #expect(staged <= bound + 200, "the server stopped reading once it held its share: \(staged) staged, bound about \(bound)")
-        #expect(staged < count, "it did not read the whole flood")
-        store.open()
+            let sender = Task {
+                for text in texts {
+                    do { try await flooder.send(.say(room: "r", text: text)) } catch { return }
+                }
+            }
+            try await withTimeout(waitingFor: "half the bound staged") { await store.waitForStaged(bound / 2) }
+            // The pause gives a server that kept reading the time to stage far more; one that stops
+            // stages nothing more however long it lasts, so the test cannot fail for being slow.
+            try await Task.sleep(for: .seconds(1))
+            let staged = store.eventsStagedWhileShut
+            #expect(staged <= bound + 200, "the server stopped reading once it held its share: \(staged) staged, bound about \(bound)")
+            #expect(staged < count, "it did not read the whole flood")
+            store.open()
 
-        let received = try await reader.collect(count, "the flood", limit: .seconds(120)) { frame -> String? in
-            if case .message("r", _, _, "flood", let text) = frame { return text }
-            return nil
+            let received = try await reader.collect(count, "the flood", limit: .seconds(120)) { frame -> String? in
+                if case .message("r", _, _, "flood", let text) = frame { return text }
+                return nil
+            }
+            #expect(received == texts, "every message, once, in order, after the writer caught up")
+            await sender.value
+            #expect(try await echoes.value == count, "the flooder saw every echo")
+            flooder.close()
+            reader.close()
+            await server.shutdown()
         }
-        #expect(received == texts, "every message, once, in order, after the writer caught up")
-        await sender.value
-        #expect(try await echoes.value == count, "the flooder saw every echo")
-        flooder.close()
-        reader.close()
-        await server.shutdown()
     }
 }
 
 extension DurabilityTests {
     @Test func aSlotWhoseDeliveriesWaitForACommitIsNotGivenToANewcomer() async throws {
-        let data = try TemporaryDirectory(prefix: "chat-durability")
-        defer { data.remove() }
-        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
-        defer { store.close() }
-        let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
-        server.start()
-        let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
-        _ = try await bob.joinRoom("r")
-        let alice = try await Self.rawMember("alice", of: "r", port: server.port, seenBy: bob)
-        defer { alice.close() }
-        store.shut()
+        try await withGatedServer { store, server in
+            let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
+            _ = try await bob.joinRoom("r")
+            let alice = try await Self.rawMember("alice", of: "r", port: server.port, seenBy: bob)
+            defer { alice.close() }
+            store.shut()
 
-        // bob's line to bob and alice waits for its commit; then alice's connection is reset.
-        // The server closes it at once (no goodbye to wait for), and alice's slot — the lowest
-        // free one — would be the next newcomer's if it were free before that commit.
-        try await bob.send(.say(room: "r", text: "for alice and bob"))
-        try await withTimeout(waitingFor: "the line staged") { await store.waitForStaged(1) }
-        var reset = linger(l_onoff: 1, l_linger: 0)
-        setsockopt(alice.descriptor, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
-        alice.close()
-        #expect(await eventually { server.connectionCount == 1 }, "the server saw alice's connection reset")
-        let carol = try await RawClient(port: server.port)
-        defer { carol.close() }
-        try await carol.write(.hello(version: 2, nick: "carol", password: nil))
-        #expect(await eventually { server.connectionCount == 2 }, "the server took carol's connection")
-        store.open()
+            // bob's line to bob and alice waits for its commit; then alice's connection is reset.
+            // The server closes it at once (no goodbye to wait for), and alice's slot — the lowest
+            // free one — would be the next newcomer's if it were free before that commit.
+            try await bob.send(.say(room: "r", text: "for alice and bob"))
+            try await withTimeout(waitingFor: "the line staged") { await store.waitForStaged(1) }
+            var reset = linger(l_onoff: 1, l_linger: 0)
+            setsockopt(alice.descriptor, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
+            alice.close()
+            #expect(await eventually { server.connectionCount == 1 }, "the server saw alice's connection reset")
+            let carol = try await RawClient(port: server.port)
+            defer { carol.close() }
+            try await carol.write(.hello(version: 2, nick: "carol", password: nil))
+            #expect(await eventually { server.connectionCount == 2 }, "the server took carol's connection")
+            store.open()
 
-        let line = try await bob.waitFor("bob's line") { frame -> String? in
-            if case .message("r", _, _, "bob", let text) = frame { return text }
-            return nil
+            let line = try await bob.waitFor("bob's line") { frame -> String? in
+                if case .message("r", _, _, "bob", let text) = frame { return text }
+                return nil
+            }
+            #expect(line == "for alice and bob")
+            var beforeWelcome: [Frame] = []
+            while true {
+                let frame = try #require(try await carol.next(waitingFor: "carol's welcome"), "carol's connection ended first")
+                if case .welcome = frame { break }
+                beforeWelcome.append(frame)
+            }
+            #expect(beforeWelcome.isEmpty, "carol got what was meant for the client before her: \(beforeWelcome)")
+            bob.close()
+            await server.shutdown()
         }
-        #expect(line == "for alice and bob")
-        var beforeWelcome: [Frame] = []
-        while true {
-            let frame = try #require(try await carol.next(waitingFor: "carol's welcome"), "carol's connection ended first")
-            if case .welcome = frame { break }
-            beforeWelcome.append(frame)
-        }
-        #expect(beforeWelcome.isEmpty, "carol got what was meant for the client before her: \(beforeWelcome)")
-        bob.close()
-        await server.shutdown()
     }
 }
 
@@ -564,47 +572,43 @@ extension DurabilityTests {
     /// still gets nothing that waits for a commit until the commit lands — then all of it, once,
     /// in order.
     @Test func aMemberGetsNoLineBeforeItsCommitEvenWhileItsSocketDrains() async throws {
-        let data = try TemporaryDirectory(prefix: "chat-durability")
-        defer { data.remove() }
-        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
-        defer { store.close() }
-        let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
-        server.start()
-        let sender = try await TestClient.connect(port: server.port, nick: "sender", version: 2)
-        _ = try await sender.joinRoom("r")
-        let member = try await Self.rawMember("member", of: "r", port: server.port, seenBy: sender)
-        defer { member.close() }
+        try await withGatedServer { store, server in
+            let sender = try await TestClient.connect(port: server.port, nick: "sender", version: 2)
+            _ = try await sender.joinRoom("r")
+            let member = try await Self.rawMember("member", of: "r", port: server.port, seenBy: sender)
+            defer { member.close() }
 
-        // Committed lines, more than the member's socket takes while it reads nothing: the rest
-        // waits in its queue.
-        let committed = (0..<300).map { "committed \($0) " + String(repeating: "c", count: 1_000) }
-        for text in committed { try await sender.send(.say(room: "r", text: text)) }
-        _ = try await sender.collect(committed.count, "the committed lines' echoes", limit: .seconds(60)) { frame -> Bool? in
-            if case .message("r", _, _, "sender", _) = frame { return true }
-            return nil
-        }
-        // Lines whose commit does not land yet: queued behind the committed ones, and held.
-        store.shut()
-        let held = (0..<20).map { "held \($0)" }
-        for text in held { try await sender.send(.say(room: "r", text: text)) }
-        try await withTimeout(waitingFor: "the held lines staged") { await store.waitForStaged(held.count) }
-
-        func lines(in frames: [Frame]) -> [String] {
-            frames.compactMap { frame in
-                if case .message("r", _, _, "sender", let text) = frame { return text }
+            // Committed lines, more than the member's socket takes while it reads nothing: the rest
+            // waits in its queue.
+            let committed = (0..<300).map { "committed \($0) " + String(repeating: "c", count: 1_000) }
+            for text in committed { try await sender.send(.say(room: "r", text: text)) }
+            _ = try await sender.collect(committed.count, "the committed lines' echoes", limit: .seconds(60)) { frame -> Bool? in
+                if case .message("r", _, _, "sender", _) = frame { return true }
                 return nil
             }
+            // Lines whose commit does not land yet: queued behind the committed ones, and held.
+            store.shut()
+            let held = (0..<20).map { "held \($0)" }
+            for text in held { try await sender.send(.say(room: "r", text: text)) }
+            try await withTimeout(waitingFor: "the held lines staged") { await store.waitForStaged(held.count) }
+
+            func lines(in frames: [Frame]) -> [String] {
+                frames.compactMap { frame in
+                    if case .message("r", _, _, "sender", let text) = frame { return text }
+                    return nil
+                }
+            }
+            // The member reads now: its socket drains, and its queue follows — up to the mark.
+            let before = lines(in: await member.readFrames(timeout: .seconds(1)).frames)
+            // Compared as one truth, so a failure names the lines by number, not by their kilobytes.
+            let onlyCommitted = before == committed
+            #expect(onlyCommitted, "every committed line, in order, and none held: got \(before.count), the last \(before.last?.prefix(14) ?? "none")")
+            store.open()
+            let after = lines(in: await member.readFrames(timeout: .seconds(1)).frames)
+            #expect(after == held, "the held lines once their commit landed, in order")
+            sender.close()
+            await server.shutdown()
         }
-        // The member reads now: its socket drains, and its queue follows — up to the mark.
-        let before = lines(in: await member.readFrames(timeout: .seconds(1)).frames)
-        // Compared as one truth, so a failure names the lines by number, not by their kilobytes.
-        let onlyCommitted = before == committed
-        #expect(onlyCommitted, "every committed line, in order, and none held: got \(before.count), the last \(before.last?.prefix(14) ?? "none")")
-        store.open()
-        let after = lines(in: await member.readFrames(timeout: .seconds(1)).frames)
-        #expect(after == held, "the held lines once their commit landed, in order")
-        sender.close()
-        await server.shutdown()
     }
 }
 

@@ -174,11 +174,7 @@ struct LogReadTests {
         let data = try TemporaryDirectory(prefix: "chat-reads")
         defer { data.remove() }
         try await storeRoomOld(in: data)
-        let store = GatedRoomStore(try SQLiteRoomStore(directory: data.path, durability: .off, retention: .keepAll))
-        defer { store.close() }
-        let server = try ChatServer(configuration: testConfiguration(), store: store, logger: quietLogger)
-        server.start()
-        try await body(store, server)
+        try await withGatedServer(in: data, body)
     }
 
     /// Stores room `old` (joined, "stored 1", "stored 2", left: seq 1 to 4) in `data` with a
