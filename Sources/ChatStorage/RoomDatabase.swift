@@ -459,6 +459,13 @@ public final class RoomDatabase: @unchecked Sendable {
         return try countedBytes() > policy.maxTotalBytes
     }
 
+    /// How many bytes may still be stored before `policy`'s total is passed (negative once it
+    /// is), by the running count; `Int.max` without a total.
+    public func headroom(under policy: RetentionPolicy) throws(SQLiteError) -> Int {
+        guard policy.maxTotalBytes > 0 else { return .max }
+        return policy.maxTotalBytes - (try countedBytes())
+    }
+
     /// The running count of `totalBytes`, added up once when unknown.
     private func countedBytes() throws(SQLiteError) -> Int {
         if let counted { return counted }

@@ -134,15 +134,6 @@ public final class SocketChannel: @unchecked Sendable {
     /// event.
     @exclusivity(unchecked) private var holds = false
 
-    /// Holds the bytes queued from now on (`holdsNewBytes`); returns whether it did not already.
-    /// (A method, not the property set from another module: across modules a stored property's
-    /// access is checked at run time whatever its `@exclusivity`, on a path taken per member and
-    /// event.)
-    public func holdNewBytes() -> Bool {
-        guard !holdsNewBytes else { return false }
-        holdsNewBytes = true
-        return true
-    }
 
     /// `outboundCost` without the held bytes: what the peer's reading would drain.
     public var sendableCost: Int { outboundCost - heldBytes }
@@ -382,6 +373,25 @@ public final class SocketChannel: @unchecked Sendable {
     /// The cost counted (`outboundCost`) is the chunk's overhead and a slot once per slot, plus the
     /// bytes of every range, as if no other queue shared the chunk.
     public func enqueue(_ chunk: ByteChunk, bytes range: Range<Int>) {
+        append(chunk, bytes: range)
+    }
+
+    /// Holds the bytes queued from now on (`holdsNewBytes`) and queues the bytes `range` of
+    /// `chunk`, as `enqueue(_:bytes:)` does; returns whether the queue began holding with them.
+    /// One call, not the property set from another module then `enqueue`: across modules a
+    /// stored property's access is checked at run time whatever its `@exclusivity`, and this is
+    /// a path taken per member and event (docs/BENCHMARKS.md, "The durable mark in each queue").
+    public func enqueueHeld(_ chunk: ByteChunk, bytes range: Range<Int>) -> Bool {
+        let began = !holdsNewBytes
+        if began { holdsNewBytes = true }
+        append(chunk, bytes: range)
+        return began
+    }
+
+    /// `enqueue(_:bytes:)`, written once and inlined into both callers: a call per member and
+    /// event is what the durable server's fan-out cannot afford twice.
+    @inline(__always)
+    private func append(_ chunk: ByteChunk, bytes range: Range<Int>) {
         assertOnQueue()
         guard state == .open, !writeShutdownRequested, !range.isEmpty else { return }
         assert(range.lowerBound >= 0 && range.upperBound <= chunk.count)

@@ -792,10 +792,15 @@ public final class ChatServer: @unchecked Sendable {
         128 + disconnection.reason.utf8.count
     }
 
-    /// Makes `connection`'s queue hold what is queued for it from now until the next commit is
-    /// submitted (`submitCommit` notes how much that is).
-    private func hold(_ connection: ClientConnection) {
-        if connection.channel.holdNewBytes() { holding.append(connection) }
+    /// Queues the bytes `range` of `chunk` for `connection`: with `holding`, held from now until
+    /// the next commit is submitted (`submitCommit` notes how much that is).
+    @inline(__always)
+    private func queue(_ chunk: ByteChunk, _ range: Range<Int>, for connection: ClientConnection, holding: Bool) {
+        if holding {
+            if connection.channel.enqueueHeld(chunk, bytes: range) { self.holding.append(connection) }
+        } else {
+            connection.channel.enqueue(chunk, bytes: range)
+        }
     }
 
     /// After a commit: commits at the end of this turn what is staged and held — once the
@@ -934,21 +939,17 @@ public final class ChatServer: @unchecked Sendable {
             if let nick = Self.welcomedNick(frame) { logWelcome(connection, nick: nick) }
             let chunk = encode(frame)
             let cost = ByteChunk.cost(ofBytes: chunk.count)
-            if holding {
-                hold(connection)
-                connection.heldReplyBytes += cost
-            }
-            connection.channel.enqueue(chunk)
+            if holding { connection.heldReplyBytes += cost }
+            queue(chunk, 0..<chunk.count, for: connection, holding: holding)
             metrics?.queued(chunk)
             markDirty(connection)
             return cost
         case .sendShared(let shared, let id):
             guard let connection = connections[id.slot], connection.isActive else { return 0 }
             encodeIfNeeded(shared)
-            if holding { hold(connection) }
             var cost = 0
             for chunk in shared.encoded ?? [] {
-                connection.channel.enqueue(chunk)
+                queue(chunk, 0..<chunk.count, for: connection, holding: holding)
                 cost += ByteChunk.cost(ofBytes: chunk.count)
             }
             if holding { connection.heldReplyBytes += cost }
@@ -1054,8 +1055,7 @@ public final class ChatServer: @unchecked Sendable {
                     guard let slot = slots[id.slot] else { continue }
                     slot._withUnsafeGuaranteedRef { connection in
                         guard connection.isActive else { return }
-                        if holding { hold(connection) }
-                        connection.channel.enqueue(chunk, bytes: range)
+                        queue(chunk, range, for: connection, holding: holding)
                         markDirty(connection)
                     }
                 }

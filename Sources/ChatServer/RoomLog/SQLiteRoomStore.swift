@@ -347,18 +347,19 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         loopConnection.database.busyTimeout = Self.loopLockWait
         defer { loopConnection.database.busyTimeout = .seconds(5) }
         let committed: Result<CommittedChanges, SQLiteError>
+        var checkTotal = false
         if retention == .keepAll {
             committed = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
         } else {
             committed = upkeep.ledger.withLock { ledger in
                 let result = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
-                if case .success(let changes) = result { ledger.changes.add(changes) }
+                if case .success(let changes) = result { checkTotal = ledger.add(changes, maxTotalBytes: retention.maxTotalBytes) }
                 return result
             }
         }
         switch committed {
-        case .success(let changes):
-            upkeep.loopCommitGrew(by: changes.grownBytes)
+        case .success:
+            if checkTotal { upkeep.checkTotal() }
             return .success(())
         case .failure(let error) where error.isBusy:
             return nil
