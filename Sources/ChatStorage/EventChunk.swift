@@ -38,49 +38,68 @@ public struct EventChunk: Sendable, Equatable {
     /// Splits `events` (increasing `seq`) into chunks within `maxEvents` and `maxBytes`.
     public static func split(_ events: ArraySlice<HistoryEntry>) -> [EventChunk] {
         var chunks: [EventChunk] = []
-        var current: [HistoryEntry] = []
-        var bytes = 0
-        for event in events {
-            let size = event.sender.utf8.count + event.text.utf8.count
-            if !current.isEmpty, current.count == maxEvents || bytes + size > maxBytes {
-                chunks.append(EventChunk(current))
-                current = []
-                bytes = 0
-            }
-            current.append(event)
-            bytes += size
+        var start = events.startIndex
+        while start < events.endIndex {
+            let end = chunkEnd(of: events, from: start)
+            chunks.append(EventChunk(Array(events[start..<end])))
+            start = end
         }
-        if !current.isEmpty { chunks.append(EventChunk(current)) }
         return chunks
     }
 
+    /// Where the chunk of `events` that starts at `start` (before their end) ends: after at
+    /// least one event, within `maxEvents` and `maxBytes`. What `split` splits by, for a commit
+    /// that writes chunks straight from its batch (`RoomDatabase.commit`).
+    static func chunkEnd<Events: Collection>(of events: Events, from start: Events.Index) -> Events.Index
+    where Events.Element: ChunkEvent {
+        var end = start
+        var count = 0
+        var bytes = 0
+        while end < events.endIndex {
+            let size = events[end].sender.utf8.count + events[end].text.utf8.count
+            if count > 0, count == maxEvents || bytes + size > maxBytes { break }
+            count += 1
+            bytes += size
+            events.formIndex(after: &end)
+        }
+        return end
+    }
+
     /// The blob.
-    public func encoded() -> [UInt8] {
+    public func encoded() -> [UInt8] { Self.encoded(events) }
+
+    /// The blob of `events` (increasing `seq`, at least one): `encoded()` of a chunk of them.
+    static func encoded<Events: Collection>(_ events: Events) -> [UInt8] where Events.Element: ChunkEvent {
         // Sized exactly first, then written through a pointer: every event a busy room stores
         // passes here once, and appending field by field went through the array's growth and
         // uniqueness checks for each (a third of a commit's instructions on the event loop).
+        // Each field is read through the collection's subscript, not from a copy of the event
+        // (`for event in events` retains and releases every string of it).
+        let firstSeq = events.first?.seq ?? 0
         var previous = firstSeq
         var size = 1
-        for event in events {
-            let senderBytes = event.sender.utf8.count
-            let textBytes = event.text.utf8.count
-            size += 1 + Self.varintLength(event.seq - previous) + Self.varintLength(event.time)
+        for index in events.indices {
+            let senderBytes = events[index].sender.utf8.count
+            let textBytes = events[index].text.utf8.count
+            let seq = events[index].seq
+            size += 1 + Self.varintLength(seq - previous) + Self.varintLength(events[index].time)
                 + Self.varintLength(UInt64(senderBytes)) + senderBytes + Self.varintLength(UInt64(textBytes)) + textBytes
-            previous = event.seq
+            previous = seq
         }
         return [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
             var out = buffer.baseAddress!
             out.initialize(to: Self.format)
             out += 1
             var previous = firstSeq
-            for event in events {
-                out.initialize(to: event.kind.rawValue)
+            for index in events.indices {
+                let seq = events[index].seq
+                out.initialize(to: events[index].kind.rawValue)
                 out += 1
-                Self.write(varint: event.seq - previous, to: &out)
-                previous = event.seq
-                Self.write(varint: event.time, to: &out)
-                Self.write(event.sender, to: &out)
-                Self.write(event.text, to: &out)
+                Self.write(varint: seq - previous, to: &out)
+                previous = seq
+                Self.write(varint: events[index].time, to: &out)
+                Self.write(events[index].sender, to: &out)
+                Self.write(events[index].text, to: &out)
             }
             initialized = out - buffer.baseAddress!
             precondition(initialized == size, "an event chunk's size was miscounted")
@@ -100,14 +119,18 @@ public struct EventChunk: Sendable, Equatable {
 
     private static func write(_ string: String, to out: inout UnsafeMutablePointer<UInt8>) {
         // Through the string's contiguous UTF-8 (a native string's own storage), not its `utf8`
-        // view byte by byte.
+        // view byte by byte; borrowed where it can be, not copied to be made contiguous.
+        let written: Void? = string.utf8.withContiguousStorageIfAvailable { bytes in write(bytes, to: &out) }
+        guard written == nil else { return }
         var string = string
-        string.withUTF8 { bytes in
-            write(varint: UInt64(bytes.count), to: &out)
-            guard let base = bytes.baseAddress else { return }
-            out.initialize(from: base, count: bytes.count)
-            out += bytes.count
-        }
+        string.withUTF8 { bytes in write(bytes, to: &out) }
+    }
+
+    private static func write(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout UnsafeMutablePointer<UInt8>) {
+        write(varint: UInt64(bytes.count), to: &out)
+        guard let base = bytes.baseAddress else { return }
+        out.initialize(from: base, count: bytes.count)
+        out += bytes.count
     }
 
     /// How many bytes `value` takes as a varint: 1 to 10.
@@ -166,4 +189,25 @@ public struct EventChunk: Sendable, Equatable {
             return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         }
     }
+}
+
+/// What a chunk's blob is made of: a `HistoryEntry`, or a commit's `StoredEvent` read in place, so
+/// that a commit encodes its batch without first gathering each chunk's entries into an array of
+/// their own (retaining every string twice more, and releasing them after).
+protocol ChunkEvent {
+    var kind: HistoryEntry.Kind { get }
+    var seq: UInt64 { get }
+    var time: UInt64 { get }
+    var sender: String { get }
+    var text: String { get }
+}
+
+extension HistoryEntry: ChunkEvent {}
+
+extension StoredEvent: ChunkEvent {
+    var kind: HistoryEntry.Kind { entry.kind }
+    var seq: UInt64 { entry.seq }
+    var time: UInt64 { entry.time }
+    var sender: String { entry.sender }
+    var text: String { entry.text }
 }

@@ -64,6 +64,7 @@ public final class RoomDatabase: @unchecked Sendable {
     private let touchRoom: SQLiteStatement
     private let deleteRoomRow: SQLiteStatement
     private let deleteRoomChunks: SQLiteStatement
+    private let transactionStatements: SQLiteDatabase.TransactionStatements
     /// Everything stored counts for this many bytes against `RetentionPolicy.maxTotalBytes`
     /// (rows and events): kept up to date by commits and retention, so retention need not add up
     /// every row each step; nil until first needed, and again after a transaction rolled back.
@@ -143,6 +144,7 @@ public final class RoomDatabase: @unchecked Sendable {
             touchRoom = try database.prepare("UPDATE rooms SET last_active = max(last_active, ?2) WHERE name = ?1")
             deleteRoomRow = try database.prepare("DELETE FROM rooms WHERE name = ?1")
             deleteRoomChunks = try database.prepare("DELETE FROM event_chunks WHERE room = ?1")
+            transactionStatements = try database.prepareTransaction()
         } catch let error as StorageError {
             throw error
         } catch let error as SQLiteError {
@@ -250,13 +252,28 @@ public final class RoomDatabase: @unchecked Sendable {
     private static func write(_ chunk: EventChunk, room: String, with statement: SQLiteStatement) throws(SQLiteError) -> (
         count: Int64, bytes: Int64
     ) {
-        let bytes = chunk.events.reduce(0) { $0 + StoredEvent.storedBytes(room: room, entry: $1) }
+        try write(chunkOf: chunk.events, room: room, with: statement)
+    }
+
+    /// Inserts `events` (increasing `seq`, at least one, within a chunk's bounds) as one chunk
+    /// of `room` through `statement` (`insertChunkSQL`); returns their count and bytes.
+    private static func write<Events: Collection>(
+        chunkOf events: Events, room: String, with statement: SQLiteStatement
+    ) throws(SQLiteError) -> (count: Int64, bytes: Int64) where Events.Element: ChunkEvent {
+        var bytes = 0
+        var oldestTime = UInt64.max
+        var lastSeq: UInt64 = 0
+        for index in events.indices {
+            bytes += StoredEvent.storedBytes(room: room, sender: events[index].sender, text: events[index].text)
+            oldestTime = min(oldestTime, events[index].time)
+            lastSeq = events[index].seq
+        }
         try statement.bind(
-            .text(room), .integer(Int64(bitPattern: chunk.firstSeq)), .integer(Int64(bitPattern: chunk.lastSeq)),
-            .integer(Int64(bitPattern: chunk.oldestTime)), .integer(Int64(chunk.events.count)), .integer(Int64(bytes)),
-            .blob(chunk.encoded()))
+            .text(room), .integer(Int64(bitPattern: events.first?.seq ?? 0)), .integer(Int64(bitPattern: lastSeq)),
+            .integer(Int64(bitPattern: oldestTime)), .integer(Int64(events.count)), .integer(Int64(bytes)),
+            .blob(EventChunk.encoded(events)))
         try statement.run()
-        return (Int64(chunk.events.count), Int64(bytes))
+        return (Int64(events.count), Int64(bytes))
     }
 
     // MARK: Writing
@@ -267,7 +284,7 @@ public final class RoomDatabase: @unchecked Sendable {
     @discardableResult
     public func commit(_ batch: RoomBatch) throws(SQLiteError) -> CommittedChanges {
         guard !batch.isEmpty else { return CommittedChanges() }
-        let grown = try database.transaction { () throws(SQLiteError) -> Int in
+        let grown = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
             var grown = 0
             var added: [String: (count: Int64, bytes: Int64)] = [:]
             var start = batch.events.startIndex
@@ -276,20 +293,25 @@ public final class RoomDatabase: @unchecked Sendable {
                 let room = batch.events[start].room
                 var end = start + 1
                 while end < batch.events.endIndex, batch.events[end].room == room { end += 1 }
-                let run = batch.events[start..<end].map(\.entry)
+                // The run is written from the batch itself, chunk by chunk, not copied out.
+                let run = batch.events[start..<end]
                 var last = try lastStoredSeq(of: room)
-                for entry in run {
-                    guard entry.seq > last else {
+                for index in run.indices {
+                    let seq = run[index].entry.seq
+                    guard seq > last else {
                         throw SQLiteError(
                             operation: "commit", code: SQLITE_CONSTRAINT,
-                            message: "event \(entry.seq) of \(room) is not after the stored event \(last)")
+                            message: "event \(seq) of \(room) is not after the stored event \(last)")
                     }
-                    last = entry.seq
+                    last = seq
                 }
-                for chunk in EventChunk.split(run[...]) {
-                    let counts = try Self.write(chunk, room: room, with: insertChunk)
+                var chunkStart = start
+                while chunkStart < end {
+                    let chunkEnd = EventChunk.chunkEnd(of: run, from: chunkStart)
+                    let counts = try Self.write(chunkOf: run[chunkStart..<chunkEnd], room: room, with: insertChunk)
                     added[room, default: (0, 0)].count += counts.count
                     added[room, default: (0, 0)].bytes += counts.bytes
+                    chunkStart = chunkEnd
                 }
                 start = end
             }
@@ -419,7 +441,7 @@ public final class RoomDatabase: @unchecked Sendable {
     ) throws(SQLiteError) -> Int {
         let deleted: Int
         do {
-            deleted = try database.transaction { () throws(SQLiteError) -> Int in
+            deleted = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
                 var left = maxDeletions
                 if policy.maxAgeMillis > 0, left > 0 {
                     left -= try trimByAge(before: now > policy.maxAgeMillis ? now - policy.maxAgeMillis : 0, limit: left)

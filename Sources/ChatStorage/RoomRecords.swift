@@ -96,7 +96,12 @@ public struct StoredEvent: Sendable, Equatable {
 
     /// `storedBytes` of `entry` in `room`.
     public static func storedBytes(room: String, entry: HistoryEntry) -> Int {
-        32 + room.utf8.count + entry.sender.utf8.count + entry.text.utf8.count
+        storedBytes(room: room, sender: entry.sender, text: entry.text)
+    }
+
+    /// `storedBytes` of an event of `room` from `sender` that says `text`.
+    static func storedBytes(room: String, sender: String, text: String) -> Int {
+        32 + room.utf8.count + sender.utf8.count + text.utf8.count
     }
 }
 
