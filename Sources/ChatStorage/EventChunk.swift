@@ -195,15 +195,21 @@ public struct EventChunk: Sendable, Equatable {
 /// that a commit encodes its batch without first gathering each chunk's entries into an array of
 /// their own (retaining every string twice more, and releasing them after).
 protocol ChunkEvent {
+    /// What happened: a message, an action, a topic …
     var kind: HistoryEntry.Kind { get }
+    /// The event's number in its room.
     var seq: UInt64 { get }
+    /// When, in wall-clock milliseconds.
     var time: UInt64 { get }
+    /// Who.
     var sender: String { get }
+    /// What was said.
     var text: String { get }
 }
 
 extension HistoryEntry: ChunkEvent {}
 
+/// A batch's event is its entry, for the chunk encoder.
 extension StoredEvent: ChunkEvent {
     var kind: HistoryEntry.Kind { entry.kind }
     var seq: UInt64 { entry.seq }
