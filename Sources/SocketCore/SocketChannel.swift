@@ -98,6 +98,14 @@ public final class SocketChannel: @unchecked Sendable {
     @exclusivity(unchecked) private var outbound = Deque<QueuedBytes>()
     /// Bytes of the first queued range already sent.
     @exclusivity(unchecked) private var headOffset = 0
+    /// The chunk of the last slot while ranges that continue it are added without writing the
+    /// slot (`append`'s first test), and where that slot really ends (`tailEnd`): nil when the
+    /// slot in `outbound` is as it stands. A room's events reach a member's queue one after the
+    /// other in the same segment, and extending the slot in the ring each time — an index
+    /// translated, its storage checked for uniqueness, twice — was most of what a delivery cost.
+    /// Whatever reads `outbound` calls `settleTail()` first.
+    @exclusivity(unchecked) private var tailChunk: ObjectIdentifier?
+    @exclusivity(unchecked) private var tailEnd = 0
 
     /// Bytes queued but not yet accepted by the kernel: with TLS, plaintext not yet encrypted plus
     /// ciphertext not yet sent.
@@ -397,17 +405,26 @@ public final class SocketChannel: @unchecked Sendable {
         assert(range.lowerBound >= 0 && range.upperBound <= chunk.count)
         queuedBytes += range.count
         if holds { heldBytes += range.count }
-        if !outbound.isEmpty {
-            let last = outbound.count - 1
-            if outbound[last].chunk === chunk, outbound[last].end == range.lowerBound {
-                outbound[last].end = range.upperBound
-                queuedCost += range.count
-                return
-            }
+        queuedCost += range.count
+        if tailChunk == ObjectIdentifier(chunk), tailEnd == range.lowerBound {
+            tailEnd = range.upperBound
+            return
         }
+        settleTail()
+        tailChunk = ObjectIdentifier(chunk)
+        tailEnd = range.upperBound
+        if let last = outbound.last, last.chunk === chunk, last.end == range.lowerBound { return }
         outbound.append(QueuedBytes(chunk: chunk, start: range.lowerBound, end: range.upperBound))
-        queuedCost += ByteChunk.cost(ofBytes: range.count) + Self.slotBytes
+        queuedCost += ByteChunk.overheadBytes + Self.slotBytes
         unreportedSlotBytes += Self.slotBytes
+    }
+
+    /// Writes where the last slot ends into `outbound` (`tailChunk`): before anything reads it.
+    @inline(__always)
+    private func settleTail() {
+        guard tailChunk != nil else { return }
+        outbound[outbound.count - 1].end = tailEnd
+        tailChunk = nil
     }
 
     private func reportSlots() {
@@ -430,6 +447,7 @@ public final class SocketChannel: @unchecked Sendable {
     @discardableResult
     public func discardUnsent() -> Int {
         assertOnQueue()
+        settleTail()
         // The held bytes first: the slot kept below may end with some.
         let held = heldBytes
         discardHeld()
@@ -458,6 +476,7 @@ public final class SocketChannel: @unchecked Sendable {
     /// as it is). For an owner whose log could not make them durable, or that gives up waiting.
     public func discardHeld() {
         assertOnQueue()
+        settleTail()
         var left = heldBytes
         guard left > 0 else { return }
         heldBytes = 0
@@ -500,6 +519,7 @@ public final class SocketChannel: @unchecked Sendable {
     /// Sends queued bytes until the queue is empty or the kernel pushes back.
     public func flush() {
         assertOnQueue()
+        settleTail()
         defer { reportSlots() }
         guard state == .open, !waitingForWritable else { return }
         if let tls { return flush(through: tls) }
@@ -677,6 +697,7 @@ public final class SocketChannel: @unchecked Sendable {
             unreportedSlotBytes -= outbound.count * Self.slotBytes
             reportSlots()
             outbound = Deque()
+            tailChunk = nil
             queuedBytes = 0
             heldBytes = 0
             holds = false

@@ -175,6 +175,42 @@ struct ChannelQueueTests {
         pair.queue.sync { pair.channel.close() }
     }
 
+    /// A range that continues a slot already partly sent extends it, and leaves after the rest of
+    /// it: the queue writes a slot's new end into the ring only when something reads the ring
+    /// (`SocketChannel.settleTail`), and this is the case where the ring's end is out of date
+    /// while the socket is still sending from it.
+    @Test func aSlotExtendedWhileItIsPartlySentSendsItsRestThenTheExtension() async throws {
+        let pair = try await Pair.make(smallBuffers: true)
+        defer { pair.client.close() }
+        // More than loopback takes at once with small buffers (64 KiB).
+        let size = 96 << 10
+        let bytes = (0..<2 * size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+        let segment = ByteChunk(capacity: 2 * size)
+        bytes.withUnsafeBytes { segment.fill(from: $0, at: 0) }
+        let (leftAfterFlush, slots, queued) = pair.queue.sync {
+            pair.channel.enqueue(segment, bytes: 0..<size)
+            // The kernel takes a few KiB and pushes back: the slot is partly sent.
+            pair.channel.flush()
+            let left = pair.channel.outboundBytes
+            pair.channel.enqueue(segment, bytes: size..<2 * size)
+            return (left, pair.channel.queuedSlots, pair.channel.outboundBytes)
+        }
+        #expect(leftAfterFlush > 0 && leftAfterFlush < size, "part of the first range left (\(leftAfterFlush) of \(size) still queued)")
+        #expect(slots == 1, "the second range extends the partly sent slot")
+        #expect(queued == leftAfterFlush + size)
+        // The rest need not trickle through 4 KiB windows.
+        var larger: Int32 = 1 << 20
+        setsockopt(pair.client.descriptor, SOL_SOCKET, SO_RCVBUF, &larger, socklen_t(MemoryLayout<Int32>.size))
+        pair.queue.sync {
+            pair.channel.shutdownWrite()
+            pair.channel.flush()
+        }
+        let received = try await pair.readToEnd()
+        #expect(received.count == 2 * size)
+        #expect(received == bytes, "the rest of the first range, then the second, in order")
+        pair.queue.sync { pair.channel.close() }
+    }
+
     /// Bytes queued while the channel holds them stay until released, even those that extend a
     /// slot whose first part may leave; what leaves is always a prefix of what was queued.
     @Test func heldBytesLeaveOnlyOnceReleasedAndInOrder() async throws {
