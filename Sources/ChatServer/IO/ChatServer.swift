@@ -1116,7 +1116,7 @@ public final class ChatServer: @unchecked Sendable {
             for connection in overLimit {
                 evictSlowConsumer(
                     connection,
-                    reason: "slow consumer: \(connection.channel.outboundCost) bytes queued, more than the "
+                    reason: "slow consumer: \(connection.channel.sendableCost) bytes queued, more than the "
                         + "\(budget.outputPerClient) one client may hold", now: now)
             }
             relieveOutputPressure(now: now)
@@ -1161,7 +1161,7 @@ public final class ChatServer: @unchecked Sendable {
             guard let furthest else { return }
             evictSlowConsumer(
                 furthest,
-                reason: "slow consumer: \(furthest.channel.outboundCost) bytes queued, the most of any client while "
+                reason: "slow consumer: \(furthest.channel.sendableCost) bytes queued, the most of any client while "
                     + "the server's output queues are full (\(budget.output) bytes)", now: now)
         }
     }
