@@ -477,8 +477,7 @@ public final class RoomDatabase: @unchecked Sendable {
     /// Whether everything stored counts for more than `policy`'s total bound: retention has
     /// work to do now, not at its next pass.
     public func isOverTotal(_ policy: RetentionPolicy) throws(SQLiteError) -> Bool {
-        guard policy.maxTotalBytes > 0 else { return false }
-        return try countedBytes() > policy.maxTotalBytes
+        try headroom(under: policy) < 0
     }
 
     /// How many bytes may still be stored before `policy`'s total is passed (negative once it

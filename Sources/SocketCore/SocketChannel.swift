@@ -142,7 +142,6 @@ public final class SocketChannel: @unchecked Sendable {
     /// event.
     @exclusivity(unchecked) private var holds = false
 
-
     /// `outboundCost` without the held bytes: what the peer's reading would drain.
     public var sendableCost: Int { outboundCost - heldBytes }
     /// What the queued chunks pin: `outboundCost` without TLS's buffers.
