@@ -142,7 +142,7 @@ public struct EventChunk: Sendable, Equatable {
     /// (the caller reports the corruption).
     public static func decode(_ blob: UnsafeRawBufferPointer, firstSeq: UInt64) -> EventChunk? {
         guard blob.first == format else { return nil }
-        var reader = Reader(bytes: blob, index: 1)
+        var reader = ByteReader(bytes: blob, index: 1)
         var events: [HistoryEntry] = []
         var seq = firstSeq
         while reader.index < blob.count {
@@ -157,37 +157,6 @@ public struct EventChunk: Sendable, Equatable {
             events.append(HistoryEntry(kind: kind, seq: seq, time: time, sender: sender, text: text))
         }
         return events.isEmpty ? nil : EventChunk(events)
-    }
-
-    /// Bounds-checked reading of the blob: every accessor returns nil past its end.
-    private struct Reader {
-        let bytes: UnsafeRawBufferPointer
-        var index: Int
-
-        mutating func byte() -> UInt8? {
-            guard index < bytes.count else { return nil }
-            defer { index += 1 }
-            return bytes[index]
-        }
-
-        mutating func varint() -> UInt64? {
-            var value: UInt64 = 0
-            var shift: UInt64 = 0
-            while let byte = byte() {
-                guard shift < 64, shift < 63 || byte <= 1 else { return nil }
-                value |= UInt64(byte & 0x7F) << shift
-                if byte < 0x80 { return value }
-                shift += 7
-            }
-            return nil
-        }
-
-        mutating func string() -> String? {
-            guard let length = varint(), length <= UInt64(bytes.count - index) else { return nil }
-            let start = index
-            index += Int(length)
-            return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-        }
     }
 }
 

@@ -1,0 +1,321 @@
+import Glibc
+
+/// Events of one room encoded as one `event_chunks` row (`EventChunk`'s blob and the columns
+/// beside it): what a commit appends to the journal and the database later inserts as it is,
+/// so each event is encoded once.
+public struct EncodedChunk: Sendable, Equatable {
+    /// The room's name.
+    public var room: String
+    /// The first event's `seq`.
+    public var firstSeq: UInt64
+    /// The last event's `seq`.
+    public var lastSeq: UInt64
+    /// The oldest event's time (what retention by age finds chunks by).
+    public var oldestTime: UInt64
+    /// How many events.
+    public var count: Int
+    /// What they count for against the retention bounds (`StoredEvent.storedBytes`, summed).
+    public var bytes: Int
+    /// `EventChunk.encoded()` of the events.
+    public var blob: [UInt8]
+
+    /// Describes a chunk.
+    public init(room: String, firstSeq: UInt64, lastSeq: UInt64, oldestTime: UInt64, count: Int, bytes: Int, blob: [UInt8]) {
+        self.room = room
+        self.firstSeq = firstSeq
+        self.lastSeq = lastSeq
+        self.oldestTime = oldestTime
+        self.count = count
+        self.bytes = bytes
+        self.blob = blob
+    }
+}
+
+/// An append-only file of commits in front of the database: a commit is one record, written with
+/// one `write(2)` before the commit's frames leave, and the database takes the records later,
+/// many at once (docs/BENCHMARKS.md, "Where durable's 50-client gap comes from": a transaction a
+/// turn cost the durable default 12–15% of memory mode's throughput at 50 clients, a journal
+/// with SQLite in batches of 100 ms about 8%).
+///
+/// The files are `journal-<number>.log` in the data directory, numbered from 1 up; appends go
+/// to the newest, and `rotate()` starts the next, so that the files the database has taken in
+/// can be deleted whole (`remove(through:in:)`).
+///
+/// A record: the magic number `CJR1`, the payload's length (4 bytes), a checksum of the
+/// payload (8 bytes), all little-endian, then the payload — the rooms' records and the chunks,
+/// in varints and length-prefixed strings. A record cut short or altered (a power loss in the
+/// middle of a write) ends what `read(_:)` returns, and says so.
+///
+/// Appends, `rotate()` and `close()` come from one queue at a time; `sync()` from any thread.
+/// `@unchecked Sendable`: the descriptor is swapped and synced under `lock`.
+public final class RoomJournal: @unchecked Sendable {
+    /// One commit's record: the latest record of each room it touched, and its events as chunks.
+    public struct Record: Sendable, Equatable {
+        /// The rooms' records, at most one per room.
+        public var rooms: [RoomRecord]
+        /// The events, each room's in `seq` order.
+        public var chunks: [EncodedChunk]
+
+        /// Describes a record.
+        public init(rooms: [RoomRecord], chunks: [EncodedChunk]) {
+            self.rooms = rooms
+            self.chunks = chunks
+        }
+    }
+
+    /// The directory the files are in.
+    public let directory: String
+    /// The number of the file appends go to (opened at the first append after `rotate()`).
+    public private(set) var number: UInt64
+    private var descriptor: Int32 = -1
+    /// Bytes in the current file: where a failed append cuts it back to.
+    private var size = 0
+    private var lock = pthread_mutex_t()
+
+    static let magic: UInt32 = 0x3152_4A43  // "CJR1", little-endian
+    static let headerBytes = 16
+
+    /// A journal in `directory`, whose next file is numbered after every file there now. Opens
+    /// nothing until the first append.
+    public init(directory: String) {
+        self.directory = directory
+        number = (Self.files(in: directory).last ?? 0) + 1
+        pthread_mutex_init(&lock, nil)
+    }
+
+    deinit {
+        if descriptor >= 0 { Glibc.close(descriptor) }
+        pthread_mutex_destroy(&lock)
+    }
+
+    /// The path of file `number` in `directory`.
+    public static func path(of number: UInt64, in directory: String) -> String {
+        let digits = String(number)
+        return directory + "/journal-" + String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".log"
+    }
+
+    /// The numbers of the journal files in `directory`, in order; empty if it cannot be read.
+    public static func files(in directory: String) -> [UInt64] {
+        guard let handle = opendir(directory) else { return [] }
+        defer { closedir(handle) }
+        var numbers: [UInt64] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix("journal-"), name.hasSuffix(".log") else { continue }
+            if let number = UInt64(name.dropFirst("journal-".count).dropLast(".log".count)) { numbers.append(number) }
+        }
+        return numbers.sorted()
+    }
+
+    /// Appends `record` to the current file with one write: all of it, or (throwing) none of it
+    /// — a failed write is cut back off the file, so no torn record is left before the next.
+    public func append(_ record: Record) throws(StorageError) {
+        let bytes = Self.encode(record)
+        if descriptor < 0 {
+            let path = Self.path(of: number, in: directory)
+            let opened = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+            guard opened >= 0 else { throw StorageError("cannot open the journal \(path): \(String(cString: strerror(errno)))") }
+            var info = stat()
+            fstat(opened, &info)
+            pthread_mutex_lock(&lock)
+            descriptor = opened
+            pthread_mutex_unlock(&lock)
+            size = Int(info.st_size)
+        }
+        var written = 0
+        while written < bytes.count {
+            let result = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress! + written, $0.count - written) }
+            if result < 0, errno == EINTR { continue }
+            guard result > 0 else {
+                let reason = String(cString: strerror(result < 0 ? errno : ENOSPC))
+                ftruncate(descriptor, off_t(size))
+                throw StorageError("cannot write the journal \(Self.path(of: number, in: directory)): \(reason)")
+            }
+            written += result
+        }
+        size += written
+    }
+
+    /// Ends the current file: appends go to the next from now on. Returns the number of the file
+    /// ended, nil if nothing was appended to it.
+    public func rotate() -> UInt64? {
+        guard descriptor >= 0 else { return nil }
+        pthread_mutex_lock(&lock)
+        Glibc.close(descriptor)
+        descriptor = -1
+        pthread_mutex_unlock(&lock)
+        defer { number += 1 }
+        size = 0
+        return number
+    }
+
+    /// Pushes what was appended to the current file to the disk; false if that failed. (A file
+    /// `rotate()` ended is the database's to make durable: it takes in a file's records, syncs,
+    /// and only then deletes it.)
+    @discardableResult
+    public func sync() -> Bool {
+        pthread_mutex_lock(&lock)
+        defer { pthread_mutex_unlock(&lock) }
+        return descriptor < 0 || fdatasync(descriptor) == 0
+    }
+
+    /// Deletes the files numbered up to `number` in `directory`.
+    public static func remove(through number: UInt64, in directory: String) {
+        for file in files(in: directory) where file <= number { unlink(path(of: file, in: directory)) }
+    }
+
+    /// The records of the file at `path`, in order, up to the first that is cut short or does not
+    /// match its checksum; `intact` says whether the file ended where a record ended. Throws for
+    /// a file that cannot be read.
+    public static func read(_ path: String) throws(StorageError) -> (records: [Record], intact: Bool) {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw StorageError("cannot open the journal \(path): \(String(cString: strerror(errno)))") }
+        defer { Glibc.close(descriptor) }
+        var contents: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            guard count >= 0 else { throw StorageError("cannot read the journal \(path): \(String(cString: strerror(errno)))") }
+            if count == 0 { break }
+            contents += buffer[0..<count]
+        }
+        return contents.withUnsafeBytes { bytes in
+            var records: [Record] = []
+            var offset = 0
+            while offset < bytes.count {
+                guard let (record, length) = decodeRecord(UnsafeRawBufferPointer(rebasing: bytes[offset...])) else {
+                    return (records, false)
+                }
+                records.append(record)
+                offset += length
+            }
+            return (records, true)
+        }
+    }
+
+    // MARK: The format
+
+    /// `record` as it is written: header and payload.
+    static func encode(_ record: Record) -> [UInt8] {
+        var payload: [UInt8] = []
+        payload.reserveCapacity(64 + record.chunks.reduce(0) { $0 + $1.blob.count + $1.room.utf8.count + 40 })
+        append(varint: UInt64(record.rooms.count), to: &payload)
+        for room in record.rooms {
+            append(room.name, to: &payload)
+            append(varint: room.epoch, to: &payload)
+            append(varint: room.lastSeq, to: &payload)
+            append(varint: room.lastActive, to: &payload)
+            if let topic = room.topic {
+                payload.append(1)
+                append(topic.text, to: &payload)
+                append(topic.setBy, to: &payload)
+                append(varint: topic.time, to: &payload)
+                append(varint: topic.seq, to: &payload)
+            } else {
+                payload.append(0)
+            }
+        }
+        append(varint: UInt64(record.chunks.count), to: &payload)
+        for chunk in record.chunks {
+            append(chunk.room, to: &payload)
+            append(varint: chunk.firstSeq, to: &payload)
+            append(varint: chunk.lastSeq, to: &payload)
+            append(varint: chunk.oldestTime, to: &payload)
+            append(varint: UInt64(chunk.count), to: &payload)
+            append(varint: UInt64(chunk.bytes), to: &payload)
+            append(varint: UInt64(chunk.blob.count), to: &payload)
+            payload += chunk.blob
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(headerBytes + payload.count)
+        append(littleEndian: UInt64(magic), byteCount: 4, to: &bytes)
+        append(littleEndian: UInt64(payload.count), byteCount: 4, to: &bytes)
+        append(littleEndian: payload.withUnsafeBytes(checksum), byteCount: 8, to: &bytes)
+        bytes += payload
+        return bytes
+    }
+
+    /// The record at the start of `bytes` and its length; nil if it is cut short, fails its
+    /// checksum, or is malformed.
+    static func decodeRecord(_ bytes: UnsafeRawBufferPointer) -> (Record, Int)? {
+        guard bytes.count >= headerBytes, littleEndian(bytes, at: 0, byteCount: 4) == UInt64(magic) else { return nil }
+        let length = Int(littleEndian(bytes, at: 4, byteCount: 4))
+        guard bytes.count - headerBytes >= length else { return nil }
+        let payload = UnsafeRawBufferPointer(rebasing: bytes[headerBytes..<(headerBytes + length)])
+        guard checksum(payload) == littleEndian(bytes, at: 8, byteCount: 8) else { return nil }
+        var reader = ByteReader(bytes: payload, index: 0)
+        guard let roomCount = reader.varint(), roomCount <= UInt64(length) else { return nil }
+        var rooms: [RoomRecord] = []
+        for _ in 0..<roomCount {
+            guard let name = reader.string(), let epoch = reader.varint(), let lastSeq = reader.varint(),
+                let lastActive = reader.varint(), let hasTopic = reader.byte()
+            else { return nil }
+            var topic: RoomTopic?
+            if hasTopic == 1 {
+                guard let text = reader.string(), let setBy = reader.string(), let time = reader.varint(), let seq = reader.varint()
+                else { return nil }
+                topic = RoomTopic(text: text, setBy: setBy, time: time, seq: seq)
+            } else if hasTopic != 0 {
+                return nil
+            }
+            rooms.append(RoomRecord(name: name, epoch: epoch, lastSeq: lastSeq, topic: topic, lastActive: lastActive))
+        }
+        guard let chunkCount = reader.varint(), chunkCount <= UInt64(length) else { return nil }
+        var chunks: [EncodedChunk] = []
+        for _ in 0..<chunkCount {
+            guard let room = reader.string(), let firstSeq = reader.varint(), let lastSeq = reader.varint(),
+                let oldestTime = reader.varint(), let count = reader.varint(), let counted = reader.varint(),
+                let blob = reader.blob(), count <= UInt64(Int.max), counted <= UInt64(Int.max)
+            else { return nil }
+            chunks.append(
+                EncodedChunk(
+                    room: room, firstSeq: firstSeq, lastSeq: lastSeq, oldestTime: oldestTime, count: Int(count),
+                    bytes: Int(counted), blob: blob))
+        }
+        guard reader.index == length else { return nil }
+        return (Record(rooms: rooms, chunks: chunks), headerBytes + length)
+    }
+
+    /// A 64-bit checksum of `bytes`, eight at a time (FNV-1a's constants over words): it is there
+    /// to find a record a power loss cut short or mangled, not to resist anyone.
+    static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        let prime: UInt64 = 0x0000_0100_0000_01B3
+        var index = 0
+        while index + 8 <= bytes.count {
+            hash = (hash ^ bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self).littleEndian) &* prime
+            hash ^= hash >> 29
+            index += 8
+        }
+        while index < bytes.count {
+            hash = (hash ^ UInt64(bytes[index])) &* prime
+            index += 1
+        }
+        return hash ^ UInt64(bytes.count)
+    }
+
+    private static func append(varint value: UInt64, to bytes: inout [UInt8]) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    private static func append(_ string: String, to bytes: inout [UInt8]) {
+        append(varint: UInt64(string.utf8.count), to: &bytes)
+        bytes += string.utf8
+    }
+
+    private static func append(littleEndian value: UInt64, byteCount: Int, to bytes: inout [UInt8]) {
+        for index in 0..<byteCount { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(index)))) }
+    }
+
+    private static func littleEndian(_ bytes: UnsafeRawBufferPointer, at offset: Int, byteCount: Int) -> UInt64 {
+        var value: UInt64 = 0
+        for index in 0..<byteCount { value |= UInt64(bytes[offset + index]) << (8 * UInt64(index)) }
+        return value
+    }
+}
