@@ -315,22 +315,113 @@ public final class RoomDatabase: @unchecked Sendable {
                 }
                 start = end
             }
-            for room in batch.rooms {
-                let counts = added[room.name] ?? (0, 0)
-                let rowBytes = room.storedBytes
-                grown += rowBytes - (try storedCounts(of: room.name)?.rowBytes ?? 0) + Int(counts.bytes)
-                try upsertRoom.bind(
-                    .text(room.name), .integer(Int64(bitPattern: room.epoch)), .integer(Int64(bitPattern: room.lastSeq)),
-                    .text(room.topic?.text), .text(room.topic?.setBy),
-                    room.topic.map { .integer(Int64(bitPattern: $0.time)) } ?? .text(nil),
-                    room.topic.map { .integer(Int64(bitPattern: $0.seq)) } ?? .text(nil),
-                    .integer(Int64(bitPattern: room.lastActive)), .integer(counts.count), .integer(counts.bytes),
-                    .integer(Int64(rowBytes)))
-                try upsertRoom.run()
-            }
-            return grown
+            return grown + (try upsert(batch.rooms, adding: added))
         }
         let changes = CommittedChanges(grownBytes: grown, rooms: Set(batch.rooms.lazy.map(\.name)))
+        counted? += grown
+        roomsToCheck?.formUnion(changes.rooms)
+        return changes
+    }
+
+    /// Writes `rooms`' records, each room's counts grown by what `added` says its new events
+    /// count for; returns how much the counted total grew by.
+    private func upsert(_ rooms: [RoomRecord], adding added: [String: (count: Int64, bytes: Int64)]) throws(SQLiteError) -> Int {
+        var grown = 0
+        for room in rooms {
+            let counts = added[room.name] ?? (0, 0)
+            let rowBytes = room.storedBytes
+            grown += rowBytes - (try storedCounts(of: room.name)?.rowBytes ?? 0) + Int(counts.bytes)
+            try upsertRoom.bind(
+                .text(room.name), .integer(Int64(bitPattern: room.epoch)), .integer(Int64(bitPattern: room.lastSeq)),
+                .text(room.topic?.text), .text(room.topic?.setBy),
+                room.topic.map { .integer(Int64(bitPattern: $0.time)) } ?? .text(nil),
+                room.topic.map { .integer(Int64(bitPattern: $0.seq)) } ?? .text(nil),
+                .integer(Int64(bitPattern: room.lastActive)), .integer(counts.count), .integer(counts.bytes),
+                .integer(Int64(rowBytes)))
+            try upsertRoom.run()
+        }
+        return grown
+    }
+
+    // MARK: Writing what the journal holds
+
+    /// `batch`'s events as the chunks `commit` would write, for a journal record
+    /// (`RoomJournal.Record`): each event encoded once, here.
+    public static func encodedChunks(of batch: RoomBatch) -> [EncodedChunk] {
+        var chunks: [EncodedChunk] = []
+        var start = batch.events.startIndex
+        while start < batch.events.endIndex {
+            let room = batch.events[start].room
+            var end = start + 1
+            while end < batch.events.endIndex, batch.events[end].room == room { end += 1 }
+            let run = batch.events[start..<end]
+            var chunkStart = start
+            while chunkStart < end {
+                let chunkEnd = EventChunk.chunkEnd(of: run, from: chunkStart)
+                let events = run[chunkStart..<chunkEnd]
+                var bytes = 0
+                var oldestTime = UInt64.max
+                for index in events.indices {
+                    bytes += StoredEvent.storedBytes(room: room, sender: events[index].sender, text: events[index].text)
+                    oldestTime = min(oldestTime, events[index].time)
+                }
+                chunks.append(
+                    EncodedChunk(
+                        room: room, firstSeq: events[chunkStart].entry.seq, lastSeq: events[chunkEnd - 1].entry.seq,
+                        oldestTime: oldestTime, count: events.count, bytes: bytes, blob: EventChunk.encoded(events)))
+                chunkStart = chunkEnd
+            }
+            start = end
+        }
+        return chunks
+    }
+
+    /// Writes `records` (a journal's, in the order appended) in one transaction: all of it, or
+    /// (throwing) none of it. A chunk whose events the room already stores is left out, so the
+    /// records a restart replays may include some the database took in before it stopped; a
+    /// chunk that overlaps what is stored is refused (SQLITE_CONSTRAINT). Each room's record is
+    /// its latest. Returns what it changed, as `commit` does.
+    @discardableResult
+    public func apply(_ records: [RoomJournal.Record]) throws(SQLiteError) -> CommittedChanges {
+        var rooms: [RoomRecord] = []
+        var roomIndex: [String: Int] = [:]
+        for record in records {
+            for room in record.rooms {
+                if let index = roomIndex[room.name] {
+                    rooms[index] = room
+                } else {
+                    roomIndex[room.name] = rooms.count
+                    rooms.append(room)
+                }
+            }
+        }
+        guard !rooms.isEmpty || records.contains(where: { !$0.chunks.isEmpty }) else { return CommittedChanges() }
+        let grown = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
+            var added: [String: (count: Int64, bytes: Int64)] = [:]
+            var stored: [String: UInt64] = [:]
+            for record in records {
+                for chunk in record.chunks {
+                    let last: UInt64
+                    if let known = stored[chunk.room] { last = known } else { last = try lastStoredSeq(of: chunk.room) }
+                    if chunk.lastSeq <= last { continue }
+                    guard chunk.firstSeq > last else {
+                        throw SQLiteError(
+                            operation: "apply", code: SQLITE_CONSTRAINT,
+                            message: "events \(chunk.firstSeq)–\(chunk.lastSeq) of \(chunk.room) overlap the stored event \(last)")
+                    }
+                    try insertChunk.bind(
+                        .text(chunk.room), .integer(Int64(bitPattern: chunk.firstSeq)), .integer(Int64(bitPattern: chunk.lastSeq)),
+                        .integer(Int64(bitPattern: chunk.oldestTime)), .integer(Int64(chunk.count)), .integer(Int64(chunk.bytes)),
+                        .blob(chunk.blob))
+                    try insertChunk.run()
+                    stored[chunk.room] = chunk.lastSeq
+                    added[chunk.room, default: (0, 0)].count += Int64(chunk.count)
+                    added[chunk.room, default: (0, 0)].bytes += Int64(chunk.bytes)
+                }
+            }
+            return try upsert(rooms, adding: added)
+        }
+        let changes = CommittedChanges(grownBytes: grown, rooms: Set(rooms.lazy.map(\.name)))
         counted? += grown
         roomsToCheck?.formUnion(changes.rooms)
         return changes

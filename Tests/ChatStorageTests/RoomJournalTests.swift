@@ -90,6 +90,55 @@ struct RoomJournalTests {
         #expect(read.records == [records[0]], "the record whose bytes changed, and all after it, are not read")
     }
 
+    /// What `RoomDatabase.apply` promises the journal: its records store what committing the
+    /// same batches stores, row for row, and records a restart replays twice add nothing.
+    @Test func applyingRecordsStoresWhatCommittingStoresAndAReplayAddsNothing() throws {
+        let directory = try TemporaryDirectory(prefix: "chat-journal")
+        defer { directory.remove() }
+        let committed = try RoomDatabase(path: directory.path + "/committed.sqlite3", durability: .off, create: true)
+        let applied = try RoomDatabase(path: directory.path + "/applied.sqlite3", durability: .off, create: true)
+        var batches: [RoomBatch] = []
+        var seq: [String: UInt64] = ["a": 0, "b": 0]
+        for round in 0..<3 {
+            var batch = RoomBatch()
+            for room in ["a", "b"] {
+                // 150 events in room a's second batch: two chunks.
+                let count = room == "a" && round == 1 ? 150 : 5 + round
+                for _ in 0..<count {
+                    seq[room]! += 1
+                    batch.events.append(
+                        StoredEvent(
+                            room: room,
+                            entry: HistoryEntry(kind: .message, seq: seq[room]!, time: 100 + seq[room]!, sender: "ann", text: "line \(seq[room]!)")))
+                }
+                let topic = round == 2 ? RoomTopic(text: "new topic", setBy: "ann", time: 500, seq: seq[room]!) : nil
+                batch.rooms.append(RoomRecord(name: room, epoch: 9, lastSeq: seq[room]!, topic: topic, lastActive: 100 + seq[room]!))
+            }
+            batches.append(batch)
+        }
+        for batch in batches { try committed.commit(batch) }
+        let records = batches.map { RoomJournal.Record(rooms: $0.rooms, chunks: RoomDatabase.encodedChunks(of: $0)) }
+        #expect(records[1].chunks.filter { $0.room == "a" }.map(\.count) == [128, 22], "chunks split as a commit splits them")
+        try applied.apply(Array(records[0..<2]))
+        // A restart replays every file it finds, the first two records included.
+        let replayed = try applied.apply(records)
+        #expect(replayed.rooms == ["a", "b"])
+        for room in ["a", "b"] {
+            let fromCommits = try committed.loadRoom(named: room, recent: 1_000)
+            let fromJournal = try applied.loadRoom(named: room, recent: 1_000)
+            #expect(fromJournal != nil && fromJournal == fromCommits, "room \(room) is stored alike")
+        }
+        #expect(try applied.totalBytes() == committed.totalBytes(), "every event counted once")
+        #expect(try applied.database.integer("SELECT count(*) FROM event_chunks") == committed.database.integer("SELECT count(*) FROM event_chunks"))
+
+        // A chunk that overlaps what is stored is refused, and nothing of its record is written.
+        var overlapping = records[2]
+        overlapping.chunks[0].firstSeq -= 1
+        overlapping.chunks[0].lastSeq += 1
+        #expect(throws: SQLiteError.self) { try applied.apply([overlapping]) }
+        #expect(try applied.totalBytes() == committed.totalBytes())
+    }
+
     @Test func aFileThatIsNotThereIsAClearError() throws {
         let directory = try TemporaryDirectory(prefix: "chat-journal")
         defer { directory.remove() }
