@@ -88,6 +88,21 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let upkeep: StoreUpkeep
     /// With `.eventLoop`: a file cap (`capFileSize`) the loop's connection takes at its next commit.
     private let fileCap = Locked<Int?>(nil)
+    /// With `.eventLoop`: the journal each commit is appended to (WORK IN PROGRESS, issue 22).
+    private let journal: RoomJournal?
+    /// Records appended to the journal and not yet handed to the writer, with their batches'
+    /// rooms (settled once the database has them), on the server's queue.
+    @exclusivity(unchecked) private var journaled: [RoomJournal.Record] = []
+    @exclusivity(unchecked) private var journaledRooms: [[RoomRecord]] = []
+    @exclusivity(unchecked) private var journaledBytes = 0
+    /// Whether a hand-off of `journaled` is scheduled.
+    @exclusivity(unchecked) private var handOffScheduled = false
+    /// Hand-offs the writer has not completed yet.
+    @exclusivity(unchecked) private var applying = 0
+    /// How long records wait in the journal before the database takes them in, and how many
+    /// bytes of them at most.
+    static let journalBatchInterval: DispatchTimeInterval = .milliseconds(100)
+    static let journalBatchBytes = 4 << 20
 
     /// How often, with `Durability.normal`, the write-ahead log is synced in the background: what
     /// a power loss can lose, and what keeps each checkpoint's own sync short.
@@ -145,9 +160,15 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             loopConnection = nil
             checkpointer = nil
         }
+        if commitPlacement == .eventLoop {
+            try Self.replayJournal(in: directory.path, into: writer, logger: logger)
+            journal = RoomJournal(directory: directory.path)
+        } else {
+            journal = nil
+        }
         upkeep = StoreUpkeep(
             retention: retention, placement: commitPlacement, writer: writer, writerQueue: writerQueue,
-            databasePath: directory.databasePath, logger: logger)
+            databasePath: directory.databasePath, journal: journal, logger: logger)
         upkeep.start(retentionInterval: retentionInterval, logSyncInterval: Self.logSyncInterval, durability: durability)
     }
 
@@ -178,10 +199,16 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         _ request: RoomRead, on queue: DispatchQueue,
         completion: @escaping @Sendable (Result<RoomReadAnswer, StorageError>) -> Void
     ) {
-        readQueue.async { [self] in
-            let answer = request.answer(room: readRoom, page: readPage)
-            queue.async { completion(answer) }
+        let read = { @Sendable [self] in
+            readQueue.async { [self] in
+                let answer = request.answer(room: readRoom, page: readPage)
+                queue.async { completion(answer) }
+            }
         }
+        guard journal != nil, !journaled.isEmpty || applying > 0 else { return read() }
+        // Events only in the journal: the database takes them first, and the read follows.
+        handOffJournaled(on: queue)
+        writerQueue.async { read() }
     }
 
     /// The stored room `name` with its `recent` newest events, or nil if none is stored, read
@@ -262,6 +289,31 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         let batch = staged
         staged = RoomBatch()
         stagedIndex.removeAll(keepingCapacity: true)
+        if let journal {
+            let record = RoomJournal.Record(rooms: batch.rooms, chunks: RoomDatabase.encodedChunks(of: batch))
+            do throws(StorageError) {
+                try journal.append(record)
+            } catch {
+                settle(batch, failed: true)
+                completion(.failure(CommitFailure(error: error, events: batch.events)))
+                return
+            }
+            journaled.append(record)
+            journaledRooms.append(batch.rooms)
+            journaledBytes += record.chunks.reduce(0) { $0 + $1.blob.count }
+            if journaledBytes >= Self.journalBatchBytes {
+                handOffJournaled(on: queue)
+            } else if !handOffScheduled {
+                handOffScheduled = true
+                queue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in
+                    guard let self else { return }
+                    handOffScheduled = false
+                    handOffJournaled(on: queue)
+                }
+            }
+            completion(.success(()))
+            return
+        }
         if placement == .eventLoop {
             // Behind a commit handed to the writer, this one goes there too: committed first,
             // this batch's events would not come after that one's. With the log at its cap, the
@@ -295,6 +347,82 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
+    /// Hands the records journaled so far to the writer, which writes them in one transaction,
+    /// syncs the log, and deletes the journal files it took in; the next records go to a new
+    /// file. A batch the database refuses stays in the journal and is tried again.
+    private func handOffJournaled(on queue: DispatchQueue) {
+        guard let journal, !journaled.isEmpty else { return }
+        let records = journaled
+        let rooms = journaledRooms
+        journaled = []
+        journaledRooms = []
+        journaledBytes = 0
+        let ended = journal.rotate()
+        applying += 1
+        writerQueue.async { [self] in
+            let result = Result { () throws(SQLiteError) in try writer.apply(records) }
+            if case .success = result {
+                upkeep.syncLogNow()
+                if let ended { RoomJournal.remove(through: ended, in: directory.path) }
+            }
+            finished.withLock {
+                $0.append { [self] in
+                    applying -= 1
+                    switch result {
+                    case .success:
+                        for batchRooms in rooms { settle(RoomBatch(rooms: batchRooms), failed: false) }
+                    case .failure(let error):
+                        logger.error(
+                            "the journal's records could not be stored; they stay in the journal and are tried again",
+                            metadata: ["storage.error": "\(error)"])
+                        journaled.insert(contentsOf: records, at: 0)
+                        journaledRooms.insert(contentsOf: rooms, at: 0)
+                        if !handOffScheduled {
+                            handOffScheduled = true
+                            queue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in
+                                guard let self else { return }
+                                handOffScheduled = false
+                                handOffJournaled(on: queue)
+                            }
+                        }
+                    }
+                }
+            }
+            queue.async { [self] in runFinishedCommits() }
+            upkeep.trimIfOverTotal()
+        }
+    }
+
+    /// Writes the records of every journal file in `directory` into `database`, in order, then
+    /// makes them durable there and deletes the files: what a server that stopped before the
+    /// writer took them in left. A file cut short (a power loss) is read up to its torn record.
+    private static func replayJournal(in directory: String, into database: RoomDatabase, logger: Logger) throws(StorageError) {
+        let files = RoomJournal.files(in: directory)
+        guard let last = files.last else { return }
+        var records = 0
+        for file in files {
+            let path = RoomJournal.path(of: file, in: directory)
+            let read = try RoomJournal.read(path)
+            if !read.intact {
+                logger.warning("the journal's last record was cut short; the records before it are kept", metadata: ["storage.file": "\(path)"])
+            }
+            do {
+                try database.apply(read.records)
+            } catch {
+                throw StorageError("cannot replay the journal \(path): \(error.message)", sqlite: error)
+            }
+            records += read.records.count
+        }
+        do {
+            // Synced into the database before the files go.
+            try database.database.execute("PRAGMA wal_checkpoint(FULL)")
+        } catch {
+            throw StorageError("cannot sync what the journal replayed: \(error.message)", sqlite: error)
+        }
+        RoomJournal.remove(through: last, in: directory)
+        logger.notice("replayed the journal", metadata: ["storage.records": "\(records)", "storage.files": "\(files.count)"])
+    }
+
     /// How many events the next commit holds so far (the commit-size histogram of `/metrics`).
     public var stagedEventCount: Int { staged.events.count }
 
@@ -306,7 +434,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     public func runFinishedCommits() {
         // Committing on the loop with nothing handed to the writer, nothing can have finished
         // there: no lock taken for it (the server asks after every request).
-        if placement == .eventLoop, handedOff == 0 { return }
+        if placement == .eventLoop, handedOff == 0, applying == 0 { return }
         // A completion may serve requests that call this again: the outer loop runs the rest,
         // so completions never nest and always run in order.
         guard !runningFinished else { return }

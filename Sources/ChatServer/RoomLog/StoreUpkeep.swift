@@ -66,13 +66,16 @@ final class StoreUpkeep: @unchecked Sendable {
     /// The write-ahead log, opened read-only for `fdatasync` once it exists; -1 before.
     private var logDescriptor: Int32 = -1
     private var logSyncFailing = false
+    /// The journal in front of the database, synced with the log.
+    private let journal: RoomJournal?
 
     /// Upkeep for the database at `databasePath`, run through `writer` on `writerQueue`. Starts
     /// nothing: see `start`.
     init(
         retention: RetentionPolicy, placement: CommitPlacement, writer: RoomDatabase, writerQueue: DispatchQueue,
-        databasePath: String, logger: Logger
+        databasePath: String, journal: RoomJournal?, logger: Logger
     ) {
+        self.journal = journal
         self.retention = retention
         self.placement = placement
         self.writer = writer
@@ -175,8 +178,15 @@ final class StoreUpkeep: @unchecked Sendable {
         }
     }
 
+    /// Syncs the log now, waiting for it (on the writer queue, before journal files it took in
+    /// are deleted).
+    func syncLogNow() {
+        syncQueue.sync { syncLog() }
+    }
+
     /// Pushes what the writer appended to the log since the last sync to the disk (on `syncQueue`).
     private func syncLog() {
+        journal?.sync()
         if logDescriptor < 0 {
             // SQLite creates the log with the first write and removes it only when the last
             // connection closes, so once open the descriptor stays the log's.
