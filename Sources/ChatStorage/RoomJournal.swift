@@ -71,6 +71,13 @@ public final class RoomJournal: @unchecked Sendable {
     /// Bytes in the current file: where a failed append cuts it back to.
     private var size = 0
     private var lock = pthread_mutex_t()
+    /// The most bytes a file may hold: past it an append fails as on a full disk. For tests of
+    /// that failure (`SQLiteRoomStore.capFileSize`).
+    public var sizeCap: Int? {
+        get { pthread_mutex_lock(&lock); defer { pthread_mutex_unlock(&lock) }; return cap }
+        set { pthread_mutex_lock(&lock); cap = newValue; pthread_mutex_unlock(&lock) }
+    }
+    private var cap: Int?
 
     static let magic: UInt32 = 0x3152_4A43  // "CJR1", little-endian
     static let headerBytes = 16
@@ -111,6 +118,9 @@ public final class RoomJournal: @unchecked Sendable {
     /// — a failed write is cut back off the file, so no torn record is left before the next.
     public func append(_ record: Record) throws(StorageError) {
         let bytes = Self.encode(record)
+        if let cap = sizeCap, size + bytes.count > cap {
+            throw StorageError("cannot write the journal \(Self.path(of: number, in: directory)): database or disk is full")
+        }
         if descriptor < 0 {
             let path = Self.path(of: number, in: directory)
             let opened = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)

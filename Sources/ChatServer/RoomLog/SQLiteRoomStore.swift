@@ -90,19 +90,29 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let fileCap = Locked<Int?>(nil)
     /// With `.eventLoop`: the journal each commit is appended to (WORK IN PROGRESS, issue 22).
     private let journal: RoomJournal?
-    /// Records appended to the journal and not yet handed to the writer, with their batches'
-    /// rooms (settled once the database has them), on the server's queue.
-    @exclusivity(unchecked) private var journaled: [RoomJournal.Record] = []
-    @exclusivity(unchecked) private var journaledRooms: [[RoomRecord]] = []
-    @exclusivity(unchecked) private var journaledBytes = 0
-    /// Whether a hand-off of `journaled` is scheduled.
-    @exclusivity(unchecked) private var handOffScheduled = false
-    /// Hand-offs the writer has not completed yet.
-    @exclusivity(unchecked) private var applying = 0
+    /// What the journal holds that the database has not taken in yet, behind a lock: appends
+    /// come from the server's queue, hand-offs from the writer queue, and reads and `close()`
+    /// from wherever they are called.
+    private let journaled = Locked(JournaledRecords())
     /// How long records wait in the journal before the database takes them in, and how many
     /// bytes of them at most.
     static let journalBatchInterval: DispatchTimeInterval = .milliseconds(100)
-    static let journalBatchBytes = 4 << 20
+    static let journalBatchBytes = 256 << 10
+
+    /// The journal's records not yet in the database.
+    struct JournaledRecords {
+        var records: [RoomJournal.Record] = []
+        var bytes = 0
+        var handOffScheduled = false
+        /// Whether a hand-off for a full batch is queued on the writer queue.
+        var handOffQueued = false
+        /// Set by `close()`: what is left stays in the journal for the next start to replay.
+        var closed = false
+    }
+
+    /// How long a hand-off waits for SQLite's write lock before it leaves its records in the
+    /// journal for the next try: reads of rooms with journaled events wait behind it.
+    static let handOffLockWait: Duration = .milliseconds(50)
 
     /// How often, with `Durability.normal`, the write-ahead log is synced in the background: what
     /// a power loss can lose, and what keeps each checkpoint's own sync short.
@@ -176,6 +186,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// with SQLITE_FULL as on a full disk. For tests of that failure. With `.eventLoop` the
     /// committing connection takes the cap at its next commit, on the server's queue.
     public func capFileSize(bytes: Int) throws(StorageError) {
+        journal?.sizeCap = bytes
         if placement == .eventLoop {
             fileCap.withLock { $0 = bytes }
             return
@@ -205,16 +216,19 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                 queue.async { completion(answer) }
             }
         }
-        guard journal != nil, !journaled.isEmpty || applying > 0 else { return read() }
+        guard journal != nil, journaled.withLock({ !$0.records.isEmpty }) else { return read() }
         // Events only in the journal: the database takes them first, and the read follows.
-        handOffJournaled(on: queue)
-        writerQueue.async { read() }
+        writerQueue.async { [self] in
+            handOffJournaled()
+            read()
+        }
     }
 
     /// The stored room `name` with its `recent` newest events, or nil if none is stored, read
     /// now, the caller waiting: for tests and tools, not the server's queue.
     public func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
-        try readQueue.sync { RoomRead.room(name, recent: recent).answer(room: readRoom, page: readPage) }.map { answer in
+        if journal != nil { writerQueue.sync { handOffJournaled() } }
+        return try readQueue.sync { RoomRead.room(name, recent: recent).answer(room: readRoom, page: readPage) }.map { answer in
             guard case .room(let room) = answer else { preconditionFailure("a room read answers with a room") }
             return room
         }.get()
@@ -291,27 +305,33 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         stagedIndex.removeAll(keepingCapacity: true)
         if let journal {
             let record = RoomJournal.Record(rooms: batch.rooms, chunks: RoomDatabase.encodedChunks(of: batch))
-            do throws(StorageError) {
-                try journal.append(record)
-            } catch {
-                settle(batch, failed: true)
-                completion(.failure(CommitFailure(error: error, events: batch.events)))
-                return
-            }
-            journaled.append(record)
-            journaledRooms.append(batch.rooms)
-            journaledBytes += record.chunks.reduce(0) { $0 + $1.blob.count }
-            if journaledBytes >= Self.journalBatchBytes {
-                handOffJournaled(on: queue)
-            } else if !handOffScheduled {
-                handOffScheduled = true
-                queue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in
-                    guard let self else { return }
-                    handOffScheduled = false
-                    handOffJournaled(on: queue)
+            let appended: Result<Bool, StorageError> = journaled.withLock { state in
+                Result { () throws(StorageError) -> Bool in
+                    try journal.append(record)
+                    state.records.append(record)
+                    state.bytes += record.chunks.reduce(0) { $0 + $1.blob.count }
+                    if state.bytes >= Self.journalBatchBytes, !state.handOffQueued {
+                        // One at a time: queued behind each other, hand-offs of a few records
+                        // each would keep the checkpointer's runs waiting behind them.
+                        state.handOffQueued = true
+                        return true
+                    }
+                    if !state.handOffScheduled {
+                        state.handOffScheduled = true
+                        writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
+                    }
+                    return false
                 }
             }
-            completion(.success(()))
+            switch appended {
+            case .success(let full):
+                settle(batch, failed: false)
+                if full { writerQueue.async { [weak self] in self?.handOffJournaled() } }
+                completion(.success(()))
+            case .failure(let error):
+                settle(batch, failed: true)
+                completion(.failure(CommitFailure(error: error, events: batch.events)))
+            }
             return
         }
         if placement == .eventLoop {
@@ -347,50 +367,45 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
-    /// Hands the records journaled so far to the writer, which writes them in one transaction,
-    /// syncs the log, and deletes the journal files it took in; the next records go to a new
-    /// file. A batch the database refuses stays in the journal and is tried again.
-    private func handOffJournaled(on queue: DispatchQueue) {
-        guard let journal, !journaled.isEmpty else { return }
-        let records = journaled
-        let rooms = journaledRooms
-        journaled = []
-        journaledRooms = []
-        journaledBytes = 0
-        let ended = journal.rotate()
-        applying += 1
-        writerQueue.async { [self] in
-            let result = Result { () throws(SQLiteError) in try writer.apply(records) }
-            if case .success = result {
-                upkeep.syncLogNow()
-                if let ended { RoomJournal.remove(through: ended, in: directory.path) }
-            }
-            finished.withLock {
-                $0.append { [self] in
-                    applying -= 1
-                    switch result {
-                    case .success:
-                        for batchRooms in rooms { settle(RoomBatch(rooms: batchRooms), failed: false) }
-                    case .failure(let error):
-                        logger.error(
-                            "the journal's records could not be stored; they stay in the journal and are tried again",
-                            metadata: ["storage.error": "\(error)"])
-                        journaled.insert(contentsOf: records, at: 0)
-                        journaledRooms.insert(contentsOf: rooms, at: 0)
-                        if !handOffScheduled {
-                            handOffScheduled = true
-                            queue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in
-                                guard let self else { return }
-                                handOffScheduled = false
-                                handOffJournaled(on: queue)
-                            }
-                        }
-                    }
+    /// Writes the records journaled so far into the database in one transaction (on the writer
+    /// queue), syncs the log, and deletes the journal files they came from; the next records go
+    /// to a new file. A batch the database refuses stays in the journal and is tried again.
+    private func handOffJournaled() {
+        guard let journal else { return }
+        let (records, ended) = journaled.withLock { state -> ([RoomJournal.Record], UInt64?) in
+            state.handOffScheduled = false
+            state.handOffQueued = false
+            guard !state.closed else { return ([], nil) }
+            defer { state.records = [] }
+            state.bytes = 0
+            return (state.records, state.records.isEmpty ? nil : journal.rotate())
+        }
+        guard !records.isEmpty else { return }
+        writer.database.busyTimeout = Self.handOffLockWait
+        defer { writer.database.busyTimeout = .seconds(5) }
+        do throws(SQLiteError) {
+            try writer.apply(records)
+        } catch {
+            logger.error(
+                "the journal's records could not be stored; they stay in the journal and are tried again",
+                metadata: ["storage.error": "\(error)"])
+            journaled.withLock { state in
+                guard !state.closed else { return }
+                state.records.insert(contentsOf: records, at: 0)
+                state.bytes += records.reduce(0) { $0 + $1.chunks.reduce(0) { $0 + $1.blob.count } }
+                if !state.handOffScheduled {
+                    state.handOffScheduled = true
+                    writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
                 }
             }
-            queue.async { [self] in runFinishedCommits() }
-            upkeep.trimIfOverTotal()
+            return
         }
+        upkeep.syncLogNow()
+        if let ended { RoomJournal.remove(through: ended, in: directory.path) }
+        // Nothing else writes the database now: a checkpoint here copies what the batch added and
+        // lets the next batch start the log over (EXPERIMENT: every hand-off).
+        _ = try? writer.database.execute("PRAGMA wal_checkpoint(RESTART)")
+        upkeep.trimIfOverTotal()
     }
 
     /// Writes the records of every journal file in `directory` into `database`, in order, then
@@ -434,7 +449,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     public func runFinishedCommits() {
         // Committing on the loop with nothing handed to the writer, nothing can have finished
         // there: no lock taken for it (the server asks after every request).
-        if placement == .eventLoop, handedOff == 0, applying == 0 { return }
+        if placement == .eventLoop, handedOff == 0 { return }
         // A completion may serve requests that call this again: the outer loop runs the rest,
         // so completions never nest and always run in order.
         guard !runningFinished else { return }
@@ -446,6 +461,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// Waits for the commits in flight, stops retention and checkpoints and unlocks the
     /// directory (the connections close when the store is released). See `RoomStore.close()`.
     public func close() {
+        if let journal {
+            // Not written into the database now, which could wait on its lock: the journal is
+            // synced, and the next start replays it.
+            journaled.withLock { state in
+                state.closed = true
+                journal.sync()
+            }
+        }
         checkpointer?.stop()
         readQueue.sync {}
         upkeep.stop()

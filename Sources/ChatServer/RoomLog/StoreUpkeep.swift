@@ -181,7 +181,7 @@ final class StoreUpkeep: @unchecked Sendable {
     /// Syncs the log now, waiting for it (on the writer queue, before journal files it took in
     /// are deleted).
     func syncLogNow() {
-        syncQueue.sync { syncLog() }
+        syncQueue.sync { if logSyncTimer != nil { syncLog() } }
     }
 
     /// Pushes what the writer appended to the log since the last sync to the disk (on `syncQueue`).
