@@ -97,7 +97,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// How long records wait in the journal before the database takes them in, and how many
     /// bytes of them at most.
     static let journalBatchInterval: DispatchTimeInterval = .milliseconds(100)
-    static let journalBatchBytes = 256 << 10
+    static let journalBatchBytes = 4 << 20
 
     /// The journal's records not yet in the database.
     struct JournaledRecords {
