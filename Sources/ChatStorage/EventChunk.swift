@@ -106,6 +106,25 @@ public struct EventChunk: Sendable, Equatable {
         }
     }
 
+    /// Appends the blob of a chunk whose first event is `firstSeq` to `blob`, the blob of a
+    /// chunk of the same room whose last event is `lastSeq` (before `firstSeq`): the blob of the
+    /// two chunks as one. Only the first event's `seq` changes, from a distance of 0 to
+    /// `firstSeq - lastSeq`, so the events are not decoded. Returns false, changing nothing,
+    /// for a blob not as `encoded` writes it.
+    static func append(_ next: [UInt8], firstSeq: UInt64, to blob: inout [UInt8], after lastSeq: UInt64) -> Bool {
+        // The format byte, the first event's kind, and its distance of 0 (one byte).
+        guard firstSeq > lastSeq, next.count > 3, next[0] == format, next[2] == 0, blob.first == format else { return false }
+        blob.append(next[1])
+        var distance = firstSeq - lastSeq
+        while distance >= 0x80 {
+            blob.append(UInt8(truncatingIfNeeded: distance) | 0x80)
+            distance >>= 7
+        }
+        blob.append(UInt8(distance))
+        blob.append(contentsOf: next[3...])
+        return true
+    }
+
     private static func write(varint value: UInt64, to out: inout UnsafeMutablePointer<UInt8>) {
         var value = value
         while value >= 0x80 {

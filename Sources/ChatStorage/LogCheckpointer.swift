@@ -16,11 +16,13 @@ import Glibc
 /// pass (or `Policy.maxPassivePasses`, while what is left uncopied stays over
 /// `Policy.restartFrames`) while commits go on, then a restart pass: it holds the write lock
 /// while it copies what the commits added meanwhile and syncs, so commits wait for about one
-/// small checkpoint, and the next commit starts the log over. How much the commits add during a
-/// run depends on how fast they come and how long the syncs take, so it is not a bound by
-/// itself: past `Policy.capFrames` committers wait for the run (`isOverCap`). The log then holds
-/// at most the cap plus the commit that crossed it, and SQLite cuts the file back to
+/// small checkpoint, and the next commit starts the log over. SQLite cuts the file back to
 /// `journal_size_limit` with the first commit after the log starts over.
+///
+/// `SQLiteRoomStore` commits on the run's own queue (its hand-offs of the journal and
+/// retention), so nothing commits during a run, its first pass copies every frame, and the log
+/// holds at most the threshold and the commit that crossed it. The restart pass is for
+/// commits on other connections, which go on while a run syncs.
 ///
 /// The connection is used on `queue` only (the caller may run its own work there too, such as
 /// retention, as long as it leaves no transaction open). `logGrew(to:)` may be called from any
@@ -37,23 +39,17 @@ public final class LogCheckpointer: @unchecked Sendable {
         /// and the file, and commits go on meanwhile: past the first, a pass seldom leaves much
         /// less than the one before it.
         public var maxPassivePasses: Int
-        /// The most frames the log may hold for commits to go on beside a run (`isOverCap`):
-        /// past it, a committer should wait for the run, as `SQLiteRoomStore` does by handing
-        /// its commits to the run's queue. What bounds the log however fast commits come.
-        public var capFrames: Int
         /// How long a run waits after its first passive pass, with the database file partly
         /// written from the log: 0 but in tests, which widen that window to kill a server inside
         /// a run for certain rather than by luck (`CheckpointKillTests`).
         public var pauseAfterFirstPass: Duration = .zero
 
         /// A run every `thresholdFrames` frames, ending with a restart once at most an eighth of
-        /// that (at least 8 frames) is left, or after `maxPassivePasses` passive passes; commits
-        /// wait past twice the threshold unless `capFrames` says otherwise.
-        public init(thresholdFrames: Int, restartFrames: Int? = nil, maxPassivePasses: Int = 2, capFrames: Int? = nil) {
+        /// that (at least 8 frames) is left, or after `maxPassivePasses` passive passes.
+        public init(thresholdFrames: Int, restartFrames: Int? = nil, maxPassivePasses: Int = 2) {
             self.thresholdFrames = max(1, thresholdFrames)
             self.restartFrames = restartFrames ?? max(8, thresholdFrames / 8)
             self.maxPassivePasses = max(1, maxPassivePasses)
-            self.capFrames = max(self.thresholdFrames, capFrames ?? 2 * self.thresholdFrames)
         }
 
         /// SQLite's own threshold, 1,000 pages (about 4 MiB of log with 4 KiB pages).
@@ -120,10 +116,6 @@ public final class LogCheckpointer: @unchecked Sendable {
         }
         if start { queue.async { [self] in run() } }
     }
-
-    /// Whether the last commit left the log at or over `Policy.capFrames`: commits should wait
-    /// for the run under way (it started at the threshold) rather than grow the log further.
-    public var isOverCap: Bool { state.withLock { $0.latestFrames >= policy.capFrames } }
 
     /// Stops starting runs; one in progress finishes first. Call from another queue than
     /// `queue`, before the connections close.

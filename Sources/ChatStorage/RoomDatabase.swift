@@ -280,12 +280,11 @@ public final class RoomDatabase: @unchecked Sendable {
 
     /// Writes `batch` in one transaction: all of it, or (throwing) none of it. Each room's events
     /// must come after what the room has stored (SQLITE_CONSTRAINT otherwise). Returns what it
-    /// changed, for retention that runs on another connection (`absorb`).
+    /// changed.
     @discardableResult
     public func commit(_ batch: RoomBatch) throws(SQLiteError) -> CommittedChanges {
         guard !batch.isEmpty else { return CommittedChanges() }
         let grown = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
-            var grown = 0
             var added: [String: (count: Int64, bytes: Int64)] = [:]
             var start = batch.events.startIndex
             // A batch holds runs of events per room; each run becomes a chunk or a few.
@@ -315,7 +314,7 @@ public final class RoomDatabase: @unchecked Sendable {
                 }
                 start = end
             }
-            return grown + (try upsert(batch.rooms, adding: added))
+            return try upsert(batch.rooms, adding: added)
         }
         let changes = CommittedChanges(grownBytes: grown, rooms: Set(batch.rooms.lazy.map(\.name)))
         counted? += grown
@@ -381,6 +380,11 @@ public final class RoomDatabase: @unchecked Sendable {
     /// records a restart replays may include some the database took in before it stopped; a
     /// chunk that overlaps what is stored is refused (SQLITE_CONSTRAINT). Each room's record is
     /// its latest. Returns what it changed, as `commit` does.
+    ///
+    /// A room's consecutive chunks are joined into one row while it stays within `maxEvents` and
+    /// `maxBytes` of blob (`EventChunk.append`): a busy room's hundred commits of a tenth of a
+    /// second become a row or two, not a hundred, and the rows, index entries and log pages
+    /// the transaction writes follow the bytes stored, not the commits.
     @discardableResult
     public func apply(_ records: [RoomJournal.Record]) throws(SQLiteError) -> CommittedChanges {
         var rooms: [RoomRecord] = []
@@ -399,6 +403,8 @@ public final class RoomDatabase: @unchecked Sendable {
         let grown = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
             var added: [String: (count: Int64, bytes: Int64)] = [:]
             var stored: [String: UInt64] = [:]
+            // Per room, the row being joined from its chunks, written once it is full.
+            var joining: [String: EncodedChunk] = [:]
             for record in records {
                 for chunk in record.chunks {
                     let last: UInt64
@@ -409,16 +415,27 @@ public final class RoomDatabase: @unchecked Sendable {
                             operation: "apply", code: SQLITE_CONSTRAINT,
                             message: "events \(chunk.firstSeq)–\(chunk.lastSeq) of \(chunk.room) overlap the stored event \(last)")
                     }
-                    try insertChunk.bind(
-                        .text(chunk.room), .integer(Int64(bitPattern: chunk.firstSeq)), .integer(Int64(bitPattern: chunk.lastSeq)),
-                        .integer(Int64(bitPattern: chunk.oldestTime)), .integer(Int64(chunk.count)), .integer(Int64(chunk.bytes)),
-                        .blob(chunk.blob))
-                    try insertChunk.run()
                     stored[chunk.room] = chunk.lastSeq
                     added[chunk.room, default: (0, 0)].count += Int64(chunk.count)
                     added[chunk.room, default: (0, 0)].bytes += Int64(chunk.bytes)
+                    if var row = joining.removeValue(forKey: chunk.room) {
+                        if row.count + chunk.count <= EventChunk.maxEvents, row.blob.count + chunk.blob.count <= EventChunk.maxBytes,
+                            EventChunk.append(chunk.blob, firstSeq: chunk.firstSeq, to: &row.blob, after: row.lastSeq)
+                        {
+                            row.lastSeq = chunk.lastSeq
+                            row.oldestTime = min(row.oldestTime, chunk.oldestTime)
+                            row.count += chunk.count
+                            row.bytes += chunk.bytes
+                            joining[chunk.room] = row
+                            continue
+                        }
+                        try insert(row)
+                    }
+                    joining[chunk.room] = chunk
                 }
             }
+            // In key order: neighbouring rows of the table's B-tree.
+            for room in joining.keys.sorted() { try insert(joining[room]!) }
             return try upsert(rooms, adding: added)
         }
         let changes = CommittedChanges(grownBytes: grown, rooms: Set(rooms.lazy.map(\.name)))
@@ -427,18 +444,13 @@ public final class RoomDatabase: @unchecked Sendable {
         return changes
     }
 
-    /// Takes in what commits on another connection to this file changed, for retention on
-    /// this one: its running count of `totalBytes` grows by theirs, and the rooms they changed
-    /// are looked at again. With `countingTotal`, an unknown count is added up from the rows
-    /// now; their snapshot must hold exactly the commits absorbed so far, so the caller keeps
-    /// the other connection from committing (and from reporting) until this returns.
-    public func absorb(_ changes: CommittedChanges, countingTotal: Bool) throws(SQLiteError) {
-        if counted != nil {
-            counted? += changes.grownBytes
-        } else if countingTotal {
-            counted = try totalBytes()
-        }
-        roomsToCheck?.formUnion(changes.rooms)
+    /// Inserts `chunk` as one `event_chunks` row.
+    private func insert(_ chunk: EncodedChunk) throws(SQLiteError) {
+        try insertChunk.bind(
+            .text(chunk.room), .integer(Int64(bitPattern: chunk.firstSeq)), .integer(Int64(bitPattern: chunk.lastSeq)),
+            .integer(Int64(bitPattern: chunk.oldestTime)), .integer(Int64(chunk.count)), .integer(Int64(chunk.bytes)),
+            .blob(chunk.blob))
+        try insertChunk.run()
     }
 
     /// A stored room's counted bytes and events, and when it was last active; nil if it has no row.
@@ -569,13 +581,6 @@ public final class RoomDatabase: @unchecked Sendable {
     /// work to do now, not at its next pass.
     public func isOverTotal(_ policy: RetentionPolicy) throws(SQLiteError) -> Bool {
         try headroom(under: policy) < 0
-    }
-
-    /// How many bytes may still be stored before `policy`'s total is passed (negative once it
-    /// is), by the running count; `Int.max` without a total.
-    public func headroom(under policy: RetentionPolicy) throws(SQLiteError) -> Int {
-        guard policy.maxTotalBytes > 0 else { return .max }
-        return policy.maxTotalBytes - (try countedBytes())
     }
 
     /// The running count of `totalBytes`, added up once when unknown.
@@ -817,9 +822,8 @@ public final class RoomDatabase: @unchecked Sendable {
     }
 }
 
-/// What commits changed, as retention on another connection needs to know it
-/// (`RoomDatabase.absorb`): the bytes they added against `RetentionPolicy.maxTotalBytes` and
-/// the rooms whose counts they changed.
+/// What a commit changed: the bytes it added against `RetentionPolicy.maxTotalBytes` and the
+/// rooms whose counts it changed.
 public struct CommittedChanges: Sendable, Equatable {
     /// Bytes added to what everything stored counts for (less, if rows shrank).
     public var grownBytes: Int
@@ -830,12 +834,6 @@ public struct CommittedChanges: Sendable, Equatable {
     public init(grownBytes: Int = 0, rooms: Set<String> = []) {
         self.grownBytes = grownBytes
         self.rooms = rooms
-    }
-
-    /// Adds `other`'s changes to these.
-    public mutating func add(_ other: CommittedChanges) {
-        grownBytes += other.grownBytes
-        rooms.formUnion(other.rooms)
     }
 }
 

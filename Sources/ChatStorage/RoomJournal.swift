@@ -61,6 +61,9 @@ public final class RoomJournal: @unchecked Sendable {
             self.rooms = rooms
             self.chunks = chunks
         }
+
+        /// The bytes of its chunks' blobs.
+        public var chunkBytes: Int { chunks.reduce(0) { $0 + $1.blob.count } }
     }
 
     /// The directory the files are in.
@@ -70,12 +73,13 @@ public final class RoomJournal: @unchecked Sendable {
     private var descriptor: Int32 = -1
     /// Bytes in the current file: where a failed append cuts it back to.
     private var size = 0
-    private var lock = pthread_mutex_t()
+    // On the heap: a pthread mutex must not move once initialised.
+    private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     /// The most bytes a file may hold: past it an append fails as on a full disk. For tests of
     /// that failure (`SQLiteRoomStore.capFileSize`).
     public var sizeCap: Int? {
-        get { pthread_mutex_lock(&lock); defer { pthread_mutex_unlock(&lock) }; return cap }
-        set { pthread_mutex_lock(&lock); cap = newValue; pthread_mutex_unlock(&lock) }
+        get { pthread_mutex_lock(lock); defer { pthread_mutex_unlock(lock) }; return cap }
+        set { pthread_mutex_lock(lock); cap = newValue; pthread_mutex_unlock(lock) }
     }
     private var cap: Int?
 
@@ -87,12 +91,13 @@ public final class RoomJournal: @unchecked Sendable {
     public init(directory: String) {
         self.directory = directory
         number = (Self.files(in: directory).last ?? 0) + 1
-        pthread_mutex_init(&lock, nil)
+        pthread_mutex_init(lock, nil)
     }
 
     deinit {
         if descriptor >= 0 { Glibc.close(descriptor) }
-        pthread_mutex_destroy(&lock)
+        pthread_mutex_destroy(lock)
+        lock.deallocate()
     }
 
     /// The path of file `number` in `directory`.
@@ -127,9 +132,9 @@ public final class RoomJournal: @unchecked Sendable {
             guard opened >= 0 else { throw StorageError("cannot open the journal \(path): \(String(cString: strerror(errno)))") }
             var info = stat()
             fstat(opened, &info)
-            pthread_mutex_lock(&lock)
+            pthread_mutex_lock(lock)
             descriptor = opened
-            pthread_mutex_unlock(&lock)
+            pthread_mutex_unlock(lock)
             size = Int(info.st_size)
         }
         var written = 0
@@ -150,10 +155,10 @@ public final class RoomJournal: @unchecked Sendable {
     /// ended, nil if nothing was appended to it.
     public func rotate() -> UInt64? {
         guard descriptor >= 0 else { return nil }
-        pthread_mutex_lock(&lock)
+        pthread_mutex_lock(lock)
         Glibc.close(descriptor)
         descriptor = -1
-        pthread_mutex_unlock(&lock)
+        pthread_mutex_unlock(lock)
         defer { number += 1 }
         size = 0
         return number
@@ -164,8 +169,8 @@ public final class RoomJournal: @unchecked Sendable {
     /// and only then deletes it.)
     @discardableResult
     public func sync() -> Bool {
-        pthread_mutex_lock(&lock)
-        defer { pthread_mutex_unlock(&lock) }
+        pthread_mutex_lock(lock)
+        defer { pthread_mutex_unlock(lock) }
         return descriptor < 0 || fdatasync(descriptor) == 0
     }
 

@@ -91,7 +91,8 @@ struct RoomJournalTests {
     }
 
     /// What `RoomDatabase.apply` promises the journal: its records store what committing the
-    /// same batches stores, row for row, and records a restart replays twice add nothing.
+    /// same batches stores, event for event, in fewer rows (a room's chunks joined), and records
+    /// a restart replays twice add nothing.
     @Test func applyingRecordsStoresWhatCommittingStoresAndAReplayAddsNothing() throws {
         let directory = try TemporaryDirectory(prefix: "chat-journal")
         defer { directory.remove() }
@@ -129,7 +130,21 @@ struct RoomJournalTests {
             #expect(fromJournal != nil && fromJournal == fromCommits, "room \(room) is stored alike")
         }
         #expect(try applied.totalBytes() == committed.totalBytes(), "every event counted once")
-        #expect(try applied.database.integer("SELECT count(*) FROM event_chunks") == committed.database.integer("SELECT count(*) FROM event_chunks"))
+        #expect(try committed.database.integer("SELECT count(*) FROM event_chunks") == 7, "a row per chunk a commit wrote")
+        #expect(try applied.database.integer("SELECT count(*) FROM event_chunks") == 6, "b's first two chunks joined")
+
+        // All three records at once: b's three chunks are one row, a's last two one row, and
+        // a's full chunk of 128 stays a row of its own.
+        let together = try RoomDatabase(path: directory.path + "/together.sqlite3", durability: .off, create: true)
+        try together.apply(records)
+        for room in ["a", "b"] {
+            #expect(try together.loadRoom(named: room, recent: 1_000) == committed.loadRoom(named: room, recent: 1_000), "room \(room) is stored alike")
+        }
+        #expect(try together.database.integer("SELECT count(*) FROM event_chunks WHERE room = 'b'") == 1)
+        #expect(
+            try together.database.text("SELECT group_concat(event_count, ',') FROM (SELECT event_count FROM event_chunks WHERE room = 'a' ORDER BY first_seq)")
+                == "5,128,29")
+        #expect(try together.totalBytes() == committed.totalBytes())
 
         // A chunk that overlaps what is stored is refused, and nothing of its record is written.
         var overlapping = records[2]

@@ -8,9 +8,11 @@ import SocketCore
 /// Where `SQLiteRoomStore` commits a batch.
 public enum CommitPlacement: String, Sendable, CaseIterable {
     /// On the caller's queue, inside `commitStaged`, as Redis appends to its log at the end of
-    /// the event loop's turn: with `synchronous=NORMAL` a commit is a write(2) to the log (the
-    /// fsync is the background sync's), so the loop pays no thread hop and deliveries are not
-    /// held across one. Checkpoints run on the writer queue (`LogCheckpointer`), never in a commit.
+    /// the event loop's turn: a commit is one write(2) of a record to the journal
+    /// (`RoomJournal`; the fsync is the background sync's), so the loop pays no thread hop and
+    /// deliveries are not held across one. The database takes the journal's records in on the
+    /// writer queue, many commits in one transaction every 100 ms; checkpoints run there too
+    /// (`LogCheckpointer`).
     case eventLoop
     /// On the writer queue, the completion handed back to the caller's queue: the loop keeps
     /// serving while the writer commits. The choice when a commit fsyncs (`Durability.always`).
@@ -29,14 +31,20 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 /// only on `writerQueue`, commits each batch in one transaction and runs retention in small
 /// steps between commits, SQLite checkpointing inside its commits.
 ///
-/// With `.eventLoop`, a connection of the server's queue (`loopConnection`) commits, and
-/// SQLite's own checkpoints are off; the writer connection runs retention and `checkpointer`'s
-/// runs on `writerQueue`. SQLite allows one writer at a time: a commit that meets a retention
-/// step or a checkpoint's restart pass waits for it, polling every 100 µs, for up to
-/// `loopLockWait`; past that, or with the log at the checkpointer's cap, the batch is handed to
-/// `writerQueue` as with `.writerThread` (its completion comes later, through
-/// `runFinishedCommits`), and so are the commits after it until it completes. Commits report
-/// what they changed through `ledger`, for retention's counts on the other connection.
+/// With `.eventLoop`, a commit appends its batch, encoded as the rows it becomes, to `journal`
+/// on the server's queue, and completes there. Every `journalBatchInterval` (or sooner, at
+/// `journalBatchBytes`) a hand-off on `writerQueue` starts the next journal file, writes the
+/// records of the ones before it into the database in one transaction (`RoomDatabase.apply`,
+/// a room's chunks joined into few rows), syncs the log, and deletes those files. SQLite's
+/// own checkpoints are off: `checkpointer`'s runs, retention and hand-offs take turns on
+/// `writerQueue`. A hand-off waits `handOffLockWait` at most for SQLite's lock (another
+/// process may hold it); records it could not write stay in the journal and are tried again.
+/// When the database falls `journalHoldBytes` behind, commits wait for a hand-off on the
+/// writer queue (their completions come later, through `runFinishedCommits`), and so do the
+/// commits after them until they complete: the journal's records in memory, and the log a
+/// hand-off grows, stay bounded however fast clients write. A read of a room with events still
+/// only in the journal waits for a hand-off first. At start, the journal files a stopped
+/// server left are replayed into the database (`replayJournal`).
 ///
 /// Either way a third connection, `reader`, used only on `readQueue`, reads a joiner's room and
 /// history pages older than memory holds (indexed reads of at most a page of rows): WAL mode
@@ -46,9 +54,9 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 /// Retention and the log's background sync are `upkeep`'s, an object of its own (see
 /// `StoreUpkeep` for why).
 ///
-/// `@unchecked Sendable`: `staged`, `uncommitted`, `loopConnection`, `runningFinished` and `handedOff`
-/// are used on the server's queue only; `writer` on `writerQueue` only; `reader` on `readQueue`
-/// only; `finished` and `fileCap` are behind their locks.
+/// `@unchecked Sendable`: `staged`, `uncommitted`, `runningFinished` and `handedOff` are used on
+/// the server's queue only; `writer` on `writerQueue` only; `reader` on `readQueue` only;
+/// `finished` and `journaled` are behind their locks.
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The directory, locked for this store's lifetime.
     public let directory: DataDirectory
@@ -61,8 +69,6 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let logger: Logger
     private let writerQueue = DispatchQueue(label: "ChatServer.storage")
     private let writer: RoomDatabase
-    /// With `.eventLoop`, the connection that commits on the server's queue; nil otherwise.
-    private let loopConnection: RoomDatabase?
     private let readQueue = DispatchQueue(label: "ChatServer.storage.read")
     private let reader: RoomDatabase
     // The fields the server's queue uses skip run-time exclusivity checks: no access overlaps
@@ -81,28 +87,43 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let finished = Locked<[@Sendable () -> Void]>([])
     /// Whether `runFinishedCommits` is running (on the server's queue).
     @exclusivity(unchecked) private var runningFinished = false
-    /// With `.eventLoop`: commits handed to the writer queue and not yet completed (on the
-    /// server's queue). While there are any, later commits follow them there.
+    /// With `.eventLoop`: commits waiting on the writer queue for a hand-off and not yet
+    /// completed (on the server's queue). While there are any, later commits follow them there.
     @exclusivity(unchecked) private var handedOff = 0
     /// Retention and the log's background sync.
     private let upkeep: StoreUpkeep
-    /// With `.eventLoop`: a file cap (`capFileSize`) the loop's connection takes at its next commit.
-    private let fileCap = Locked<Int?>(nil)
-    /// With `.eventLoop`: the journal each commit is appended to (WORK IN PROGRESS, issue 22).
+    /// With `.eventLoop`: the journal each commit is appended to; nil otherwise.
     private let journal: RoomJournal?
     /// What the journal holds that the database has not taken in yet, behind a lock: appends
     /// come from the server's queue, hand-offs from the writer queue, and reads and `close()`
     /// from wherever they are called.
     private let journaled = Locked(JournaledRecords())
     /// How long records wait in the journal before the database takes them in, and how many
-    /// bytes of them at most.
+    /// bytes of chunks start a hand-off sooner.
     static let journalBatchInterval: DispatchTimeInterval = .milliseconds(100)
     static let journalBatchBytes = 4 << 20
+    /// How many bytes of chunks the journal may hold that the database has not taken in
+    /// before commits wait for a hand-off (on the writer queue, not the server's): a batch
+    /// being written and one more. What bounds the records kept in memory and the log one
+    /// hand-off writes, when the disk or SQLite's lock holds the writer up.
+    public static let journalHoldBytes = 2 * journalBatchBytes
+    /// How long a commit waiting for a hand-off lets it wait for SQLite's lock, as a commit on
+    /// the writer thread would, before it fails.
+    static let backPressureLockWait: Duration = .seconds(5)
 
     /// The journal's records not yet in the database.
     struct JournaledRecords {
+        /// In the order appended, those no hand-off has taken yet.
         var records: [RoomJournal.Record] = []
+        /// Bytes of chunks of `records`: past `journalBatchBytes` a hand-off starts at once.
+        var newBytes = 0
+        /// Bytes of chunks the database has not taken in, `records` and a hand-off's under way:
+        /// past `journalHoldBytes` commits wait for a hand-off.
         var bytes = 0
+        /// How many records the database has not taken in: reads of a room wait for a hand-off
+        /// while there are any.
+        var unstored = 0
+        /// Whether a hand-off is due on the writer queue after `journalBatchInterval`.
         var handOffScheduled = false
         /// Whether a hand-off for a full batch is queued on the writer queue.
         var handOffQueued = false
@@ -157,40 +178,29 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         writer = try RoomDatabase(path: directory.databasePath, durability: durability, create: true)
         reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
         if commitPlacement == .eventLoop {
-            let loopConnection = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
             let checkpointer = LogCheckpointer(
                 connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
             ) { [logger] event in Self.log(event, to: logger) }
-            // Retention's commits grow the log too.
-            checkpointer.watch(loopConnection.database)
+            // Hand-offs and retention commit through the writer.
             checkpointer.watch(writer.database)
-            self.loopConnection = loopConnection
             self.checkpointer = checkpointer
-        } else {
-            loopConnection = nil
-            checkpointer = nil
-        }
-        if commitPlacement == .eventLoop {
             try Self.replayJournal(in: directory.path, into: writer, logger: logger)
             journal = RoomJournal(directory: directory.path)
         } else {
+            checkpointer = nil
             journal = nil
         }
         upkeep = StoreUpkeep(
-            retention: retention, placement: commitPlacement, writer: writer, writerQueue: writerQueue,
+            retention: retention, writer: writer, writerQueue: writerQueue,
             databasePath: directory.databasePath, journal: journal, logger: logger)
         upkeep.start(retentionInterval: retentionInterval, logSyncInterval: Self.logSyncInterval, durability: durability)
     }
 
-    /// Caps the database file at about `bytes` (`PRAGMA max_page_count`): past it, commits fail
-    /// with SQLITE_FULL as on a full disk. For tests of that failure. With `.eventLoop` the
-    /// committing connection takes the cap at its next commit, on the server's queue.
+    /// Caps the database file at about `bytes` (`PRAGMA max_page_count`), and with
+    /// `.eventLoop` each journal file too: past it, commits fail as on a full disk. For tests
+    /// of that failure.
     public func capFileSize(bytes: Int) throws(StorageError) {
         journal?.sizeCap = bytes
-        if placement == .eventLoop {
-            fileCap.withLock { $0 = bytes }
-            return
-        }
         let result: Result<Void, SQLiteError> = writerQueue.sync {
             Result { () throws(SQLiteError) in try Self.cap(writer.database, bytes: bytes) }
         }
@@ -216,7 +226,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                 queue.async { completion(answer) }
             }
         }
-        guard journal != nil, journaled.withLock({ !$0.records.isEmpty }) else { return read() }
+        guard journal != nil, journaled.withLock({ $0.unstored > 0 }) else { return read() }
         // Events only in the journal: the database takes them first, and the read follows.
         writerQueue.async { [self] in
             handOffJournaled()
@@ -303,47 +313,33 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         let batch = staged
         staged = RoomBatch()
         stagedIndex.removeAll(keepingCapacity: true)
-        if let journal {
+        if journal != nil {
             let record = RoomJournal.Record(rooms: batch.rooms, chunks: RoomDatabase.encodedChunks(of: batch))
-            let appended: Result<Bool, StorageError> = journaled.withLock { state in
-                Result { () throws(StorageError) -> Bool in
-                    try journal.append(record)
-                    state.records.append(record)
-                    state.bytes += record.chunks.reduce(0) { $0 + $1.blob.count }
-                    if state.bytes >= Self.journalBatchBytes, !state.handOffQueued {
-                        // One at a time: queued behind each other, hand-offs of a few records
-                        // each would keep the checkpointer's runs waiting behind them.
-                        state.handOffQueued = true
-                        return true
-                    }
-                    if !state.handOffScheduled {
-                        state.handOffScheduled = true
-                        writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
-                    }
-                    return false
-                }
-            }
-            switch appended {
-            case .success(let full):
-                settle(batch, failed: false)
-                if full { writerQueue.async { [weak self] in self?.handOffJournaled() } }
-                completion(.success(()))
-            case .failure(let error):
-                settle(batch, failed: true)
-                completion(.failure(CommitFailure(error: error, events: batch.events)))
-            }
-            return
-        }
-        if placement == .eventLoop {
-            // Behind a commit handed to the writer, this one goes there too: committed first,
-            // this batch's events would not come after that one's. With the log at its cap, the
-            // writer queue takes it after the checkpoint run under way: the log stops growing.
-            if handedOff == 0, checkpointer?.isOverCap != true, let result = commitOnLoop(batch) {
+            if handedOff == 0, let result = appendToJournal(record, of: batch, under: Self.journalHoldBytes) {
                 settle(batch, failed: result.isFailure)
                 completion(result)
                 return
             }
+            // The database is a batch and more behind: this commit waits on the writer queue
+            // for a hand-off, and those after it follow it there, in order.
             handedOff += 1
+            writerQueue.async { [self] in
+                var result = appendToJournal(record, of: batch, under: Self.journalHoldBytes)
+                if result == nil {
+                    handOffJournaled(lockWait: Self.backPressureLockWait)
+                    result = appendToJournal(record, of: batch, under: Self.journalHoldBytes)
+                }
+                let committed = result ?? .failure(Self.failure(of: batch, behindBy: journaled.withLock { $0.bytes }))
+                finished.withLock {
+                    $0.append { [self, committed] in
+                        handedOff -= 1
+                        settle(batch, failed: committed.isFailure)
+                        completion(committed)
+                    }
+                }
+                queue.async { [self] in runFinishedCommits() }
+            }
+            return
         }
         writerQueue.async { [self] in
             var result: Result<Void, CommitFailure> = .success(())
@@ -354,7 +350,6 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             finished.withLock {
                 $0.append { [self, result] in
-                    if placement == .eventLoop { handedOff -= 1 }
                     settle(batch, failed: result.isFailure)
                     completion(result)
                 }
@@ -367,32 +362,73 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
+    /// Appends `record`, `batch`'s events, to the journal, unless the journal already holds
+    /// `limit` bytes of chunks the database has not taken in (nil then, nothing written), and
+    /// has a hand-off follow within `journalBatchInterval`, or at once past `journalBatchBytes`.
+    /// From the server's queue, or from the writer queue for a commit waiting there.
+    private func appendToJournal(_ record: RoomJournal.Record, of batch: RoomBatch, under limit: Int) -> Result<Void, CommitFailure>? {
+        guard let journal else { preconditionFailure("commits are journaled only with .eventLoop") }
+        let appended: Result<Bool, StorageError>? = journaled.withLock { state in
+            guard state.bytes < limit else { return nil }
+            return Result { () throws(StorageError) -> Bool in
+                try journal.append(record)
+                state.records.append(record)
+                state.unstored += 1
+                state.bytes += record.chunkBytes
+                state.newBytes += record.chunkBytes
+                if state.newBytes >= Self.journalBatchBytes, !state.handOffQueued {
+                    // One at a time: queued behind each other, hand-offs of a few records each
+                    // would keep the checkpointer's runs waiting behind them.
+                    state.handOffQueued = true
+                    return true
+                }
+                if !state.handOffScheduled {
+                    state.handOffScheduled = true
+                    writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
+                }
+                return false
+            }
+        }
+        switch appended {
+        case nil:
+            return nil
+        case .success(let full):
+            if full { writerQueue.async { [weak self] in self?.handOffJournaled() } }
+            return .success(())
+        case .failure(let error):
+            return .failure(CommitFailure(error: error, events: batch.events))
+        }
+    }
+
     /// Writes the records journaled so far into the database in one transaction (on the writer
-    /// queue), syncs the log, and deletes the journal files they came from; the next records go
-    /// to a new file. A batch the database refuses stays in the journal and is tried again.
-    private func handOffJournaled() {
+    /// queue), letting it wait `lockWait` at most for SQLite's lock; syncs the log; and deletes
+    /// the journal files they came from (the next records go to a new file). A batch the
+    /// database refuses stays in the journal and is tried again after `journalBatchInterval`.
+    private func handOffJournaled(lockWait: Duration = handOffLockWait) {
         guard let journal else { return }
         let (records, ended) = journaled.withLock { state -> ([RoomJournal.Record], UInt64?) in
             state.handOffScheduled = false
             state.handOffQueued = false
-            guard !state.closed else { return ([], nil) }
-            defer { state.records = [] }
-            state.bytes = 0
-            return (state.records, state.records.isEmpty ? nil : journal.rotate())
+            guard !state.closed, !state.records.isEmpty else { return ([], nil) }
+            defer {
+                state.records = []
+                state.newBytes = 0
+            }
+            return (state.records, journal.rotate())
         }
-        guard !records.isEmpty else { return }
-        writer.database.busyTimeout = Self.handOffLockWait
+        guard let ended else { return }
+        writer.database.busyTimeout = lockWait
         defer { writer.database.busyTimeout = .seconds(5) }
         do throws(SQLiteError) {
             try writer.apply(records)
         } catch {
             logger.error(
                 "the journal's records could not be stored; they stay in the journal and are tried again",
-                metadata: ["storage.error": "\(error)"])
+                metadata: ["storage.error": "\(error)", "storage.records": "\(records.count)"])
             journaled.withLock { state in
                 guard !state.closed else { return }
                 state.records.insert(contentsOf: records, at: 0)
-                state.bytes += records.reduce(0) { $0 + $1.chunks.reduce(0) { $0 + $1.blob.count } }
+                state.newBytes += records.reduce(0) { $0 + $1.chunkBytes }
                 if !state.handOffScheduled {
                     state.handOffScheduled = true
                     writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
@@ -400,11 +436,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             return
         }
+        // Only what the database holds durably leaves the journal.
         upkeep.syncLogNow()
-        if let ended { RoomJournal.remove(through: ended, in: directory.path) }
-        // Nothing else writes the database now: a checkpoint here copies what the batch added and
-        // lets the next batch start the log over (EXPERIMENT: every hand-off).
-        _ = try? writer.database.execute("PRAGMA wal_checkpoint(RESTART)")
+        RoomJournal.remove(through: ended, in: directory.path)
+        journaled.withLock { state in
+            state.bytes -= records.reduce(0) { $0 + $1.chunkBytes }
+            state.unstored -= records.count
+        }
         upkeep.trimIfOverTotal()
     }
 
@@ -447,8 +485,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// See `RoomStore.runFinishedCommits()`.
     public func runFinishedCommits() {
-        // Committing on the loop with nothing handed to the writer, nothing can have finished
-        // there: no lock taken for it (the server asks after every request).
+        // Journaling on the loop with no commit waiting for a hand-off, nothing can have
+        // finished on the writer queue: no lock taken for it (the server asks after every request).
         if placement == .eventLoop, handedOff == 0 { return }
         // A completion may serve requests that call this again: the outer loop runs the rest,
         // so completions never nest and always run in order.
@@ -477,51 +515,17 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     // MARK: Internals
 
-    /// How long a commit on the loop waits for the write lock before it hands its batch to the
-    /// writer queue instead: our own holders (a retention step, a checkpoint's restart pass)
-    /// let go sooner; another process holding the lock (an administrator's `sqlite3` shell, a
-    /// backup) would otherwise stall every client for the 5 s SQLite waits.
-    static let loopLockWait: Duration = .milliseconds(2)
-
-    /// Commits `batch` through `loopConnection` (`.eventLoop`, on the server's queue) and
-    /// reports what it changed to retention; nil, having written nothing, if another connection
-    /// held the write lock for longer than `loopLockWait`.
-    private func commitOnLoop(_ batch: RoomBatch) -> Result<Void, CommitFailure>? {
-        guard let loopConnection else { preconditionFailure("commits run on the loop only with .eventLoop") }
-        if let bytes = fileCap.withLock({ cap in defer { cap = nil }; return cap }) {
-            do throws(SQLiteError) {
-                try Self.cap(loopConnection.database, bytes: bytes)
-            } catch {
-                logger.warning("cannot cap the database", metadata: ["storage.error": "\(error)"])
-            }
-        }
-        loopConnection.database.busyTimeout = Self.loopLockWait
-        defer { loopConnection.database.busyTimeout = .seconds(5) }
-        let committed: Result<CommittedChanges, SQLiteError>
-        var checkTotal = false
-        if retention == .keepAll {
-            committed = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
-        } else {
-            committed = upkeep.ledger.withLock { ledger in
-                let result = Result { () throws(SQLiteError) in try loopConnection.commit(batch) }
-                if case .success(let changes) = result { checkTotal = ledger.add(changes, maxTotalBytes: retention.maxTotalBytes) }
-                return result
-            }
-        }
-        switch committed {
-        case .success:
-            if checkTotal { upkeep.checkTotal() }
-            return .success(())
-        case .failure(let error) where error.isBusy:
-            return nil
-        case .failure(let error):
-            return .failure(Self.failure(of: batch, error))
-        }
-    }
-
     /// Why `batch` was not stored, with its events, whose senders are told.
     private static func failure(of batch: RoomBatch, _ error: SQLiteError) -> CommitFailure {
         CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events)
+    }
+
+    /// Why `batch` was not journaled: the database stayed `bytes` of chunks behind the journal
+    /// (its disk full, or its lock held elsewhere) for longer than `backPressureLockWait`.
+    private static func failure(of batch: RoomBatch, behindBy bytes: Int) -> CommitFailure {
+        CommitFailure(
+            error: StorageError("commit failed: the database is \(bytes) bytes behind the journal and is not taking them in"),
+            events: batch.events)
     }
 
     /// Logs a checkpoint run at debug level: a test kills the server between the two lines.

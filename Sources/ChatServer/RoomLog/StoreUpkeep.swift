@@ -14,44 +14,14 @@ import SocketCore
 /// 50 clients (`perf`, docs/BENCHMARKS.md).
 ///
 /// `@unchecked Sendable`: `writer`, `retentionTimer` are used on `writerQueue` only;
-/// `logSyncTimer`, `logDescriptor` and `logSyncFailing` on `syncQueue` only; `occupied` and
-/// `ledger` are behind their locks.
+/// `logSyncTimer`, `logDescriptor` and `logSyncFailing` on `syncQueue` only; `occupied` is
+/// behind its lock.
 final class StoreUpkeep: @unchecked Sendable {
-    /// What the loop's commits changed since retention last took it in (`.eventLoop`).
-    struct Ledger {
-        var changes = CommittedChanges()
-        /// Whether a `trimIfOverTotal` is queued.
-        var totalCheckScheduled = false
-        /// How far the database may grow past what retention last counted before it passes
-        /// `RetentionPolicy.maxTotalBytes`; nil until retention first counts.
-        var headroom: Int?
-        /// What the loop's commits grew the database by since retention last counted.
-        var grownSinceCount = 0
-
-        /// Takes in a loop commit's `committed` changes; returns whether the total needs checking
-        /// now (`trimIfOverTotal`): only once the commits since the last count may have passed
-        /// the bound, so that a busy server does not wake the writer after every commit (a
-        /// thread hop per commit was 1–2% of durable mode's throughput at 50 clients).
-        mutating func add(_ committed: CommittedChanges, maxTotalBytes: Int) -> Bool {
-            changes.add(committed)
-            grownSinceCount += committed.grownBytes
-            guard maxTotalBytes > 0, committed.grownBytes > 0, !totalCheckScheduled else { return false }
-            if let headroom, grownSinceCount <= headroom { return false }
-            totalCheckScheduled = true
-            return true
-        }
-    }
-
     /// Events and rooms retention deletes per transaction: few, so a commit waiting behind it
     /// waits little.
     static let retentionStep = 256
 
     let retention: RetentionPolicy
-    /// With `.eventLoop`: what the loop's commits changed since retention last took it in. A
-    /// commit and its report happen under the lock, so retention, counting the total afresh
-    /// under it, counts each commit once (`RoomDatabase.absorb`).
-    let ledger = Locked(Ledger())
-    private let placement: CommitPlacement
     private let writer: RoomDatabase
     private let writerQueue: DispatchQueue
     private let logPath: String
@@ -72,12 +42,11 @@ final class StoreUpkeep: @unchecked Sendable {
     /// Upkeep for the database at `databasePath`, run through `writer` on `writerQueue`. Starts
     /// nothing: see `start`.
     init(
-        retention: RetentionPolicy, placement: CommitPlacement, writer: RoomDatabase, writerQueue: DispatchQueue,
+        retention: RetentionPolicy, writer: RoomDatabase, writerQueue: DispatchQueue,
         databasePath: String, journal: RoomJournal?, logger: Logger
     ) {
         self.journal = journal
         self.retention = retention
-        self.placement = placement
         self.writer = writer
         self.writerQueue = writerQueue
         logPath = databasePath + "-wal"
@@ -127,46 +96,19 @@ final class StoreUpkeep: @unchecked Sendable {
         }
     }
 
-    /// After a loop commit that `Ledger.add` says may have passed the total: retention trims at
-    /// once rather than at its next pass, after this commit is delivered, so the disk exceeds
-    /// the bound by a commit or so at most.
-    func checkTotal() {
-        writerQueue.async { [weak self] in self?.trimIfOverTotal() }
-    }
-
     /// Runs retention if commits took everything past the total (on `writerQueue`).
     func trimIfOverTotal() {
-        ledger.withLock { $0.totalCheckScheduled = false }
         do throws(SQLiteError) {
-            try absorbLoopCommits()
             if try writer.isOverTotal(retention) { applyRetention() }
         } catch {
             logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
         }
     }
 
-    /// Takes in the loop's commits for retention's counts (on `writerQueue`, outside a
-    /// transaction: the loop may be waiting on the lock to commit).
-    private func absorbLoopCommits() throws(SQLiteError) {
-        guard placement == .eventLoop else { return }
-        let result: Result<Void, SQLiteError> = ledger.withLock { ledger in
-            defer { ledger.changes = CommittedChanges() }
-            return Result { () throws(SQLiteError) in
-                try writer.absorb(ledger.changes, countingTotal: retention.maxTotalBytes > 0)
-                if retention.maxTotalBytes > 0 {
-                    ledger.headroom = try writer.headroom(under: retention)
-                    ledger.grownSinceCount = 0
-                }
-            }
-        }
-        try result.get()
-    }
-
     /// Deletes what `retention` no longer keeps, a step at a time, each step its own transaction
     /// on the writer queue so commits interleave.
     private func applyRetention() {
         do throws(SQLiteError) {
-            try absorbLoopCommits()
             let deleted = try writer.applyRetention(retention, now: Self.wallMillis(), maxDeletions: Self.retentionStep) { room in
                 occupied.withLock { $0.contains(room) }
             }
