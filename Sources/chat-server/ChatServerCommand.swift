@@ -330,6 +330,10 @@ struct ChatServerCommand: ParsableCommand {
             maxAgeMillis: UInt64(retainDays * 86_400_000), maxTotalBytes: retainTotalBytes.bytes,
             maxEmptyRoomMillis: retainEmptyRooms.milliseconds)
         let interval = try seconds(retentionInterval, "--retention-interval")
+        // A file-size limit (`ulimit -f`) would kill the server with SIGXFSZ at the write that
+        // passes it; ignored, that write fails with EFBIG, a failed commit whose senders are
+        // told, as on a full disk (docs/SERVER.md, "Durability").
+        signal(SIGXFSZ, SIG_IGN)
         do {
             let store = try SQLiteRoomStore(
                 directory: path, durability: fsync, retention: retention, retentionInterval: interval,

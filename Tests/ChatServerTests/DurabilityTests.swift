@@ -90,18 +90,27 @@ struct DurabilityTests {
             if case .message("load", let seq, _, let sender, let text) = frame { return SeenMessage(seq: seq, sender: sender, text: text) }
             return nil
         }
-        // While this connection holds SQLite's write lock no commit can finish: a server that
-        // delivered before committing would now show clients messages it has not stored. The
-        // pause gives such a server time to do so; a correct one delivers nothing new meanwhile,
-        // however long the pause, so the test cannot fail for being slow.
+        // While this connection holds SQLite's write lock the database takes nothing in: what
+        // the server accepts meanwhile is in its journal only, and the kill comes then. The
+        // restart must replay the journal for the checks below to pass.
         let blocker = try SQLiteDatabase(path: data.path + "/" + RoomDatabase.fileName, mode: .readWrite)
         try blocker.execute("BEGIN IMMEDIATE")
-        try await Task.sleep(for: .seconds(1))
+        let late = try await TestClient.connect(port: first.port, nick: "late", version: 2)
+        _ = try await late.joinRoom("load")
+        try await late.send((0..<3).map { .say(room: "load", text: "late-\($0)") })
+        let lateLines = try await late.collect(3, "the late lines' echoes") { frame -> SeenMessage? in
+            if case .message("load", let seq, _, "late", let text) = frame { return SeenMessage(seq: seq, sender: "late", text: text) }
+            return nil
+        }
         first.child.killNow()
+        _ = await first.child.waitForExit(timeout: .seconds(10))
         try blocker.execute("ROLLBACK")
+        let journaled = try RoomJournal.files(in: data.path).reduce(0) { $0 + (try RoomJournal.read(RoomJournal.path(of: $1, in: data.path))).records.count }
+        #expect(journaled > 0, "the kill left accepted commits in the journal only")
         let observed = early + (await observer.messagesUntilClosed(in: "load"))
         for sender in senders { await sender.value }
-        var seen = Set(observed)
+        var seen = Set(observed).union(lateLines)
+        late.close()
         for reader in readers { seen.formUnion(await reader.value) }
         for client in clients { client.close() }
         observer.close()

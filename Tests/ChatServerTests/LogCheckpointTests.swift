@@ -9,12 +9,13 @@ import SocketCore
 import TestSupport
 import Testing
 
-/// What a store's checkpointer logged: each run's start, and its end with what it did.
+/// What a store logged: each checkpoint run's start, and its end with what it did, and every line.
 final class CheckpointRecorder: @unchecked Sendable {
     // NSLock: the handler is called on the writer queue, read from the test.
     private let lock = NSLock()
     private var starts = 0
     private var finished: [Logger.Metadata] = []
+    private var messages: [String] = []
 
     /// A logger at debug level that records the checkpointer's lines here.
     var logger: Logger {
@@ -25,11 +26,14 @@ final class CheckpointRecorder: @unchecked Sendable {
     var started: Int { lock.withLock { starts } }
     /// Runs finished so far, with their metadata.
     var runs: [Logger.Metadata] { lock.withLock { finished } }
+    /// Every line the store logged, in order.
+    var lines: [String] { lock.withLock { messages } }
     /// Finished runs that ended with a restart pass.
     var restarts: Int { runs.filter { $0["storage.checkpoint.restarted"]?.description == "true" }.count }
 
     fileprivate func record(_ message: String, _ metadata: Logger.Metadata?) {
         lock.withLock {
+            messages.append(message)
             if message == "checkpoint started" { starts += 1 }
             if message == "checkpoint done" { finished.append(metadata ?? [:]) }
         }

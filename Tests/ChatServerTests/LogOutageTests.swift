@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// The promise every mode with a room log beyond memory makes when that log stops answering —
-/// SQLite whose write lock another process holds, Redis stopped mid-run — tested the same way in
+/// a journal and database the server may not write, Redis stopped mid-run — tested the same way in
 /// each, against the real `chat-server` and the real SQLite or `redis-server`: the sender is
 /// told (non-fatally) rather than left waiting, no member hears a line its sender did not hear
 /// too, and once the log answers again lines flow and every accepted one reaches every member.
@@ -33,11 +33,10 @@ struct LogOutageTests {
         #expect(try await alice.say("before", in: "r", heard: &aliceHeard) == nil, "accepted while the log answers")
 
         let outage = try await LogOutage(stopping: server)
-        defer { outage.end() }
         let refusal = try await alice.say("during", in: "r", heard: &aliceHeard)
         let expected: ErrorCode = mode == .cluster ? .unavailable : .storageFailed
         #expect(refusal?.code == expected, "the sender is told, with \(expected): \(String(describing: refusal))")
-        outage.end()
+        await outage.end()
 
         // The log may take a moment to be reached again: refused lines are said again, a bounded
         // number of times, until one is accepted.
@@ -65,38 +64,38 @@ struct LogOutageTests {
     }
 }
 
-/// The room log of `server` made to stop answering, until `end`: in durable mode another process
-/// holds SQLite's write lock (as an administrator's `sqlite3` shell can), in cluster mode Redis
-/// is stopped with SIGSTOP (its connections stay up, nothing answers).
+/// The room log of `server` made to stop answering, until `end`: in durable mode the server's
+/// file-size limit (`RLIMIT_FSIZE`, as `ulimit -f`) is set to one byte, so every write to its
+/// journal and its database fails with EFBIG as on a full disk (SQLite's write lock held by
+/// another process is not an outage: commits go to the journal meanwhile); in cluster mode
+/// Redis is stopped with SIGSTOP (its connections stay up, nothing answers).
 private final class LogOutage: Sendable {
-    private let locker: ChildProcess?
+    private let server: pid_t?
     private let redis: RedisServerProcess?
 
     init(stopping server: ChatServerProcess) async throws {
         if let redis = server.redis {
             self.redis = redis
-            locker = nil
+            self.server = nil
             redis.child.signal(SIGSTOP)
             return
         }
-        let directory = try #require(server.dataDirectory, "a durable server has a data directory")
-        let script = """
-            import sqlite3, sys
-            connection = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-            connection.execute("BEGIN IMMEDIATE")
-            print("locked", flush=True)
-            sys.stdin.read()
-            """
-        let locker = try ChildProcess(
-            URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", script, "\(directory.path)/\(RoomDatabase.fileName)"])
-        #expect(await locker.waitForOutput("locked"), "the lock holder took SQLite's write lock: \(locker.output)")
-        self.locker = locker
+        #expect(server.dataDirectory != nil, "a durable server has a data directory")
+        #expect(await Self.setFileSizeLimit(of: server.child.pid, to: "1"), "the file-size limit is set")
+        self.server = server.child.pid
         redis = nil
     }
 
+    /// Sets the soft file-size limit of process `pid` with util-linux's `prlimit` (Glibc's
+    /// `prlimit(2)` is not visible to Swift); whether it did.
+    private static func setFileSizeLimit(of pid: pid_t, to limit: String) async -> Bool {
+        guard let tool = try? ChildProcess(URL(fileURLWithPath: "/usr/bin/prlimit"), ["--pid", "\(pid)", "--fsize=\(limit):"]) else { return false }
+        return await tool.waitForExit(timeout: .seconds(10)) == 0
+    }
+
     /// Lets the log answer again; calling it again does nothing more.
-    func end() {
-        locker?.stop()
+    func end() async {
+        if let server { _ = await Self.setFileSizeLimit(of: server, to: "unlimited") }
         redis?.child.signal(SIGCONT)
     }
 }

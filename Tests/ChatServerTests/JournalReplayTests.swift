@@ -1,0 +1,144 @@
+import ChatProtocol
+import ChatServer
+import ChatStorage
+import Dispatch
+import Foundation
+import Glibc
+import SocketCore
+import TestSupport
+import Testing
+
+/// The durable default's journal in front of SQLite (`SQLiteRoomStore` with `.eventLoop`), on
+/// real files: what a stop at its worst moments leaves, and what reads see before the database
+/// has taken a burst in. The process-level SIGKILL with events only in the journal is
+/// `DurabilityTests.aKilledServerKeepsEveryAcknowledgedMessageAndClientsCatchUpExactly`.
+@Suite("The journal in front of the database", .serialized)
+struct JournalReplayTests {
+    /// Commits `batches` batches of `events` messages in each of `rooms` rooms, as the server's
+    /// loop does; returns how many failed.
+    private func commit(_ store: SQLiteRoomStore, batches: Int, rooms: Int, events: Int, next: inout [UInt64]) -> Int {
+        let loop = DispatchQueue(label: "test.loop")
+        let failures = Locked(0)
+        loop.sync {
+            for _ in 0..<batches {
+                stageBatch(into: store, rooms: rooms, events: events, next: &next)
+                commitAsTheServerDoes(store, on: loop) { if case .failure = $0 { failures.withLock { $0 += 1 } } }
+            }
+        }
+        return failures.withLock { $0 }
+    }
+
+    /// Holds SQLite's write lock from a connection of its own, as another process could: the
+    /// store's hand-offs fail meanwhile and its records stay in the journal.
+    private func holdWriteLock(of store: SQLiteRoomStore) throws -> SQLiteDatabase {
+        let blocker = try SQLiteDatabase(path: store.directory.databasePath, mode: .readWrite)
+        try blocker.execute("BEGIN IMMEDIATE")
+        return blocker
+    }
+
+    /// Every seq of `room` in the database at `path`, in order, read apart from any store.
+    private func storedSeqs(of room: String, in path: String) throws -> [UInt64] {
+        let database = try RoomDatabase(path: path + "/" + RoomDatabase.fileName, durability: .off, create: false)
+        return try database.loadRoom(named: room, recent: 100_000)?.recent.map(\.seq) ?? []
+    }
+
+    /// A server killed after the database took a batch in but before the journal's files were
+    /// deleted leaves records the database already holds: the next start replays them and
+    /// stores nothing twice.
+    @Test func recordsTheDatabaseTookInBeforeAStopAreNotStoredTwice() throws {
+        let data = try TemporaryDirectory(prefix: "chat-journal-replay")
+        defer { data.remove() }
+        let saved = try TemporaryDirectory(prefix: "chat-journal-saved")
+        defer { saved.remove() }
+        var next = [UInt64](repeating: 0, count: 3)
+        do {
+            let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+            defer { store.close() }
+            let blocker = try holdWriteLock(of: store)
+            #expect(commit(store, batches: 20, rooms: 3, events: 5, next: &next) == 0, "commits go to the journal while the lock is held")
+            let files = RoomJournal.files(in: data.path)
+            #expect(!files.isEmpty, "the records wait in the journal")
+            for file in files {
+                let name = (RoomJournal.path(of: file, in: data.path) as NSString).lastPathComponent
+                try FileManager.default.copyItem(atPath: data.path + "/" + name, toPath: saved.path + "/" + name)
+            }
+            try blocker.execute("ROLLBACK")
+            // A read hands the journal to the database first: then it holds every event.
+            #expect(try store.loadRoom(named: "room0", recent: 1_000)?.recent.count == 100)
+            #expect(RoomJournal.files(in: data.path).allSatisfy { !files.contains($0) }, "the files taken in are deleted")
+            // Put back, as a kill between the database's commit and the deletion leaves them.
+            for name in try FileManager.default.contentsOfDirectory(atPath: saved.path) {
+                try FileManager.default.copyItem(atPath: saved.path + "/" + name, toPath: data.path + "/" + name)
+            }
+        }
+        let reopened = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+        reopened.close()
+        #expect(RoomJournal.files(in: data.path).isEmpty, "the replayed files are deleted")
+        for room in 0..<3 {
+            #expect(try storedSeqs(of: "room\(room)", in: data.path) == Array(1...100), "room\(room) holds each event once")
+        }
+    }
+
+    /// A power loss in the middle of an append leaves the journal's last record cut short: the
+    /// replay keeps every record before it, says what it dropped, and the store goes on.
+    @Test func aRecordCutShortEndsTheReplayAndWhatCameBeforeIsKept() throws {
+        let data = try TemporaryDirectory(prefix: "chat-journal-torn")
+        defer { data.remove() }
+        var next = [UInt64](repeating: 0, count: 1)
+        do {
+            let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+            let blocker = try holdWriteLock(of: store)
+            #expect(commit(store, batches: 3, rooms: 1, events: 10, next: &next) == 0)
+            // Closed with the records in the journal only: the next start replays them.
+            store.close()
+            try blocker.execute("ROLLBACK")
+        }
+        let files = RoomJournal.files(in: data.path)
+        let last = RoomJournal.path(of: try #require(files.last, "the journal was left for the next start"), in: data.path)
+        #expect(truncate(last, off_t(fileSize(last) - 7)) == 0)
+
+        let recorder = CheckpointRecorder()
+        let reopened = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll, logger: recorder.logger)
+        #expect(recorder.lines.contains("the journal's last record was cut short; the records before it are kept"), "\(recorder.lines)")
+        #expect(try reopened.loadRoom(named: "room0", recent: 1_000)?.recent.map(\.seq) == Array(1...20), "the first two commits, not the torn third")
+        #expect(RoomJournal.files(in: data.path).isEmpty, "the replayed files are deleted")
+        // The store goes on: the room's next events follow what it kept.
+        next[0] = 20
+        #expect(commit(reopened, batches: 1, rooms: 1, events: 5, next: &next) == 0)
+        #expect(try reopened.loadRoom(named: "room0", recent: 1_000)?.recent.map(\.seq) == Array(1...25))
+        reopened.close()
+    }
+
+    /// A burst still in the journal when a room is loaded and a history page is read, both at
+    /// once: each read waits for the database to take the burst in and sees all of it.
+    @Test func readsRightAfterABurstSeeAllOfIt() throws {
+        let data = try TemporaryDirectory(prefix: "chat-journal-read")
+        defer { data.remove() }
+        let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+        defer { store.close() }
+        var next = [UInt64](repeating: 0, count: 2)
+        #expect(commit(store, batches: 200, rooms: 2, events: 10, next: &next) == 0)
+        let answers = Locked<[RoomReadAnswer]>([])
+        let done = DispatchSemaphore(value: 0)
+        let queue = DispatchQueue(label: "test.reads")
+        store.read(.room("room1", recent: 50), on: queue) { result in
+            if case .success(let answer) = result { answers.withLock { $0.append(answer) } }
+            done.signal()
+        }
+        store.read(.page("room0", .after, from: 0, limit: 5_000, budget: .max, cost: { _ in 1 }), on: queue) { result in
+            if case .success(let answer) = result { answers.withLock { $0.append(answer) } }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 30) == .success && done.wait(timeout: .now() + 30) == .success, "both reads answered")
+        let read = answers.withLock { $0 }
+        #expect(read.count == 2, "both reads succeeded: \(read.count)")
+        for answer in read {
+            switch answer {
+            case .room(let room):
+                #expect(room?.record.lastSeq == 2_000 && room?.recent.last?.seq == 2_000 && room?.recent.count == 50, "the room as of the burst's end")
+            case .page(let entries, let complete):
+                #expect(entries.map(\.seq) == Array(1...2_000) && complete, "the page holds the whole burst: \(entries.count)")
+            }
+        }
+    }
+}
