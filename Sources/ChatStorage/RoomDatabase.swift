@@ -41,11 +41,13 @@ public final class RoomDatabase: @unchecked Sendable {
     /// The most the data directory holds, every file in it, when retention keeps what is stored
     /// to `totalBytes` (`RetentionPolicy.maxTotalBytes`), as docs/SERVER.md ("Retention") states
     /// it: SQLite's pages take up to 1.5 times the counted bytes (part-filled pages, indexes,
-    /// pages not yet given back; 1.13–1.26 measured), and 8 MiB covers the write-ahead log and
-    /// its index: SQLite's own checkpoint comes every 4 MiB of log, and `LogCheckpointer` holds
-    /// it to twice that threshold (its cap, about 7.9 MiB), either cut back to 4 MiB when the log
-    /// starts over. Add one commit: a commit that passes the total is trimmed back right after it.
-    public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (8 << 20) }
+    /// pages not yet given back; 1.13–1.26 measured), and 16 MiB covers the write-ahead log, its
+    /// index and the journal: a checkpoint run starts at 4 MiB of log, and a hand-off of the
+    /// journal writes at most 4 MiB of chunks (`SQLiteRoomStore.journalHoldBytes`; their pages
+    /// and the tables', 5 MiB), so the log stays within about 9 MiB, cut back to 4 MiB when it
+    /// starts over; the journal's files hold those 4 MiB of chunks and a commit. Add one
+    /// commit: a commit that passes the total is trimmed back right after it.
+    public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (16 << 20) }
 
     /// The connection.
     public let database: SQLiteDatabase

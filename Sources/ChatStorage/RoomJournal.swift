@@ -82,6 +82,8 @@ public final class RoomJournal: @unchecked Sendable {
         set { pthread_mutex_lock(lock); cap = newValue; pthread_mutex_unlock(lock) }
     }
     private var cap: Int?
+    /// Whether a file was created since the directory was last synced (under `lock`).
+    private var directoryChanged = false
 
     static let magic: UInt32 = 0x3152_4A43  // "CJR1", little-endian
     static let headerBytes = 16
@@ -134,6 +136,8 @@ public final class RoomJournal: @unchecked Sendable {
             fstat(opened, &info)
             pthread_mutex_lock(lock)
             descriptor = opened
+            // A new file's name is durable once the directory is synced too.
+            directoryChanged = true
             pthread_mutex_unlock(lock)
             size = Int(info.st_size)
         }
@@ -164,14 +168,42 @@ public final class RoomJournal: @unchecked Sendable {
         return number
     }
 
-    /// Pushes what was appended to the current file to the disk; false if that failed. (A file
-    /// `rotate()` ended is the database's to make durable: it takes in a file's records, syncs,
-    /// and only then deletes it.)
+    /// Pushes what was appended to the current file to the disk, and the directory if a file
+    /// was created since; false if that failed. (A file `rotate()` ended is the database's to
+    /// make durable: it takes in a file's records, syncs, and only then deletes it; or, when it
+    /// cannot, `sync(through:in:)`.)
     @discardableResult
     public func sync() -> Bool {
         pthread_mutex_lock(lock)
         defer { pthread_mutex_unlock(lock) }
-        return descriptor < 0 || fdatasync(descriptor) == 0
+        guard descriptor < 0 || fdatasync(descriptor) == 0 else { return false }
+        if directoryChanged {
+            guard Self.syncDirectory(directory) else { return false }
+            directoryChanged = false
+        }
+        return true
+    }
+
+    /// Pushes the files numbered up to `number` in `directory` to the disk, and the directory:
+    /// for records the database could not take in, which wait in files `rotate()` ended.
+    @discardableResult
+    public static func sync(through number: UInt64, in directory: String) -> Bool {
+        var synced = true
+        for file in files(in: directory) where file <= number {
+            let descriptor = open(path(of: file, in: directory), O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { continue }
+            synced = fdatasync(descriptor) == 0 && synced
+            Glibc.close(descriptor)
+        }
+        return syncDirectory(directory) && synced
+    }
+
+    /// Syncs `directory` itself: the names of the files created in it.
+    private static func syncDirectory(_ directory: String) -> Bool {
+        let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { Glibc.close(descriptor) }
+        return fsync(descriptor) == 0
     }
 
     /// Deletes the files numbered up to `number` in `directory`.

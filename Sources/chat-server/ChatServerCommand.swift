@@ -233,7 +233,7 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Where commits run: eventLoop (at the end of each turn of the event loop, before the replies it releases, as Redis writes its log; the default) or writerThread (on a thread of their own, handed back to the loop; the default with --fsync always, whose fsync per commit would stall every client on the loop).",
+            "Where commits run: eventLoop (a journal record written at the end of each turn of the event loop, before the replies it releases, as Redis writes its log, and taken into SQLite every 100 ms; the default) or writerThread (SQLite transactions on a thread of their own, handed back to the loop; the default with --fsync always, whose fsync per commit would stall every client on the loop).",
             valueName: "eventLoop|writerThread"))
     var commitPlacement: CommitPlacement?
 

@@ -109,6 +109,31 @@ struct JournalReplayTests {
         reopened.close()
     }
 
+    /// A replay big enough to start a checkpoint run once started one on the writer queue while
+    /// the replay still used the writer's connection on the opening thread: reads right after
+    /// the start then failed with "file is not a database". Checkpoints every 16 pages, each
+    /// pausing after its first pass, make that window wide.
+    @Test func aLargeReplayLeavesTheStoreReadableAtOnce() throws {
+        let data = try TemporaryDirectory(prefix: "chat-journal-large")
+        defer { data.remove() }
+        var next = [UInt64](repeating: 0, count: 4)
+        do {
+            let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+            let blocker = try holdWriteLock(of: store)
+            #expect(commit(store, batches: 100, rooms: 4, events: 20, next: &next) == 0)
+            store.close()
+            try blocker.execute("ROLLBACK")
+        }
+        var policy = LogCheckpointer.Policy(thresholdFrames: 16)
+        policy.pauseAfterFirstPass = .milliseconds(300)
+        let reopened = try SQLiteRoomStore(
+            directory: data.path, durability: .normal, retention: .keepAll, commitPlacement: .eventLoop, checkpointPolicy: policy)
+        defer { reopened.close() }
+        for room in 0..<4 {
+            #expect(try reopened.loadRoom(named: "room\(room)", recent: 5_000)?.recent.map(\.seq) == Array(1...2_000))
+        }
+    }
+
     /// A burst still in the journal when a room is loaded and a history page is read, both at
     /// once: each read waits for the database to take the burst in and sees all of it.
     @Test func readsRightAfterABurstSeeAllOfIt() throws {

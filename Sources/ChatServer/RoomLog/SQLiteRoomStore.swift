@@ -64,6 +64,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     public let retention: RetentionPolicy
     /// Where commits run.
     public let placement: CommitPlacement
+    /// What a commit survives.
+    private let durability: Durability
     /// With `.eventLoop`, the write-ahead log's checkpoints; nil with `.writerThread` (SQLite's own).
     public let checkpointer: LogCheckpointer?
     private let logger: Logger
@@ -101,7 +103,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// How long records wait in the journal before the database takes them in, and how many
     /// bytes of chunks start a hand-off sooner.
     static let journalBatchInterval: DispatchTimeInterval = .milliseconds(100)
-    static let journalBatchBytes = 4 << 20
+    static let journalBatchBytes = 2 << 20
     /// How many bytes of chunks the journal may hold that the database has not taken in
     /// before commits wait for a hand-off (on the writer queue, not the server's): a batch
     /// being written and one more. What bounds the records kept in memory and the log one
@@ -175,21 +177,24 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         self.retention = retention
         self.logger = logger
         placement = commitPlacement
+        self.durability = durability
         writer = try RoomDatabase(path: directory.databasePath, durability: durability, create: true)
-        reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
         if commitPlacement == .eventLoop {
+            // Before the checkpointer watches the writer: a run it started now would use the
+            // connection on the writer queue while the replay still uses it here.
+            try Self.replayJournal(in: directory.path, into: writer, logger: logger)
+            journal = RoomJournal(directory: directory.path)
             let checkpointer = LogCheckpointer(
                 connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
             ) { [logger] event in Self.log(event, to: logger) }
             // Hand-offs and retention commit through the writer.
             checkpointer.watch(writer.database)
             self.checkpointer = checkpointer
-            try Self.replayJournal(in: directory.path, into: writer, logger: logger)
-            journal = RoomJournal(directory: directory.path)
         } else {
             checkpointer = nil
             journal = nil
         }
+        reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
         upkeep = StoreUpkeep(
             retention: retention, writer: writer, writerQueue: writerQueue,
             databasePath: directory.databasePath, journal: journal, logger: logger)
@@ -372,6 +377,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             guard state.bytes < limit else { return nil }
             return Result { () throws(StorageError) -> Bool in
                 try journal.append(record)
+                if durability == .always, !journal.sync() {
+                    throw StorageError("cannot sync the journal: \(String(cString: strerror(errno)))")
+                }
                 state.records.append(record)
                 state.unstored += 1
                 state.bytes += record.chunkBytes
@@ -425,6 +433,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             logger.error(
                 "the journal's records could not be stored; they stay in the journal and are tried again",
                 metadata: ["storage.error": "\(error)", "storage.records": "\(records.count)"])
+            // Waiting in files no sync would reach otherwise.
+            if durability != .off { RoomJournal.sync(through: ended, in: directory.path) }
             journaled.withLock { state in
                 guard !state.closed else { return }
                 state.records.insert(contentsOf: records, at: 0)
