@@ -54,7 +54,8 @@ public struct MemoryBudget: Sendable, Equatable, CustomStringConvertible {
     public let lagThreshold: Int
 
     /// The process's share: measured idle release server RSS is about 12 MiB; the rest is headroom
-    /// for Dispatch threads' stacks and allocator arenas.
+    /// for Dispatch threads' stacks and allocator arenas, and in durable mode for the journal's
+    /// records waiting for SQLite (`SQLiteRoomStore.journalHoldBytes`, 4 MiB).
     public static let baselineBytes = 40 << 20
 
     /// What a connection's state costs: `ClientConnection`, its channel, socket and chat state;
