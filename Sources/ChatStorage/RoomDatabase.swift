@@ -237,45 +237,61 @@ public final class RoomDatabase: @unchecked Sendable {
         while try select.step() {
             let name = select.text(0)
             if name != room || run.count == EventChunk.maxEvents {
-                if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
+                if !run.isEmpty { try Self.insert(encodedChunk(of: run, room: room), with: insert) }
                 room = name
                 run = []
             }
             let kind = HistoryEntry.Kind(rawValue: UInt8(truncatingIfNeeded: select.int64(2))) ?? .message
             run.append(HistoryEntry(kind: kind, seq: select.uint64(1), time: select.uint64(3), sender: select.text(4), text: select.text(5)))
         }
-        if !run.isEmpty { try write(EventChunk(run), room: room, with: insert) }
+        if !run.isEmpty { try Self.insert(encodedChunk(of: run, room: room), with: insert) }
         select.reset()
         try database.execute("DROP TABLE events")
     }
 
-    /// Inserts `chunk` of `room` through `statement` (`insertChunkSQL`); returns its count and bytes.
-    @discardableResult
-    private static func write(_ chunk: EventChunk, room: String, with statement: SQLiteStatement) throws(SQLiteError) -> (
-        count: Int64, bytes: Int64
-    ) {
-        try write(chunkOf: chunk.events, room: room, with: statement)
-    }
-
-    /// Inserts `events` (increasing `seq`, at least one, within a chunk's bounds) as one chunk
-    /// of `room` through `statement` (`insertChunkSQL`); returns their count and bytes.
-    private static func write<Events: Collection>(
-        chunkOf events: Events, room: String, with statement: SQLiteStatement
-    ) throws(SQLiteError) -> (count: Int64, bytes: Int64) where Events.Element: ChunkEvent {
+    /// `events` (increasing `seq`, at least one, within a chunk's bounds) of `room` as one
+    /// `event_chunks` row: each event encoded once, here.
+    static func encodedChunk<Events: Collection>(of events: Events, room: String) -> EncodedChunk where Events.Element: ChunkEvent {
         var bytes = 0
         var oldestTime = UInt64.max
-        var lastSeq: UInt64 = 0
         for index in events.indices {
             bytes += StoredEvent.storedBytes(room: room, sender: events[index].sender, text: events[index].text)
             oldestTime = min(oldestTime, events[index].time)
-            lastSeq = events[index].seq
         }
+        return EncodedChunk(
+            room: room, firstSeq: events.first?.seq ?? 0, lastSeq: events[events.index(events.endIndex, offsetBy: -1)].seq,
+            oldestTime: oldestTime, count: events.count, bytes: bytes, blob: EventChunk.encoded(events))
+    }
+
+    /// Inserts `chunk` through `statement` (`insertChunkSQL`).
+    private static func insert(_ chunk: EncodedChunk, with statement: SQLiteStatement) throws(SQLiteError) {
         try statement.bind(
-            .text(room), .integer(Int64(bitPattern: events.first?.seq ?? 0)), .integer(Int64(bitPattern: lastSeq)),
-            .integer(Int64(bitPattern: oldestTime)), .integer(Int64(events.count)), .integer(Int64(bytes)),
-            .blob(EventChunk.encoded(events)))
+            .text(chunk.room), .integer(Int64(bitPattern: chunk.firstSeq)), .integer(Int64(bitPattern: chunk.lastSeq)),
+            .integer(Int64(bitPattern: chunk.oldestTime)), .integer(Int64(chunk.count)), .integer(Int64(chunk.bytes)),
+            .blob(chunk.blob))
         try statement.run()
-        return (Int64(events.count), Int64(bytes))
+    }
+
+    /// Calls `body` with each chunk's worth of `batch`'s events, in order: a batch holds runs of
+    /// events per room, each split as `EventChunk.split` splits (`EventChunk.chunkEnd`), the
+    /// events read from the batch itself, not copied out.
+    private static func forEachChunk<Failure: Error>(
+        of batch: RoomBatch, _ body: (_ room: String, _ events: ArraySlice<StoredEvent>) throws(Failure) -> Void
+    ) throws(Failure) {
+        var start = batch.events.startIndex
+        while start < batch.events.endIndex {
+            let room = batch.events[start].room
+            var end = start + 1
+            while end < batch.events.endIndex, batch.events[end].room == room { end += 1 }
+            let run = batch.events[start..<end]
+            var chunkStart = start
+            while chunkStart < end {
+                let chunkEnd = EventChunk.chunkEnd(of: run, from: chunkStart)
+                try body(room, run[chunkStart..<chunkEnd])
+                chunkStart = chunkEnd
+            }
+            start = end
+        }
     }
 
     // MARK: Writing
@@ -288,17 +304,12 @@ public final class RoomDatabase: @unchecked Sendable {
         guard !batch.isEmpty else { return CommittedChanges() }
         let grown = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
             var added: [String: (count: Int64, bytes: Int64)] = [:]
-            var start = batch.events.startIndex
-            // A batch holds runs of events per room; each run becomes a chunk or a few.
-            while start < batch.events.endIndex {
-                let room = batch.events[start].room
-                var end = start + 1
-                while end < batch.events.endIndex, batch.events[end].room == room { end += 1 }
-                // The run is written from the batch itself, chunk by chunk, not copied out.
-                let run = batch.events[start..<end]
-                var last = try lastStoredSeq(of: room)
-                for index in run.indices {
-                    let seq = run[index].entry.seq
+            var stored: [String: UInt64] = [:]
+            try Self.forEachChunk(of: batch) { (room, events) throws(SQLiteError) in
+                var last: UInt64
+                if let known = stored[room] { last = known } else { last = try lastStoredSeq(of: room) }
+                for index in events.indices {
+                    let seq = events[index].entry.seq
                     guard seq > last else {
                         throw SQLiteError(
                             operation: "commit", code: SQLITE_CONSTRAINT,
@@ -306,15 +317,11 @@ public final class RoomDatabase: @unchecked Sendable {
                     }
                     last = seq
                 }
-                var chunkStart = start
-                while chunkStart < end {
-                    let chunkEnd = EventChunk.chunkEnd(of: run, from: chunkStart)
-                    let counts = try Self.write(chunkOf: run[chunkStart..<chunkEnd], room: room, with: insertChunk)
-                    added[room, default: (0, 0)].count += counts.count
-                    added[room, default: (0, 0)].bytes += counts.bytes
-                    chunkStart = chunkEnd
-                }
-                start = end
+                stored[room] = last
+                let chunk = Self.encodedChunk(of: events, room: room)
+                try insert(chunk)
+                added[room, default: (0, 0)].count += Int64(chunk.count)
+                added[room, default: (0, 0)].bytes += Int64(chunk.bytes)
             }
             return try upsert(batch.rooms, adding: added)
         }
@@ -350,30 +357,7 @@ public final class RoomDatabase: @unchecked Sendable {
     /// (`RoomJournal.Record`): each event encoded once, here.
     public static func encodedChunks(of batch: RoomBatch) -> [EncodedChunk] {
         var chunks: [EncodedChunk] = []
-        var start = batch.events.startIndex
-        while start < batch.events.endIndex {
-            let room = batch.events[start].room
-            var end = start + 1
-            while end < batch.events.endIndex, batch.events[end].room == room { end += 1 }
-            let run = batch.events[start..<end]
-            var chunkStart = start
-            while chunkStart < end {
-                let chunkEnd = EventChunk.chunkEnd(of: run, from: chunkStart)
-                let events = run[chunkStart..<chunkEnd]
-                var bytes = 0
-                var oldestTime = UInt64.max
-                for index in events.indices {
-                    bytes += StoredEvent.storedBytes(room: room, sender: events[index].sender, text: events[index].text)
-                    oldestTime = min(oldestTime, events[index].time)
-                }
-                chunks.append(
-                    EncodedChunk(
-                        room: room, firstSeq: events[chunkStart].entry.seq, lastSeq: events[chunkEnd - 1].entry.seq,
-                        oldestTime: oldestTime, count: events.count, bytes: bytes, blob: EventChunk.encoded(events)))
-                chunkStart = chunkEnd
-            }
-            start = end
-        }
+        forEachChunk(of: batch) { room, events in chunks.append(encodedChunk(of: events, room: room)) }
         return chunks
     }
 
@@ -447,13 +431,7 @@ public final class RoomDatabase: @unchecked Sendable {
     }
 
     /// Inserts `chunk` as one `event_chunks` row.
-    private func insert(_ chunk: EncodedChunk) throws(SQLiteError) {
-        try insertChunk.bind(
-            .text(chunk.room), .integer(Int64(bitPattern: chunk.firstSeq)), .integer(Int64(bitPattern: chunk.lastSeq)),
-            .integer(Int64(bitPattern: chunk.oldestTime)), .integer(Int64(chunk.count)), .integer(Int64(chunk.bytes)),
-            .blob(chunk.blob))
-        try insertChunk.run()
-    }
+    private func insert(_ chunk: EncodedChunk) throws(SQLiteError) { try Self.insert(chunk, with: insertChunk) }
 
     /// A stored room's counted bytes and events, and when it was last active; nil if it has no row.
     private func storedCounts(of room: String) throws(SQLiteError) -> StoredCounts? {
