@@ -90,6 +90,13 @@ public enum RoomReadAnswer: Sendable, Equatable {
 }
 
 extension RoomRead {
+    /// The room read.
+    var room: String {
+        switch self {
+        case .room(let name, _), .page(let name, _, _, _, _, _): name
+        }
+    }
+
     /// Answers the read from `room` and `page`, the synchronous reads of a store: for the stores
     /// whose `read` runs them on a queue of their own, or at once.
     func answer(

@@ -122,9 +122,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         /// Bytes of chunks the database has not taken in, `records` and a hand-off's under way:
         /// past `journalHoldBytes` commits wait for a hand-off.
         var bytes = 0
-        /// How many records the database has not taken in: reads of a room wait for a hand-off
-        /// while there are any.
-        var unstored = 0
+        /// Per room, how many records with its changes the database has not taken in: a read of
+        /// the room waits for a hand-off while there are any (other rooms' reads do not).
+        var unstoredRooms: [String: Int] = [:]
         /// Whether a hand-off is due on the writer queue after `journalBatchInterval`.
         var handOffScheduled = false
         /// Whether a hand-off for a full batch is queued on the writer queue.
@@ -231,7 +231,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                 queue.async { completion(answer) }
             }
         }
-        guard journal != nil, journaled.withLock({ $0.unstored > 0 }) else { return read() }
+        guard journal != nil, journaled.withLock({ $0.unstoredRooms[request.room] != nil }) else { return read() }
         // Events only in the journal: the database takes them first, and the read follows.
         writerQueue.async { [self] in
             handOffJournaled()
@@ -376,12 +376,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         let appended: Result<Bool, StorageError>? = journaled.withLock { state in
             guard state.bytes < limit else { return nil }
             return Result { () throws(StorageError) -> Bool in
+                // A commit that waited on the writer queue past shutdown.
+                guard !state.closed else { throw StorageError("the store is closed") }
                 try journal.append(record)
                 if durability == .always, !journal.sync() {
                     throw StorageError("cannot sync the journal: \(String(cString: strerror(errno)))")
                 }
                 state.records.append(record)
-                state.unstored += 1
+                for room in record.rooms { state.unstoredRooms[room.name, default: 0] += 1 }
                 state.bytes += record.chunkBytes
                 state.newBytes += record.chunkBytes
                 if state.newBytes >= Self.journalBatchBytes, !state.handOffQueued {
@@ -451,7 +453,12 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         RoomJournal.remove(through: ended, in: directory.path)
         journaled.withLock { state in
             state.bytes -= records.reduce(0) { $0 + $1.chunkBytes }
-            state.unstored -= records.count
+            for record in records {
+                for room in record.rooms {
+                    state.unstoredRooms[room.name]! -= 1
+                    if state.unstoredRooms[room.name] == 0 { state.unstoredRooms[room.name] = nil }
+                }
+            }
         }
         upkeep.trimIfOverTotal()
     }
