@@ -560,7 +560,8 @@ public final class RoomDatabase: @unchecked Sendable {
     /// Whether everything stored counts for more than `policy`'s total bound: retention has
     /// work to do now, not at its next pass.
     public func isOverTotal(_ policy: RetentionPolicy) throws(SQLiteError) -> Bool {
-        try headroom(under: policy) < 0
+        guard policy.maxTotalBytes > 0 else { return false }
+        return try countedBytes() > policy.maxTotalBytes
     }
 
     /// The running count of `totalBytes`, added up once when unknown.
