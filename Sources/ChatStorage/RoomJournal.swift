@@ -61,9 +61,6 @@ public final class RoomJournal: @unchecked Sendable {
             self.rooms = rooms
             self.chunks = chunks
         }
-
-        /// The bytes of its chunks' blobs.
-        public var chunkBytes: Int { chunks.reduce(0) { $0 + $1.blob.count } }
     }
 
     /// The directory the files are in.
@@ -123,7 +120,9 @@ public final class RoomJournal: @unchecked Sendable {
 
     /// Appends `record` to the current file with one write: all of it, or (throwing) none of it
     /// — a failed write is cut back off the file, so no torn record is left before the next.
-    public func append(_ record: Record) throws(StorageError) {
+    /// Returns the bytes written.
+    @discardableResult
+    public func append(_ record: Record) throws(StorageError) -> Int {
         let bytes = Self.encode(record)
         if let cap = sizeCap, size + bytes.count > cap {
             throw StorageError("cannot write the journal \(Self.path(of: number, in: directory)): database or disk is full")
@@ -153,6 +152,7 @@ public final class RoomJournal: @unchecked Sendable {
             written += result
         }
         size += written
+        return written
     }
 
     /// Ends the current file: appends go to the next from now on. Returns the number of the file

@@ -103,7 +103,7 @@ struct LogCheckpointTests {
     /// grew by tens of megabytes. Here one thread commits 20,000 batches back to back on the
     /// "loop" (each journaled inside `commitStaged`, unless the store has it wait for a
     /// hand-off), and the log must stay within the checkpointer's threshold and one hand-off:
-    /// the pages of `journalHoldBytes` of chunks, with a quarter more for the tables' own pages.
+    /// the pages of `journalHoldBytes` of records, with a quarter more for the tables' own pages.
     /// (A hand-off that wrote a row per commit, and spilled SQLite's page cache into the log
     /// again and again, peaked at 82 MB here.)
     @Test func theLogStaysWithinTheThresholdAndOneHandOffUnderContinuousCommits() throws {

@@ -101,10 +101,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// from wherever they are called.
     private let journaled = Locked(JournaledRecords())
     /// How long records wait in the journal before the database takes them in, and how many
-    /// bytes of chunks start a hand-off sooner.
+    /// bytes of records start a hand-off sooner.
     static let journalBatchInterval: DispatchTimeInterval = .milliseconds(100)
     static let journalBatchBytes = 2 << 20
-    /// How many bytes of chunks the journal may hold that the database has not taken in
+    /// How many bytes of records the journal may hold that the database has not taken in
     /// before commits wait for a hand-off (on the writer queue, not the server's): a batch
     /// being written and one more. What bounds the records kept in memory and the log one
     /// hand-off writes, when the disk or SQLite's lock holds the writer up.
@@ -115,12 +115,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// The journal's records not yet in the database.
     struct JournaledRecords {
-        /// In the order appended, those no hand-off has taken yet.
-        var records: [RoomJournal.Record] = []
-        /// Bytes of chunks of `records`: past `journalBatchBytes` a hand-off starts at once.
+        /// In the order appended, those no hand-off has taken yet, each with its size in the
+        /// journal (a room's record counts, topic and all, as much as its events).
+        var records: [(record: RoomJournal.Record, bytes: Int)] = []
+        /// Bytes of `records`: past `journalBatchBytes` a hand-off starts at once.
         var newBytes = 0
-        /// Bytes of chunks the database has not taken in, `records` and a hand-off's under way:
-        /// past `journalHoldBytes` commits wait for a hand-off.
+        /// Bytes of records the database has not taken in, `records` and a hand-off's under
+        /// way: past `journalHoldBytes` commits wait for a hand-off.
         var bytes = 0
         /// Per room, how many records with its changes the database has not taken in: a read of
         /// the room waits for a hand-off while there are any (other rooms' reads do not).
@@ -368,7 +369,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     }
 
     /// Appends `record`, `batch`'s events, to the journal, unless the journal already holds
-    /// `limit` bytes of chunks the database has not taken in (nil then, nothing written), and
+    /// `limit` bytes of records the database has not taken in (nil then, nothing written), and
     /// has a hand-off follow within `journalBatchInterval`, or at once past `journalBatchBytes`.
     /// From the server's queue, or from the writer queue for a commit waiting there.
     private func appendToJournal(_ record: RoomJournal.Record, of batch: RoomBatch, under limit: Int) -> Result<Void, CommitFailure>? {
@@ -378,14 +379,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             return Result { () throws(StorageError) -> Bool in
                 // A commit that waited on the writer queue past shutdown.
                 guard !state.closed else { throw StorageError("the store is closed") }
-                try journal.append(record)
+                let written = try journal.append(record)
                 if durability == .always, !journal.sync() {
                     throw StorageError("cannot sync the journal: \(String(cString: strerror(errno)))")
                 }
-                state.records.append(record)
+                state.records.append((record, written))
                 for room in record.rooms { state.unstoredRooms[room.name, default: 0] += 1 }
-                state.bytes += record.chunkBytes
-                state.newBytes += record.chunkBytes
+                state.bytes += written
+                state.newBytes += written
                 if state.newBytes >= Self.journalBatchBytes, !state.handOffQueued {
                     // One at a time: queued behind each other, hand-offs of a few records each
                     // would keep the checkpointer's runs waiting behind them.
@@ -416,7 +417,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// database refuses stays in the journal and is tried again after `journalBatchInterval`.
     private func handOffJournaled(lockWait: Duration = handOffLockWait) {
         guard let journal else { return }
-        let (records, ended) = journaled.withLock { state -> ([RoomJournal.Record], UInt64?) in
+        let (taken, ended) = journaled.withLock { state -> ([(record: RoomJournal.Record, bytes: Int)], UInt64?) in
             state.handOffScheduled = false
             state.handOffQueued = false
             guard !state.closed, !state.records.isEmpty else { return ([], nil) }
@@ -427,6 +428,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             return (state.records, journal.rotate())
         }
         guard let ended else { return }
+        let records = taken.map(\.record)
+        let bytes = taken.reduce(0) { $0 + $1.bytes }
         writer.database.busyTimeout = lockWait
         defer { writer.database.busyTimeout = .seconds(5) }
         do throws(SQLiteError) {
@@ -439,8 +442,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             if durability != .off { RoomJournal.sync(through: ended, in: directory.path) }
             journaled.withLock { state in
                 guard !state.closed else { return }
-                state.records.insert(contentsOf: records, at: 0)
-                state.newBytes += records.reduce(0) { $0 + $1.chunkBytes }
+                state.records.insert(contentsOf: taken, at: 0)
+                state.newBytes += bytes
                 if !state.handOffScheduled {
                     state.handOffScheduled = true
                     writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
@@ -452,7 +455,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         upkeep.syncLogNow()
         RoomJournal.remove(through: ended, in: directory.path)
         journaled.withLock { state in
-            state.bytes -= records.reduce(0) { $0 + $1.chunkBytes }
+            state.bytes -= bytes
             for record in records {
                 for room in record.rooms {
                     state.unstoredRooms[room.name]! -= 1
@@ -537,7 +540,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events)
     }
 
-    /// Why `batch` was not journaled: the database stayed `bytes` of chunks behind the journal
+    /// Why `batch` was not journaled: the database stayed `bytes` of records behind the journal
     /// (its disk full, or its lock held elsewhere) for longer than `backPressureLockWait`.
     private static func failure(of batch: RoomBatch, behindBy bytes: Int) -> CommitFailure {
         CommitFailure(
