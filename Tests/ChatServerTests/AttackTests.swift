@@ -148,6 +148,7 @@ struct AttackTests {
                 }
             }
         }
+        print("history peak \(mode): \((server.child.peakResidentBytes ?? 0) >> 20) MiB")
         Self.expectWithinBudget(server, "history in many rooms")
         // Rooms without members are forgotten; one that is kept has its newest messages.
         let carol = try await TestClient.connect(to: server, nick: "carol")
