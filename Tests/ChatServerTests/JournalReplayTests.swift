@@ -36,6 +36,12 @@ struct JournalReplayTests {
         return blocker
     }
 
+    /// What a commit's failure said; nil for a commit that succeeded.
+    private static func failure(of result: Result<Void, CommitFailure>) -> String? {
+        if case .failure(let failure) = result { return failure.error.message }
+        return nil
+    }
+
     /// Every seq of `room` in the database at `path`, in order, read apart from any store.
     private func storedSeqs(of room: String, in path: String) throws -> [UInt64] {
         let database = try RoomDatabase(path: path + "/" + RoomDatabase.fileName, durability: .off, create: false)
@@ -132,6 +138,76 @@ struct JournalReplayTests {
         for room in 0..<4 {
             #expect(try reopened.loadRoom(named: "room\(room)", recent: 5_000)?.recent.map(\.seq) == Array(1...2_000))
         }
+    }
+
+    /// A hand-off that meets SQLite's lock held elsewhere keeps its records and tries again,
+    /// with nothing appended since: once the lock is free they reach the database by themselves,
+    /// with no read or new commit to push them. (Retried, the hand-off once found no file to end
+    /// and dropped its records from memory: the database never got them while the server ran.)
+    @Test func aRefusedHandOffIsRetriedUntilTheDatabaseHasTheRecords() async throws {
+        let data = try TemporaryDirectory(prefix: "chat-journal-retry")
+        defer { data.remove() }
+        let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+        defer { store.close() }
+        let blocker = try holdWriteLock(of: store)
+        var next = [UInt64](repeating: 0, count: 2)
+        #expect(commit(store, batches: 3, rooms: 2, events: 10, next: &next) == 0)
+        // Two or three hand-offs of 100 ms meet the lock and give up after 50 ms each.
+        usleep(350_000)
+        try blocker.execute("ROLLBACK")
+        let stored = await eventually(timeout: .seconds(10)) { (try? storedSeqs(of: "room1", in: data.path)) == Array(1...30) }
+        #expect(stored, "the retried hand-off stored the records: \((try? storedSeqs(of: "room1", in: data.path)) ?? [])")
+    }
+
+    /// SQLite held up (its write lock held elsewhere) while commits keep coming: past
+    /// `journalHoldBytes` the journal takes no more at once. A commit then waits on the writer
+    /// queue, the next follows it there, the first fails with a clear error once SQLite's lock
+    /// has been waited for, and the second, with SQLite back, is stored: completions in order,
+    /// the failed commit's events not stored, every other one's stored.
+    @Test func commitsPastTheHoldWaitForTheDatabaseAndFailClearlyWhenItStaysAway() throws {
+        let data = try TemporaryDirectory(prefix: "chat-journal-hold")
+        defer { data.remove() }
+        let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
+        defer { store.close() }
+        var blocker: SQLiteDatabase? = try holdWriteLock(of: store)
+        let loop = DispatchQueue(label: "test.loop")
+        // (commit number, the failure's message or nil), in the order completions came.
+        let completed = Locked<[(Int, String?)]>([])
+        var next = [UInt64](repeating: 0, count: 1)
+        let atOnce = loop.sync { () -> Int in
+            var number = 0
+            // 1,000 messages of 100 bytes a commit: about 110 KB of record each.
+            while true {
+                stageBatch(into: store, rooms: 1, events: 1_000, next: &next)
+                let before = completed.withLock { $0.count }
+                store.commitStaged(on: loop) { [number] result in completed.withLock { $0.append((number, Self.failure(of: result))) } }
+                number += 1
+                if completed.withLock({ $0.count }) == before { break }
+            }
+            // One more, behind the one that waits.
+            stageBatch(into: store, rooms: 1, events: 1_000, next: &next)
+            store.commitStaged(on: loop) { [number] result in completed.withLock { $0.append((number, Self.failure(of: result))) } }
+            return number - 1
+        }
+        let held = atOnce * 110_000
+        #expect(held >= SQLiteRoomStore.journalHoldBytes * 9 / 10, "commits completed at once until the hold: \(atOnce)")
+        #expect(completed.withLock { $0 }.allSatisfy { $0.1 == nil }, "each of them journaled")
+
+        // The first that waited fails once SQLite's lock has been waited for; then SQLite is back.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while completed.withLock({ $0.count }) == atOnce, ContinuousClock.now < deadline { usleep(10_000) }
+        try blocker?.execute("ROLLBACK")
+        blocker = nil
+        while completed.withLock({ $0.count }) < atOnce + 2, ContinuousClock.now < deadline { usleep(10_000) }
+        let results = completed.withLock { $0 }
+        #expect(results.map(\.0) == Array(0..<(atOnce + 2)), "completions in commit order")
+        let waited = try #require(results.count == atOnce + 2 ? results[atOnce] : nil)
+        #expect(waited.1?.contains("behind the journal") == true, "the first commit that waited failed clearly: \(String(describing: waited.1))")
+        #expect(results.last?.1 == nil, "the next one was stored once SQLite was back")
+
+        let stored = try store.loadRoom(named: "room0", recent: 1_000_000)?.recent.map(\.seq) ?? []
+        let failed = UInt64(atOnce * 1_000 + 1)...UInt64(atOnce * 1_000 + 1_000)
+        #expect(stored == Array(1..<failed.lowerBound) + Array((failed.upperBound + 1)...(failed.upperBound + 1_000)))
     }
 
     /// A burst still in the journal when a room is loaded and a history page is read, both at

@@ -425,7 +425,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                 state.records = []
                 state.newBytes = 0
             }
-            return (state.records, journal.rotate())
+            // Nothing appended since a hand-off that failed: its records are in the files
+            // before the current one.
+            return (state.records, journal.rotate() ?? journal.number - 1)
         }
         guard let ended else { return }
         let records = taken.map(\.record)
