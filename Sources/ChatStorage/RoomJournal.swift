@@ -243,10 +243,12 @@ public final class RoomJournal: @unchecked Sendable {
 
     // MARK: The format
 
-    /// `record` as it is written: header and payload.
+    /// `record` as it is written: header and payload, in one array (the payload written after
+    /// room left for the header, which is filled in last: each commit's bytes are copied once).
     static func encode(_ record: Record) -> [UInt8] {
         var payload: [UInt8] = []
-        payload.reserveCapacity(64 + record.chunks.reduce(0) { $0 + $1.blob.count + $1.room.utf8.count + 40 })
+        payload.reserveCapacity(headerBytes + 64 + record.chunks.reduce(0) { $0 + $1.blob.count + $1.room.utf8.count + 40 })
+        payload.append(contentsOf: repeatElement(0, count: headerBytes))
         append(varint: UInt64(record.rooms.count), to: &payload)
         for room in record.rooms {
             append(room.name, to: &payload)
@@ -274,13 +276,12 @@ public final class RoomJournal: @unchecked Sendable {
             append(varint: UInt64(chunk.blob.count), to: &payload)
             payload += chunk.blob
         }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(headerBytes + payload.count)
-        append(littleEndian: UInt64(magic), byteCount: 4, to: &bytes)
-        append(littleEndian: UInt64(payload.count), byteCount: 4, to: &bytes)
-        append(littleEndian: payload.withUnsafeBytes(checksum), byteCount: 8, to: &bytes)
-        bytes += payload
-        return bytes
+        let length = payload.count - headerBytes
+        let sum = payload.withUnsafeBytes { checksum(UnsafeRawBufferPointer(rebasing: $0[headerBytes...])) }
+        store(littleEndian: UInt64(magic), byteCount: 4, at: 0, in: &payload)
+        store(littleEndian: UInt64(length), byteCount: 4, at: 4, in: &payload)
+        store(littleEndian: sum, byteCount: 8, at: 8, in: &payload)
+        return payload
     }
 
     /// The record at the start of `bytes` and its length; nil if it is cut short, fails its
@@ -356,8 +357,8 @@ public final class RoomJournal: @unchecked Sendable {
         bytes += string.utf8
     }
 
-    private static func append(littleEndian value: UInt64, byteCount: Int, to bytes: inout [UInt8]) {
-        for index in 0..<byteCount { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(index)))) }
+    private static func store(littleEndian value: UInt64, byteCount: Int, at offset: Int, in bytes: inout [UInt8]) {
+        for index in 0..<byteCount { bytes[offset + index] = UInt8(truncatingIfNeeded: value >> (8 * UInt64(index))) }
     }
 
     private static func littleEndian(_ bytes: UnsafeRawBufferPointer, at offset: Int, byteCount: Int) -> UInt64 {
