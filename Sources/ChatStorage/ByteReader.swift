@@ -1,3 +1,15 @@
+extension Array where Element == UInt8 {
+    /// Appends `value` as a LEB128 varint: what `ByteReader.varint()` reads.
+    mutating func append(varint value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        append(UInt8(value))
+    }
+}
+
 /// Bounds-checked reading of stored bytes (a chunk's blob, a journal record): every accessor
 /// returns nil past the end, so a mangled file reads as malformed, never out of bounds.
 struct ByteReader {

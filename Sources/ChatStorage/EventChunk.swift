@@ -115,12 +115,7 @@ public struct EventChunk: Sendable, Equatable {
         // The format byte, the first event's kind, and its distance of 0 (one byte).
         guard firstSeq > lastSeq, next.count > 3, next[0] == format, next[2] == 0, blob.first == format else { return false }
         blob.append(next[1])
-        var distance = firstSeq - lastSeq
-        while distance >= 0x80 {
-            blob.append(UInt8(truncatingIfNeeded: distance) | 0x80)
-            distance >>= 7
-        }
-        blob.append(UInt8(distance))
+        blob.append(varint: firstSeq - lastSeq)
         blob.append(contentsOf: next[3...])
         return true
     }

@@ -249,31 +249,31 @@ public final class RoomJournal: @unchecked Sendable {
         var payload: [UInt8] = []
         payload.reserveCapacity(headerBytes + 64 + record.chunks.reduce(0) { $0 + $1.blob.count + $1.room.utf8.count + 40 })
         payload.append(contentsOf: repeatElement(0, count: headerBytes))
-        append(varint: UInt64(record.rooms.count), to: &payload)
+        payload.append(varint: UInt64(record.rooms.count))
         for room in record.rooms {
             append(room.name, to: &payload)
-            append(varint: room.epoch, to: &payload)
-            append(varint: room.lastSeq, to: &payload)
-            append(varint: room.lastActive, to: &payload)
+            payload.append(varint: room.epoch)
+            payload.append(varint: room.lastSeq)
+            payload.append(varint: room.lastActive)
             if let topic = room.topic {
                 payload.append(1)
                 append(topic.text, to: &payload)
                 append(topic.setBy, to: &payload)
-                append(varint: topic.time, to: &payload)
-                append(varint: topic.seq, to: &payload)
+                payload.append(varint: topic.time)
+                payload.append(varint: topic.seq)
             } else {
                 payload.append(0)
             }
         }
-        append(varint: UInt64(record.chunks.count), to: &payload)
+        payload.append(varint: UInt64(record.chunks.count))
         for chunk in record.chunks {
             append(chunk.room, to: &payload)
-            append(varint: chunk.firstSeq, to: &payload)
-            append(varint: chunk.lastSeq, to: &payload)
-            append(varint: chunk.oldestTime, to: &payload)
-            append(varint: UInt64(chunk.count), to: &payload)
-            append(varint: UInt64(chunk.bytes), to: &payload)
-            append(varint: UInt64(chunk.blob.count), to: &payload)
+            payload.append(varint: chunk.firstSeq)
+            payload.append(varint: chunk.lastSeq)
+            payload.append(varint: chunk.oldestTime)
+            payload.append(varint: UInt64(chunk.count))
+            payload.append(varint: UInt64(chunk.bytes))
+            payload.append(varint: UInt64(chunk.blob.count))
             payload += chunk.blob
         }
         let length = payload.count - headerBytes
@@ -343,17 +343,8 @@ public final class RoomJournal: @unchecked Sendable {
         return hash ^ UInt64(bytes.count)
     }
 
-    private static func append(varint value: UInt64, to bytes: inout [UInt8]) {
-        var value = value
-        while value >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
-            value >>= 7
-        }
-        bytes.append(UInt8(value))
-    }
-
     private static func append(_ string: String, to bytes: inout [UInt8]) {
-        append(varint: UInt64(string.utf8.count), to: &bytes)
+        bytes.append(varint: UInt64(string.utf8.count))
         bytes += string.utf8
     }
 

@@ -393,10 +393,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                     state.handOffQueued = true
                     return true
                 }
-                if !state.handOffScheduled {
-                    state.handOffScheduled = true
-                    writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
-                }
+                scheduleHandOff(&state)
                 return false
             }
         }
@@ -409,6 +406,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         case .failure(let error):
             return .failure(CommitFailure(error: error, events: batch.events))
         }
+    }
+
+    /// Has a hand-off follow on the writer queue after `journalBatchInterval`, unless one is due
+    /// already (`state` is `journaled`'s, under its lock).
+    private func scheduleHandOff(_ state: inout JournaledRecords) {
+        guard !state.handOffScheduled else { return }
+        state.handOffScheduled = true
+        writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
     }
 
     /// Writes the records journaled so far into the database in one transaction (on the writer
@@ -446,10 +451,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
                 guard !state.closed else { return }
                 state.records.insert(contentsOf: taken, at: 0)
                 state.newBytes += bytes
-                if !state.handOffScheduled {
-                    state.handOffScheduled = true
-                    writerQueue.asyncAfter(deadline: .now() + Self.journalBatchInterval) { [weak self] in self?.handOffJournaled() }
-                }
+                scheduleHandOff(&state)
             }
             return
         }
