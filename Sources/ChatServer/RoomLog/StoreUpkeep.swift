@@ -14,7 +14,7 @@ import SocketCore
 /// 50 clients (`perf`, docs/BENCHMARKS.md).
 ///
 /// `@unchecked Sendable`: `writer`, `retentionTimer` are used on `writerQueue` only;
-/// `logSyncTimer`, `logDescriptor` and `logSyncFailing` on `syncQueue` only; `occupied` is
+/// `logSyncTimer`, `logDescriptor` and `failingSyncs` on `syncQueue` only; `occupied` is
 /// behind its lock.
 final class StoreUpkeep: @unchecked Sendable {
     /// Events and rooms retention deletes per transaction: few, so a commit waiting behind it
@@ -35,7 +35,8 @@ final class StoreUpkeep: @unchecked Sendable {
     private var logSyncTimer: DispatchSourceTimer?
     /// The write-ahead log, opened read-only for `fdatasync` once it exists; -1 before.
     private var logDescriptor: Int32 = -1
-    private var logSyncFailing = false
+    /// What is failing to sync (`report`), said once until it syncs again.
+    private var failingSyncs: Set<String> = []
     /// The journal in front of the database, synced with the log.
     private let journal: RoomJournal?
 
@@ -121,31 +122,40 @@ final class StoreUpkeep: @unchecked Sendable {
     }
 
     /// Syncs the log now, waiting for it (on the writer queue, before journal files it took in
-    /// are deleted).
+    /// are deleted: the journal's current file is the timer's to sync).
     func syncLogNow() {
-        syncQueue.sync { if logSyncTimer != nil { syncLog() } }
+        syncQueue.sync { if logSyncTimer != nil { report(synced: syncLogFile(), what: "the write-ahead log") } }
     }
 
-    /// Pushes what the writer appended to the log since the last sync to the disk (on `syncQueue`).
+    /// Pushes what was appended to the journal and the log since the last sync to the disk (on
+    /// `syncQueue`, every `logSyncInterval`).
     private func syncLog() {
-        journal?.sync()
+        if let journal { report(synced: journal.sync(), what: "the journal") }
+        report(synced: syncLogFile(), what: "the write-ahead log")
+    }
+
+    /// `fdatasync`s the log; true if it worked or there is no log yet.
+    private func syncLogFile() -> Bool {
         if logDescriptor < 0 {
             // SQLite creates the log with the first write and removes it only when the last
             // connection closes, so once open the descriptor stays the log's.
             logDescriptor = open(logPath, O_RDONLY | O_CLOEXEC)
-            guard logDescriptor >= 0 else { return }
+            guard logDescriptor >= 0 else { return true }
         }
-        // Said once when syncing starts failing and once when it works again, not every 100 ms.
-        if fdatasync(logDescriptor) != 0 {
-            guard !logSyncFailing else { return }
-            logSyncFailing = true
+        return fdatasync(logDescriptor) == 0
+    }
+
+    /// Logs a sync of `what` that failed once when syncing starts failing, and once when it
+    /// works again, not every 100 ms (on `syncQueue`; `errno` is the failed call's).
+    private func report(synced: Bool, what: String) {
+        if !synced {
+            guard !failingSyncs.contains(what) else { return }
+            failingSyncs.insert(what)
             let reason = String(cString: strerror(errno))
             logger.error(
-                "cannot sync the write-ahead log: a power loss may lose more than the last 100 ms",
-                metadata: ["storage.error": "\(reason)"])
-        } else if logSyncFailing {
-            logSyncFailing = false
-            logger.notice("the write-ahead log is synced again")
+                "cannot sync \(what): a power loss may lose more than the last 100 ms", metadata: ["storage.error": "\(reason)"])
+        } else if failingSyncs.remove(what) != nil {
+            logger.notice("\(what) is synced again")
         }
     }
 
