@@ -20,9 +20,9 @@ import Glibc
 /// `journal_size_limit` with the first commit after the log starts over.
 ///
 /// `SQLiteRoomStore` commits on the run's own queue (its hand-offs of the journal and
-/// retention), so nothing commits during a run, its first pass copies every frame, and the log
-/// holds at most the threshold and the commit that crossed it. The restart pass is for
-/// commits on other connections, which go on while a run syncs.
+/// retention), so nothing commits during a run: its first pass copies every frame no reader
+/// still needs, and the log holds at most the threshold and the commit that crossed it. What a
+/// reader's older snapshot kept back is left to the restart pass, which waits for the reader.
 ///
 /// The connection is used on `queue` only (the caller may run its own work there too, such as
 /// retention, as long as it leaves no transaction open). `logGrew(to:)` may be called from any
