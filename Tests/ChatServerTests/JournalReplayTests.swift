@@ -36,6 +36,16 @@ struct JournalReplayTests {
         return blocker
     }
 
+    /// Opens a store in `path`, commits as `commit` does while SQLite's lock is held, and closes
+    /// it: every record is left in the journal only, for the next start to replay.
+    private func stopWithEverythingInTheJournal(_ path: String, batches: Int, rooms: Int, events: Int, next: inout [UInt64]) throws {
+        let store = try SQLiteRoomStore(directory: path, durability: .normal, retention: .keepAll)
+        let blocker = try holdWriteLock(of: store)
+        #expect(commit(store, batches: batches, rooms: rooms, events: events, next: &next) == 0)
+        store.close()
+        try blocker.execute("ROLLBACK")
+    }
+
     /// What a commit's failure said; nil for a commit that succeeded.
     private static func failure(of result: Result<Void, CommitFailure>) -> String? {
         if case .failure(let failure) = result { return failure.error.message }
@@ -91,14 +101,7 @@ struct JournalReplayTests {
         let data = try TemporaryDirectory(prefix: "chat-journal-torn")
         defer { data.remove() }
         var next = [UInt64](repeating: 0, count: 1)
-        do {
-            let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
-            let blocker = try holdWriteLock(of: store)
-            #expect(commit(store, batches: 3, rooms: 1, events: 10, next: &next) == 0)
-            // Closed with the records in the journal only: the next start replays them.
-            store.close()
-            try blocker.execute("ROLLBACK")
-        }
+        try stopWithEverythingInTheJournal(data.path, batches: 3, rooms: 1, events: 10, next: &next)
         let files = RoomJournal.files(in: data.path)
         let last = RoomJournal.path(of: try #require(files.last, "the journal was left for the next start"), in: data.path)
         #expect(truncate(last, off_t(fileSize(last) - 7)) == 0)
@@ -123,13 +126,7 @@ struct JournalReplayTests {
         let data = try TemporaryDirectory(prefix: "chat-journal-large")
         defer { data.remove() }
         var next = [UInt64](repeating: 0, count: 4)
-        do {
-            let store = try SQLiteRoomStore(directory: data.path, durability: .normal, retention: .keepAll)
-            let blocker = try holdWriteLock(of: store)
-            #expect(commit(store, batches: 100, rooms: 4, events: 20, next: &next) == 0)
-            store.close()
-            try blocker.execute("ROLLBACK")
-        }
+        try stopWithEverythingInTheJournal(data.path, batches: 100, rooms: 4, events: 20, next: &next)
         var policy = LogCheckpointer.Policy(thresholdFrames: 16)
         policy.pauseAfterFirstPass = .milliseconds(300)
         let reopened = try SQLiteRoomStore(
