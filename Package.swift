@@ -127,7 +127,7 @@ let package = Package(
         .testTarget(
             name: "ChatServerTests",
             dependencies: [
-                "ChatServer", "ChatStorage", "ChatAccounts", "ChatClient", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport",
+                "ChatServer", "ChatStorage", "ChatAccounts", "ChatClient", "ChatCluster", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport",
             ]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),

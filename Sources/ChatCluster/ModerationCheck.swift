@@ -372,7 +372,44 @@ extension BanEntry {
     }
 }
 
+/// What a room holds of its members' standing, read for a node that judges a member again when
+/// who it is changes (a login, a nick change): the rules are the node's (`ChatCore`), the state
+/// Redis's.
+public struct ClusterRoomStanding: Equatable, Sendable {
+    /// The account the room is registered to; empty when it is not.
+    public var founder = ""
+    /// Members' roles: nick → `o`, `v` or `ov`.
+    public var roles: [String: String] = [:]
+    /// The room's bans.
+    public var bans: [BanEntry] = []
+    /// The roles given to accounts in a registered room: account key → `o`, `v` or `ov`.
+    public var accountRoles: [String: String] = [:]
+
+    /// A room with no founder, roles or bans.
+    public init() {}
+}
+
 extension ClusterDirectory {
+    /// Reads `room`'s standing: its founder, members' roles, bans and account roles, in one round
+    /// trip.
+    public func standing(of room: String, completion: @escaping (Result<ClusterRoomStanding, ClusterError>) -> Void) {
+        let keys = RoomKeys(room)
+        hashes([keys.modes, keys.roles, keys.bans, keys.accountRoles]) { result in
+            completion(result.flatMap { hashes in
+                var standing = ClusterRoomStanding()
+                standing.founder = hashes[0]["founder"] ?? ""
+                standing.roles = hashes[1]
+                for (mask, record) in hashes[2] {
+                    guard let ban = BanEntry(mask: mask, record: record) else { return .failure(.malformedReply("ban record \(record)")) }
+                    standing.bans.append(ban)
+                }
+                standing.bans.sort { ($0.time, $0.mask) < ($1.time, $1.mask) }
+                standing.accountRoles = hashes[3]
+                return .success(standing)
+            })
+        }
+    }
+
     /// Reads `room`'s modes and roles.
     public func moderation(of room: String, completion: @escaping (Result<ClusterRoomModeration, ClusterError>) -> Void) {
         let keys = RoomKeys(room)

@@ -19,6 +19,7 @@ struct BanMaskTests {
     @Test(arguments: [
         "", "alice", ":alice", "host:1.2.3.4", "account:", "nick:has space", "address:", "address:1.2.3", "address:1.2.3.4/33",
         "address:1.2.3.4/", "address:1.2.3.4/-1", "address:1.2.3.4/+8", "address:1.2.3.4/ 8", "address:::1/129", "address:::1/0128",
+        "address:1.2.3.4/08", "address:1.2.3.4/00", "address:::1/064",
         "address:256.1.1.1", "address:example.com", "room:general",
     ])
     func aTextThatIsNotAMaskIsRefusedWithAReason(_ input: String) {

@@ -1,3 +1,4 @@
+import ChatCluster
 import ChatProtocol
 import ChatStorage
 import Dispatch
@@ -423,6 +424,10 @@ struct SingleNodeRedis {
             core.clusterInvited(room: room, nick: nick, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
         case .bans(let room, let asker):
             core.clusterBansRead(room: room, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
+        case .standings(let rooms, let asker, let check):
+            // No moderation here: every room stands without founder, roles or bans.
+            let standings = Dictionary(uniqueKeysWithValues: rooms.map { ($0, ClusterRoomStanding()) })
+            core.clusterStandingsRead(asker, check, .success(standings), at: now, into: &actions)
         case .serverBan(let mask, let on, _, _, let asker):
             core.clusterServerBanSet(mask: mask, on: on, asker, .failure(ClusterFailure(reason: "not emulated")), into: &actions)
         case .kill(let nick, _, let asker):

@@ -124,6 +124,9 @@ private struct FakeCluster {
         case .listRooms(let id):
             let rooms = members.filter { !$0.value.isEmpty }.map { RoomInfo(name: $0.key, memberCount: UInt32($0.value.count), topic: "") }
             nodes[node].clusterRoomsRead(id, .success(rooms), into: &actions)
+        case .standings(let rooms, let asker, let check):
+            let standings = Dictionary(uniqueKeysWithValues: rooms.map { ($0, ClusterRoomStanding()) })
+            nodes[node].clusterStandingsRead(asker, check, available ? .success(standings) : .failure(failure), at: now, into: &actions)
         case .history, .direct, .unfollow, .setAway, .invite, .bans, .serverBan, .kill:
             break
         }
@@ -698,6 +701,13 @@ struct ChatCoreClusterTests {
         _ = core.takeClusterRequests()
         var actions: [ChatAction] = []
         core.received(.changeNick(nick: "anna"), size: 10, from: ann, at: now, into: &actions)
+        // A member's change reads its rooms' bans first (none here), then claims the nick.
+        let standings = core.takeClusterRequests()
+        #expect(standings == [.standings(rooms: ["r", "s"], core.asker(ann), check: .nickChange("anna"))])
+        #expect(core.isAwaitingCluster(ann), "not read while its rooms' bans are read")
+        core.clusterStandingsRead(
+            core.asker(ann), .nickChange("anna"), .success(["r": ClusterRoomStanding(), "s": ClusterRoomStanding()]), at: now,
+            into: &actions)
         #expect(core.takeClusterRequests() == [.claimNick(ann, nick: "anna")])
         core.clusterNickClaimed(ann, nick: "anna", .success(true), at: now, into: &actions)
         #expect(actions == [.send(.nickAccepted(nick: "anna"), to: ann)], "accepted at once, before its events")
@@ -718,6 +728,29 @@ struct ChatCoreClusterTests {
     /// A `tell` to a client of this node waits, in its sender's order, for the echoes of the lines
     /// its sender said before it. A single server had delivered it when it read it, so it still
     /// goes if the sender's connection is lost meanwhile — after those lines, as it would have.
+    /// A member's change into a nick that a ban of one of its rooms names is refused `banned`
+    /// from the bans Redis holds, as on a server on its own; nothing is claimed.
+    @Test func aMembersNickChangeIntoABannedNickIsRefusedFromTheRoomsStandingInRedis() {
+        var core = clusteredCore()
+        let ann = ClientID(0)
+        welcome("ann", in: ann, of: &core)
+        Self.join(ann, "ann", to: "r", seq: 1, members: ["ann"], of: &core)
+        _ = core.takeClusterRequests()
+        var actions: [ChatAction] = []
+        core.received(.changeNick(nick: "Eve"), size: 10, from: ann, at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        var standing = ClusterRoomStanding()
+        standing.bans = [BanEntry(mask: "nick:eve", setBy: "op", time: 1, reason: "")]
+        core.clusterStandingsRead(core.asker(ann), .nickChange("Eve"), .success(["r": standing]), at: now, into: &actions)
+        #expect(core.takeClusterRequests().isEmpty, "nothing claimed")
+        guard case .send(.error(.banned, false, .changeNick, let reason), to: ann)? = actions.first else {
+            Issue.record("refused banned: \(actions)")
+            return
+        }
+        #expect(reason.contains("#r"))
+        #expect(!core.isAwaitingCluster(ann))
+    }
+
     @Test func aTellHeldBehindItsSendersLinesReachesItsRecipientThoughTheSenderLeft() {
         var core = clusteredCore()
         let (ann, bob) = (ClientID(0), ClientID(1))

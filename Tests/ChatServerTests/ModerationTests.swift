@@ -356,6 +356,81 @@ extension ModerationTests {
     }
 }
 
+extension ModerationTests {
+    /// Logging in changes who a member is, and a nick change what it is called: both meet the
+    /// room's bans as a join would. A guest that joins and then logs in to a banned account is
+    /// kicked with the ban's reason; a member's change into a banned nick is refused and it keeps
+    /// its nick; the founder of a registered room that logs in inside it takes its op.
+    @Test(arguments: everyMode)
+    func aBanHoldsAgainstAMemberThatLogsInOrChangesNickAfterJoiningAndTheFounderTakesItsRolesAtLogin(
+        _ mode: ServerMode
+    ) async throws {
+        let server = try await ChatServerProcess(mode, arguments: ["--handshake-timeout", "60"])
+        defer { server.stop() }
+        let alice = try await Self.registered("alice", on: server)
+        defer { alice.close() }
+        try await Self.join(alice, "r")
+        let mal = try await Self.registered("mal", on: server)
+        mal.close()
+        try await alice.send(.setMode(room: "r", mode: .ban, on: true, argument: "account:mal evading"))
+        #expect(try await Self.answer(at: alice, "the account ban").isModeChange(.ban, "account:mal evading"))
+
+        // The guest gets in (no account yet), then logs in to the banned account.
+        let guest = try await TestClient.connect(to: server, nick: "guest1", version: 4)
+        defer { guest.close() }
+        try await Self.join(guest, "r")
+        try await guest.send(.login(account: "mal", password: "pw-mal"))
+        _ = try await guest.waitFor("logged in as mal") { $0 == .loggedIn(account: "mal") ? true : nil }
+        let kick = try await guest.waitFor("mal's kick") { frame -> String? in
+            if case .kicked("r", _, _, "mal", _, let reason) = frame { return reason }
+            return nil
+        }
+        #expect(kick.contains("account:mal") && kick.contains("evading"), "kicked with the ban's reason: \(kick)")
+        _ = try await alice.waitFor("mal's kick at alice") { if case .kicked("r", _, _, "mal", _, _) = $0 { true } else { nil } }
+        try await guest.send(.say(room: "r", text: "still here"))
+        #expect(try await guest.waitFor("a refusal") { $0.errorCode } == .notInRoom, "mal is a member no more")
+        try await guest.send(.join(room: "r"))
+        #expect(try await guest.waitFor("a refusal") { $0.errorCode } == .banned, "and cannot come back")
+
+        // A member changing into a banned nick is refused, and keeps its nick.
+        try await alice.send(.setMode(room: "r", mode: .ban, on: true, argument: "nick:eve"))
+        #expect(try await Self.answer(at: alice, "the nick ban").isModeChange(.ban, "nick:eve"))
+        let bob = try await TestClient.connect(to: server, nick: "bob", version: 4)
+        defer { bob.close() }
+        try await Self.join(bob, "r")
+        try await bob.send(.changeNick(nick: "Eve"))
+        let refusal = try await bob.waitFor("the nick change's answer") { frame -> Frame? in
+            switch frame {
+            case .error, .nickAccepted: frame
+            default: nil
+            }
+        }
+        guard case .error(.banned, false, .changeNick, let reason) = refusal else {
+            Issue.record("a change into a banned nick is refused banned, got \(refusal)")
+            return
+        }
+        #expect(reason.contains("#r"), "the refusal names the room: \(reason)")
+        try await bob.send(.say(room: "r", text: "still bob"))
+        _ = try await alice.waitFor("bob's line under his own nick") { if case .message("r", _, _, "bob", "still bob") = $0 { true } else { nil } }
+
+        // The founder of a registered room logs in inside it and takes its op.
+        try await alice.send(.setMode(room: "r", mode: .registered, on: true, argument: ""))
+        #expect(try await Self.answer(at: alice, "registered").isModeChange(.registered, "alice"))
+        alice.close()
+        let founder = try await TestClient.connect(to: server, nick: "guest2", version: 4)
+        defer { founder.close() }
+        try await Self.join(founder, "r")
+        try await founder.send(.login(account: "alice", password: "pw-alice"))
+        _ = try await founder.waitFor("logged in as alice") { $0 == .loggedIn(account: "alice") ? true : nil }
+        _ = try await bob.waitFor("the founder's op") { frame -> Bool? in
+            if case .modeChanged("r", _, _, _, .op, true, "alice") = frame { return true }
+            return nil
+        }
+        try await founder.send(.kick(room: "r", nick: "bob", reason: "founder's call"))
+        _ = try await bob.waitFor("bob's kick by the founder") { if case .kicked("r", _, _, "bob", "alice", _) = $0 { true } else { nil } }
+    }
+}
+
 extension Frame {
     /// Whether this is a `modeChanged` of `mode` turned on with `argument`.
     fileprivate func isModeChange(_ mode: RoomMode, _ argument: String) -> Bool {

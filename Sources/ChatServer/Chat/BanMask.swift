@@ -75,9 +75,12 @@ public enum BanMask: Hashable, Sendable {
         let bits = bytes.count * 8
         var prefix = bits
         if parts.count == 2 {
-            // Digits only: `Int("+8")` would take a sign.
-            guard parts[1].utf8.allSatisfy({ $0 &- 0x30 < 10 }), parts[1].utf8.count <= 3, let given = Int(parts[1]), given <= bits
-            else { throw BanMaskError("/\(parts[1]) is not a prefix length of 0 to \(bits)") }
+            // Digits only (`Int("+8")` would take a sign), and no leading zero: `/08` is refused
+            // as the address's own `01.2.3.4` is, not read as 8.
+            let digits = parts[1].utf8
+            guard digits.allSatisfy({ $0 &- 0x30 < 10 }), digits.count <= 3, digits.first != UInt8(ascii: "0") || digits.count == 1,
+                let given = Int(parts[1]), given <= bits
+            else { throw BanMaskError("/\(parts[1]) is not a prefix length of 0 to \(bits), in decimal without leading zeros") }
             prefix = given
         }
         return .address(network: masked(bytes, prefix: prefix), prefix: prefix)

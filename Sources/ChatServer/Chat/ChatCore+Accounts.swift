@@ -268,8 +268,10 @@ extension ChatCore {
                 clients[id.slot]!.account = record.key
                 actions.append(.send(.registered(account: record.name), to: id))
                 // Registering logs in: an account a server operator banned before it existed
-                // ends the session as a login to it would.
-                _ = endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions)
+                // ends the session as a login to it would, and a room's ban of it kicks.
+                if !endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions) {
+                    loggedInAsMember(id, at: now, into: &actions)
+                }
             }
         case .login(_, let key, let address, let handshake):
             loginVerified(id, key: key, address: address, handshake: handshake, answer, at: now, into: &actions)
@@ -581,6 +583,7 @@ extension ChatCore {
             rename(id, from: current, to: record.name, at: now, into: &actions)
         }
         actions.append(.send(.loggedIn(account: record.name), to: id))
+        loggedInAsMember(id, at: now, into: &actions)
     }
 
     private mutating func failLogin(
@@ -681,6 +684,7 @@ extension ChatCore {
             clusterChangeNick(of: id, from: current, to: record.name, as: .ghost, at: now, into: &actions)
         } else {
             actions.append(.send(.loggedIn(account: record.name), to: id))
+            clusterLoggedInAsMember(id)
             return
         }
         // Claiming (not refused at once for want of Redis): `loggedIn` follows the claim.
@@ -719,8 +723,9 @@ extension ChatCore {
             accounts.clusterNames[record.key] = record.name
             clients[id.slot]!.account = record.key
             actions.append(.send(.registered(account: record.name), to: id))
-            // As on a server on its own: registering logs in, and a banned account ends the session.
-            _ = endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions)
+            // As on a server on its own: registering logs in, a banned account ends the session,
+            // and a room's ban of it kicks.
+            if !endIfServerBanned(id, nick: nil, request: .register, at: now, into: &actions) { clusterLoggedInAsMember(id) }
         case .success(.exists):
             refuse(.register, .accountExists, "\(record.name) is already registered", to: id, into: &actions)
         case .success(.full):

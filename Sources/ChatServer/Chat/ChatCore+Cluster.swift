@@ -42,6 +42,9 @@ public enum ClusterRequest: Sendable, Equatable {
     case invite(room: String, nick: String, by: String, admin: Bool, ClusterAsker)
     /// Read `room`'s bans → `clusterBansRead`.
     case bans(room: String, ClusterAsker)
+    /// Read the standing (founder, roles, bans) of each of `rooms`, for `check` →
+    /// `clusterStandingsRead`.
+    case standings(rooms: [String], ClusterAsker, check: StandingCheck)
     /// Ban `mask` (canonical) from every node, or lift the ban, as `setBy` → `clusterServerBanSet`;
     /// each node hears the change and ends its sessions that a new ban matches
     /// (`clusterServerBansRead`).
@@ -60,6 +63,16 @@ public enum ClusterRequest: Sendable, Equatable {
     /// Keep `nick`'s away message (empty: none) where `tell`s from other nodes find it — now, or
     /// once the cluster is reachable again (the latest one wins).
     case setAway(nick: String, text: String)
+}
+
+/// Why a node reads a member's standing in its rooms (`ClusterRequest.standings`): who the member
+/// is changes, and each room judges it again by the rule a server on its own applies.
+public enum StandingCheck: Sendable, Equatable {
+    /// It logged in (or registered): a ban that matches it now kicks it, and a registered room
+    /// gives it its account's roles.
+    case login
+    /// It asks to be known as this nick: refused where a ban matches it under it.
+    case nickChange(String)
 }
 
 /// Who claims a nick in the cluster, as far as the nick's account goes.
@@ -1087,6 +1100,7 @@ extension ChatCore {
         if let loggingIn, case .success(true) = outcome {
             // After the welcome or the nick change, as on a server on its own.
             actions.append(.send(.loggedIn(account: loggingIn), to: id))
+            clusterLoggedInAsMember(id)
         }
         departIfPaid(id, into: &actions)
     }

@@ -194,6 +194,80 @@ extension ChatCore {
         }
     }
 
+    // MARK: Who a member is, on a node
+
+    /// `id` logged in (or registered) on a node while a member of rooms: their standing is read
+    /// from Redis (`clusterStandingsRead` judges it as a server on its own does), and `id` is not
+    /// read meanwhile, so its next line cannot overtake a kick its login makes.
+    mutating func clusterLoggedInAsMember(_ id: ClientID) {
+        guard let rooms = clients[id.slot]?.rooms, !rooms.isEmpty, cluster?.awaiting[id] == nil else { return }
+        cluster!.awaiting[id] = .read
+        ask(.standings(rooms: rooms, asker(id), check: .login), owing: id)
+    }
+
+    /// `changeNick` to `newNick` on a node by a member of rooms: their standing is read first, and
+    /// `clusterStandingsRead` refuses the change where a ban matches it under that nick.
+    mutating func clusterCheckNickChange(of id: ClientID, to newNick: String) {
+        cluster!.awaiting[id] = .read
+        ask(.standings(rooms: clients[id.slot]!.rooms, asker(id), check: .nickChange(newNick)), owing: id)
+    }
+
+    /// The standing of `asker`'s rooms, read for `check`: the rules of a server on its own
+    /// (`memberBan`, `accountRole`) applied to what Redis holds. After a login, a ban that matches
+    /// now is appended as a kick (sparing ops, as a new ban's kicks do: Redis checks that in the
+    /// step that numbers it) and an account's role as a mode change; a nick change goes on to
+    /// its claim unless a ban matches under the new nick. When Redis could not be read, a login
+    /// stands unjudged (its rooms' next ban, or its next join, judges it) and a nick change is
+    /// refused `unavailable`.
+    public mutating func clusterStandingsRead(
+        _ asker: ClusterAsker, _ check: StandingCheck, _ result: Result<[String: ClusterRoomStanding], ClusterFailure>,
+        at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        guard let id = readAnswered(asker), let client = clients[id.slot], let nick = client.nick else { return }
+        let firstAction = actions.count
+        defer { settleRead(of: id, from: firstAction, into: &actions) }
+        guard case .success(let standings) = result else {
+            if case .nickChange = check, case .failure(let failure) = result {
+                refuse(.changeNick, .unavailable, "cannot change your nick now: \(failure.reason); try again", to: id, into: &actions)
+            }
+            return
+        }
+        switch check {
+        case .nickChange(let newNick):
+            for room in client.rooms {
+                guard let standing = standings[room] else { continue }
+                let settings = RoomSettings(standing)
+                if let ban = memberBan(of: settings, isOp: standing.roles[nick]?.contains("o") == true, for: id, nick: newNick) {
+                    refuse(.changeNick, .banned, Self.bannedNickReason(in: room, as: newNick, ban), to: id, into: &actions)
+                    return
+                }
+            }
+            changeNick(of: id, from: nick, to: newNick, standingChecked: true, at: now, into: &actions)
+        case .login:
+            for room in client.rooms {
+                guard let standing = standings[room] else { continue }
+                let settings = RoomSettings(standing)
+                let role = standing.roles[nick] ?? ""
+                if let ban = memberBan(of: settings, isOp: role.contains("o"), for: id, nick: nick) {
+                    let kick = Frame.kicked(
+                        room: room, seq: 0, time: 0, nick: nick, by: ban.entry.setBy, reason: Self.banKickReason(ban.mask, reason: ban.entry.reason))
+                    ask(.append(
+                        room: room, event: kick, change: .kick(nick: nick), sender: nil, charge: nil,
+                        moderation: .kick(by: ban.entry.setBy, account: "", admin: true, sparingOps: true)))
+                    continue
+                }
+                guard let taken = Self.accountRole(client.account, in: settings) else { continue }
+                let mode: RoomMode = taken == .op ? .op : .voice
+                guard !role.contains(taken == .op ? "o" : "v") else { continue }
+                let event = Frame.modeChanged(room: room, seq: 0, time: 0, by: nick, mode: mode, on: true, argument: nick)
+                ask(.append(
+                    room: room, event: event, change: .none, sender: nil, charge: nil,
+                    moderation: .setMode(
+                        by: nick, account: client.account ?? "", admin: true, mode: mode.rawValue, on: true, argument: nick, reason: "")))
+            }
+        }
+    }
+
     /// Tells `name`'s members, through its log, the roles `id` took by its account as it joined a
     /// registered room (Redis gave them in the join's step; its snapshot, `modes`, names them), as
     /// a server on its own does (`announceRolesTaken`).
@@ -321,6 +395,20 @@ extension ChatCore {
         case .failure(let invalid):
             refuse(.setMode, .invalidArgument, invalid.reason, to: id, into: &actions)
             return nil
+        }
+    }
+}
+
+extension RoomSettings {
+    /// What a room's standing in Redis amounts to for the rules a member meets: its founder, its
+    /// bans (a mask Redis holds that does not parse is left out: the node set it, canonical) and
+    /// the roles given to accounts.
+    init(_ standing: ClusterRoomStanding) {
+        self.init()
+        founder = standing.founder.isEmpty ? nil : standing.founder
+        bans = standing.bans.compactMap { entry in (try? BanMask(parsing: entry.mask, allowsRoom: false)).map { Ban(mask: $0, entry: entry) } }
+        accountRoles = standing.accountRoles.compactMapValues { role in
+            role.contains("o") ? .op : role.contains("v") ? .voice : nil
         }
     }
 }

@@ -568,6 +568,68 @@ extension ChatCore {
         }
     }
 
+    // MARK: Who a member is
+
+    /// The ban of a room with `settings` that its member `id` meets under `nick` and its account
+    /// and address as they are now, or nil: none matches, or `id` is spared as an op there
+    /// (`isOp`; a new ban spares ops too) or a server operator. The one rule a member's login and
+    /// nick change meet in each of its rooms, in every mode, as a joiner meets it in
+    /// `moderationJoinRefusal`.
+    func memberBan(of settings: RoomSettings, isOp: Bool, for id: ClientID, nick: String) -> Ban? {
+        guard let client = clients[id.slot], !isOp, !isServerOperator(id) else { return nil }
+        return settings.ban(matching: client.account, nick: nick, address: client.address)
+    }
+
+    /// `memberBan` in `name`, a room in memory here (none on a cluster node: `clusterStandingsRead`
+    /// applies it to what Redis holds).
+    func memberBan(in name: String, for id: ClientID, nick: String) -> Ban? {
+        guard let room = rooms[name] else { return nil }
+        return memberBan(of: room.moderation.settings, isOp: room.moderation.ops.contains(id), for: id, nick: nick)
+    }
+
+    /// The role `account` takes in a room with `settings`: op for its founder, else the role
+    /// given to the account there (none outside a registered room).
+    static func accountRole(_ account: String?, in settings: RoomSettings) -> RoomRole? {
+        guard let account, let founder = settings.founder else { return nil }
+        return account == founder ? .op : settings.accountRoles[account]
+    }
+
+    /// Why a nick change to `nick` is refused where a room's ban matches the member under it.
+    static func bannedNickReason(in name: String, as nick: String, _ ban: Ban) -> String {
+        "you are banned from #\(name) as \(nick) (\(ban.entry.mask)); leave it to take that nick"
+    }
+
+    /// Why `id` may not change to `nick` while a member of its rooms: a ban of one of them matches
+    /// it under that nick (IRC's ERR_BANNICKCHANGE) — or nil. A ban is evaded no more by joining
+    /// under one nick and taking another.
+    func bannedNickRefusal(of id: ClientID, as nick: String) -> String? {
+        for name in clients[id.slot]?.rooms ?? [] {
+            if let ban = memberBan(in: name, for: id, nick: nick) { return Self.bannedNickReason(in: name, as: nick, ban) }
+        }
+        return nil
+    }
+
+    /// `id` logged in while a member of rooms: who it is changed, so each room judges it again —
+    /// a ban that matches it now (its account's, say) kicks it with the ban's reason, and a
+    /// registered room gives it the roles its account has there, announced to every member.
+    mutating func loggedInAsMember(_ id: ClientID, at now: ServerTime, into actions: inout [ChatAction]) {
+        guard let client = clients[id.slot], let nick = client.nick else { return }
+        for name in client.rooms {
+            if let ban = memberBan(in: name, for: id, nick: nick) {
+                remove(id, from: name, by: ban.entry.setBy, reason: Self.banKickReason(ban.mask, reason: ban.entry.reason), at: now, into: &actions)
+                continue
+            }
+            guard let settings = rooms[name]?.moderation.settings, let role = Self.accountRole(client.account, in: settings) else { continue }
+            let granted: RoomMode? = withRoom(name) { room in
+                switch role {
+                case .op: room.moderation.ops.insert(id).inserted ? RoomMode.op : nil
+                case .voice: room.moderation.voices.insert(id).inserted ? RoomMode.voice : nil
+                }
+            } ?? nil
+            if let granted { announceMode(granted, on: true, argument: nick, in: name, by: nick, at: now, into: &actions) }
+        }
+    }
+
     /// Tells `name`'s other version 4 members the roles `id` (called `nick`) took by its account
     /// as it joined a registered room, one `modeChanged` by itself each: the joiner learns them
     /// from its `roomModes`, the others would otherwise only from a `who`. (The creator of an

@@ -598,8 +598,11 @@ public struct ChatCore: Sendable {
 
     // MARK: Requests
 
-    private mutating func changeNick(
-        of id: ClientID, from oldNick: String, to newNick: String, at now: ServerTime, into actions: inout [ChatAction]
+    /// `standingChecked`: on a cluster node, the rooms' bans were read for it
+    /// (`clusterStandingsRead`), which calls this again.
+    mutating func changeNick(
+        of id: ClientID, from oldNick: String, to newNick: String, standingChecked: Bool = false, at now: ServerTime,
+        into actions: inout [ChatAction]
     ) {
         let newKey = ChatName.nickKey(newNick)
         if let holder = nicks[newKey], holder != id {
@@ -611,7 +614,16 @@ public struct ChatCore: Sendable {
             return
         }
         if endIfServerBanned(id, nick: newNick, request: .changeNick, at: now, into: &actions) { return }
+        if let reason = bannedNickRefusal(of: id, as: newNick) {
+            refuse(.changeNick, .banned, reason, to: id, into: &actions)
+            return
+        }
         if cluster != nil {
+            // A member's rooms' bans are Redis's: read first, and this is called again.
+            if !standingChecked, !clients[id.slot]!.rooms.isEmpty, cluster!.available {
+                clusterCheckNickChange(of: id, to: newNick)
+                return
+            }
             // The cluster's nick registry decides: claimed there first, then `rename`d.
             clusterChangeNick(of: id, from: oldNick, to: newNick, at: now, into: &actions)
             return

@@ -431,6 +431,27 @@ final class ClusterNode: @unchecked Sendable {
             ClusterDirectory(commands: commands).bans(of: room) { [self] result in
                 answer { $0.clusterBansRead(room: room, asker, result.mapError(self.failure), into: &$1) }
             }
+        case .standings(let rooms, let asker, let check):
+            guard let commands = link.commands else {
+                return later { $0.clusterStandingsRead(asker, check, .failure(self.down), at: ChatServer.now(), into: &$1) }
+            }
+            // One read per room, answered together once the last has come (or the first failed).
+            var standings: [String: ClusterRoomStanding] = [:]
+            var failed = false
+            for room in rooms {
+                ClusterDirectory(commands: commands).standing(of: room) { [self] result in
+                    guard !failed else { return }
+                    switch result {
+                    case .success(let standing):
+                        standings[room] = standing
+                        guard standings.count == rooms.count else { return }
+                        answer { $0.clusterStandingsRead(asker, check, .success(standings), at: ChatServer.now(), into: &$1) }
+                    case .failure(let error):
+                        failed = true
+                        answer { $0.clusterStandingsRead(asker, check, .failure(self.failure(error)), at: ChatServer.now(), into: &$1) }
+                    }
+                }
+            }
         case .listRooms(let id):
             guard let commands = link.commands else { return later { $0.clusterRoomsRead(id, .failure(self.down), into: &$1) } }
             ClusterDirectory(commands: commands).rooms { [self] result in
