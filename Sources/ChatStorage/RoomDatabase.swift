@@ -103,6 +103,9 @@ public final class RoomDatabase: @unchecked Sendable {
             }
             if version == 0 { try Self.createSchema(in: database) }
             if version == 1 || version == 2 { try Self.convert(database, from: version) }
+            // Beside the version 3 tables, without a new version: a server that predates it
+            // ignores it, and one that finds it missing starts it (`JournalState`).
+            if create { try database.execute(Self.journalStateSQL) }
             let mode = try database.text("PRAGMA journal_mode=WAL")
             guard mode == "wal" else {
                 throw StorageError("\(path): SQLite would not use write-ahead logging (journal_mode is \(mode ?? "unknown"))")
@@ -371,8 +374,11 @@ public final class RoomDatabase: @unchecked Sendable {
     /// `maxBytes` of blob (`EventChunk.append`): a busy room's hundred commits of a tenth of a
     /// second become a row or two, not a hundred, and the rows, index entries and log pages
     /// the transaction writes follow the bytes stored, not the commits.
+    ///
+    /// `firstJournalFile`: the journal files before it are taken in with this transaction
+    /// (`JournalState.firstFile`).
     @discardableResult
-    public func apply(_ records: [RoomJournal.Record]) throws(SQLiteError) -> CommittedChanges {
+    public func apply(_ records: [RoomJournal.Record], firstJournalFile: UInt64? = nil) throws(SQLiteError) -> CommittedChanges {
         var rooms: [RoomRecord] = []
         var roomIndex: [String: Int] = [:]
         for record in records {
@@ -385,8 +391,13 @@ public final class RoomDatabase: @unchecked Sendable {
                 }
             }
         }
-        guard !rooms.isEmpty || records.contains(where: { !$0.chunks.isEmpty }) else { return CommittedChanges() }
+        guard !rooms.isEmpty || records.contains(where: { !$0.chunks.isEmpty }) || firstJournalFile != nil else {
+            return CommittedChanges()
+        }
         let grown = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
+            if let firstJournalFile {
+                try database.execute("UPDATE journal_state SET first_file = \(Int64(bitPattern: firstJournalFile))")
+            }
             var added: [String: (count: Int64, bytes: Int64)] = [:]
             var stored: [String: UInt64] = [:]
             // Per room, the row being joined from its chunks, written once it is full.
@@ -428,6 +439,78 @@ public final class RoomDatabase: @unchecked Sendable {
         counted? += grown
         roomsToCheck?.formUnion(changes.rooms)
         return changes
+    }
+
+    // MARK: The journal's state
+
+    /// What the database knows of the journal in front of it (`SQLiteRoomStore`), so that a start
+    /// can tell whether the journal it finds holds everything the last run acknowledged — or
+    /// whether some of that may be gone, and the rooms must move to a new epoch rather than
+    /// number new events with `seq`s clients already saw (docs/SERVER.md, "Replay").
+    public struct JournalState: Sendable, Equatable {
+        /// The first journal file the database has not taken in: it and every file after it,
+        /// numbered without a gap up to the last, must be there, each with its header (the store
+        /// creates a file as soon as the one before it ends).
+        public var firstFile: UInt64
+        /// `/proc/sys/kernel/random/boot_id` of the run: another at the next start means the
+        /// machine restarted, and what was written but not synced may be gone.
+        public var bootID: String
+        /// Whether the run stopped cleanly, its journal synced (`SQLiteRoomStore.close`).
+        public var cleanStop: Bool
+        /// Whether the run synced each record before acknowledging it (`--fsync always`).
+        public var syncedEachRecord: Bool
+
+        /// Describes a run's journal.
+        public init(firstFile: UInt64, bootID: String, cleanStop: Bool, syncedEachRecord: Bool) {
+            self.firstFile = firstFile
+            self.bootID = bootID
+            self.cleanStop = cleanStop
+            self.syncedEachRecord = syncedEachRecord
+        }
+    }
+
+    static let journalStateSQL = """
+        CREATE TABLE IF NOT EXISTS journal_state(
+            id INTEGER PRIMARY KEY CHECK(id = 1),
+            first_file INTEGER NOT NULL,
+            boot_id TEXT NOT NULL,
+            clean_stop INTEGER NOT NULL,
+            synced_each INTEGER NOT NULL
+        )
+        """
+
+    /// The journal's state the last run left; nil if no run kept one (a new database, or one
+    /// from before the journal had it).
+    public func journalState() throws(SQLiteError) -> JournalState? {
+        let select = try database.prepare("SELECT first_file, boot_id, clean_stop, synced_each FROM journal_state WHERE id = 1")
+        guard try select.step() else { return nil }
+        return JournalState(
+            firstFile: select.uint64(0), bootID: select.text(1), cleanStop: select.int64(2) != 0, syncedEachRecord: select.int64(3) != 0)
+    }
+
+    /// Records `state` (a run starting), in a transaction of its own.
+    public func setJournalState(_ state: JournalState) throws(SQLiteError) {
+        let upsert = try database.prepare(
+            "INSERT OR REPLACE INTO journal_state(id, first_file, boot_id, clean_stop, synced_each) VALUES(1, ?1, ?2, ?3, ?4)")
+        try upsert.bind(
+            .integer(Int64(bitPattern: state.firstFile)), .text(state.bootID), .integer(state.cleanStop ? 1 : 0),
+            .integer(state.syncedEachRecord ? 1 : 0))
+        _ = try upsert.step()
+    }
+
+    /// Records that the run stopped cleanly, its journal synced.
+    public func markCleanStop() throws(SQLiteError) {
+        try database.execute("UPDATE journal_state SET clean_stop = 1")
+    }
+
+    /// Gives every stored room a new epoch (random, odd so never 0), in one transaction; returns
+    /// how many rooms moved. For a start that cannot prove the journal held everything
+    /// acknowledged: events some clients saw may be gone, and the `seq`s that named them will
+    /// name others, so clients must see the break (PROTOCOL.md, room epochs).
+    @discardableResult
+    public func renewEpochs() throws(SQLiteError) -> Int {
+        try database.execute("UPDATE rooms SET epoch = random() | 1")
+        return Int(try database.integer("SELECT changes()") ?? 0)
     }
 
     /// Inserts `chunk` as one `event_chunks` row.

@@ -84,12 +84,18 @@ public final class RoomJournal: @unchecked Sendable {
 
     static let magic: UInt32 = 0x3152_4A43  // "CJR1", little-endian
     static let headerBytes = 16
+    /// Each file begins with its own header, `CJF1`, four zero bytes and the file's number
+    /// (little-endian): a file emptied or swapped for another is told from one that holds no
+    /// records yet.
+    static let fileMagic: UInt32 = 0x3146_4A43  // "CJF1", little-endian
+    public static let fileHeaderBytes = 16
 
-    /// A journal in `directory`, whose next file is numbered after every file there now. Opens
-    /// nothing until the first append.
-    public init(directory: String) {
+    /// A journal in `directory`, whose next file is numbered `firstNumber` or, if files there
+    /// are numbered that high, after every file there now. Opens nothing until the first append
+    /// or `createCurrentFile()`.
+    public init(directory: String, firstNumber: UInt64 = 1) {
         self.directory = directory
-        number = (Self.files(in: directory).last ?? 0) + 1
+        number = max(firstNumber, (Self.files(in: directory).last ?? 0) + 1)
         pthread_mutex_init(lock, nil)
     }
 
@@ -127,19 +133,7 @@ public final class RoomJournal: @unchecked Sendable {
         if let cap = sizeCap, size + bytes.count > cap {
             throw StorageError("cannot write the journal \(Self.path(of: number, in: directory)): database or disk is full")
         }
-        if descriptor < 0 {
-            let path = Self.path(of: number, in: directory)
-            let opened = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-            guard opened >= 0 else { throw StorageError("cannot open the journal \(path): \(String(cString: strerror(errno)))") }
-            var info = stat()
-            fstat(opened, &info)
-            pthread_mutex_lock(lock)
-            descriptor = opened
-            // A new file's name is durable once the directory is synced too.
-            directoryChanged = true
-            pthread_mutex_unlock(lock)
-            size = Int(info.st_size)
-        }
+        if descriptor < 0 { try createCurrentFile() }
         var written = 0
         while written < bytes.count {
             let result = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress! + written, $0.count - written) }
@@ -155,8 +149,40 @@ public final class RoomJournal: @unchecked Sendable {
         return written
     }
 
+    /// Creates the current file (`number`) with its header, unless it is open already: appends
+    /// then go to it. The store creates each file as soon as the one before it ends, so that
+    /// the database can name the file that must be there (`RoomDatabase.JournalState`) even
+    /// when nothing is appended to it. Its name is durable once the directory is synced (`sync`).
+    public func createCurrentFile() throws(StorageError) {
+        guard descriptor < 0 else { return }
+        let path = Self.path(of: number, in: directory)
+        let opened = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard opened >= 0 else { throw StorageError("cannot open the journal \(path): \(String(cString: strerror(errno)))") }
+        var info = stat()
+        fstat(opened, &info)
+        var length = Int(info.st_size)
+        if length == 0 {
+            var header = [UInt8](repeating: 0, count: Self.fileHeaderBytes)
+            Self.store(littleEndian: UInt64(Self.fileMagic), byteCount: 4, at: 0, in: &header)
+            Self.store(littleEndian: number, byteCount: 8, at: 8, in: &header)
+            guard header.withUnsafeBytes({ write(opened, $0.baseAddress, $0.count) }) == header.count else {
+                let reason = String(cString: strerror(errno))
+                Glibc.close(opened)
+                unlink(path)
+                throw StorageError("cannot write the journal \(path): \(reason)")
+            }
+            length = header.count
+        }
+        pthread_mutex_lock(lock)
+        descriptor = opened
+        // A new file's name is durable once the directory is synced too.
+        directoryChanged = true
+        pthread_mutex_unlock(lock)
+        size = length
+    }
+
     /// Ends the current file: appends go to the next from now on. Returns the number of the file
-    /// ended, nil if nothing was appended to it.
+    /// ended, nil if it was never opened.
     public func rotate() -> UInt64? {
         guard descriptor >= 0 else { return nil }
         pthread_mutex_lock(lock)
@@ -172,16 +198,29 @@ public final class RoomJournal: @unchecked Sendable {
     /// was created since; false if that failed. (A file `rotate()` ended is the database's to
     /// make durable: it takes in a file's records, syncs, and only then deletes it; or, when it
     /// cannot, `sync(through:in:)`.)
+    ///
+    /// The sync itself runs on a duplicate of the descriptor, outside the lock: `rotate()` and
+    /// `createCurrentFile()` take the lock from inside the store's, which the event loop's
+    /// appends take, so holding it through an `fdatasync` would make the loop wait the disk out.
     @discardableResult
     public func sync() -> Bool {
         pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
-        guard descriptor < 0 || fdatasync(descriptor) == 0 else { return false }
-        if directoryChanged {
-            guard Self.syncDirectory(directory) else { return false }
-            directoryChanged = false
+        let current = descriptor < 0 ? -1 : dup(descriptor)
+        let created = directoryChanged
+        directoryChanged = false
+        pthread_mutex_unlock(lock)
+        var synced = true
+        if current >= 0 {
+            synced = fdatasync(current) == 0
+            Glibc.close(current)
         }
-        return true
+        if created, !Self.syncDirectory(directory) {
+            pthread_mutex_lock(lock)
+            directoryChanged = true
+            pthread_mutex_unlock(lock)
+            synced = false
+        }
+        return synced
     }
 
     /// Pushes the files numbered up to `number` in `directory` to the disk, and the directory:
@@ -212,9 +251,10 @@ public final class RoomJournal: @unchecked Sendable {
     }
 
     /// The records of the file at `path`, in order, up to the first that is cut short or does not
-    /// match its checksum; `intact` says whether the file ended where a record ended. Throws for
-    /// a file that cannot be read.
-    public static func read(_ path: String) throws(StorageError) -> (records: [Record], intact: Bool) {
+    /// match its checksum; `intact` says whether the file ended where a record ended; `number`,
+    /// the number its header gives (nil: no header — emptied or cut inside it, or written before
+    /// files had headers). Throws for a file that cannot be read.
+    public static func read(_ path: String) throws(StorageError) -> (records: [Record], intact: Bool, number: UInt64?) {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw StorageError("cannot open the journal \(path): \(String(cString: strerror(errno)))") }
         defer { Glibc.close(descriptor) }
@@ -230,14 +270,19 @@ public final class RoomJournal: @unchecked Sendable {
         return contents.withUnsafeBytes { bytes in
             var records: [Record] = []
             var offset = 0
+            var number: UInt64?
+            if bytes.count >= fileHeaderBytes, littleEndian(bytes, at: 0, byteCount: 4) == UInt64(fileMagic) {
+                number = littleEndian(bytes, at: 8, byteCount: 8)
+                offset = fileHeaderBytes
+            }
             while offset < bytes.count {
                 guard let (record, length) = decodeRecord(UnsafeRawBufferPointer(rebasing: bytes[offset...])) else {
-                    return (records, false)
+                    return (records, false, number)
                 }
                 records.append(record)
                 offset += length
             }
-            return (records, true)
+            return (records, true, number)
         }
     }
 

@@ -50,5 +50,45 @@ extension TerminalTests {
                 #expect(rows.filter { $0.contains("<bob> seen \(index)") }.count == 1, "\"seen \(index)\" is not shown again")
             }
         }
+
+        /// A server killed and started again on a journal someone deleted cannot prove it kept
+        /// everything it acknowledged: its rooms move to a new epoch, and the client shows the
+        /// break — the room marked as started again — rather than go on as if nothing was lost.
+        @Test func aRestartOnADeletedJournalIsShownAsTheRoomStartedAgain() async throws {
+            let data = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: data) }
+            let storage = ["--data-dir", data.path]
+            var server = try await ChatServerProcess(arguments: storage)
+            defer { server.stop() }
+            let port = server.port
+            let relay = try TCPRelay(to: port)
+            defer { relay.stop() }
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: relay.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("#general -!- alice joined")
+            let bob = try await Peer(nick: "bob", port: port)
+            try await bob.say("before the loss")
+            try await tmux.waitFor("<bob> before the loss")
+            bob.close()
+
+            relay.refusesConnections = true
+            relay.cutAll()
+            try await tmux.waitFor("disconnected:")
+            server.child.killNow()
+            _ = await server.child.waitForExit(timeout: .seconds(10))
+            let journal = try FileManager.default.contentsOfDirectory(atPath: data.path).filter { $0.hasPrefix("journal-") }
+            #expect(!journal.isEmpty, "the killed server left its journal file")
+            for name in journal { try FileManager.default.removeItem(atPath: data.path + "/" + name) }
+            server = try await ChatServerProcess(port: port, arguments: storage)
+            relay.refusesConnections = false
+
+            try await tmux.waitFor("started again")
+            let rows = try await tmux.screen()
+            let marker = try #require(rows.lastIndex { $0.contains("started again") })
+            let before = try #require(rows.firstIndex { $0.contains("<bob> before the loss") })
+            #expect(before < marker, "the old history above, the break below it:\n\(rows.joined(separator: "\n"))")
+        }
     }
 }

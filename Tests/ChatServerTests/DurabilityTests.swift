@@ -141,6 +141,53 @@ struct DurabilityTests {
         checker.close()
     }
 
+    /// The server is killed with 300 acknowledged lines in its journal only (SQLite's lock held
+    /// elsewhere), and the journal is damaged as a power loss or a careless operator would: the
+    /// restart keeps what is intact, logs the loss, and moves the room to a new epoch — so no `seq`
+    /// a client saw names another event under the epoch it saw it in, and clients see the break.
+    @Test(arguments: JournalDamage.allCases)
+    func aKilledServerWhoseJournalWasDamagedMovesTheRoomToANewEpochAndLogsTheLoss(_ damage: JournalDamage) async throws {
+        let data = try TemporaryDirectory(prefix: "chat-journal-damage")
+        defer { data.remove() }
+        let arguments = ["--data-dir", data.path, "--no-rate-limits"]
+        let first = try await ChatServerProcess(arguments: arguments)
+        let alice = try await TestClient.connect(port: first.port, nick: "alice", version: 2)
+        let (epoch, _, _) = try await alice.joinRoom("r")
+        func say(_ texts: [String]) async throws -> [SeenMessage] {
+            try await alice.send(texts.map { .say(room: "r", text: $0) })
+            return try await alice.collect(texts.count, "echoes") { frame -> SeenMessage? in
+                if case .message("r", let seq, _, "alice", let text) = frame { return SeenMessage(seq: seq, sender: "alice", text: text) }
+                return nil
+            }
+        }
+        let stored = try await say((0..<200).map { "stored \($0)" })
+        let database = try RoomDatabase(path: data.path + "/" + RoomDatabase.fileName, durability: .off, create: false)
+        let inSQLite = await eventually(timeout: .seconds(30)) { (try? database.loadRoom(named: "r", recent: 0)?.record.lastSeq) == stored.last?.seq }
+        #expect(inSQLite, "the first 200 lines reached SQLite")
+        let blocker = try SQLiteDatabase(path: data.path + "/" + RoomDatabase.fileName, mode: .readWrite)
+        try blocker.execute("BEGIN IMMEDIATE")
+        let journaled = try await say((0..<300).map { "journaled \($0)" })
+        first.child.killNow()
+        _ = await first.child.waitForExit(timeout: .seconds(10))
+        try blocker.execute("ROLLBACK")
+        alice.close()
+        try damage.apply(to: data.path)
+
+        let second = try await ChatServerProcess(arguments: arguments)
+        defer { second.stop() }
+        #expect(await second.child.waitForOutput("the journal may not hold everything the last run acknowledged"), "the loss is logged")
+        let bob = try await TestClient.connect(port: second.port, nick: "bob", version: 2)
+        defer { bob.close() }
+        let (epochAfter, lastSeq, _) = try await bob.joinRoom("r")
+        #expect(epochAfter != epoch, "the room moved to a new epoch")
+        let history = try await bob.fetchAll("r", after: 0)
+        let seen = stored + journaled
+        let kept = history.filter { $0.sender == "alice" }.map { SeenMessage(seq: $0.seq, sender: $0.sender, text: $0.text) }
+        #expect(kept.count >= stored.count && kept == Array(seen.prefix(kept.count)), "what is kept is what clients saw, from the start: \(kept.count) of \(seen.count)")
+        #expect(lastSeq >= stored.last?.seq ?? 0)
+        print("journal damaged (\(damage)): \(kept.count) of \(seen.count) acknowledged lines kept; epoch \(epoch) -> \(epochAfter)")
+    }
+
     @Test func startupRefusesStorageItCannotUseWithOneLineAndAFailingExit() async throws {
         let data = try TemporaryDirectory(prefix: "chat-durability")
         defer { data.remove() }

@@ -60,14 +60,14 @@ private struct RecordingLogHandler: LogHandler {
 
 /// Stages `events` messages of about 100 bytes in each of `rooms` rooms (`room0` …), numbered
 /// on from `next` (per room, its last seq), as one group commit of the server would hold them.
-func stageBatch(into store: SQLiteRoomStore, rooms: Int, events: Int, next: inout [UInt64]) {
+func stageBatch(into store: SQLiteRoomStore, rooms: Int, events: Int, next: inout [UInt64], epoch: UInt64 = 1) {
     let text = String(repeating: "m", count: 100)
     for room in 0..<rooms {
         for _ in 0..<events {
             next[room] += 1
             let seq = next[room]
             let entry = HistoryEntry(kind: .message, seq: seq, time: 1_000 + seq, sender: "talker", text: text)
-            store.stage(RoomRecord(name: "room\(room)", epoch: 1, lastSeq: seq, topic: nil, lastActive: 1_000 + seq), event: entry)
+            store.stage(RoomRecord(name: "room\(room)", epoch: epoch, lastSeq: seq, topic: nil, lastActive: 1_000 + seq), event: entry)
         }
     }
 }

@@ -64,23 +64,24 @@ struct RoomJournalTests {
             return (directory, path, Int(info.st_size))
         }
 
-        let (torn, path, whole) = try journalFile()
+        let (torn, path, size) = try journalFile()
         defer { torn.remove() }
-        // The three records are the same size: each cut falls inside the last.
+        // The three records are the same size, after the file's header: each cut falls inside the last.
+        let whole = size - RoomJournal.fileHeaderBytes
         #expect(whole % 3 == 0 && whole / 3 > 200)
-        for cut in [whole - 1, whole - 20, whole - 200] {
+        for cut in [size - 1, size - 20, size - 200] {
             #expect(truncate(path, off_t(cut)) == 0)
             let read = try RoomJournal.read(path)
             #expect(!read.intact, "cut to \(cut) of \(whole) bytes")
             #expect(read.records == Array(records.prefix(2)), "the records before the torn one are whole")
         }
 
-        let (altered, alteredPath, size) = try journalFile()
+        let (altered, alteredPath, alteredSize) = try journalFile()
         defer { altered.remove() }
         let descriptor = open(alteredPath, O_RDWR)
         defer { close(descriptor) }
         // A byte of the second record's payload, past its 16-byte header.
-        let offset = off_t(size / 3 + 16 + 30)
+        let offset = off_t(RoomJournal.fileHeaderBytes + (alteredSize - RoomJournal.fileHeaderBytes) / 3 + 16 + 30)
         var byte: UInt8 = 0
         #expect(pread(descriptor, &byte, 1, offset) == 1)
         byte ^= 0x5A

@@ -169,10 +169,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     ///
     /// `commitPlacement` says where commits run; `checkpointPolicy` (nil: from the environment,
     /// `checkpointPolicyFromEnvironment`) when the log is checkpointed with `.eventLoop`.
+    ///
+    /// `bootID`: the machine's boot (`currentBootID()`); a start that finds another recorded by a
+    /// run that stopped without syncing its journal takes it that unsynced commits may be gone.
     public init(
         directory path: String, durability: Durability, retention: RetentionPolicy,
         retentionInterval: Duration = defaultRetentionInterval, commitPlacement: CommitPlacement = .eventLoop,
-        checkpointPolicy: LogCheckpointer.Policy? = nil, logger: Logger = Logger(label: "chat-server.storage")
+        checkpointPolicy: LogCheckpointer.Policy? = nil, bootID: String = currentBootID(),
+        logger: Logger = Logger(label: "chat-server.storage")
     ) throws(StorageError) {
         directory = try DataDirectory(path: path)
         self.retention = retention
@@ -183,8 +187,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         if commitPlacement == .eventLoop {
             // Before the checkpointer watches the writer: a run it started now would use the
             // connection on the writer queue while the replay still uses it here.
-            try Self.replayJournal(in: directory.path, into: writer, logger: logger)
-            journal = RoomJournal(directory: directory.path)
+            let journal = try Self.replayJournal(in: directory.path, into: writer, durability: durability, bootID: bootID, logger: logger)
+            self.journal = journal
             let checkpointer = LogCheckpointer(
                 connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
             ) { [logger] event in Self.log(event, to: logger) }
@@ -233,17 +237,32 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
         }
         guard journal != nil, journaled.withLock({ $0.unstoredRooms[request.room] != nil }) else { return read() }
-        // Events only in the journal: the database takes them first, and the read follows.
+        // Events only in the journal: the database takes them first, and the read follows — or
+        // fails, when the database could not take them (its lock held elsewhere): a room read
+        // without them would go on from an older `seq` and number events again that clients saw.
         writerQueue.async { [self] in
             handOffJournaled()
-            read()
+            guard let unstored = unstoredFailure(of: request.room) else { return read() }
+            queue.async { completion(.failure(unstored)) }
         }
+    }
+
+    /// Why `room` cannot be read yet: the database has not taken in all of its events (nil when
+    /// it has). On the writer queue, after a hand-off.
+    private func unstoredFailure(of room: String) -> StorageError? {
+        guard journaled.withLock({ $0.unstoredRooms[room] != nil }) else { return nil }
+        return StorageError("the newest events of #\(room) are not in the database yet (its write lock is held elsewhere); try again")
     }
 
     /// The stored room `name` with its `recent` newest events, or nil if none is stored, read
     /// now, the caller waiting: for tests and tools, not the server's queue.
     public func loadRoom(named name: String, recent: Int) throws(StorageError) -> StoredRoom? {
-        if journal != nil { writerQueue.sync { handOffJournaled() } }
+        if journal != nil, let unstored = writerQueue.sync(execute: { () -> StorageError? in
+            handOffJournaled()
+            return unstoredFailure(of: name)
+        }) {
+            throw unstored
+        }
         return try readQueue.sync { RoomRead.room(name, recent: recent).answer(room: readRoom, page: readPage) }.map { answer in
             guard case .room(let room) = answer else { preconditionFailure("a room read answers with a room") }
             return room
@@ -432,7 +451,11 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             // Nothing appended since a hand-off that failed: its records are in the files
             // before the current one.
-            return (state.records, journal.rotate() ?? journal.number - 1)
+            let ended = journal.rotate() ?? journal.number - 1
+            // The next file is there before the database names it as the first to expect.
+            // Failing (no descriptor left, say), the next append tries again.
+            try? journal.createCurrentFile()
+            return (state.records, ended)
         }
         guard let ended else { return }
         let records = taken.map(\.record)
@@ -440,7 +463,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         writer.database.busyTimeout = lockWait
         defer { writer.database.busyTimeout = .seconds(5) }
         do throws(SQLiteError) {
-            try writer.apply(records)
+            try writer.apply(records, firstJournalFile: ended + 1)
         } catch {
             logger.error(
                 "the journal's records could not be stored; they stay in the journal and are tried again",
@@ -472,15 +495,47 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// Writes the records of every journal file in `directory` into `database`, in order, then
     /// makes them durable there and deletes the files: what a server that stopped before the
-    /// writer took them in left. A file cut short (a power loss) is read up to its torn record.
-    private static func replayJournal(in directory: String, into database: RoomDatabase, logger: Logger) throws(StorageError) {
+    /// writer took them in left. Returns the journal the new run appends to, its first file
+    /// created and recorded as the first to expect (`RoomDatabase.JournalState`).
+    ///
+    /// When the journal cannot be shown to hold everything the last run acknowledged — a file
+    /// it expected is missing or lost its header (deleted, emptied, renumbered), a record is cut
+    /// short or altered (a power loss, or someone's hands), or the machine restarted since a run
+    /// that did not sync each record stopped without syncing its journal — every stored room
+    /// moves to a new epoch, and the server says why: a `seq` clients saw may otherwise name
+    /// another event. Which rooms lost something cannot be told (the lost records named them), so
+    /// all move. A file cut exactly where a record ends, on the same boot, is not detected (a
+    /// power loss cannot do that without a reboot; docs/SERVER.md says so).
+    private static func replayJournal(
+        in directory: String, into database: RoomDatabase, durability: Durability, bootID: String, logger: Logger
+    ) throws(StorageError) -> RoomJournal {
+        let state: RoomDatabase.JournalState?
+        do {
+            state = try database.journalState()
+        } catch {
+            throw StorageError("cannot read the journal's state: \(error.message)", sqlite: error)
+        }
         let files = RoomJournal.files(in: directory)
-        guard let last = files.last else { return }
+        var losses: [String] = []
+        if let state {
+            let expected = files.filter { $0 >= state.firstFile }
+            if expected.first != state.firstFile { losses.append("journal file \(state.firstFile) is missing") }
+            for (file, next) in zip(expected, expected.dropFirst()) where next != file + 1 {
+                losses.append("journal files \(file + 1) to \(next - 1) are missing")
+            }
+            if !state.cleanStop, !state.syncedEachRecord, state.bootID != bootID {
+                losses.append("the machine restarted since the last run stopped without syncing its journal (boot \(state.bootID), now \(bootID))")
+            }
+        }
         var records = 0
         for file in files {
             let path = RoomJournal.path(of: file, in: directory)
             let read = try RoomJournal.read(path)
+            if let state, file >= state.firstFile, read.number != file {
+                losses.append("journal file \(file) has lost its header (emptied, cut inside it, or another file)")
+            }
             if !read.intact {
+                losses.append("journal file \(file) has a record cut short or altered after \(read.records.count) whole ones")
                 logger.warning("the journal's last record was cut short; the records before it are kept", metadata: ["storage.file": "\(path)"])
             }
             do {
@@ -490,14 +545,51 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             records += read.records.count
         }
+        if !losses.isEmpty {
+            // After the replay: its records carry the rooms' old epochs.
+            let moved: Int
+            do {
+                moved = try database.renewEpochs()
+            } catch {
+                throw StorageError("cannot give the rooms new epochs: \(error.message)", sqlite: error)
+            }
+            logger.error(
+                "the journal may not hold everything the last run acknowledged; every stored room moves to a new epoch, so clients see the break and page history again",
+                metadata: ["storage.losses": "\(losses.joined(separator: "; "))", "storage.rooms": "\(moved)"])
+        }
+        // Created before the database names it; the replayed files go only once that is durable,
+        // so a stop anywhere in between leaves files the next start expects.
+        let journal = RoomJournal(directory: directory, firstNumber: max(state?.firstFile ?? 1, (files.last ?? 0) + 1))
+        try journal.createCurrentFile()
         do {
+            try database.setJournalState(
+                RoomDatabase.JournalState(
+                    firstFile: journal.number, bootID: bootID, cleanStop: false, syncedEachRecord: durability == .always))
             // Synced into the database before the files go.
             try database.database.execute("PRAGMA wal_checkpoint(FULL)")
         } catch {
             throw StorageError("cannot sync what the journal replayed: \(error.message)", sqlite: error)
         }
-        RoomJournal.remove(through: last, in: directory)
-        logger.notice("replayed the journal", metadata: ["storage.records": "\(records)", "storage.files": "\(files.count)"])
+        journal.sync()
+        if let last = files.last {
+            RoomJournal.remove(through: last, in: directory)
+            logger.notice("replayed the journal", metadata: ["storage.records": "\(records)", "storage.files": "\(files.count)"])
+        }
+        return journal
+    }
+
+    /// The machine's boot, as Linux names it (`/proc/sys/kernel/random/boot_id`), or
+    /// `CHAT_SERVER_BOOT_ID` when set: a test knob that lets a process test play a restart of
+    /// the machine. "unknown" when neither can be read.
+    public static func currentBootID() -> String {
+        if let given = getenv("CHAT_SERVER_BOOT_ID").map({ String(cString: $0) }), !given.isEmpty { return given }
+        let descriptor = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return "unknown" }
+        defer { Glibc.close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: 64)
+        let count = bytes.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+        guard count > 0 else { return "unknown" }
+        return String(decoding: bytes[..<count].prefix { $0 > 0x20 }, as: UTF8.self)
     }
 
     /// How many events the next commit holds so far (the commit-size histogram of `/metrics`).
@@ -534,6 +626,20 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         checkpointer?.stop()
         readQueue.sync {}
         upkeep.stop()
+        if journal != nil {
+            // The journal is synced and takes nothing more: the next start need not doubt it.
+            // Not waited for long (a lock held elsewhere leaves the stop unclean, which costs
+            // nothing unless the machine also restarts before the next start).
+            writerQueue.sync {
+                writer.database.busyTimeout = Self.handOffLockWait
+                do {
+                    try writer.markCleanStop()
+                    try writer.database.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                } catch {
+                    logger.warning("could not record a clean stop", metadata: ["storage.error": "\(error)"])
+                }
+            }
+        }
         directory.unlock()
     }
 
