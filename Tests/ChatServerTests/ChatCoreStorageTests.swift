@@ -164,12 +164,36 @@ struct ChatCoreStorageTests {
         let carol = chat.connect("carol", version: 2)
         let join = chat.send(.join(room: "r"), from: carol)
         #expect(page(to: carol, in: join)?.seqs == [3], "what was not stored is not in the history either")
+        #expect(
+            join.contains { if case .broadcast(.joined("r", 4, _, "carol"), _) = $0 { true } else { false } },
+            "the seqs of what was not stored are given back: carol's join takes 4, no member sees a gap: \(join)")
         #expect(frames(to: carol, in: join).contains { if case .topic(_, 3, _, _, "kept") = $0 { true } else { false } },
             "the topic is the stored one")
 
         chat.core.storageRecovered()
         let said = chat.send(.say(room: "r", text: "again"), from: bob)
-        #expect(said.contains { if case .broadcast(.message(_, _, _, "bob", "again"), _) = $0 { true } else { false } })
+        #expect(said.contains { if case .broadcast(.message(_, 5, _, "bob", "again"), _) = $0 { true } else { false } })
+    }
+
+    /// A failed commit whose events are followed by one delivered (a join numbered after them in
+    /// the same commit) cannot give their seqs back: the gap stays, as a presence event a
+    /// member does not receive leaves one, and nothing is numbered twice.
+    @Test func seqsAFailedCommitCannotGiveBackStayGiven() throws {
+        let store = MemoryRoomStore()
+        var chat = Harness(store: store)
+        let alice = chat.connect("alice", version: 2)
+        let bob = chat.connect("bob", version: 2)
+        chat.send(.join(room: "r"), from: alice)  // seq 1
+        chat.send(.say(room: "r", text: "lost"), from: alice)  // seq 2
+        chat.send(.join(room: "r"), from: bob)  // seq 3
+        let failure = CommitFailure(
+            error: StorageError("commit failed: database or disk is full"),
+            events: [StoredEvent(room: "r", entry: HistoryEntry(kind: .message, seq: 2, time: chat.now.wallMillis, sender: "alice", text: "lost"))])
+        var actions: [ChatAction] = []
+        chat.core.storageFailed(failure, into: &actions)
+        chat.core.storageRecovered()
+        let said = chat.send(.say(room: "r", text: "next"), from: bob)
+        #expect(said.contains { if case .broadcast(.message(_, 4, _, "bob", "next"), _) = $0 { true } else { false } }, "\(said)")
     }
 
     @Test func manyRoomsVisitedOnceLeaveNothingInMemory() {

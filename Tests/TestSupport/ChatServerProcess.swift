@@ -51,10 +51,18 @@ public final class ChatServerProcess: Sendable {
     /// `--log-level` is lowered to `notice`.
     /// With `port` 0 the OS picks a free one. A fixed port is retried for a while if it is still
     /// taken, as it can be right after a previous server on it exited.
+    /// With `descriptorLimit`, the server starts under that open-file limit, soft and hard
+    /// (util-linux's `prlimit`, which execs it: the process is the server).
     public init(
-        _ mode: ServerMode = .durable, port: Int = 0, arguments: [String] = [], environment: [String: String] = [:]
+        _ mode: ServerMode = .durable, port: Int = 0, arguments: [String] = [], environment: [String: String] = [:],
+        descriptorLimit: Int? = nil
     ) async throws {
-        let executable = try ChildProcess.builtExecutable(named: "chat-server")
+        var executable = try ChildProcess.builtExecutable(named: "chat-server")
+        var launcher: [String] = []
+        if let descriptorLimit {
+            launcher = ["--nofile=\(descriptorLimit):\(descriptorLimit)", executable.path]
+            executable = URL(fileURLWithPath: "/usr/bin/prlimit")
+        }
         var arguments = arguments
         let choosesStorage = arguments.contains { ["--data-dir", "--no-persistence", "--cluster", "--help"].contains($0) }
             || environment["CHAT_CLUSTER"] != nil
@@ -100,7 +108,7 @@ public final class ChatServerProcess: Sendable {
         let deadline = ContinuousClock.now + .seconds(30)
         while true {
             let child = try ChildProcess(
-                executable, ["--host", "127.0.0.1", "--port", "\(port)"] + modeArguments + arguments, environment: environment)
+                executable, launcher + ["--host", "127.0.0.1", "--port", "\(port)"] + modeArguments + arguments, environment: environment)
             _ = await child.waitFor(timeout: .seconds(60)) { output, status in
                 status != nil || Self.listeningPort(in: output) != nil
             }

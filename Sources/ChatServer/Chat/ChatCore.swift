@@ -974,6 +974,10 @@ public struct ChatCore: Sendable {
     public mutating func storageFailed(_ failure: CommitFailure, into actions: inout [ChatAction]) {
         storageFailure = failure.error.message
         var told: Set<String> = []
+        // The seqs of what was not stored are given back where nothing delivered came after them.
+        var failedSeqs: [String: Set<UInt64>] = [:]
+        for event in failure.events { failedSeqs[event.room, default: []].insert(event.entry.seq) }
+        for (name, seqs) in failedSeqs { withRoom(name) { $0.giveBack(seqs: seqs) } }
         for event in failure.events {
             let name = event.room
             let entry = event.entry

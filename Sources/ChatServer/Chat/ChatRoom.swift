@@ -71,6 +71,17 @@ struct ChatRoom: Sendable {
         return history.remove(seq: seq)
     }
 
+    /// Takes back the `seq`s of `failed`, events numbered here that could not be stored and were
+    /// never delivered, when they are the last the room gave: the next event takes the first of
+    /// them, and members see no gap. When something delivered took a `seq` after them (a join in
+    /// the same commit, a later commit in flight), they stay given, a gap as a presence event a
+    /// member does not receive leaves one (PROTOCOL.md).
+    mutating func giveBack(seqs failed: Set<UInt64>) {
+        guard let first = failed.min(), first > 0, failed.count == lastSeq &- first &+ 1, failed.contains(lastSeq) else { return }
+        lastSeq = first - 1
+        if storedFirstSeq >= first { storedFirstSeq = 0 }
+    }
+
     /// Forgets the oldest history entry if its `seq` is `seq`; returns what it cost (0 if the
     /// oldest is another entry, or there is none).
     mutating func forgetOldest(ifSeq seq: UInt64) -> Int {

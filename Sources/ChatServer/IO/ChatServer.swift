@@ -165,6 +165,9 @@ public final class ChatServer: @unchecked Sendable {
     /// TLS connections being refused after their handshake (`refuseAfterHandshake`), oldest
     /// first; closed ones are dropped as new ones come (at most `maxTLSRefusals` to look at).
     private var tlsRefusals = Deque<ClientConnection>()
+    /// Descriptors the server held when it started (its listeners, storage, logs): with
+    /// `descriptorReserve`, what clients may not take of the process's limit.
+    private var ownDescriptors = 0
     private var timer: DispatchSourceTimer?
     private var stopWaiters: [@Sendable () -> Void] = []
     /// What `/metrics` counts, once `startRecordingMetrics()` is called; nil until then.
@@ -262,6 +265,16 @@ public final class ChatServer: @unchecked Sendable {
         queue.sync {
             precondition(state == .idle, "start() called twice")
             state = .running
+            ownDescriptors = DescriptorLimit.openDescriptorCount() ?? 0
+            if let budget = clientDescriptorBudget, budget < configuration.maxClients {
+                logger.warning(
+                    "the descriptor limit holds fewer clients than --max-clients: raise it (ulimit -n, LimitNOFILE=) or lower --max-clients",
+                    metadata: [
+                        "descriptors.limit": "\(DescriptorLimit.current ?? 0)", "descriptors.server": "\(ownDescriptors)",
+                        "descriptors.reserve": "\(Self.descriptorReserve)", "clients.possible": "\(max(0, budget))",
+                        "clients.max": "\(configuration.maxClients)",
+                    ])
+            }
             listener.start(
                 queue: queue, handler: { [weak self] socket in self?.accept(socket, tls: true) },
                 onError: { [weak self] error in
@@ -347,6 +360,24 @@ public final class ChatServer: @unchecked Sendable {
 
     // MARK: Accepting
 
+    /// Descriptors no client may take, for what the server opens while it runs: the journal's
+    /// next file and its syncs, SQLite's, the metrics port's 16 connections, `/proc` reads, a
+    /// Redis link that reconnects, TLS files read again. Redis keeps 32 likewise
+    /// (`CONFIG_MIN_RESERVED_FDS`). Without it, idle connections up to the limit made every
+    /// commit fail in durable mode: the journal could not open its next file.
+    public static let descriptorReserve = 32
+
+    /// How many descriptors clients may hold — connections, and refused ones still held — under
+    /// the process's limit as it is now (an operator may lower it with `prlimit`): the limit
+    /// less the server's own and `descriptorReserve`; nil when the limit cannot be read.
+    private var clientDescriptorBudget: Int? {
+        guard let limit = DescriptorLimit.current else { return nil }
+        return Int(clamping: limit) - ownDescriptors - Self.descriptorReserve
+    }
+
+    /// Descriptors clients hold now: connections (closing ones too) and refused ones held open.
+    private var clientDescriptors: Int { openConnections + refused.count + tlsRefusals.count }
+
     /// Takes a connection from a listener; `tls` says whether it came from the TLS one (which
     /// speaks TLS only when a context is loaded).
     private func accept(_ socket: Socket, tls: Bool) {
@@ -355,6 +386,12 @@ public final class ChatServer: @unchecked Sendable {
             return
         }
         let address = (try? socket.remoteAddress().ip) ?? "unknown"
+        if let budget = clientDescriptorBudget, clientDescriptors >= budget {
+            // Its descriptor is the reserve's: told, and closed at once rather than held.
+            let refusal = Disconnection(code: .serverFull, reason: "the server is full: no descriptor is left for another connection")
+            turnAway(socket, address: address, refusal: refusal, now: Self.now(), holding: false)
+            return
+        }
         let slot = freeSlots.last ?? connections.count
         let now = Self.now()
         if let refusal = core.clientConnected(ClientID(slot), address: address, encrypted: tls && tlsContext != nil, at: now) {
@@ -437,7 +474,9 @@ public final class ChatServer: @unchecked Sendable {
     /// closed now; otherwise it waits in `refused` for the client to close. A channel per attempt,
     /// two Dispatch sources and a linger, is what made a reconnect loop over the limits slow
     /// everyone else down.
-    private func turnAway(_ socket: Socket, address: String, refusal: Disconnection, now: ServerTime) {
+    /// `holding`: kept open (without a channel) until the client closes, so it reads the error
+    /// rather than a reset; false when no descriptor may be held for it.
+    private func turnAway(_ socket: Socket, address: String, refusal: Disconnection, now: ServerTime, holding: Bool = true) {
         logRefusal(address: address, label: socket.label, reason: refusal.reason, now: now)
         if let frame = refusal.errorFrame {
             if let code = refusal.code { metrics?.errorSent(code) }
@@ -445,7 +484,7 @@ public final class ChatServer: @unchecked Sendable {
             _ = bytes.withUnsafeBytes { try? socket.write($0) }
         }
         try? socket.shutdownWrite()
-        if RefusedSockets.stillOpen(socket, scratch: refusalScratch.memory) {
+        if holding, RefusedSockets.stillOpen(socket, scratch: refusalScratch.memory) {
             refused.add(socket, until: now.uptimeMillis + configuration.lingerTimeout.milliseconds)
         } else {
             socket.close()

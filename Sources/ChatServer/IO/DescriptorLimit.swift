@@ -27,6 +27,19 @@ public enum DescriptorLimit {
 }
 
 extension DescriptorLimit {
+    /// How many descriptors the process has open (entries of /proc/self/fd, less the one
+    /// reading it), or nil where that directory does not exist.
+    public static func openDescriptorCount() -> Int? {
+        guard let directory = opendir("/proc/self/fd") else { return nil }
+        defer { closedir(directory) }
+        var count = 0
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { $0.first ?? 0 }
+            if name != UInt8(ascii: ".") { count += 1 }
+        }
+        return count - 1
+    }
+
     /// How many sockets the process has open (entries of /proc/self/fd that link to `socket:`), or
     /// nil where that directory does not exist. A server that has shut down should have none.
     public static func openSocketCount() -> Int? {
