@@ -40,17 +40,38 @@ public struct RegisteredRoomRecord: Sendable, Equatable {
     }
 }
 
+/// A role a member held in an unregistered room when the server stopped, for it to take back
+/// when it rejoins after the restart (docs/SERVER.md, "Moderation").
+public struct RememberedRole: Sendable, Equatable {
+    /// The room.
+    public var room: String
+    /// Who held it: `account:KEY` for a member logged in, `nick:KEY` for a guest.
+    public var holder: String
+    /// `op` or `voice`.
+    public var role: String
+
+    /// Describes a role held at a stop.
+    public init(room: String, holder: String, role: String) {
+        self.room = room
+        self.holder = holder
+        self.role = role
+    }
+}
+
 /// Everything a moderation store holds, read once at start-up.
 public struct ModerationSnapshot: Sendable, Equatable {
     /// Every registered room.
     public var rooms: [RegisteredRoomRecord]
     /// The server's bans, oldest first.
     public var serverBans: [BanEntry]
+    /// The roles members held in unregistered rooms when the server last stopped cleanly.
+    public var rememberedRoles: [RememberedRole]
 
     /// Describes what a store holds.
-    public init(rooms: [RegisteredRoomRecord] = [], serverBans: [BanEntry] = []) {
+    public init(rooms: [RegisteredRoomRecord] = [], serverBans: [BanEntry] = [], rememberedRoles: [RememberedRole] = []) {
         self.rooms = rooms
         self.serverBans = serverBans
+        self.rememberedRoles = rememberedRoles
     }
 }
 
@@ -60,6 +81,9 @@ public enum ModerationWrite: Sendable, Equatable {
     case room(String, RegisteredRoomRecord?)
     /// The server's bans are now these (at most 1,000, so written whole).
     case serverBans([BanEntry])
+    /// The roles held in unregistered rooms are now these (written whole at a stop; emptied once
+    /// read back, so that a later crash does not bring back stale ones).
+    case rememberedRoles([RememberedRole])
 }
 
 /// Where a server keeps registered rooms and server bans: memory (`MemoryModerationStore`,
@@ -101,6 +125,8 @@ public final class MemoryModerationStore: ModerationStore, @unchecked Sendable {
                     if let record { snapshot.rooms.append(record) }
                 case .serverBans(let bans):
                     snapshot.serverBans = bans
+                case .rememberedRoles(let roles):
+                    snapshot.rememberedRoles = roles
                 }
             }
         }

@@ -38,7 +38,10 @@ public final class SQLiteModerationStore: ModerationStore, @unchecked Sendable {
                 CREATE TABLE IF NOT EXISTS server_bans (
                     position INTEGER PRIMARY KEY NOT NULL, mask TEXT NOT NULL, set_by TEXT NOT NULL,
                     time INTEGER NOT NULL, reason TEXT NOT NULL
-                )
+                );
+                CREATE TABLE IF NOT EXISTS remembered_roles (
+                    room TEXT NOT NULL, holder TEXT NOT NULL, role TEXT NOT NULL, PRIMARY KEY (room, holder)
+                ) WITHOUT ROWID
                 """)
         } catch {
             throw AccountStoreError("cannot open the moderation database: \(error)")
@@ -76,7 +79,13 @@ public final class SQLiteModerationStore: ModerationStore, @unchecked Sendable {
                             mask: selectServerBans.text(0), setBy: selectServerBans.text(1), time: selectServerBans.uint64(2),
                             reason: selectServerBans.text(3)))
                 }
-                return .success(ModerationSnapshot(rooms: rooms.values.sorted { $0.name < $1.name }, serverBans: serverBans))
+                var remembered: [RememberedRole] = []
+                let selectRemembered = try database.prepare("SELECT room, holder, role FROM remembered_roles ORDER BY room, holder")
+                while try selectRemembered.step() {
+                    remembered.append(RememberedRole(room: selectRemembered.text(0), holder: selectRemembered.text(1), role: selectRemembered.text(2)))
+                }
+                return .success(
+                    ModerationSnapshot(rooms: rooms.values.sorted { $0.name < $1.name }, serverBans: serverBans, rememberedRoles: remembered))
             } catch {
                 return .failure(AccountStoreError("cannot read the moderation database: \(error)"))
             }
@@ -130,6 +139,14 @@ public final class SQLiteModerationStore: ModerationStore, @unchecked Sendable {
                 insertRole.reset()
                 try insertRole.bind(.text(name), .text(account), .text(role))
                 try insertRole.run()
+            }
+        case .rememberedRoles(let roles):
+            try database.execute("DELETE FROM remembered_roles")
+            let insert = try database.prepare("INSERT OR REPLACE INTO remembered_roles (room, holder, role) VALUES (?, ?, ?)")
+            for role in roles {
+                insert.reset()
+                try insert.bind(.text(role.room), .text(role.holder), .text(role.role))
+                try insert.run()
             }
         case .serverBans(let bans):
             try database.execute("DELETE FROM server_bans")

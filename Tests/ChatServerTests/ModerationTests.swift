@@ -431,6 +431,61 @@ extension ModerationTests {
     }
 }
 
+extension ModerationTests {
+    /// A restart must not hand an unregistered room to whoever rejoins first (issue 37): the ops
+    /// and voices of the stop take their roles back when they rejoin — a guest by its nick, a
+    /// member logged in by its account — and nobody else takes op by being first.
+    @Test func aRestartGivesEachRoomsOpsTheirRolesBackAndNotToWhoeverRejoinsFirst() async throws {
+        let directory = try TemporaryDirectory(prefix: "chat-rejoin-roles")
+        defer { directory.remove() }
+        let arguments = ["--data-dir", directory.path, "--handshake-timeout", "60"]
+        do {
+            let server = try await ChatServerProcess(arguments: arguments)
+            let alice = try await TestClient.connect(to: server, nick: "alice", version: 4)
+            try await alice.send(.join(room: "general"))
+            #expect(try await Self.answer(at: alice, "alice's roomModes") == .roomModes(room: "general", modes: RoomModes(ops: ["alice"])))
+            let carol = try await Self.registered("carol", on: server)
+            try await carol.send(.join(room: "accounts"))
+            #expect(try await Self.answer(at: carol, "carol's roomModes") == .roomModes(room: "accounts", modes: RoomModes(ops: ["carol"])))
+            let bob = try await TestClient.connect(to: server, nick: "bob", version: 4)
+            try await Self.join(bob, "general")
+            server.child.signal(SIGTERM)
+            #expect(await server.child.waitForExit(timeout: .seconds(30)) == 0)
+            alice.close()
+            bob.close()
+            carol.close()
+        }
+        let server = try await ChatServerProcess(arguments: arguments)
+        defer { server.stop() }
+        // bob (a bot, say) rejoins first: no op for him.
+        let bob = try await TestClient.connect(to: server, nick: "bob", version: 4)
+        defer { bob.close() }
+        try await bob.send(.join(room: "general"))
+        #expect(try await Self.answer(at: bob, "bob's roomModes") == .roomModes(room: "general", modes: RoomModes()), "not op")
+        let alice = try await TestClient.connect(to: server, nick: "alice", version: 4)
+        defer { alice.close() }
+        try await alice.send(.join(room: "general"))
+        #expect(
+            try await Self.answer(at: alice, "alice's roomModes after the restart")
+                == .roomModes(room: "general", modes: RoomModes(ops: ["alice"])), "alice takes her op back")
+        #expect(try await Self.answer(at: bob, "alice's op").isModeChange(.op, "alice"), "and bob is told")
+        try await alice.send(.kick(room: "general", nick: "bob", reason: "mine"))
+        _ = try await bob.waitFor("bob's kick") { if case .kicked("general", _, _, "bob", "alice", _) = $0 { true } else { nil } }
+
+        // A guest called carol rejoins #accounts first; carol logs in, rejoins, and is its op.
+        let impostor = try await TestClient.connect(to: server, nick: "guest7", version: 4)
+        defer { impostor.close() }
+        try await impostor.send(.join(room: "accounts"))
+        #expect(try await Self.answer(at: impostor, "the guest's roomModes") == .roomModes(room: "accounts", modes: RoomModes()))
+        let carol = try await Self.loggedIn("carol", on: server)
+        defer { carol.close() }
+        try await carol.send(.join(room: "accounts"))
+        #expect(
+            try await Self.answer(at: carol, "carol's roomModes after the restart")
+                == .roomModes(room: "accounts", modes: RoomModes(ops: ["carol"])), "carol's account takes its op back")
+    }
+}
+
 extension Frame {
     /// Whether this is a `modeChanged` of `mode` turned on with `argument`.
     fileprivate func isModeChange(_ mode: RoomMode, _ argument: String) -> Bool {

@@ -31,6 +31,13 @@ struct ModerationDirectory: Sendable {
     /// Keys given with a `joinWithKey` whose room is being read from the store, by joiner: the
     /// join is checked again when the room is in memory.
     var pendingKeys: [ClientID: String] = [:]
+    /// The roles members held in unregistered rooms when the server last stopped, by room and
+    /// holder (`RememberedRole.holder`): each is given back to its holder when it rejoins, and
+    /// meanwhile nobody takes op by rejoining first. Forgotten at `rememberedUntil`, or for a room
+    /// once it empties.
+    var remembered: [String: [String: RoomRole]] = [:]
+    /// When `remembered` is forgotten (uptime, ms); nil until the first tick after loading.
+    var rememberedUntil: UInt64?
 
     /// The server ban of `room`, if the room is closed.
     func closure(of room: String) -> Ban? {
@@ -551,22 +558,87 @@ extension ChatCore {
     }
 
     /// `id` enters `name`, which is in memory and whose rules let it in: uses its invitation,
-    /// and gives it the roles it has there — op for whoever creates an unregistered room, the
-    /// founder's and the roles given to its account in a registered one.
-    mutating func takeRoles(in name: String, for id: ClientID) {
+    /// and gives it the roles it has there — op for whoever creates an unregistered room (unless
+    /// the room remembers roles from before a restart: then only the role `id` held there), the
+    /// founder's and the roles given to its account in a registered one. Returns whether it took
+    /// back a role it held before a restart.
+    @discardableResult
+    mutating func takeRoles(in name: String, for id: ClientID) -> Bool {
         let account = clients[id.slot]!.account
         let nickKey = clients[id.slot]!.nick.map(ChatName.nickKey)
+        let remembers = moderation.remembered[name] != nil && rooms[name]?.moderation.settings.founder == nil
+        let heldBefore = remembers ? takeRememberedRole(in: name, account: account, nick: clients[id.slot]!.nick) : nil
         withRoom(name) { room in
             room.moderation.invitations.removeAll { $0.nickKey == nickKey }
             let settings = room.moderation.settings
             if settings.founder == nil {
-                if room.members.isEmpty { room.moderation.ops.insert(id) }
+                switch heldBefore {
+                case .op?: room.moderation.ops.insert(id)
+                case .voice?: room.moderation.voices.insert(id)
+                // A restart must not hand the room to whoever rejoins first.
+                case nil: if room.members.isEmpty, !remembers { room.moderation.ops.insert(id) }
+                }
             } else if let account {
                 if account == settings.founder || settings.accountRoles[account] == .op { room.moderation.ops.insert(id) }
                 if settings.accountRoles[account] == .voice { room.moderation.voices.insert(id) }
             }
         }
+        return heldBefore != nil
     }
+
+    /// Who held a role, as a restart remembers it: the account of a member logged in, the nick of
+    /// a guest (whoever holds that nick when it rejoins takes it back: a guest's is only as good
+    /// as its hold on the nick; a registered room keeps roles by account for good).
+    static func roleHolder(account: String?, nick: String?) -> String? {
+        if let account { return "account:\(account)" }
+        return nick.map { "nick:\(ChatName.nickKey($0))" }
+    }
+
+    /// The role `name` remembers from before a restart for a member logged in as `account` or
+    /// known as `nick`, taken out of what it remembers; nil for none.
+    private mutating func takeRememberedRole(in name: String, account: String?, nick: String?) -> RoomRole? {
+        let holders = [account.map { "account:\($0)" }, nick.map { "nick:\(ChatName.nickKey($0))" }].compactMap { $0 }
+        guard let holder = holders.first(where: { moderation.remembered[name]?[$0] != nil }),
+            let role = moderation.remembered[name]?.removeValue(forKey: holder)
+        else { return nil }
+        if moderation.remembered[name]?.isEmpty == true { moderation.remembered[name] = nil }
+        return role
+    }
+
+    /// The roles members hold in unregistered rooms now, queued as a moderation write for the
+    /// store to keep across the restart that follows (`ChatServer.shutdown`): each member that
+    /// rejoins takes its own back (`takeRoles`). A registered room's roles are its accounts'
+    /// already.
+    public mutating func rememberRolesForRestart() {
+        var roles: [RememberedRole] = []
+        for (name, room) in rooms where room.moderation.settings.founder == nil {
+            for id in room.members {
+                guard let client = clients[id.slot], let holder = Self.roleHolder(account: client.account, nick: client.nick) else {
+                    continue
+                }
+                if room.moderation.ops.contains(id) {
+                    roles.append(RememberedRole(room: name, holder: holder, role: RoomRole.op.rawValue))
+                } else if room.moderation.voices.contains(id) {
+                    roles.append(RememberedRole(room: name, holder: holder, role: RoomRole.voice.rawValue))
+                }
+            }
+        }
+        moderation.writes.append(.rememberedRoles(roles))
+    }
+
+    /// Forgets the roles remembered from before a restart once `rememberedRoleGrace` has passed
+    /// since the first tick: holders that did not come back by then lose them.
+    mutating func forgetRememberedRolesIfDue(at now: ServerTime) {
+        guard !moderation.remembered.isEmpty else { return }
+        guard let until = moderation.rememberedUntil else {
+            moderation.rememberedUntil = now.uptimeMillis + Self.rememberedRoleGrace
+            return
+        }
+        if now.uptimeMillis >= until { moderation.remembered.removeAll() }
+    }
+
+    /// How long after a start the roles held before it wait for their holders, in milliseconds.
+    static let rememberedRoleGrace: UInt64 = 600_000
 
     // MARK: Who a member is
 
@@ -619,7 +691,10 @@ extension ChatCore {
                 remove(id, from: name, by: ban.entry.setBy, reason: Self.banKickReason(ban.mask, reason: ban.entry.reason), at: now, into: &actions)
                 continue
             }
-            guard let settings = rooms[name]?.moderation.settings, let role = Self.accountRole(client.account, in: settings) else { continue }
+            guard let settings = rooms[name]?.moderation.settings,
+                let role = Self.accountRole(client.account, in: settings)
+                    ?? (settings.founder == nil ? takeRememberedRole(in: name, account: client.account, nick: nil) : nil)
+            else { continue }
             let granted: RoomMode? = withRoom(name) { room in
                 switch role {
                 case .op: room.moderation.ops.insert(id).inserted ? RoomMode.op : nil
@@ -634,8 +709,12 @@ extension ChatCore {
     /// as it joined a registered room, one `modeChanged` by itself each: the joiner learns them
     /// from its `roomModes`, the others would otherwise only from a `who`. (The creator of an
     /// unregistered room, its op, is alone in it.)
-    mutating func announceRolesTaken(in name: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
-        guard let room = rooms[name], room.moderation.settings.founder != nil else { return }
+    /// `rolesGivenBack`: `id` took back a role it held before a restart (`takeRoles`); the others
+    /// are told too, if there are any.
+    mutating func announceRolesTaken(
+        in name: String, by id: ClientID, nick: String, rolesGivenBack: Bool = false, at now: ServerTime, into actions: inout [ChatAction]
+    ) {
+        guard let room = rooms[name], room.moderation.settings.founder != nil || (rolesGivenBack && room.members.count > 1) else { return }
         let taken = [(RoomMode.op, room.moderation.ops.contains(id)), (RoomMode.voice, room.moderation.voices.contains(id))]
         for (mode, holds) in taken where holds {
             announceMode(mode, on: true, argument: nick, in: name, by: nick, except: id, at: now, into: &actions)
@@ -666,6 +745,7 @@ extension ChatCore {
     /// An unregistered room that emptied forgets its modes and bans; a registered one keeps
     /// its settings (the directory has them) and forgets its invitations.
     mutating func resetModeration(of name: String) {
+        moderation.remembered[name] = nil
         let settings = moderation.registered[name] ?? RoomSettings()
         withRoom(name) { $0.moderation = RoomModeration(settings: settings) }
     }
@@ -683,6 +763,12 @@ extension ChatCore {
             guard let mask = try? BanMask(parsing: stored.mask, allowsRoom: true) else { return nil }
             return Ban(mask: mask, entry: BanEntry(mask: mask.canonical, setBy: stored.setBy, time: stored.time, reason: stored.reason))
         }
+        for remembered in snapshot.rememberedRoles where moderation.registered[remembered.room] == nil {
+            guard let role = RoomRole(rawValue: remembered.role) else { continue }
+            moderation.remembered[remembered.room, default: [:]][remembered.holder] = role
+        }
+        // Held in memory from now on: a crash later must not bring back roles of this stop.
+        if !snapshot.rememberedRoles.isEmpty { moderation.writes.append(.rememberedRoles([])) }
     }
 
     /// The moderation changes to write since the last call, oldest first; the server hands

@@ -279,6 +279,7 @@ public struct ChatCore: Sendable {
         let idleTimeout = configuration.idleTimeout.milliseconds
         // Clients let go that wait for the cluster's answers are past pings and idle timeouts.
         if cluster?.departures.isEmpty == false { clusterDeparturesDue(at: now, into: &actions) }
+        forgetRememberedRolesIfDue(at: now)
         for slot in clients.indices {
             guard let client = clients[slot] else { continue }
             let id = ClientID(slot)
@@ -692,7 +693,7 @@ public struct ChatCore: Sendable {
             }
             makeRoom(name, from: nil)
         }
-        takeRoles(in: name, for: id)
+        let rolesGivenBack = takeRoles(in: name, for: id)
         clients[id.slot]!.rooms.append(name)
         let version = clients[id.slot]!.version
         let room = withRoom(name) { room in
@@ -703,7 +704,7 @@ public struct ChatCore: Sendable {
         }!
         // Retention spares an occupied room however quiet it is.
         if room.members.count == 1 { store?.occupancyChanged(of: name, occupied: true) }
-        announceRolesTaken(in: name, by: id, nick: nick, at: now, into: &actions)
+        announceRolesTaken(in: name, by: id, nick: nick, rolesGivenBack: rolesGivenBack, at: now, into: &actions)
         persist(name, event: nil, at: now)
         let arrival = RoomArrival(
             epoch: room.epoch, firstSeq: store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq, lastSeq: room.lastSeq,

@@ -165,6 +165,8 @@ public final class ChatServer: @unchecked Sendable {
     /// TLS connections being refused after their handshake (`refuseAfterHandshake`), oldest
     /// first; closed ones are dropped as new ones come (at most `maxTLSRefusals` to look at).
     private var tlsRefusals = Deque<ClientConnection>()
+    /// Moderation writes handed to the store and not yet answered: a stop waits for them.
+    private var moderationWritesInFlight = 0
     /// Descriptors the server held when it started (its listeners, storage, logs): with
     /// `descriptorReserve`, what clients may not take of the process's limit.
     private var ownDescriptors = 0
@@ -306,6 +308,12 @@ public final class ChatServer: @unchecked Sendable {
                 stopWaiters.append(completion)
             }
             state = .stopping
+            // Kept for the restart that usually follows: whoever rejoins first must not take
+            // over a room (its members take their own roles back). Waited for before stopping.
+            if clusterNode == nil {
+                core.rememberRolesForRestart()
+                writeModeration()
+            }
             listener.close()
             plainListener?.close()
             guard let store else {
@@ -1313,7 +1321,7 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     private func finishStoppingIfIdle() {
-        guard state == .stopping, openConnections == 0 else { return }
+        guard state == .stopping, openConnections == 0, moderationWritesInFlight == 0 else { return }
         state = .stopped
         refused.closeAll()
         timer?.cancel()
@@ -1615,9 +1623,11 @@ extension ChatServer {
     private func writeModeration() {
         let writes = core.takeModerationWrites()
         guard !writes.isEmpty else { return }
-        let logger = logger
-        moderationStore.apply(writes, replyOn: queue) { failure in
+        moderationWritesInFlight += 1
+        moderationStore.apply(writes, replyOn: queue) { [self] failure in
             if let failure { logger.error("moderation change not stored", metadata: ["error": "\(failure)"]) }
+            moderationWritesInFlight -= 1
+            finishStoppingIfIdle()
         }
     }
 }
