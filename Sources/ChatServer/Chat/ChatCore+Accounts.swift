@@ -287,13 +287,13 @@ extension ChatCore {
             accounts.waiting[id] = accounts.ask(.hash(password: newPassword), for: .changeHashed(id, key: key))
         case .changeHashed(_, let key):
             // A node keeps no records: Redis replaces the hash of the account by its key.
-            let kept = cluster == nil ? accounts.records[key] : AccountRecord(name: accounts.name(of: key), key: key, passwordHash: "", created: 0)
+            let kept = !isClustered ? accounts.records[key] : AccountRecord(name: accounts.name(of: key), key: key, passwordHash: "", created: 0)
             guard case .hashing(.hashed(let hash?)) = answer, var record = kept else {
                 refuse(.changePassword, answer.isBusy ? .busy : .internal, answer.isBusy ? Self.busyReason : "the password was not changed", to: id, into: &actions)
                 return
             }
             record.passwordHash = hash
-            if cluster == nil { accounts.records[key] = record }
+            if !isClustered { accounts.records[key] = record }
             accounts.waiting[id] = accounts.ask(.save(record), for: .changeSaved(id, key: key))
         case .changeSaved(_, let key):
             if case .failure(let error) = answer.storeResult {
@@ -346,7 +346,7 @@ extension ChatCore {
             login(id, account: account, password: password, handshake: false, at: now, into: &actions)
         case .changePassword(let old, let new):
             guard let key = loggedInKey(of: id, request: .changePassword, into: &actions) else { return true }
-            if cluster != nil {
+            if isClustered {
                 askGuess(key: key, from: id, for: .changeGuessed(id, key: key, password: old, newPassword: new))
                 return true
             }
@@ -355,7 +355,7 @@ extension ChatCore {
                 .verify(password: old, stored: record.passwordHash), for: .changeVerified(id, key: key, newPassword: new))
         case .dropAccount(let password):
             guard let key = loggedInKey(of: id, request: .dropAccount, into: &actions) else { return true }
-            if cluster != nil {
+            if isClustered {
                 askGuess(key: key, from: id, for: .changeGuessed(id, key: key, password: password, newPassword: nil))
                 return true
             }
@@ -382,7 +382,7 @@ extension ChatCore {
     private mutating func loggedInKey(of id: ClientID, request: FrameType, into actions: inout [ChatAction]) -> String? {
         // A node has no records to look in: Redis says whether the account still exists when the
         // password is checked (`changeGuessed`).
-        guard let key = clients[id.slot]!.account, cluster != nil || accounts.records[key] != nil else {
+        guard let key = clients[id.slot]!.account, isClustered || accounts.records[key] != nil else {
             refuse(request, .notLoggedIn, "log in to the account first", to: id, into: &actions)
             return nil
         }
@@ -398,12 +398,12 @@ extension ChatCore {
             return
         }
         // A node counts no accounts: Redis checks the cap when it makes the record (`create`).
-        if cluster == nil, accounts.records.count + accounts.registering >= limits.maxAccounts {
+        if !isClustered, accounts.records.count + accounts.registering >= limits.maxAccounts {
             refuse(.register, .tooManyAccounts, "the server holds as many accounts as it allows (\(limits.maxAccounts))", to: id, into: &actions)
             return
         }
         let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
-        if cluster != nil {
+        if isClustered {
             // The address's window is the cluster's: counted in Redis before anything is hashed.
             accounts.waiting[id] = accounts.ask(
                 .countRegistration(address: addressKey), for: .registerCounted(id, name: nick, password: password))
@@ -425,7 +425,7 @@ extension ChatCore {
             if answer.isBusy {
                 // Nothing was registered: the address's registration is given back.
                 let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
-                if cluster != nil {
+                if isClustered {
                     _ = accounts.ask(.giveBackRegistration(address: addressKey), for: .quiet)
                 } else {
                     Self.giveBack(&accounts.registrations[addressKey])
@@ -437,7 +437,7 @@ extension ChatCore {
             return
         }
         let record = AccountRecord(name: name, key: key, passwordHash: hash, created: now.wallMillis)
-        if cluster != nil {
+        if isClustered {
             accounts.waiting[id] = accounts.ask(.create(record), for: .registerSaved(id, record))
             return
         }
@@ -460,7 +460,7 @@ extension ChatCore {
     mutating func login(_ id: ClientID, account: String, password: String, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
         let key = ChatName.nickKey(account)
         let address = clients[id.slot]!.address
-        if cluster != nil {
+        if isClustered {
             askGuess(key: key, from: id, for: .loginGuessed(id, key: key, password: password, handshake: handshake))
             return
         }
@@ -608,7 +608,7 @@ extension ChatCore {
     /// Gives back a guess of `key` from `address`: to the windows here, or to the cluster's.
     private mutating func giveBackGuess(key: String, address: String) {
         let addressKey = Self.throttleKey(of: address)
-        if cluster != nil {
+        if isClustered {
             _ = accounts.ask(.giveBack(key: key, address: addressKey), for: .quiet)
         } else {
             Self.giveBack(&accounts.accountAttempts[key])
@@ -688,7 +688,7 @@ extension ChatCore {
             return
         }
         // Claiming (not refused at once for want of Redis): `loggedIn` follows the claim.
-        if cluster!.awaiting[id] != nil { cluster!.loggingIn[id] = record.name }
+        if cluster.awaiting[id] != nil { cluster.loggingIn[id] = record.name }
     }
 
     private mutating func changeGuessed(
@@ -743,7 +743,7 @@ extension ChatCore {
     /// it is registered (Redis's claim decides every other case: `clusterNickReserved`).
     func reservation(of nick: String, for id: ClientID) -> String? {
         let key = ChatName.nickKey(nick)
-        let heldByOwner = cluster != nil && nicks[key].flatMap { clients[$0.slot]?.account } == key
+        let heldByOwner = isClustered && nicks[key].flatMap { clients[$0.slot]?.account } == key
         guard accounts.records[key] != nil || heldByOwner, clients[id.slot]!.account != key else { return nil }
         return "\(nick) is a registered nick; log in to its account to use it"
     }

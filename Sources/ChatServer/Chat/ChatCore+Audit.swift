@@ -38,7 +38,7 @@ extension ChatCore {
             }
             if ChatName.nickKey(nick) != key { problems.append("nick \(key) names slot \(id.slot), which holds \(nick)") }
         }
-        guard cluster == nil else { return problems }
+        guard !isClustered else { return problems }
         let welcomed = live.filter { clients[$0]!.nick != nil }
         if welcomed.count != nicks.count {
             problems.append("\(welcomed.count) welcomed clients but \(nicks.count) nicks held")

@@ -476,16 +476,16 @@ extension ChatCore {
 
     /// The requests made since the last call, in order; the server carries them out.
     public mutating func takeClusterRequests() -> [ClusterRequest] {
-        guard cluster?.outbox.isEmpty == false else { return [] }
-        defer { cluster!.outbox.removeAll() }
-        return cluster!.outbox
+        guard cluster.outbox.isEmpty == false else { return [] }
+        defer { cluster.outbox.removeAll() }
+        return cluster.outbox
     }
 
     /// Whether `id`'s requests must wait for the cluster's answer to an earlier one, or it is let
     /// go and waits for the answers to those it sent (`endSession`): either way it is read no more
     /// meanwhile.
     public func isAwaitingCluster(_ id: ClientID) -> Bool {
-        cluster?.awaiting[id] != nil || cluster?.departures[id] != nil
+        cluster.awaiting[id] != nil || cluster.departures[id] != nil
             // Its frames held for the events of its earlier requests passed the reply high-water
             // mark: its requests wait for those events, as a client that does not read waits for
             // its queue to drain, so one that pipelines without reading cannot grow the node.
@@ -495,35 +495,35 @@ extension ChatCore {
     /// The cluster's Redis became reachable (`available`) or not (with why). While it is not,
     /// requests that need it are answered `unavailable`.
     public mutating func clusterAvailability(_ available: Bool, reason: String = "") {
-        cluster?.available = available
-        if !available { cluster?.unavailableReason = reason }
+        cluster.available = available
+        if !available { cluster.unavailableReason = reason }
     }
 
     /// The room names this node follows: those with local members or joiners.
-    public var clusterRooms: [String] { cluster.map { $0.rooms.keys.sorted() } ?? [] }
+    public var clusterRooms: [String] { cluster.rooms.keys.sorted() }
 
     /// `roomNames` on a node: the rooms where it serves a member, sorted. The cluster's rooms are
     /// Redis's (`listRooms` reads them); a node keeps only what delivering to its own clients
     /// takes.
     var clusterRoomNames: [String] {
-        cluster.map { $0.rooms.filter { !$0.value.members.isEmpty }.keys.sorted() } ?? []
+        cluster.rooms.filter { !$0.value.members.isEmpty }.keys.sorted()
     }
 
     /// `memberNicks(of:)` on a node: the members of `room` it serves, in the order their `joined`
     /// was delivered (the cluster's joining order among them). The room's members on every node
     /// are Redis's (`who` reads them).
     func clusterMemberNicks(of room: String) -> [String] {
-        cluster?.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
+        cluster.rooms[room]?.members.compactMap { nick(of: $0) } ?? []
     }
 
     /// `id` as the asker of an answer to come.
     func asker(_ id: ClientID) -> ClusterAsker {
-        ClusterAsker(id: id, session: cluster!.sessions[id.slot] ?? 0)
+        ClusterAsker(id: id, session: cluster.sessions[id.slot] ?? 0)
     }
 
     /// The client an answer is for, if it is still there.
     private func resolve(_ asker: ClusterAsker) -> ClientID? {
-        guard cluster?.sessions[asker.id.slot] == asker.session, clients.indices.contains(asker.id.slot),
+        guard cluster.sessions[asker.id.slot] == asker.session, clients.indices.contains(asker.id.slot),
             clients[asker.id.slot]?.nick != nil
         else { return nil }
         return asker.id
@@ -532,12 +532,12 @@ extension ChatCore {
     /// Asks the cluster for `request`; with `owing`, its answer is owed to that client, whose
     /// session then does not end before it comes (`endSession`).
     mutating func ask(_ request: ClusterRequest, owing id: ClientID? = nil) {
-        cluster!.outbox.append(request)
-        if let id { cluster!.owed[id, default: ClusterState.Owed()].answers += 1 }
+        cluster.outbox.append(request)
+        if let id { cluster.owed[id, default: ClusterState.Owed()].answers += 1 }
     }
 
     func unavailableText(_ what: String) -> String {
-        "\(what): the cluster is unavailable (\(cluster!.unavailableReason)); try again"
+        "\(what): the cluster is unavailable (\(cluster.unavailableReason)); try again"
     }
 
     // MARK: Ending a session after its answers
@@ -546,9 +546,9 @@ extension ChatCore {
     /// is owed something now; false when it can be disconnected at once.
     mutating func clusterDefersEnd(of id: ClientID, _ disconnection: Disconnection, at now: ServerTime) -> Bool {
         // Already on its way out: the first reason stands.
-        guard cluster!.departures[id] == nil else { return true }
+        guard cluster.departures[id] == nil else { return true }
         guard isOwed(id) else { return false }
-        cluster!.departures[id] = ClusterState.Departure(
+        cluster.departures[id] = ClusterState.Departure(
             disconnection: disconnection, since: now, deadline: now.uptimeMillis + configuration.lingerTimeout.milliseconds)
         return true
     }
@@ -556,7 +556,7 @@ extension ChatCore {
     /// Lets go the clients whose wait for the cluster's answers passed its deadline: Redis did
     /// not answer within the linger timeout, and an outage must not keep connections open.
     mutating func clusterDeparturesDue(at now: ServerTime, into actions: inout [ChatAction]) {
-        for (id, departure) in cluster!.departures where now.uptimeMillis >= departure.deadline {
+        for (id, departure) in cluster.departures where now.uptimeMillis >= departure.deadline {
             disconnect(id, departure.disconnection, at: now, into: &actions)
         }
     }
@@ -564,25 +564,25 @@ extension ChatCore {
     /// Whether the cluster owes `id` an answer to a request it sent, or the delivery of an event
     /// of its own that Redis numbered.
     private func isOwed(_ id: ClientID) -> Bool {
-        if cluster!.awaiting[id] != nil || cluster!.gates[id]?.unresolved.isEmpty == false { return true }
-        guard let owed = cluster!.owed[id] else { return false }
+        if cluster.awaiting[id] != nil || cluster.gates[id]?.unresolved.isEmpty == false { return true }
+        guard let owed = cluster.owed[id] else { return false }
         // A room no longer followed delivers nothing more.
-        return owed.answers > 0 || owed.echoes.contains { room, seq in (cluster!.rooms[room]?.lastDelivered ?? .max) < seq }
+        return owed.answers > 0 || owed.echoes.contains { room, seq in (cluster.rooms[room]?.lastDelivered ?? .max) < seq }
     }
 
     /// One answer owed to `id` came (and was given to it); if it was let go and is owed nothing
     /// more, it is disconnected now, after what was given.
     private mutating func paid(_ id: ClientID, into actions: inout [ChatAction]) {
-        if var owed = cluster!.owed[id] {
+        if var owed = cluster.owed[id] {
             owed.answers -= 1
-            cluster!.owed[id] = owed.answers <= 0 && owed.echoes.isEmpty ? nil : owed
+            cluster.owed[id] = owed.answers <= 0 && owed.echoes.isEmpty ? nil : owed
         }
         departIfPaid(id, into: &actions)
     }
 
     /// Disconnects `id` if it was let go and is owed nothing more.
     private mutating func departIfPaid(_ id: ClientID, into actions: inout [ChatAction]) {
-        guard let departure = cluster!.departures[id], !isOwed(id) else { return }
+        guard let departure = cluster.departures[id], !isOwed(id) else { return }
         disconnect(id, departure.disconnection, at: departure.since, into: &actions)
     }
 
@@ -604,40 +604,40 @@ extension ChatCore {
     /// What `id`'s frames held for the events of its earlier requests take (`OrderGate`): they
     /// count against its share like the replies queued for it.
     public func heldReplyBytes(for id: ClientID) -> Int {
-        cluster?.gates[id]?.heldBytes ?? 0
+        cluster.gates[id]?.heldBytes ?? 0
     }
 
     /// A request of `id` that Redis answers later: its place in `id`'s order.
     private mutating func issueOrdinal(for id: ClientID) -> UInt64 {
-        cluster!.gates[id, default: ClusterState.OrderGate()].issue()
+        cluster.gates[id, default: ClusterState.OrderGate()].issue()
     }
 
     /// `id` asked to append `event` to `room`: until it comes back (or fails), what `id` is sent
     /// next waits for it.
     private mutating func expectEcho(of event: Frame, in room: String, from id: ClientID) {
         // Only a followed room's events come back.
-        guard cluster!.rooms[room] != nil, let author = Self.author(of: event), let logged = Self.stamped(event, seq: 1, time: 0)
+        guard cluster.rooms[room] != nil, let author = Self.author(of: event), let logged = Self.stamped(event, seq: 1, time: 0)
         else { return }
         let echo = ClusterState.PendingEcho(event: logged, sender: asker(id), ordinal: issueOrdinal(for: id))
-        cluster!.rooms[room]!.pendingEchoes[author, default: []].append(echo)
+        cluster.rooms[room]!.pendingEchoes[author, default: []].append(echo)
     }
 
     /// The pending echo that a delivered `event` of `room` is, taken off the list: the first
     /// one sent as its author, if the event is that one.
     private mutating func takeEcho(_ event: Frame, in room: String) -> ClusterState.PendingEcho? {
         guard let author = Self.author(of: event) else { return nil }
-        return cluster!.rooms[room]?.takeEcho(event, author: author)
+        return cluster.rooms[room]?.takeEcho(event, author: author)
     }
 
     /// The pending echo of `sender`'s append of `event` to `room`, which failed, taken off the
     /// list.
     private mutating func takeFailedEcho(_ event: Frame, in room: String, sender: ClusterAsker) -> ClusterState.PendingEcho? {
         guard let author = Self.author(of: event), let logged = Self.stamped(event, seq: 1, time: 0),
-            let echoes = cluster!.rooms[room]?.pendingEchoes[author],
+            let echoes = cluster.rooms[room]?.pendingEchoes[author],
             let index = echoes.firstIndex(where: { $0.sender == sender && $0.event == logged }) ?? echoes.firstIndex(where: { $0.sender == sender })
         else { return nil }
-        let echo = cluster!.rooms[room]!.pendingEchoes[author]!.remove(at: index)
-        if cluster!.rooms[room]!.pendingEchoes[author]!.isEmpty { cluster!.rooms[room]!.pendingEchoes[author] = nil }
+        let echo = cluster.rooms[room]!.pendingEchoes[author]!.remove(at: index)
+        if cluster.rooms[room]!.pendingEchoes[author]!.isEmpty { cluster.rooms[room]!.pendingEchoes[author] = nil }
         return echo
     }
 
@@ -646,10 +646,10 @@ extension ChatCore {
     /// place waits, or is held there. A disconnection is not held: its client is gone, and with
     /// it what was held for it, which it was never told of.
     mutating func clusterOrder(_ actions: inout [ChatAction], from first: Int, for id: ClientID, after: UInt64? = nil) {
-        guard first < actions.count, let issued = cluster!.gates[id]?.issued else { return }
+        guard first < actions.count, let issued = cluster.gates[id]?.issued else { return }
         let place = after ?? issued
         // Asked in place: a copy of the gate kept alive here would copy its queues below.
-        guard cluster!.gates[id]?.isClear(upTo: place) == false else { return }
+        guard cluster.gates[id]?.isClear(upTo: place) == false else { return }
         let produced = actions[first...]
         actions.removeSubrange(first...)
         for action in produced {
@@ -658,11 +658,11 @@ extension ChatCore {
                 continue
             }
             let cost = Self.heldCost(of: action)
-            cluster!.gates[id]!.heldBytes += cost
-            cluster!.gates[id]!.hold(ClusterState.HeldFrames(after: place, action: action, cost: cost))
+            cluster.gates[id]!.heldBytes += cost
+            cluster.gates[id]!.hold(ClusterState.HeldFrames(after: place, action: action, cost: cost))
             switch action {
-            case .send(_, let to), .sendShared(_, let to): if to != id { cluster!.holdingForOthers.insert(id) }
-            case .broadcast(_, let recipients): if recipients.contains(where: { $0 != id }) { cluster!.holdingForOthers.insert(id) }
+            case .send(_, let to), .sendShared(_, let to): if to != id { cluster.holdingForOthers.insert(id) }
+            case .broadcast(_, let recipients): if recipients.contains(where: { $0 != id }) { cluster.holdingForOthers.insert(id) }
             case .disconnect: break
             }
         }
@@ -671,12 +671,12 @@ extension ChatCore {
     /// `ordinal` of the client `asker` that left is resolved: the frames for others that waited
     /// for it in its orphaned gate go now.
     private mutating func resolveOrphaned(_ ordinal: UInt64, of asker: ClusterAsker, into actions: inout [ChatAction]) {
-        guard var gate = cluster!.orphanedGates.removeValue(forKey: asker) else { return }
-        cluster!.orphanedBytes -= gate.heldBytes
+        guard var gate = cluster.orphanedGates.removeValue(forKey: asker) else { return }
+        cluster.orphanedBytes -= gate.heldBytes
         gate.resolve(ordinal, into: &actions)
         guard !gate.held.isEmpty else { return }
-        cluster!.orphanedBytes += gate.heldBytes
-        cluster!.orphanedGates[asker] = gate
+        cluster.orphanedBytes += gate.heldBytes
+        cluster.orphanedGates[asker] = gate
     }
 
     /// `id` left: what its own gate holds for others is orphaned (`orphanedGates`), with the
@@ -685,26 +685,26 @@ extension ChatCore {
     /// orphaned: its pending echoes then stay listed, to resolve the rest.
     private mutating func orphanGate(of id: ClientID, asker: ClusterAsker, into actions: inout [ChatAction]) -> Bool {
         var orphaned = false
-        if var gate = cluster!.gates.removeValue(forKey: id), cluster!.holdingForOthers.remove(id) != nil, gate.dropFrames(for: id),
-            cluster!.orphanedBytes + gate.heldBytes <= budget.held
+        if var gate = cluster.gates.removeValue(forKey: id), cluster.holdingForOthers.remove(id) != nil, gate.dropFrames(for: id),
+            cluster.orphanedBytes + gate.heldBytes <= budget.held
         {
-            for room in cluster!.rooms.values { if let ordinal = room.joinOrdinals[id] { gate.resolve(ordinal, into: &actions) } }
+            for room in cluster.rooms.values { if let ordinal = room.joinOrdinals[id] { gate.resolve(ordinal, into: &actions) } }
             if !gate.held.isEmpty {
-                cluster!.orphanedBytes += gate.heldBytes
-                cluster!.orphanedGates[asker] = gate
+                cluster.orphanedBytes += gate.heldBytes
+                cluster.orphanedGates[asker] = gate
                 orphaned = true
             }
         }
-        for holder in cluster!.holdingForOthers {
-            if cluster!.gates[holder]?.dropFrames(for: id) != true { cluster!.holdingForOthers.remove(holder) }
+        for holder in cluster.holdingForOthers {
+            if cluster.gates[holder]?.dropFrames(for: id) != true { cluster.holdingForOthers.remove(holder) }
         }
-        for (other, var gate) in cluster!.orphanedGates {
-            cluster!.orphanedBytes -= gate.heldBytes
+        for (other, var gate) in cluster.orphanedGates {
+            cluster.orphanedBytes -= gate.heldBytes
             if gate.dropFrames(for: id) {
-                cluster!.orphanedBytes += gate.heldBytes
-                cluster!.orphanedGates[other] = gate
+                cluster.orphanedBytes += gate.heldBytes
+                cluster.orphanedGates[other] = gate
             } else {
-                cluster!.orphanedGates[other] = nil
+                cluster.orphanedGates[other] = nil
             }
         }
         return orphaned
@@ -713,8 +713,8 @@ extension ChatCore {
     /// `ordinal` of `id` is resolved: the frames that waited for it, and for nothing still to
     /// come, go now.
     private mutating func resolveOrdinal(_ ordinal: UInt64, of id: ClientID, into actions: inout [ChatAction]) {
-        guard cluster!.gates[id] != nil else { return }
-        cluster!.gates[id]!.resolve(ordinal, into: &actions)
+        guard cluster.gates[id] != nil else { return }
+        cluster.gates[id]!.resolve(ordinal, into: &actions)
         departIfPaid(id, into: &actions)
     }
 
@@ -760,7 +760,7 @@ extension ChatCore {
                 // Served here: as on a server on its own.
                 return false
             }
-            guard cluster!.available else {
+            guard cluster.available else {
                 refuse(.tell, .unavailable, unavailableText("not delivered to \(recipient)"), to: id, into: &actions)
                 return true
             }
@@ -769,27 +769,27 @@ extension ChatCore {
             // recipient's node hears it after the events of this client's earlier appends: Redis
             // runs the scripts in the order this node sent them, and publishes in that order.
             let ordinal = issueOrdinal(for: id)
-            cluster!.gates[id]!.directs.append(ordinal)
+            cluster.gates[id]!.directs.append(ordinal)
         case .setAway(let text):
-            clients[id.slot]!.away = text.isEmpty ? nil : text
+            clients[id.slot]?.away = text.isEmpty ? nil : text
             actions.append(.send(.away(nick: nick, text: text), to: id))
             // Accepted at once, as on a server on its own; while Redis is away the node keeps the
             // latest one and sends it when Redis is back, so other nodes' senders see it then.
             ask(.setAway(nick: nick, text: text))
         case .listRooms:
-            guard cluster!.available else {
+            guard cluster.available else {
                 refuse(.listRooms, .unavailable, unavailableText("cannot list the rooms now"), to: id, into: &actions)
                 return true
             }
-            cluster!.awaiting[id] = .read
+            cluster.awaiting[id] = .read
             ask(.listRooms(asker(id)), owing: id)
         case .who(let room):
-            guard cluster!.available else {
+            guard cluster.available else {
                 refuse(.who, .unavailable, unavailableText("cannot list #\(room) now"), to: id, into: &actions)
                 return true
             }
-            cluster!.awaiting[id] = .read
-            ask(.members(room: room, asker(id), withModes: clients[id.slot]!.version >= 4), owing: id)
+            cluster.awaiting[id] = .read
+            ask(.members(room: room, asker(id), withModes: version(of: id) >= 4), owing: id)
         case .requestHistory(let room, let count):
             let read = recentMessages(before: 0, count: min(Int(count), configuration.historySize))
             clusterHistory(of: room, id: id, read, request: .requestHistory, into: &actions)
@@ -814,7 +814,7 @@ extension ChatCore {
         switch event {
         case .left(_, _, _, let nick):
             // A member for the room until its `left` arrives.
-            cluster!.rooms[room]?.leaving.insert(id)
+            cluster.rooms[room]?.leaving.insert(id)
             change = .leave(nick: nick)
         case .topic(_, _, _, let setBy, _):
             change = .topic
@@ -840,15 +840,15 @@ extension ChatCore {
         _ nick: String, for id: ClientID, version: UInt16, as claimant: NickClaimant = .guest, at now: ServerTime,
         into actions: inout [ChatAction]
     ) {
-        guard cluster!.available else {
+        guard cluster.available else {
             let refusal = Disconnection(code: .unavailable, frameType: .hello, reason: unavailableText("cannot check the nick \(nick) now"))
             disconnect(id, refusal, at: now, into: &actions)
             return
         }
         nicks[ChatName.nickKey(nick)] = id
-        cluster!.awaiting[id] = .hello(nick: nick, version: version)
-        cluster!.sessions[id.slot] = cluster!.nextSession
-        cluster!.nextSession += 1
+        cluster.awaiting[id] = .hello(nick: nick, version: version)
+        cluster.sessions[id.slot] = cluster.nextSession
+        cluster.nextSession += 1
         ask(.claimNick(id, nick: nick, claimant: claimant))
     }
 
@@ -860,9 +860,9 @@ extension ChatCore {
         into actions: inout [ChatAction]
     ) {
         let newKey = ChatName.nickKey(newNick)
-        guard cluster!.available else {
+        guard cluster.available else {
             if claimant == .ghost {
-                clients[id.slot]!.account = nil
+                clients[id.slot]?.account = nil
                 refuse(.login, .unavailable, unavailableText("cannot take the nick \(newNick) now"), to: id, into: &actions)
             } else {
                 refuse(.changeNick, .unavailable, unavailableText("cannot change your nick now"), to: id, into: &actions)
@@ -875,7 +875,7 @@ extension ChatCore {
             return
         }
         nicks[newKey] = id
-        cluster!.awaiting[id] = .nickChange(newNick)
+        cluster.awaiting[id] = .nickChange(newNick)
         ask(.claimNick(id, nick: newNick, claimant: claimant))
     }
 
@@ -885,7 +885,7 @@ extension ChatCore {
         _ room: String, id: ClientID, nick: String, size: Int, key: String?, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         let request: FrameType = key == nil ? .join : .joinWithKey
-        guard cluster!.available else {
+        guard cluster.available else {
             refuse(request, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
             return
         }
@@ -895,7 +895,7 @@ extension ChatCore {
             refuse(request, .throttled, "too many wrong room keys from your address; try again in \((wait + 999) / 1000) s", to: id, into: &actions)
             return
         }
-        let client = clients[id.slot]!
+        guard let client = clients[id.slot] else { return }
         // The room's bans, invite-only mode, key and limit are Redis's to apply, in the step
         // that appends the `joined` (ModerationCheck): the node sends what they are matched by.
         let admission = ModerationCheck.admit(
@@ -903,12 +903,12 @@ extension ChatCore {
             masks: BanMask.masks(matchingAccountKey: client.account, nick: nick, address: client.address), admin: isServerOperator(id))
         // The joiner hears its own `joined` too.
         let charge = chargeFanout(of: id, size: size, in: room, joining: true)
-        clients[id.slot]!.rooms.append(room)
-        cluster!.rooms[room, default: ClusterState.Room()].joining.insert(id)
+        clients[id.slot]?.rooms.append(room)
+        cluster.rooms[room, default: ClusterState.Room()].joining.insert(id)
         // Its `joined` and what it is told of the room come from Redis; what it is sent next waits.
-        cluster!.rooms[room]!.joinOrdinals[id] = issueOrdinal(for: id)
-        cluster!.awaiting[id] = .join(room)
-        if key != nil { cluster!.keyedJoins.insert(id) }
+        cluster.rooms[room]!.joinOrdinals[id] = issueOrdinal(for: id)
+        cluster.awaiting[id] = .join(room)
+        if key != nil { cluster.keyedJoins.insert(id) }
         // Owed until its `joined` is delivered (then its snapshot is, until it is read).
         ask(.join(room: room, id, nick: nick, charge: charge, admission: admission), owing: id)
     }
@@ -918,7 +918,7 @@ extension ChatCore {
     /// next frame waits if that puts the address in debt; nil when fan-out is not limited.
     private mutating func chargeFanout(of id: ClientID, size: Int, in room: String, joining: Bool = false) -> FanoutCharge? {
         guard configuration.addressFanoutRate > 0, let address = clients[id.slot]?.address else { return nil }
-        let known = cluster!.rooms[room]
+        let known = cluster.rooms[room]
         let memberCount = known?.memberCount ?? 0
         let deliveries = max(memberCount, known?.members.count ?? 0) + (joining ? 1 : 0)
         let charge = FanoutCharge(
@@ -936,15 +936,15 @@ extension ChatCore {
     private mutating func clusterHistory(
         of room: String, id: ClientID, _ read: ClusterHistoryRead, request: FrameType, into actions: inout [ChatAction]
     ) {
-        guard clients[id.slot]!.rooms.contains(room), cluster!.rooms[room]?.members.contains(id) == true else {
+        guard isMember(id, of: room), cluster.rooms[room]?.members.contains(id) == true else {
             refuse(request, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
             return
         }
-        guard cluster!.available else {
+        guard cluster.available else {
             refuse(request, .unavailable, unavailableText("cannot read the history of #\(room) now"), to: id, into: &actions)
             return
         }
-        cluster!.awaiting[id] = .read
+        cluster.awaiting[id] = .read
         ask(.history(room: room, asker(id), read, request: request), owing: id)
     }
 
@@ -954,12 +954,12 @@ extension ChatCore {
         _ id: ClientID, client: ClientState, reason: String, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         let departed = asker(id)
-        let awaited = cluster!.awaiting.removeValue(forKey: id)
+        let awaited = cluster.awaiting.removeValue(forKey: id)
         // A newcomer in its slot must not be told of its login.
-        cluster!.loggingIn[id] = nil
-        cluster!.sessions[id.slot] = nil
-        cluster!.owed[id] = nil
-        cluster!.departures[id] = nil
+        cluster.loggingIn[id] = nil
+        cluster.sessions[id.slot] = nil
+        cluster.owed[id] = nil
+        cluster.departures[id] = nil
         // What was held for it goes with it (it was told nothing of it); what it held for others
         // goes on without it.
         let orphaned = orphanGate(of: id, asker: departed, into: &actions)
@@ -971,8 +971,8 @@ extension ChatCore {
             nicks[ChatName.nickKey(newNick)] = nil
         }
         var emptied: [String] = []
-        for name in cluster!.rooms.keys {
-            guard var room = cluster!.rooms[name] else { continue }
+        for name in cluster.rooms.keys {
+            guard var room = cluster.rooms[name] else { continue }
             room.joining.remove(id)
             room.snapshotting[id] = nil
             room.leaving.remove(id)
@@ -985,7 +985,7 @@ extension ChatCore {
                 room.pendingEchoes[author] = kept.isEmpty ? nil : Deque(kept)
             }
             if let index = room.members.firstIndex(of: id) { room.members.remove(at: index) }
-            cluster!.rooms[name] = room
+            cluster.rooms[name] = room
             if room.isEmpty { emptied.append(name) }
         }
         // After its quits (below): a room it had left but whose snapshot it still waited for
@@ -1008,7 +1008,7 @@ extension ChatCore {
     /// The node is leaving the cluster (it shuts down): every client still known quits its rooms
     /// with `reason` and lets its nick go, through the cluster, as if it had disconnected.
     public mutating func clusterDepartAll(reason: String, at now: ServerTime) {
-        guard cluster != nil else { return }
+        guard isClustered else { return }
         // Every client goes: what one held for another is sent to no one.
         var unsent: [ChatAction] = []
         for slot in clients.indices {
@@ -1021,7 +1021,7 @@ extension ChatCore {
     /// quits announced): each is disconnected with a fatal `unavailable` that says so, to connect
     /// again (here or to another node) and join its rooms anew.
     public mutating func clusterReaped(at now: ServerTime, into actions: inout [ChatAction]) {
-        guard cluster != nil else { return }
+        guard isClustered else { return }
         let reason =
             "this server lost touch with the cluster for longer than its node timeout, and the cluster let its clients go; "
             + "connect again"
@@ -1031,11 +1031,11 @@ extension ChatCore {
     }
 
     private mutating func unfollowIfEmpty(_ name: String, into actions: inout [ChatAction]) {
-        guard let room = cluster!.rooms[name], room.isEmpty else { return }
-        cluster!.rooms[name] = nil
+        guard let room = cluster.rooms[name], room.isEmpty else { return }
+        cluster.rooms[name] = nil
         ask(.unfollow(room: name))
         // Its events are heard here no more: what clients that left hold behind them goes now.
-        guard !cluster!.orphanedGates.isEmpty else { return }
+        guard !cluster.orphanedGates.isEmpty else { return }
         for echoes in room.pendingEchoes.values {
             for echo in echoes { resolveOrphaned(echo.ordinal, of: echo.sender, into: &actions) }
         }
@@ -1049,7 +1049,7 @@ extension ChatCore {
         _ id: ClientID, nick: String, _ outcome: Result<Bool, ClusterFailure>, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         let key = ChatName.nickKey(nick)
-        let awaited = cluster?.awaiting[id]
+        let awaited = cluster.awaiting[id]
         let stillWanted: Bool
         switch awaited {
         case .hello(let wanted, _), .nickChange(let wanted): stillWanted = ChatName.nickKey(wanted) == key
@@ -1060,16 +1060,16 @@ extension ChatCore {
             if case .success(true) = outcome, nicks[key] == nil { ask(.releaseNick(nick)) }
             return
         }
-        cluster!.awaiting[id] = nil
-        let loggingIn = cluster!.loggingIn.removeValue(forKey: id)
+        cluster.awaiting[id] = nil
+        let loggingIn = cluster.loggingIn.removeValue(forKey: id)
         // A nick change's answer goes after the events of the requests before it, and before
         // its own `nickChanged`s (their appends, asked below, take the next places).
         let firstAction = actions.count
-        let place = cluster!.gates[id]?.issued ?? 0
+        let place = cluster.gates[id]?.issued ?? 0
         defer { clusterOrder(&actions, from: firstAction, for: id, after: place) }
         if loggingIn != nil, case .nickChange = awaited, case .failure(let failure) = outcome {
             nicks[key] = nil
-            clients[id.slot]!.account = nil
+            clients[id.slot]?.account = nil
             refuse(.login, .unavailable, "cannot take the nick \(nick) now: \(failure.reason); try again", to: id, into: &actions)
             departIfPaid(id, into: &actions)
             return
@@ -1111,23 +1111,23 @@ extension ChatCore {
     /// `nickReserved`.
     public mutating func clusterNickReserved(_ id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
         let key = ChatName.nickKey(nick)
-        guard let awaited = cluster?.awaiting[id] else { return }
+        guard let awaited = cluster.awaiting[id] else { return }
         switch awaited {
         case .hello(let wanted, let version) where ChatName.nickKey(wanted) == key:
-            cluster!.awaiting[id] = nil
+            cluster.awaiting[id] = nil
             nicks[key] = nil
             let reason = "\(nick) is a registered nick; log in to its account to use it"
             guard version >= 3 else {
                 disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
                 return
             }
-            clients[id.slot]!.pendingHello = (wanted, version, now.uptimeMillis)
-            clients[id.slot]!.version = min(version, WireProtocol.version)
+            clients[id.slot]?.pendingHello = (wanted, version, now.uptimeMillis)
+            clients[id.slot]?.version = min(version, WireProtocol.version)
         case .nickChange(let wanted) where ChatName.nickKey(wanted) == key:
-            cluster!.awaiting[id] = nil
+            cluster.awaiting[id] = nil
             nicks[key] = nil
             let firstAction = actions.count
-            let place = cluster!.gates[id]?.issued ?? 0
+            let place = cluster.gates[id]?.issued ?? 0
             defer { clusterOrder(&actions, from: firstAction, for: id, after: place) }
             refuse(.changeNick, .nickReserved, "\(wanted) is a registered nick; log in to its account to use it", to: id, into: &actions)
             departIfPaid(id, into: &actions)
@@ -1150,14 +1150,14 @@ extension ChatCore {
     public mutating func clusterJoinAppended(
         _ id: ClientID, room: String, failure: ClusterFailure?, at now: ServerTime, into actions: inout [ChatAction]
     ) {
-        guard cluster?.awaiting[id] == .join(room) else { return }
-        cluster!.awaiting[id] = nil
-        let keyed = cluster!.keyedJoins.remove(id) != nil
+        guard cluster.awaiting[id] == .join(room) else { return }
+        cluster.awaiting[id] = nil
+        let keyed = cluster.keyedJoins.remove(id) != nil
         guard let failure else { return }
         if failure.code == .badRoomKey, keyed { countWrongKey(from: id, at: now) }
         clients[id.slot]?.rooms.removeAll { $0 == room }
-        cluster!.rooms[room]?.joining.remove(id)
-        let ordinal = cluster!.rooms[room]?.joinOrdinals.removeValue(forKey: id)
+        cluster.rooms[room]?.joining.remove(id)
+        let ordinal = cluster.rooms[room]?.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count
         let reason = failure.code == .unavailable ? "cannot join #\(room) now: \(failure.reason); try again" : failure.reason
         refuse(keyed ? .joinWithKey : .join, failure.code, reason, to: id, into: &actions)
@@ -1175,7 +1175,7 @@ extension ChatCore {
     /// are charged by the new count. An overcharge (a room that shrank) is not given back: it is
     /// at most the lines in flight while it shrank.
     public mutating func clusterFanoutCounted(room: String, memberCount: Int, audience: Int, charge: FanoutCharge) {
-        cluster?.rooms[room]?.memberCount = memberCount
+        cluster.rooms[room]?.memberCount = memberCount
         if audience > charge.deliveries {
             chargeFanout(of: charge.address, bytesPerDelivery: charge.bytesPerDelivery, deliveries: audience - charge.deliveries)
         }
@@ -1200,8 +1200,8 @@ extension ChatCore {
         case .left:
             request = .part
             // Still a member as far as the cluster knows: a member for its requests again too.
-            if cluster?.rooms[room]?.leaving.remove(sender) != nil, !clients[sender.slot]!.rooms.contains(room) {
-                clients[sender.slot]!.rooms.append(room)
+            if cluster.rooms[room]?.leaving.remove(sender) != nil, !isMember(sender, of: room) {
+                clients[sender.slot]?.rooms.append(room)
             }
         // Its nick is changed all the same (`nickAccepted` said so); the node appends the event
         // again once Redis is back. Nothing to tell, and nothing waits for it any more.
@@ -1222,9 +1222,9 @@ extension ChatCore {
     /// delivery here (its echo), unless that came first.
     public mutating func clusterAppended(room: String, seq: UInt64, sender asker: ClusterAsker, into actions: inout [ChatAction]) {
         guard let sender = resolve(asker) else { return }
-        if let delivered = cluster!.rooms[room]?.lastDelivered, delivered < seq {
-            let owed = cluster!.owed[sender]?.echoes[room] ?? 0
-            cluster!.owed[sender, default: ClusterState.Owed()].echoes[room] = max(owed, seq)
+        if let delivered = cluster.rooms[room]?.lastDelivered, delivered < seq {
+            let owed = cluster.owed[sender]?.echoes[room] ?? 0
+            cluster.owed[sender, default: ClusterState.Owed()].echoes[room] = max(owed, seq)
         }
         paid(sender, into: &actions)
     }
@@ -1234,11 +1234,11 @@ extension ChatCore {
     public mutating func clusterDeliver(
         room name: String, seq: UInt64, time: UInt64, payload: [UInt8], into actions: inout [ChatAction]
     ) {
-        guard cluster?.rooms[name] != nil, let decoded = try? Frame(decoding: payload) else { return }
+        guard cluster.rooms[name] != nil, let decoded = try? Frame(decoding: payload) else { return }
         guard let frame = Self.stamped(decoded, seq: seq, time: time), Self.room(of: frame) == name else { return }
         // Taken off the room's list in place, before the room is copied out below.
-        let echo = cluster!.rooms[name]!.pendingEchoes.isEmpty ? nil : takeEcho(decoded, in: name)
-        var room = cluster!.rooms[name]!
+        let echo = cluster.rooms[name]!.pendingEchoes.isEmpty ? nil : takeEcho(decoded, in: name)
+        var room = cluster.rooms[name]!
         room.lastDelivered = seq
         var newMember: ClientID?
         if case .joined(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.joining.contains(id),
@@ -1266,7 +1266,7 @@ extension ChatCore {
         var ownCopy: (id: ClientID, place: UInt64)?
         if let echo, let id = resolve(echo.sender) { ownCopy = (id, echo.ordinal - 1) }
         if let newMember, let ordinal = room.joinOrdinals[newMember] { ownCopy = (newMember, ordinal - 1) }
-        if let own = ownCopy, let gate = cluster!.gates[own.id], !gate.isClear(upTo: own.place),
+        if let own = ownCopy, let gate = cluster.gates[own.id], !gate.isClear(upTo: own.place),
             let index = recipients.firstIndex(of: own.id)
         {
             recipients.remove(at: index)
@@ -1321,7 +1321,7 @@ extension ChatCore {
                     moderation: .kick(by: by, account: "", admin: true, sparingOps: true)))
             }
         }
-        cluster!.rooms[name] = room
+        cluster.rooms[name] = room
         // What its sender was sent after asking for it may go now (a join waits for its snapshot).
         if let echo {
             if let id = resolve(echo.sender) {
@@ -1331,12 +1331,12 @@ extension ChatCore {
             }
         }
         unfollowIfEmpty(name, into: &actions)
-        if !cluster!.owed.isEmpty, let author = Self.author(of: frame), let id = nicks[ChatName.nickKey(author)],
-            let echo = cluster!.owed[id]?.echoes[name], echo <= seq
+        if !cluster.owed.isEmpty, let author = Self.author(of: frame), let id = nicks[ChatName.nickKey(author)],
+            let echo = cluster.owed[id]?.echoes[name], echo <= seq
         {
             // Its own event, delivered above (or held for it behind its snapshot, which it is owed).
-            cluster!.owed[id]!.echoes[name] = nil
-            if cluster!.owed[id]!.answers == 0, cluster!.owed[id]!.echoes.isEmpty { cluster!.owed[id] = nil }
+            cluster.owed[id]!.echoes[name] = nil
+            if cluster.owed[id]!.answers == 0, cluster.owed[id]!.echoes.isEmpty { cluster.owed[id] = nil }
             departIfPaid(id, into: &actions)
         }
     }
@@ -1345,9 +1345,9 @@ extension ChatCore {
     public mutating func clusterSnapshotRead(
         room name: String, _ id: ClientID, _ result: Result<ClusterRoomSnapshot, ClusterFailure>, into actions: inout [ChatAction]
     ) {
-        guard let held = cluster?.rooms[name]?.snapshotting[id], clients[id.slot] != nil else { return }
-        cluster!.rooms[name]!.snapshotting[id] = nil
-        let ordinal = cluster!.rooms[name]!.joinOrdinals.removeValue(forKey: id)
+        guard let held = cluster.rooms[name]?.snapshotting[id], clients[id.slot] != nil else { return }
+        cluster.rooms[name]!.snapshotting[id] = nil
+        let ordinal = cluster.rooms[name]!.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count
         switch result {
         case .success(let snapshot):
@@ -1375,7 +1375,7 @@ extension ChatCore {
     /// The client a read's answer is for, if it is still there; its next request no longer waits.
     mutating func readAnswered(_ asker: ClusterAsker) -> ClientID? {
         guard let id = resolve(asker) else { return nil }
-        if cluster!.awaiting[id] == .read { cluster!.awaiting[id] = nil }
+        if cluster.awaiting[id] == .read { cluster.awaiting[id] = nil }
         return id
     }
 
@@ -1401,7 +1401,7 @@ extension ChatCore {
         case .success(let nicks):
             sendMembers(nicks, of: room, to: id, into: &actions)
             if var modes, !nicks.isEmpty {
-                if !clients[id.slot]!.rooms.contains(room), !isServerOperator(id) { modes.key = "" }
+                if !isMember(id, of: room), !isServerOperator(id) { modes.key = "" }
                 actions.append(.send(.roomModes(room: room, modes: modes), to: id))
             }
         case .failure(let failure): refuse(.who, failure.code, "cannot list #\(room) now: \(failure.reason)", to: id, into: &actions)
@@ -1458,15 +1458,15 @@ extension ChatCore {
     ) {
         guard let id = resolve(asker), case .direct(_, let recipient, _, _) = message else {
             // Its sender left: what it held for others behind this `tell` may go.
-            if let ordinal = cluster?.orphanedGates[asker]?.directs.first {
-                cluster!.orphanedGates[asker]!.directs.removeFirst()
+            if let ordinal = cluster.orphanedGates[asker]?.directs.first {
+                cluster.orphanedGates[asker]!.directs.removeFirst()
                 resolveOrphaned(ordinal, of: asker, into: &actions)
             }
             return
         }
         let firstAction = actions.count
         // Its copy, or why not, goes where the `tell` was sent; then what waited for it.
-        let ordinal = cluster!.gates[id]?.directs.popFirst()
+        let ordinal = cluster.gates[id]?.directs.popFirst()
         let place = ordinal.map { $0 - 1 }
         defer {
             chargeReplies(to: id, for: actions[firstAction...])
@@ -1477,7 +1477,7 @@ extension ChatCore {
         switch result {
         case .success(true):
             actions.append(.send(message, to: id))
-            if let away, clients[id.slot]!.version >= 2 { actions.append(.send(.away(nick: away.nick, text: away.text), to: id)) }
+            if let away, version(of: id) >= 2 { actions.append(.send(.away(nick: away.nick, text: away.text), to: id)) }
         case .success(false): refuse(.tell, .noSuchNick, "no one is called \(recipient)", to: id, into: &actions)
         case .failure(let failure): refuse(.tell, failure.code, "not delivered to \(recipient): \(failure.reason)", to: id, into: &actions)
         }
@@ -1493,7 +1493,7 @@ extension ChatCore {
         default: return
         }
         guard let id = nicks[ChatName.nickKey(recipient)], nick(of: id) != nil, let message = try? Frame(decoding: payload) else { return }
-        if case .invited = message, clients[id.slot]!.version < 4 { return }
+        if case .invited = message, version(of: id) < 4 { return }
         actions.append(.send(message, to: id))
     }
 

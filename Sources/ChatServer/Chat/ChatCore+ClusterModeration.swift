@@ -19,7 +19,7 @@ extension ChatCore {
     ) {
         guard clusterMayModerate(room, request: .kick, id: id, into: &actions) else { return }
         let event = Frame.kicked(room: room, seq: 0, time: 0, nick: target, by: nick, reason: reason)
-        let check = ModerationCheck.kick(by: nick, account: clients[id.slot]!.account ?? "", admin: isServerOperator(id))
+        let check = ModerationCheck.kick(by: nick, account: clients[id.slot]?.account ?? "", admin: isServerOperator(id))
         clusterAppend(event, in: room, from: id, size: size, moderation: check)
     }
 
@@ -33,7 +33,7 @@ extension ChatCore {
         guard clusterMayModerate(room, request: .setMode, id: id, into: &actions) else { return }
         guard let parsed = checkedModeArgument(mode, on: on, argument: argument, for: id, into: &actions) else { return }
         var canonical = parsed.announced
-        let account = clients[id.slot]!.account
+        let account = clients[id.slot]?.account
         if mode == .registered {
             guard let account else {
                 refuse(.setMode, .notLoggedIn, "log in to register #\(room) to your account", to: id, into: &actions)
@@ -54,7 +54,7 @@ extension ChatCore {
     /// operator), then told to the invitee through the node that serves it → `clusterInvited`.
     mutating func clusterInvite(_ target: String, to room: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
         guard clusterMayModerate(room, request: .invite, id: id, into: &actions) else { return }
-        cluster!.awaiting[id] = .read
+        cluster.awaiting[id] = .read
         ask(.invite(room: room, nick: target, by: nick, admin: isServerOperator(id), asker(id)), owing: id)
     }
 
@@ -63,7 +63,7 @@ extension ChatCore {
     mutating func clusterListBans(of room: String, id: ClientID, into actions: inout [ChatAction]) {
         guard !room.isEmpty else { return listBans(of: room, for: id, into: &actions) }
         guard clusterMayModerate(room, request: .listBans, id: id, into: &actions) else { return }
-        cluster!.awaiting[id] = .read
+        cluster.awaiting[id] = .read
         ask(.bans(room: room, asker(id)), owing: id)
     }
 
@@ -71,11 +71,11 @@ extension ChatCore {
     /// each ends its own sessions that the ban matches → `clusterServerBanSet`.
     mutating func clusterServerBan(_ text: String, on: Bool, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
         guard let mask = serverBanMask(text, by: id, into: &actions) else { return }
-        guard cluster!.available else {
+        guard cluster.available else {
             refuse(.serverBan, .unavailable, unavailableText("cannot ban from the server now"), to: id, into: &actions)
             return
         }
-        cluster!.awaiting[id] = .read
+        cluster.awaiting[id] = .read
         let kept = Self.prefix(of: reason, bytes: Self.maxBanReasonBytes)
         ask(.serverBan(mask: mask.canonical, on: on, setBy: nick, reason: kept, asker(id)), owing: id)
     }
@@ -83,11 +83,11 @@ extension ChatCore {
     /// `kill` of a client of another node: told to that node, which ends the session → `clusterKillSent`.
     mutating func clusterKill(_ target: String, reason: String, id: ClientID, nick: String, into actions: inout [ChatAction]) {
         guard admitsServerOperator(id, for: .kill, "kills a session", into: &actions) else { return }
-        guard cluster!.available else {
+        guard cluster.available else {
             refuse(.kill, .unavailable, unavailableText("cannot reach \(target) now"), to: id, into: &actions)
             return
         }
-        cluster!.awaiting[id] = .read
+        cluster.awaiting[id] = .read
         ask(.kill(nick: target, reason: Self.killReason(by: nick, reason), asker(id)), owing: id)
     }
 
@@ -135,7 +135,7 @@ extension ChatCore {
         }
         for ban in moderation.serverBans where !known.contains(ban.entry.mask) {
             if case .room(let name) = ban.mask {
-                for member in cluster!.rooms[name]?.members ?? [] {
+                for member in cluster.rooms[name]?.members ?? [] {
                     guard let memberNick = nick(of: member) else { continue }
                     let kick = Frame.kicked(
                         room: name, seq: 0, time: 0, nick: memberNick, by: ban.entry.setBy, reason: Self.closureReason(of: name, ban.entry.reason))
@@ -155,11 +155,11 @@ extension ChatCore {
     /// Whether `id` may ask the cluster for `request` in `room`: the cluster is reachable and
     /// `id` is a member (or a server operator); refused here otherwise.
     private mutating func clusterMayModerate(_ room: String, request: FrameType, id: ClientID, into actions: inout [ChatAction]) -> Bool {
-        guard cluster!.available else {
+        guard cluster.available else {
             refuse(request, .unavailable, unavailableText("cannot moderate #\(room) now"), to: id, into: &actions)
             return false
         }
-        guard clients[id.slot]!.rooms.contains(room) || isServerOperator(id) else {
+        guard isMember(id, of: room) || isServerOperator(id) else {
             refuse(request, .notInRoom, "you are not in #\(room)", to: id, into: &actions)
             return false
         }
@@ -200,16 +200,16 @@ extension ChatCore {
     /// from Redis (`clusterStandingsRead` judges it as a server on its own does), and `id` is not
     /// read meanwhile, so its next line cannot overtake a kick its login makes.
     mutating func clusterLoggedInAsMember(_ id: ClientID) {
-        guard let rooms = clients[id.slot]?.rooms, !rooms.isEmpty, cluster?.awaiting[id] == nil else { return }
-        cluster!.awaiting[id] = .read
+        guard let rooms = clients[id.slot]?.rooms, !rooms.isEmpty, cluster.awaiting[id] == nil else { return }
+        cluster.awaiting[id] = .read
         ask(.standings(rooms: rooms, asker(id), check: .login), owing: id)
     }
 
     /// `changeNick` to `newNick` on a node by a member of rooms: their standing is read first, and
     /// `clusterStandingsRead` refuses the change where a ban matches it under that nick.
     mutating func clusterCheckNickChange(of id: ClientID, to newNick: String) {
-        cluster!.awaiting[id] = .read
-        ask(.standings(rooms: clients[id.slot]!.rooms, asker(id), check: .nickChange(newNick)), owing: id)
+        cluster.awaiting[id] = .read
+        ask(.standings(rooms: clients[id.slot]?.rooms ?? [], asker(id), check: .nickChange(newNick)), owing: id)
     }
 
     /// The standing of `asker`'s rooms, read for `check`: the rules of a server on its own
@@ -277,7 +277,7 @@ extension ChatCore {
             let event = Frame.modeChanged(room: name, seq: 0, time: 0, by: nick, mode: mode, on: true, argument: nick)
             // Given already: the change confirms it, with a server operator's authority.
             let check = ModerationCheck.setMode(
-                by: nick, account: clients[id.slot]!.account ?? "", admin: true, mode: mode.rawValue, on: true, argument: nick, reason: "")
+                by: nick, account: clients[id.slot]?.account ?? "", admin: true, mode: mode.rawValue, on: true, argument: nick, reason: "")
             ask(.append(room: name, event: event, change: .none, sender: nil, charge: nil, moderation: check))
         }
     }

@@ -105,7 +105,7 @@ extension ChatCore {
         if isServerOperator(id) {
             return rooms[name] == nil ? (.notInRoom, "#\(name) has no members") : nil
         }
-        guard clients[id.slot]!.rooms.contains(name), let index = rooms.index(forKey: name) else {
+        guard isMember(id, of: name), let index = rooms.index(forKey: name) else {
             return (.notInRoom, "you are not in #\(name)")
         }
         guard rooms.values[index].moderation.ops.contains(id) else { return (.notOperator, "you are not an op of #\(name)") }
@@ -126,7 +126,7 @@ extension ChatCore {
             refuse(.kick, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        guard let targetID = nicks[ChatName.nickKey(target)], clients[targetID.slot]!.rooms.contains(name) else {
+        guard let targetID = nicks[ChatName.nickKey(target)], isMember(targetID, of: name) else {
             refuse(.kick, .notInRoom, "\(target) is not in #\(name)", to: id, into: &actions)
             return
         }
@@ -142,7 +142,7 @@ extension ChatCore {
     /// its requests for the room are answered `notInRoom`.
     mutating func remove(_ id: ClientID, from name: String, by: String, reason: String, at now: ServerTime, into actions: inout [ChatAction]) {
         guard let nick = nick(of: id), let members = rooms[name]?.members else { return }
-        clients[id.slot]!.rooms.removeAll { $0 == name }
+        clients[id.slot]?.rooms.removeAll { $0 == name }
         let current = members.filter { (clients[$0.slot]?.version ?? 1) >= 4 }
         let older = members.filter { (clients[$0.slot]?.version ?? 1) < 4 }
         let time = now.wallMillis
@@ -200,7 +200,7 @@ extension ChatCore {
             moderation.settings.memberLimit = parsed.limit ?? 0
         case .op, .voice:
             guard let targetID = nicks[ChatName.nickKey(argument)], let target = self.nick(of: targetID),
-                clients[targetID.slot]!.rooms.contains(name)
+                isMember(targetID, of: name)
             else {
                 refuse(.setMode, .notInRoom, "\(argument) is not in #\(name)", to: id, into: &actions)
                 return
@@ -215,7 +215,7 @@ extension ChatCore {
             } else {
                 if on { moderation.voices.insert(targetID) } else { moderation.voices.remove(targetID) }
             }
-            if moderation.settings.founder != nil, let account = clients[targetID.slot]!.account {
+            if moderation.settings.founder != nil, let account = clients[targetID.slot]?.account {
                 // A registered room remembers the role for the account, up to a bound.
                 if on, moderation.settings.accountRoles[account] != nil || moderation.settings.accountRoles.count < Self.maxAccountRoles {
                     moderation.settings.accountRoles[account] = role
@@ -239,7 +239,7 @@ extension ChatCore {
             }
             if on { banKicks = mask }
         case .registered:
-            let account = clients[id.slot]!.account
+            let account = clients[id.slot]?.account
             if on {
                 guard let account else {
                     refuse(.setMode, .notLoggedIn, "log in to register #\(name) to your account", to: id, into: &actions)
@@ -328,7 +328,7 @@ extension ChatCore {
             refuse(.invite, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
             return
         }
-        guard !clients[targetID.slot]!.rooms.contains(name) else {
+        guard !isMember(targetID, of: name) else {
             refuse(.invite, .alreadyInRoom, "\(targetNick) is in #\(name)", to: id, into: &actions)
             return
         }
@@ -349,7 +349,7 @@ extension ChatCore {
             actions.append(.send(.banList(room: "", entries: moderation.serverBans.map(\.entry)), to: id))
             return
         }
-        let isMember = clients[id.slot]!.rooms.contains(name)
+        let isMember = isMember(id, of: name)
         guard isMember || isServerOperator(id), let room = rooms[name] else {
             refuse(.listBans, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
@@ -509,7 +509,8 @@ extension ChatCore {
     /// wrong or missing key, the member limit — or nil when it may. `key`: given with
     /// `joinWithKey`. Part of `joinRefusal`: one rule for every mode.
     func moderationJoinRefusal(of name: String, for id: ClientID, key: String?, at now: ServerTime) -> (code: ErrorCode, reason: String)? {
-        let client = clients[id.slot]!
+        // A client gone joins nothing.
+        guard let client = clients[id.slot] else { return (.notInRoom, "the connection is gone") }
         if let closure = moderation.closure(of: name) {
             return (.banned, "#\(name) is closed" + (closure.entry.reason.isEmpty ? "" : ": \(closure.entry.reason)"))
         }
@@ -545,7 +546,7 @@ extension ChatCore {
     /// `loginWindow`), so a guesser cannot switch from passwords to keys for more tries.
     func keyGuessWait(for id: ClientID, at now: ServerTime) -> UInt64? {
         let limits = configuration.accounts
-        let window = accounts.addressAttempts[Self.throttleKey(of: clients[id.slot]!.address)]
+        let window = accounts.addressAttempts[Self.throttleKey(of: address(of: id))]
         return Self.wait(window, limit: limits.loginAttemptsPerAddress, window: limits.loginWindow.milliseconds, now: now.uptimeMillis)
     }
 
@@ -553,7 +554,7 @@ extension ChatCore {
     mutating func countWrongKey(from id: ClientID, at now: ServerTime) {
         let limits = configuration.accounts
         _ = Self.spend(
-            &accounts.addressAttempts[Self.throttleKey(of: clients[id.slot]!.address)], limit: .max,
+            &accounts.addressAttempts[Self.throttleKey(of: address(of: id))], limit: .max,
             window: limits.loginWindow.milliseconds, now: now.uptimeMillis)
     }
 
@@ -564,10 +565,10 @@ extension ChatCore {
     /// back a role it held before a restart.
     @discardableResult
     mutating func takeRoles(in name: String, for id: ClientID) -> Bool {
-        let account = clients[id.slot]!.account
-        let nickKey = clients[id.slot]!.nick.map(ChatName.nickKey)
+        let account = clients[id.slot]?.account
+        let nickKey = clients[id.slot]?.nick.map(ChatName.nickKey)
         let remembers = moderation.remembered[name] != nil && rooms[name]?.moderation.settings.founder == nil
-        let heldBefore = remembers ? takeRememberedRole(in: name, account: account, nick: clients[id.slot]!.nick) : nil
+        let heldBefore = remembers ? takeRememberedRole(in: name, account: account, nick: clients[id.slot]?.nick) : nil
         withRoom(name) { room in
             room.moderation.invitations.removeAll { $0.nickKey == nickKey }
             let settings = room.moderation.settings

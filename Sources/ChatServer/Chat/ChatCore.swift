@@ -71,8 +71,11 @@ public struct ChatCore: Sendable {
     var moderation = ModerationDirectory()
 
     /// In cluster mode, what this node knows of the rooms its clients are in and what it waits
-    /// for from the cluster (ChatCore+Cluster.swift); nil for a server on its own.
-    var cluster: ClusterState?
+    /// for from the cluster (ChatCore+Cluster.swift); empty, and never asked, for a server on its
+    /// own. Not optional: an answer from the cluster must never find it missing.
+    var cluster = ClusterState()
+    /// Whether this core is one node of a cluster (`init`'s `clustered`).
+    let isClustered: Bool
 
     /// Connections open, handshaking ones included.
     public private(set) var clientCount = 0
@@ -92,7 +95,7 @@ public struct ChatCore: Sendable {
         self.store = clustered ? nil : store
         self.makeEpoch = makeEpoch
         budget = configuration.memoryBudget
-        cluster = clustered ? ClusterState() : nil
+        isClustered = clustered
     }
 
     // MARK: Events
@@ -127,7 +130,7 @@ public struct ChatCore: Sendable {
         precondition(clients[id.slot] == nil, "slot \(id.slot) reused while in use")
         clients[id.slot] = ClientState(
             address: address, burst: configuration.messageBurst, byteBurst: configuration.byteBurst, now: now.uptimeMillis)
-        clients[id.slot]!.passwordsAllowed = Self.acceptsPassword(
+        clients[id.slot]?.passwordsAllowed = Self.acceptsPassword(
             from: address, encrypted: encrypted, allowPlain: configuration.accounts.allowPlainPasswords)
         state.connections += 1
         addresses[address] = state
@@ -147,33 +150,33 @@ public struct ChatCore: Sendable {
             // `away` echo shows what was kept.
             frame = .setAway(text: Self.prefix(of: text, bytes: MemoryBudget.awayTextBytes))
         }
-        guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]!.pendingRefusal == nil,
-            cluster?.departures[id] == nil
+        guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]?.pendingRefusal == nil,
+            cluster.departures[id] == nil
         else { return }
         // Every frame read costs its address, whatever becomes of it.
-        let address = clients[id.slot]!.address
+        let address = address(of: id)
         if configuration.addressMessageRate > 0 { addresses[address]!.bucket.spend(1) }
         if configuration.addressByteRate > 0 { addresses[address]!.byteBucket.spend(Double(size)) }
-        clients[id.slot]!.lastHeard = now.uptimeMillis
-        clients[id.slot]!.pinged = false
-        guard let nick = clients[id.slot]!.nick else {
+        clients[id.slot]?.lastHeard = now.uptimeMillis
+        clients[id.slot]?.pinged = false
+        guard let nick = clients[id.slot]?.nick else {
             handshake(frame, from: id, at: now, into: &actions)
             return
         }
         // In a cluster, what this request produces waits for the events that the client's earlier
         // requests caused and Redis has not sent back yet (ChatCore+Cluster.swift, `OrderGate`).
         let orderedFrom = actions.count
-        defer { if cluster != nil { clusterOrder(&actions, from: orderedFrom, for: id) } }
+        defer { if isClustered { clusterOrder(&actions, from: orderedFrom, for: id) } }
         // Every frame counts against the limits (a flood of pings costs as much as one of
         // messages), except goodbye: ending the session must always work.
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
         // A type of a later version than the session's is unknown to it: skipped, as
         // docs/PROTOCOL.md says (the server's decoder already reads such frames as unknown).
-        if let introduced = frame.type.introducedIn, introduced > clients[id.slot]!.version { return }
+        if let introduced = frame.type.introducedIn, introduced > version(of: id) { return }
         let firstAction = actions.count
         defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
         if accountRequest(frame, from: id, nick: nick, at: now, into: &actions) { return }
-        if cluster != nil, clusterReceived(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
+        if isClustered, clusterReceived(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
         if moderationRequest(frame, size: size, from: id, nick: nick, at: now, into: &actions) { return }
         switch frame {
         case .changeNick(let newNick):
@@ -194,7 +197,7 @@ public struct ChatCore: Sendable {
             appendRoomList(to: id, into: &actions)
         case .who(let room):
             sendMembers(memberNicks(of: room), of: room, to: id, into: &actions)
-            if clients[id.slot]!.version >= 4, let modes = roomModes(of: room, for: id) { actions.append(.send(.roomModes(room: room, modes: modes), to: id)) }
+            if version(of: id) >= 4, let modes = roomModes(of: room, for: id) { actions.append(.send(.roomModes(room: room, modes: modes), to: id)) }
         case .setTopic(let room, let text):
             let topic = Frame.topic(room: room, seq: 0, time: 0, setBy: nick, text: text)
             addRoomEvent(topic, for: .setTopic, from: id, size: size, at: now, into: &actions)
@@ -203,7 +206,7 @@ public struct ChatCore: Sendable {
         case let .fetchHistory(room, direction, seq, limit):
             sendHistoryPage(of: room, direction, from: seq, limit: Int(limit), id: id, into: &actions)
         case .setAway(let text):
-            clients[id.slot]!.away = text.isEmpty ? nil : text
+            clients[id.slot]?.away = text.isEmpty ? nil : text
             actions.append(.send(.away(nick: nick, text: text), to: id))
         case .ping(let token):
             actions.append(.send(.pong(token: token), to: id))
@@ -242,7 +245,7 @@ public struct ChatCore: Sendable {
         _ id: ClientID, _ disconnection: Disconnection, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         guard id.slot < clients.count, clients[id.slot] != nil else { return }
-        if cluster != nil, clusterDefersEnd(of: id, disconnection, at: now) { return }
+        if isClustered, clusterDefersEnd(of: id, disconnection, at: now) { return }
         disconnect(id, disconnection, at: now, into: &actions)
     }
 
@@ -258,7 +261,7 @@ public struct ChatCore: Sendable {
         moderation.pendingKeys[id] = nil
         clientCount -= 1
         addresses[client.address]?.connections -= 1
-        if cluster != nil {
+        if isClustered {
             clusterDeparted(id, client: client, reason: disconnection.reason, at: now, into: &actions)
         } else if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
@@ -278,12 +281,12 @@ public struct ChatCore: Sendable {
         let idlePing = configuration.idlePingInterval.milliseconds
         let idleTimeout = configuration.idleTimeout.milliseconds
         // Clients let go that wait for the cluster's answers are past pings and idle timeouts.
-        if cluster?.departures.isEmpty == false { clusterDeparturesDue(at: now, into: &actions) }
+        if cluster.departures.isEmpty == false { clusterDeparturesDue(at: now, into: &actions) }
         forgetRememberedRolesIfDue(at: now)
         for slot in clients.indices {
             guard let client = clients[slot] else { continue }
             let id = ClientID(slot)
-            if cluster?.departures[id] != nil { continue }
+            if cluster.departures[id] != nil { continue }
             if let (refusal, due) = client.pendingRefusal {
                 if now.uptimeMillis >= due { disconnect(id, refusal, at: now, into: &actions) }
                 continue
@@ -306,7 +309,7 @@ public struct ChatCore: Sendable {
                 let reason = "nothing received for \(configuration.idleTimeout)"
                 disconnect(id, Disconnection(code: .idleTimeout, reason: reason), at: now, into: &actions)
             } else if silence >= idlePing, !client.pinged {
-                clients[slot]!.pinged = true
+                clients[slot]?.pinged = true
                 actions.append(.send(.ping(token: nextPingToken), to: id))
                 nextPingToken += 1
             }
@@ -344,14 +347,14 @@ public struct ChatCore: Sendable {
     /// The names of the rooms that exist (those with members), sorted. A cluster node knows the
     /// rooms its own clients are members of (`clusterRoomNames`).
     public var roomNames: [String] {
-        if cluster != nil { return clusterRoomNames }
+        if isClustered { return clusterRoomNames }
         return rooms.filter { !$0.value.members.isEmpty }.keys.sorted()
     }
 
     /// The nicks in `room`, in joining order; empty if the room does not exist. A cluster node
     /// knows its own clients among them (`clusterMemberNicks(of:)`).
     public func memberNicks(of room: String) -> [String] {
-        if cluster != nil { return clusterMemberNicks(of: room) }
+        if isClustered { return clusterMemberNicks(of: room) }
         guard let members = rooms[room]?.members else { return [] }
         return members.compactMap { nick(of: $0) }
     }
@@ -359,7 +362,7 @@ public struct ChatCore: Sendable {
     // MARK: Handshake
 
     private mutating func handshake(_ frame: Frame, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]) {
-        if clients[id.slot]!.pendingHello != nil {
+        if clients[id.slot]?.pendingHello != nil {
             pendingHelloFrame(frame, from: id, at: now, into: &actions)
             return
         }
@@ -377,7 +380,7 @@ public struct ChatCore: Sendable {
         } else if let expected = configuration.password, let problem = checkPassword(password, against: expected, from: id, at: now) {
             if let delay = problem.delay {
                 // Held back: the connection stays (and says nothing) until the tick that sends it.
-                clients[id.slot]!.pendingRefusal = (problem.refusal, now.uptimeMillis + delay)
+                clients[id.slot]?.pendingRefusal = (problem.refusal, now.uptimeMillis + delay)
             } else {
                 disconnect(id, problem.refusal, at: now, into: &actions)
             }
@@ -385,7 +388,7 @@ public struct ChatCore: Sendable {
         } else if helloForReservedNick(nick, version: version, from: id, at: now, into: &actions) {
             // Refused, or waiting for the login that proves the nick is the client's.
             return
-        } else if let banned = serverBanRefusal(accountKey: nil, nick: nick, address: clients[id.slot]!.address, request: .hello) {
+        } else if let banned = serverBanRefusal(accountKey: nil, nick: nick, address: address(of: id), request: .hello) {
             refusal = banned
         } else if nicks[ChatName.nickKey(nick)] != nil {
             refusal = Disconnection(code: .nickTaken, frameType: .hello, reason: "nick \(nick) is taken")
@@ -396,7 +399,7 @@ public struct ChatCore: Sendable {
             disconnect(id, refusal, at: now, into: &actions)
             return
         }
-        if cluster != nil {
+        if isClustered {
             clusterClaim(nick, for: id, version: version, at: now, into: &actions)
             return
         }
@@ -407,8 +410,8 @@ public struct ChatCore: Sendable {
     mutating func welcome(_ id: ClientID, nick: String, version: UInt16, into actions: inout [ChatAction]) {
         let agreed = min(version, WireProtocol.version)
         nicks[ChatName.nickKey(nick)] = id
-        clients[id.slot]!.nick = nick
-        clients[id.slot]!.version = agreed
+        clients[id.slot]?.nick = nick
+        clients[id.slot]?.version = agreed
         let welcome = Frame.welcome(
             version: agreed, nick: nick, maxFrameSize: UInt32(configuration.maxFrameSize), motd: configuration.motd)
         actions.append(.send(welcome, to: id))
@@ -429,7 +432,7 @@ public struct ChatCore: Sendable {
     private mutating func checkPassword(
         _ password: String?, against expected: String, from id: ClientID, at now: ServerTime
     ) -> (refusal: Disconnection, delay: UInt64?)? {
-        let address = clients[id.slot]!.address
+        let address = address(of: id)
         let lockedUntil = passwordFailures[address]?.lockedUntil ?? 0
         if lockedUntil > now.uptimeMillis {
             let seconds = (lockedUntil - now.uptimeMillis + 999) / 1000
@@ -481,21 +484,24 @@ public struct ChatCore: Sendable {
         let byteRate = configuration.byteRate
         let time = now.uptimeMillis
         var limit: String?
-        if rate > 0, !clients[id.slot]!.bucket.has(1, rate: rate, burst: configuration.messageBurst, now: time) {
+        // A client gone is admitted nothing. (In place, through `?.`: a copy of the client out
+        // and back would retain and release its fields on every request.)
+        guard clients[id.slot] != nil else { return false }
+        if rate > 0, clients[id.slot]?.bucket.has(1, rate: rate, burst: configuration.messageBurst, now: time) == false {
             limit = "\(Self.format(rate)) requests per second"
         } else if byteRate > 0,
-            !clients[id.slot]!.byteBucket.has(Double(size), rate: Double(byteRate), burst: configuration.byteBurst, now: time)
+            clients[id.slot]?.byteBucket.has(Double(size), rate: Double(byteRate), burst: configuration.byteBurst, now: time) == false
         {
             limit = "\(byteRate) bytes per second"
         }
         guard let limit else {
-            if rate > 0 { clients[id.slot]!.bucket.spend(1) }
-            if byteRate > 0 { clients[id.slot]!.byteBucket.spend(Double(size)) }
-            clients[id.slot]!.refusedInARow = 0
+            if rate > 0 { clients[id.slot]?.bucket.spend(1) }
+            if byteRate > 0 { clients[id.slot]?.byteBucket.spend(Double(size)) }
+            clients[id.slot]?.refusedInARow = 0
             return true
         }
-        clients[id.slot]!.refusedInARow += 1
-        if clients[id.slot]!.refusedInARow >= configuration.rateAbuseLimit {
+        clients[id.slot]?.refusedInARow += 1
+        if clients[id.slot]?.refusedInARow ?? 0 >= configuration.rateAbuseLimit {
             let reason = "kept sending faster than \(limit)"
             endSession(id, Disconnection(code: .rateLimited, frameType: frame.type, reason: reason), at: now, into: &actions)
         } else {
@@ -619,9 +625,9 @@ public struct ChatCore: Sendable {
             refuse(.changeNick, .banned, reason, to: id, into: &actions)
             return
         }
-        if cluster != nil {
+        if isClustered {
             // A member's rooms' bans are Redis's: read first, and this is called again.
-            if !standingChecked, !clients[id.slot]!.rooms.isEmpty, cluster!.available {
+            if !standingChecked, clients[id.slot]?.rooms.isEmpty == false, cluster.available {
                 clusterCheckNickChange(of: id, to: newNick)
                 return
             }
@@ -641,17 +647,17 @@ public struct ChatCore: Sendable {
         let newKey = ChatName.nickKey(newNick)
         if oldKey != newKey {
             nicks[oldKey] = nil
-            if cluster != nil { ask(.releaseNick(oldNick)) }
+            if isClustered { ask(.releaseNick(oldNick)) }
         }
         nicks[newKey] = id
-        clients[id.slot]!.nick = newNick
+        clients[id.slot]?.nick = newNick
         actions.append(.send(.nickAccepted(nick: newNick), to: id))
-        if cluster != nil, let away = clients[id.slot]!.away { ask(.setAway(nick: newNick, text: away)) }
+        if isClustered, let away = clients[id.slot]?.away { ask(.setAway(nick: newNick, text: away)) }
         guard newNick != oldNick else { return }
         // What a member's address is charged for each room's announcement, where fan-out is
         // limited: the request's size, as for a line.
         let size = configuration.addressFanoutRate > 0 ? FrameEncoder.encode(Frame.changeNick(nick: newNick)).count : 0
-        for room in clients[id.slot]!.rooms {
+        for room in clients[id.slot]?.rooms ?? [] {
             let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
             appendRoomEvent(event, in: room, from: id, size: size, at: now, into: &actions)
         }
@@ -662,8 +668,8 @@ public struct ChatCore: Sendable {
     /// as the `error` code and reason to refuse it with; nil when it may. One rule for every mode.
     /// `key`: the one given with `joinWithKey`.
     func joinRefusal(of name: String, for id: ClientID, key: String? = nil, at now: ServerTime) -> (code: ErrorCode, reason: String)? {
-        if clients[id.slot]!.rooms.contains(name) { return (.alreadyInRoom, "you are already in #\(name)") }
-        if clients[id.slot]!.rooms.count >= configuration.maxRoomsPerClient {
+        if isMember(id, of: name) { return (.alreadyInRoom, "you are already in #\(name)") }
+        if clients[id.slot]?.rooms.count ?? 0 >= configuration.maxRoomsPerClient {
             return (.tooManyRooms, "you are in \(configuration.maxRoomsPerClient) rooms, the most allowed")
         }
         return moderationJoinRefusal(of: name, for: id, key: key, at: now)
@@ -680,7 +686,7 @@ public struct ChatCore: Sendable {
             refuse(key == nil ? .join : .joinWithKey, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        if cluster != nil {
+        if isClustered {
             clusterJoin(name, id: id, nick: nick, size: size, key: key, at: now, into: &actions)
             return
         }
@@ -694,8 +700,8 @@ public struct ChatCore: Sendable {
             makeRoom(name, from: nil)
         }
         let rolesGivenBack = takeRoles(in: name, for: id)
-        clients[id.slot]!.rooms.append(name)
-        let version = clients[id.slot]!.version
+        clients[id.slot]?.rooms.append(name)
+        let version = version(of: id)
         let room = withRoom(name) { room in
             room.members.append(id)
             let joined = Frame.joined(room: name, seq: room.nextSeq(), time: now.wallMillis, nick: nick)
@@ -738,7 +744,7 @@ public struct ChatCore: Sendable {
     /// (version 2 on), its members, its modes (version 4 on), its topic, its recent history.
     /// One rule for every mode.
     mutating func sendArrival(_ arrival: RoomArrival, in room: String, to id: ClientID, into actions: inout [ChatAction]) {
-        let version = clients[id.slot]!.version
+        let version = version(of: id)
         if version >= 2 {
             actions.append(.send(.roomState(room: room, epoch: arrival.epoch, firstSeq: arrival.firstSeq, lastSeq: arrival.lastSeq), to: id))
         }
@@ -791,8 +797,8 @@ public struct ChatCore: Sendable {
     /// and the room's log takes events — a cluster's Redis is reachable; a store whose commits
     /// fail takes no stored event (a line, a topic) until one succeeds.
     func roomEventRefusal(_ request: FrameType, in room: String, for id: ClientID) -> (code: ErrorCode, reason: String)? {
-        guard clients[id.slot]!.rooms.contains(room) else { return (.notInRoom, "you are not in #\(room)") }
-        if cluster?.available == false {
+        guard isMember(id, of: room) else { return (.notInRoom, "you are not in #\(room)") }
+        if isClustered, !cluster.available {
             let what = request == .part ? "cannot leave #\(room) now" : request == .setTopic ? "#\(room): topic not set" : "#\(room): not delivered"
             return (.unavailable, unavailableText(what))
         }
@@ -826,7 +832,7 @@ public struct ChatCore: Sendable {
         if request == .part {
             // It stops being a member for its own requests now, and for the room once its `left`
             // — its acknowledgement — is sent.
-            clients[id.slot]!.rooms.removeAll { $0 == name }
+            clients[id.slot]?.rooms.removeAll { $0 == name }
         }
         appendRoomEvent(event, in: name, from: id, size: size, leaving: request == .part, at: now, into: &actions)
     }
@@ -839,7 +845,7 @@ public struct ChatCore: Sendable {
         _ event: Frame, in name: String, from id: ClientID, size: Int, leaving: Bool = false, at now: ServerTime,
         into actions: inout [ChatAction]
     ) {
-        if cluster != nil {
+        if isClustered {
             clusterAppend(event, in: name, from: id, size: size)
             return
         }
@@ -881,7 +887,7 @@ public struct ChatCore: Sendable {
         }
         let frame = Frame.direct(sender: nick, recipient: targetNick, time: now.wallMillis, text: text)
         actions.append(.broadcast(frame, to: target == id ? [id] : [target, id]))
-        if let away = clients[target.slot]?.away, clients[id.slot]!.version >= 2 {
+        if let away = clients[target.slot]?.away, version(of: id) >= 2 {
             actions.append(.send(.away(nick: targetNick, text: away), to: id))
         }
     }
@@ -957,6 +963,15 @@ public struct ChatCore: Sendable {
         store.stage(record, event: event)
     }
 
+    /// Whether `id` is a member of `room`; false for a client that is gone.
+    func isMember(_ id: ClientID, of room: String) -> Bool { clients[id.slot]?.rooms.contains(room) == true }
+
+    /// The protocol version `id` speaks; 1 for a client that is gone.
+    func version(of id: ClientID) -> UInt16 { clients[id.slot]?.version ?? 1 }
+
+    /// The address `id` connected from; empty for a client that is gone.
+    func address(of id: ClientID) -> String { clients[id.slot]?.address ?? "" }
+
     /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
     /// looks again).
     mutating func removeEmptyRoom(_ name: String) {
@@ -1018,7 +1033,7 @@ public struct ChatCore: Sendable {
     }
 
     private func sendHistory(of name: String, count: Int, id: ClientID, into actions: inout [ChatAction]) {
-        guard clients[id.slot]!.rooms.contains(name), let room = rooms[name] else {
+        guard isMember(id, of: name), let room = rooms[name] else {
             refuse(.requestHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
@@ -1036,7 +1051,7 @@ public struct ChatCore: Sendable {
         of name: String, _ direction: HistoryDirection, from seq: UInt64, limit: Int, id: ClientID,
         into actions: inout [ChatAction]
     ) {
-        guard clients[id.slot]!.rooms.contains(name), let room = rooms[name] else {
+        guard isMember(id, of: name), let room = rooms[name] else {
             refuse(.fetchHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
@@ -1118,7 +1133,7 @@ public struct ChatCore: Sendable {
     /// frames as it takes: `roomListPage`s (the last one `complete`) to a version 2 client,
     /// `roomList`s to a version 1 client.
     private func appendRoomList(to id: ClientID, into actions: inout [ChatAction]) {
-        let paged = clients[id.slot]!.version >= 2
+        let paged = version(of: id) >= 2
         let list = roomNames.map { name in
             let room = rooms[name]!
             return RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic?.text ?? "")
@@ -1131,7 +1146,7 @@ public struct ChatCore: Sendable {
     /// Sends `id` the `nicks` of `room`'s members, in as many frames as it takes: `membersPage`s
     /// (the last one `complete`) to a version 2 client, `members` to a version 1 client.
     func sendMembers(_ nicks: [String], of room: String, to id: ClientID, into actions: inout [ChatAction]) {
-        let paged = clients[id.slot]!.version >= 2
+        let paged = version(of: id) >= 2
         Self.splitIntoFrames(nicks, cost: Self.cost(nick:)) { part, isLast in
             actions.append(
                 .send(paged ? .membersPage(room: room, complete: isLast, nicks: part) : .members(room: room, nicks: part), to: id))
