@@ -182,9 +182,11 @@ public final class RoomJournal: @unchecked Sendable {
     }
 
     /// Ends the current file: appends go to the next from now on. Returns the number of the file
-    /// ended, nil if it was never opened.
+    /// ended, nil if it was never opened or holds no record.
     public func rotate() -> UInt64? {
-        guard descriptor >= 0 else { return nil }
+        // A file holding no record yet is not ended: hand-offs retried while SQLite's lock is
+        // held elsewhere would leave an empty file behind every 100 ms.
+        guard descriptor >= 0, size > Self.fileHeaderBytes else { return nil }
         pthread_mutex_lock(lock)
         Glibc.close(descriptor)
         descriptor = -1

@@ -17,7 +17,9 @@ enum JournalDamage: String, CaseIterable, CustomStringConvertible, Sendable {
     /// Does it to the journal in `directory`, whose newest file must hold records.
     func apply(to directory: String) throws {
         let files = RoomJournal.files(in: directory)
-        let newest = RoomJournal.path(of: try #require(files.last, "a journal to damage"), in: directory)
+        // The newest file that holds records (the current one may hold none yet).
+        let holding = files.last { fileSize(RoomJournal.path(of: $0, in: directory)) > RoomJournal.fileHeaderBytes }
+        let newest = RoomJournal.path(of: try #require(holding, "a journal file with records to damage"), in: directory)
         #expect(fileSize(newest) > 1_000, "records wait in \(newest)")
         switch self {
         case .cutInsideARecord: #expect(truncate(newest, off_t(fileSize(newest) - 333)) == 0)

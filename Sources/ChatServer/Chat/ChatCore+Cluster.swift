@@ -1273,7 +1273,7 @@ extension ChatCore {
         } else {
             ownCopy = nil
         }
-        if !recipients.isEmpty { broadcastClusterEvent(frame, to: recipients, into: &actions) }
+        if !recipients.isEmpty { deliverRoomEvent(frame, to: recipients, into: &actions) }
         if let own = ownCopy {
             let firstAction = actions.count
             actions.append(.send(frame, to: own.id))

@@ -282,31 +282,6 @@ extension ChatCore {
         }
     }
 
-    /// Delivers a room event to this node's `recipients`: a kick reaches clients of versions 1–3
-    /// as `left`, and a mode change reaches version 4 clients alone, as on a server on its own.
-    mutating func broadcastClusterEvent(_ frame: Frame, to recipients: [ClientID], into actions: inout [ChatAction]) {
-        switch frame {
-        case .kicked(let room, let seq, let time, let nick, _, _):
-            let (current, older) = splitByVersion(recipients)
-            if !current.isEmpty { actions.append(.broadcast(frame, to: current)) }
-            if !older.isEmpty { actions.append(.broadcast(.left(room: room, seq: seq, time: time, nick: nick), to: older)) }
-        case .modeChanged:
-            let (current, _) = splitByVersion(recipients)
-            if !current.isEmpty { actions.append(.broadcast(frame, to: current)) }
-        default:
-            actions.append(.broadcast(frame, to: recipients))
-        }
-    }
-
-    /// `ids` of version 4 and later, and those of earlier versions.
-    private func splitByVersion(_ ids: [ClientID]) -> (current: [ClientID], older: [ClientID]) {
-        var current: [ClientID] = []
-        var older: [ClientID] = []
-        for id in ids {
-            if (clients[id.slot]?.version ?? 1) >= 4 { current.append(id) } else { older.append(id) }
-        }
-        return (current, older)
-    }
 }
 
 extension ModerationRefusal {

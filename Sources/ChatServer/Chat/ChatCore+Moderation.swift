@@ -141,38 +141,20 @@ extension ChatCore {
     /// members and `left` to older ones, is the last of the room `id` receives, and from now on
     /// its requests for the room are answered `notInRoom`.
     mutating func remove(_ id: ClientID, from name: String, by: String, reason: String, at now: ServerTime, into actions: inout [ChatAction]) {
-        guard let nick = nick(of: id), let members = rooms[name]?.members else { return }
+        guard let nick = nick(of: id), rooms[name] != nil else { return }
         clients[id.slot]?.rooms.removeAll { $0 == name }
-        let current = members.filter { (clients[$0.slot]?.version ?? 1) >= 4 }
-        let older = members.filter { (clients[$0.slot]?.version ?? 1) < 4 }
-        let time = now.wallMillis
-        let isEmpty = withRoom(name) { room in
-            let seq = room.nextSeq()
-            if !current.isEmpty {
-                actions.append(.broadcast(.kicked(room: name, seq: seq, time: time, nick: nick, by: by, reason: reason), to: current))
-            }
-            if !older.isEmpty { actions.append(.broadcast(.left(room: name, seq: seq, time: time, nick: nick), to: older)) }
-            room.removeMember(id)
-            return room.members.isEmpty
-        }!
-        persist(name, event: nil, at: now)
-        if isEmpty { removeEmptyRoom(name) }
+        let kick = Frame.kicked(room: name, seq: 0, time: 0, nick: nick, by: by, reason: reason)
+        appendRoomEvent(kick, in: name, from: id, size: 0, departure: .afterHearingIt, at: now, into: &actions)
     }
 
-    /// Announces the change of `mode` in `name` by `by` as the room's next event, to its
-    /// version 4 members (older ones do not know the frame; their `seq`s skip it).
+    /// Announces the change of `mode` in `name` by `setter`, called `by`, as the room's next
+    /// event, to its version 4 members (older ones do not know the frame; their `seq`s skip it).
     private mutating func announceMode(
-        _ mode: RoomMode, on: Bool, argument: String, in name: String, by: String, except: ClientID? = nil, at now: ServerTime,
-        into actions: inout [ChatAction]
+        _ mode: RoomMode, on: Bool, argument: String, in name: String, by: String, setter: ClientID, except: ClientID? = nil,
+        at now: ServerTime, into actions: inout [ChatAction]
     ) {
-        guard let members = rooms[name]?.members else { return }
-        let current = members.filter { $0 != except && (clients[$0.slot]?.version ?? 1) >= 4 }
-        let time = now.wallMillis
-        withRoom(name) { room in
-            let event = Frame.modeChanged(room: name, seq: room.nextSeq(), time: time, by: by, mode: mode, on: on, argument: argument)
-            if !current.isEmpty { actions.append(.broadcast(event, to: current)) }
-        }
-        persist(name, event: nil, at: now)
+        let event = Frame.modeChanged(room: name, seq: 0, time: 0, by: by, mode: mode, on: on, argument: argument)
+        appendRoomEvent(event, in: name, from: setter, size: 0, except: except, at: now, into: &actions)
     }
 
     private mutating func setMode(
@@ -272,7 +254,7 @@ extension ChatCore {
         let wasRegistered = rooms[name]!.moderation.settings.founder != nil
         withRoom(name) { $0.moderation = moderation }
         if moderation.settings.founder != nil || wasRegistered { settingsChanged(of: name) }
-        announceMode(mode, on: on, argument: canonical, in: name, by: nick, at: now, into: &actions)
+        announceMode(mode, on: on, argument: canonical, in: name, by: nick, setter: id, at: now, into: &actions)
         if let banKicks { kickMembers(of: name, matching: banKicks, reason: parsed.reason, by: nick, at: now, into: &actions) }
     }
 
@@ -702,7 +684,7 @@ extension ChatCore {
                 case .voice: room.moderation.voices.insert(id).inserted ? RoomMode.voice : nil
                 }
             } ?? nil
-            if let granted { announceMode(granted, on: true, argument: nick, in: name, by: nick, at: now, into: &actions) }
+            if let granted { announceMode(granted, on: true, argument: nick, in: name, by: nick, setter: id, at: now, into: &actions) }
         }
     }
 
@@ -718,7 +700,7 @@ extension ChatCore {
         guard let room = rooms[name], room.moderation.settings.founder != nil || (rolesGivenBack && room.members.count > 1) else { return }
         let taken = [(RoomMode.op, room.moderation.ops.contains(id)), (RoomMode.voice, room.moderation.voices.contains(id))]
         for (mode, holds) in taken where holds {
-            announceMode(mode, on: true, argument: nick, in: name, by: nick, except: id, at: now, into: &actions)
+            announceMode(mode, on: true, argument: nick, in: name, by: nick, setter: id, except: id, at: now, into: &actions)
         }
     }
 

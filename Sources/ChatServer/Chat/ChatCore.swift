@@ -266,9 +266,8 @@ public struct ChatCore: Sendable {
         } else if let nick = client.nick {
             nicks[ChatName.nickKey(nick)] = nil
             for room in client.rooms {
-                announceDeparture(from: room, id: id, at: now, into: &actions) { seq in
-                    .quit(room: room, seq: seq, time: now.wallMillis, nick: nick, reason: disconnection.reason)
-                }
+                let quit = Frame.quit(room: room, seq: 0, time: 0, nick: nick, reason: disconnection.reason)
+                appendRoomEvent(quit, in: room, from: id, size: 0, departure: .gone, at: now, into: &actions)
             }
         }
         actions.append(.disconnect(id, disconnection, nick: client.nick))
@@ -702,16 +701,15 @@ public struct ChatCore: Sendable {
         let rolesGivenBack = takeRoles(in: name, for: id)
         clients[id.slot]?.rooms.append(name)
         let version = version(of: id)
-        let room = withRoom(name) { room in
+        let members = withRoom(name) { room in
             room.members.append(id)
-            let joined = Frame.joined(room: name, seq: room.nextSeq(), time: now.wallMillis, nick: nick)
-            actions.append(.broadcast(joined, to: room.members))
-            return room
-        }!
+            return room.members.count
+        }
         // Retention spares an occupied room however quiet it is.
-        if room.members.count == 1 { store?.occupancyChanged(of: name, occupied: true) }
+        if members == 1 { store?.occupancyChanged(of: name, occupied: true) }
+        appendRoomEvent(.joined(room: name, seq: 0, time: 0, nick: nick), in: name, from: id, size: 0, at: now, into: &actions)
+        guard let room = rooms[name] else { return }
         announceRolesTaken(in: name, by: id, nick: nick, rolesGivenBack: rolesGivenBack, at: now, into: &actions)
-        persist(name, event: nil, at: now)
         let arrival = RoomArrival(
             epoch: room.epoch, firstSeq: store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq, lastSeq: room.lastSeq,
             members: memberNicks(of: name), modes: roomModes(of: name),
@@ -834,16 +832,29 @@ public struct ChatCore: Sendable {
             // — its acknowledgement — is sent.
             clients[id.slot]?.rooms.removeAll { $0 == name }
         }
-        appendRoomEvent(event, in: name, from: id, size: size, leaving: request == .part, at: now, into: &actions)
+        appendRoomEvent(event, in: name, from: id, size: size, departure: request == .part ? .afterHearingIt : .stays, at: now, into: &actions)
+    }
+
+    /// How the member that caused a room event stands to it (`appendRoomEvent`).
+    enum Departure {
+        /// It stays a member.
+        case stays
+        /// It leaves with the event, after hearing it: its `left`, its `kicked`.
+        case afterHearingIt
+        /// It is gone (its `quit`): it is not told, and in a room it leaves empty the event takes
+        /// no `seq`, since nobody hears it.
+        case gone
     }
 
     /// `room`'s log takes `event`, which `id` caused (with a request of `size` bytes), once its
-    /// rules let it (`addRoomEvent`, `rename`): numbered here and broadcast now (memory), staged
-    /// for the turn's commit too (a store), or numbered by Redis and delivered when it comes back
-    /// (a cluster node). `leaving`: the event is `id`'s `left`, after which it is no member.
+    /// rules let it (`addRoomEvent`, `rename`, `join`, a kick, a mode change, a quit): numbered here
+    /// and delivered now (memory), staged for the turn's commit too (a store), or numbered by
+    /// Redis and delivered when it comes back (a cluster node). Every room event kind takes this
+    /// one path, and reaches the members by one rule (`deliverRoomEvent`). `except`: a member not
+    /// told (a joiner learns its roles from its `roomModes`).
     mutating func appendRoomEvent(
-        _ event: Frame, in name: String, from id: ClientID, size: Int, leaving: Bool = false, at now: ServerTime,
-        into actions: inout [ChatAction]
+        _ event: Frame, in name: String, from id: ClientID, size: Int, departure: Departure = .stays, except: ClientID? = nil,
+        at now: ServerTime, into actions: inout [ChatAction]
     ) {
         if isClustered {
             clusterAppend(event, in: name, from: id, size: size)
@@ -851,29 +862,66 @@ public struct ChatCore: Sendable {
         }
         let time = now.wallMillis
         // In place (`withRoom`): reading `rooms[name]!` would copy the room on the per-message path.
-        let (seq, isEmpty) = withRoom(name) { room in
-            let seq = room.nextSeq()
-            let frame = Self.stamped(event, seq: seq, time: time)!
-            if case .topic(_, _, _, let setBy, let text) = frame {
-                room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: setBy, time: time, seq: seq)
-            }
-            actions.append(.broadcast(frame, to: room.members))
-            if leaving { room.removeMember(id) }
-            return (seq, room.members.isEmpty)
-        }!
-        let entry = Self.historyEntry(of: event, seq: seq, time: time)
-        if let entry { recordHistory(entry, in: name) }
+        guard
+            let (delivery, isEmpty) = withRoom(name, { room -> ((frame: Frame, to: [ClientID])?, Bool) in
+                if departure == .gone { room.removeMember(id) }
+                var recipients = room.members
+                if let except { recipients.removeAll { $0 == except } }
+                if departure == .gone, recipients.isEmpty { return (nil, room.members.isEmpty) }
+                let seq = room.nextSeq()
+                let frame = Self.stamped(event, seq: seq, time: time)!
+                if case .topic(_, _, _, let setBy, let text) = frame {
+                    room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: setBy, time: time, seq: seq)
+                }
+                if departure == .afterHearingIt { room.removeMember(id) }
+                return ((frame, recipients), room.members.isEmpty)
+            })
+        else { return }
+        var entry: HistoryEntry?
+        if let delivery {
+            deliverRoomEvent(delivery.frame, to: delivery.to, into: &actions)
+            entry = Self.historyEntry(of: delivery.frame)
+            if let entry { recordHistory(entry, in: name) }
+        }
         persist(name, event: entry, at: now)
         if isEmpty { removeEmptyRoom(name) }
     }
 
-    /// The history entry `event` is stored as, numbered `seq` at `time`; nil for events that are
-    /// not kept as history (joins, leaves).
-    private static func historyEntry(of event: Frame, seq: UInt64, time: UInt64) -> HistoryEntry? {
+    /// Delivers a numbered room event to `recipients`, in every mode (appended here, or delivered
+    /// from Redis): a kick reaches clients of versions 1–3 as `left` with its `seq`, and a mode
+    /// change reaches version 4 clients alone (older ones see a gap in the `seq`s), as
+    /// PROTOCOL.md says; every other event reaches them all as it is.
+    mutating func deliverRoomEvent(_ frame: Frame, to recipients: [ClientID], into actions: inout [ChatAction]) {
+        switch frame {
+        case .kicked(let room, let seq, let time, let nick, _, _):
+            let (current, older) = splitByVersion(recipients)
+            if !current.isEmpty { actions.append(.broadcast(frame, to: current)) }
+            if !older.isEmpty { actions.append(.broadcast(.left(room: room, seq: seq, time: time, nick: nick), to: older)) }
+        case .modeChanged:
+            let (current, _) = splitByVersion(recipients)
+            if !current.isEmpty { actions.append(.broadcast(frame, to: current)) }
+        default:
+            actions.append(.broadcast(frame, to: recipients))
+        }
+    }
+
+    /// `ids` of version 4 and later, and those of earlier versions.
+    private func splitByVersion(_ ids: [ClientID]) -> (current: [ClientID], older: [ClientID]) {
+        var current: [ClientID] = []
+        var older: [ClientID] = []
+        for id in ids {
+            if version(of: id) >= 4 { current.append(id) } else { older.append(id) }
+        }
+        return (current, older)
+    }
+
+    /// The history entry a numbered `event` is stored as; nil for events that are not kept as
+    /// history (joins, leaves, kicks, mode changes).
+    private static func historyEntry(of event: Frame) -> HistoryEntry? {
         switch event {
-        case .message(_, _, _, let sender, let text): HistoryEntry(kind: .message, seq: seq, time: time, sender: sender, text: text)
-        case .action(_, _, _, let sender, let text): HistoryEntry(kind: .action, seq: seq, time: time, sender: sender, text: text)
-        case .topic(_, _, _, let setBy, let text): HistoryEntry(kind: .topic, seq: seq, time: time, sender: setBy, text: text)
+        case .message(_, let seq, let time, let sender, let text): HistoryEntry(kind: .message, seq: seq, time: time, sender: sender, text: text)
+        case .action(_, let seq, let time, let sender, let text): HistoryEntry(kind: .action, seq: seq, time: time, sender: sender, text: text)
+        case .topic(_, let seq, let time, let setBy, let text): HistoryEntry(kind: .topic, seq: seq, time: time, sender: setBy, text: text)
         default: nil
         }
     }
@@ -1113,20 +1161,6 @@ public struct ChatCore: Sendable {
     mutating func withRoom<Result>(_ name: String, _ body: (inout ChatRoom) -> Result) -> Result? {
         guard let index = rooms.index(forKey: name) else { return nil }
         return body(&rooms.values[index])
-    }
-
-    /// Takes `id` out of `room`, announces it to those who remain with the frame `event` makes from
-    /// the next sequence number, and forgets the room when it is empty.
-    private mutating func announceDeparture(
-        from name: String, id: ClientID, at now: ServerTime, into actions: inout [ChatAction], event: (UInt64) -> Frame
-    ) {
-        let isEmpty = withRoom(name) { room in
-            room.removeMember(id)
-            if !room.members.isEmpty { actions.append(.broadcast(event(room.nextSeq()), to: room.members)) }
-            return room.members.isEmpty
-        }
-        persist(name, event: nil, at: now)
-        if isEmpty == true { removeEmptyRoom(name) }
     }
 
     /// Sends `id` every room with its member count and topic, sorted by name, in as many
