@@ -28,10 +28,9 @@ public struct StorageError: Error, CustomStringConvertible {
 /// and 2 (rooms without their counted bytes) are converted when the writer opens them, a file of
 /// a newer version is refused rather than misread.
 ///
-/// One instance is one connection, used by one queue: the server commits through one on its own
-/// queue (or its writer queue), reads through another on a read queue, and runs retention and
-/// checkpoints through a third on its writer queue. WAL mode lets the reader read while the others
-/// commit. `counted` and `roomsToCheck` belong to the writer's queue too.
+/// One instance is one connection, used by one queue: the server writes through one on its
+/// writer queue (the journal's hand-offs, or commits; retention; checkpoints) and reads through
+/// another on a read queue. WAL mode lets the reader read while the writer commits. `counted` and `roomsToCheck` belong to the writer's queue too.
 public final class RoomDatabase: @unchecked Sendable {
     /// The schema this code reads and writes.
     public static let schemaVersion: Int64 = 3

@@ -46,7 +46,7 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 /// only in the journal waits for a hand-off first. At start, the journal files a stopped
 /// server left are replayed into the database (`replayJournal`).
 ///
-/// Either way a third connection, `reader`, used only on `readQueue`, reads a joiner's room and
+/// Either way a second connection, `reader`, used only on `readQueue`, reads a joiner's room and
 /// history pages older than memory holds (indexed reads of at most a page of rows): WAL mode
 /// lets it read while the others commit, and the server's queue never waits for the disk to
 /// read.
