@@ -55,7 +55,7 @@ import Testing
 
     @Test func plainLinesReadLikeAChatLog() {
         let renderer = MessageRenderer(colour: false, timeZone: utc)
-        let lines = everyEvent.map(renderer.render)
+        let lines = everyEvent.map { renderer.render($0) }
         #expect(lines == [
             "09:05 #general <alice> hello",
             "09:05 #general * alice waves",
