@@ -208,6 +208,7 @@ final class TerminalFrontEnd: ClientDisplay {
     private func applySettings() {
         var fresh = MessageRenderer(colour: renderer.colour && settings.colours, ownNick: renderer.ownNick)
         fresh.timestampFormat = settings.timestampFormat
+        fresh.marksIndent = renderer.marksIndent
         fresh.highlightWords = settings.highlight
         renderer = fresh
         for key in buffers.keys { buffers[key]?.limit = settings.bufferLines }
