@@ -158,21 +158,26 @@ final class TerminalFrontEnd: ClientDisplay {
     ) {
         var added: [String] = []
         let day = renderer.day(of: time)
-        if let last = buffers[window]?.lastDay, last != day { added.append(renderer.dayChange(time)) }
+        let lastDay = buffers[window]?.lastDay
+        if let lastDay, lastDay != day { added.append(renderer.dayChange(time)) }
         let dayChange = added
         added += lines
         let limit = settings.bufferLines
         buffers[window, default: WindowBuffer(limit: limit)].lastDay = day
         for line in added { buffers[window, default: WindowBuffer(limit: limit)].append(line, searchable: searchable) }
         let visible = buffers[window]?.isScrolledBack != true
-        if logged { log(added, time: time, window: window, mayRepeat: mayRepeat) }
+        // A line of an earlier day (a backlog shown after today's join) changes the day on
+        // screen only: in the log it goes in its place by time, where its day already is.
+        if logged { log(lastDay.map { day < $0 } == true ? lines : added, time: time, window: window, mayRepeat: mayRepeat) }
         var showMerged = false
         if window != .merged, driver?.session.windows.first == .merged {
             for line in dayChange + (merged ?? lines) { buffers[.merged, default: WindowBuffer(limit: limit)].append(line, searchable: searchable) }
             showMerged = drawnWindow == .some(.merged) && buffers[.merged]?.isScrolledBack != true
         }
         guard active else {
-            StandardOutput.write(added.map(TerminalText.plain).joined(separator: "\n") + "\n")
+            // Not cut into rows here: the terminal wraps them; the indent mark is not for it.
+            let unmarked = added.map { String(String.UnicodeScalarView($0.unicodeScalars.filter { $0 != TerminalText.indentMark })) }
+            StandardOutput.write(unmarked.joined(separator: "\n") + "\n")
             return
         }
         if drawnWindow == .some(window) && visible {
