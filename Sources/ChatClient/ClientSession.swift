@@ -782,7 +782,8 @@ public struct ClientSession: Sendable {
             addWindow(window)
             var actions: [SessionAction] = [.show(.direct(time: time, sender: sender, recipient: recipient, text: text, outgoing: true))]
             if window != currentWindow, currentWindow != .merged, let number = windows.firstIndex(of: window).map({ $0 + 1 }) {
-                actions.append(.transient(.notice(time: clock(), text: "to \(recipient): in window \(number) (Alt-\(number % 10) or /window \(window.title))")))
+                let keys = number <= 10 ? "Alt-\(number % 10) or " : ""
+                actions.append(.transient(.notice(time: clock(), text: "to \(recipient): in window \(number) (\(keys)/window \(window.title))")))
             }
             return actions
         }
@@ -1072,7 +1073,7 @@ public struct ClientSession: Sendable {
                 lines.append(String(repeating: " ", count: width + 4) + "\t" + spec.summary)
             }
         }
-        lines.append("keys:\tAlt-1…9 or Ctrl-N/Ctrl-P switch windows, Alt-A goes to the window with activity (mentions first); Ctrl-C clears the line (twice on an empty line quits); Ctrl-R searches history")
+        lines.append("keys: \tAlt-1…9 or Ctrl-N/Ctrl-P switch windows, Alt-A goes to the window with activity (mentions first); Ctrl-C clears the line (twice on an empty line quits); Ctrl-R searches history")
         return lines.map(notice)
     }
 }

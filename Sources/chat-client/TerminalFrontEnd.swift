@@ -225,7 +225,7 @@ final class TerminalFrontEnd: ClientDisplay {
     private func set(name: String?, value: String?) {
         guard let name else {
             for setting in ClientSettings.names {
-                show(.notice(time: ClientClock.now(), text: "\(setting) = \(settings.shown(setting) ?? "(not set)")"), logged: true)
+                show(.notice(time: ClientClock.now(), text: "\(setting) = \(settings.shown(setting) ?? "(not set)")"))
             }
             return
         }
@@ -255,7 +255,7 @@ final class TerminalFrontEnd: ClientDisplay {
         }
     }
 
-    private func showError(_ text: String) { show(.error(time: ClientClock.now(), text: text), logged: true) }
+    private func showError(_ text: String) { show(.error(time: ClientClock.now(), text: text)) }
 
     // MARK: ClientDisplay
 
@@ -424,6 +424,6 @@ final class PipeFrontEnd: ClientDisplay {
     func perform(_ request: DisplayRequest) {
         // A query that changed its name: one stream has no windows to rename.
         if case .renameWindow = request { return }
-        show(.error(time: ClientClock.now(), text: "windows and settings are for the terminal; a script's output is one stream"), logged: true)
+        show(.error(time: ClientClock.now(), text: "windows and settings are for the terminal; a script's output is one stream"))
     }
 }
