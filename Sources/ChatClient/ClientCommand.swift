@@ -165,8 +165,8 @@ public struct CommandSpec: Sendable, Equatable {
         CommandSpec(name: "lastlog", usage: "/lastlog text", summary: "show the current window's lines containing text", argument: .text),
         CommandSpec(name: "set", usage: "/set [name [value]]", summary: "list, show or change a setting for this session", argument: .text),
         CommandSpec(name: "save", usage: "/save", summary: "write the settings to the config file", argument: .text),
-        CommandSpec(name: "register", usage: "/register", summary: "make your nick an account, with the --account-password-file password", argument: .text),
-        CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account (default: --account, else your nick) and take its nick", argument: .nick),
+        CommandSpec(name: "register", usage: "/register", summary: "make your nick an account (the password asked twice at a hidden prompt, or from the account password file); logged in again at every reconnect", argument: .text),
+        CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account and take its nick (default: the last one, else --account, else the nick you started with)", argument: .nick),
     ] + moderation + [
         CommandSpec(name: "reconnect", usage: "/reconnect", summary: "connect again now", argument: .text),
         CommandSpec(name: "server", usage: "/server HOST:PORT", summary: "move to another server", argument: .text),
