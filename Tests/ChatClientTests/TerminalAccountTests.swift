@@ -181,6 +181,41 @@ extension TerminalTests {
             #expect(rows.contains { $0.contains("<dora> said as a guest") }, "the scrollback is kept:\n\(rows.joined(separator: "\n"))")
         }
 
+        /// The password the client holds stops working (changed from another session): the
+        /// login refused at the reconnect is forgotten, and the client goes on as a guest, with
+        /// its windows, rather than end.
+        @Test func aLoginRefusedAtAReconnectIsForgottenAndTheClientGoesOnAsAGuest() async throws {
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            try await Self.registerAccount("alice", password: "pw-old", port: server.port)
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("-!- alice_ joined")
+            try await tmux.type("/login alice")
+            try await tmux.press("Enter")
+            try await Self.answer(tmux, prompt: "password for alice (not shown", with: "pw-old")
+            try await tmux.waitFor("logged in as alice")
+
+            // Another session of alice's logs in (ghosting this one) and changes the password.
+            let other = try await Peer(nick: "other", port: server.port, room: nil, version: WireProtocol.version)
+            defer { other.close() }
+            try await other.connection.send(.login(account: "alice", password: "pw-old"))
+            #expect(await other.waitFor { if case .loggedIn("alice") = $0 { true } else { false } })
+            try await other.connection.send(.changePassword(old: "pw-old", new: "pw-new"))
+            #expect(await other.waitFor { if case .passwordChanged("alice") = $0 { true } else { false } })
+            other.close()
+            try await tmux.waitForLogicalLine(containing: "not reconnecting by itself")
+            try await tmux.type("/reconnect")
+            try await tmux.press("Enter")
+            try await tmux.waitForLogicalLine(containing: "the server refused the login to alice")
+            try await tmux.waitForLogicalLine(containing: "going on as alice_ (/login alice to take it back)")
+            try await tmux.waitFor("alice_ | [1:#general]")
+            let rows = try await tmux.screen()
+            #expect(!rows.contains { $0.hasPrefix("EXIT=") }, "the client is still running:\n\(rows.joined(separator: "\n"))")
+        }
+
         /// `/register` asks twice, and two different answers send nothing; a password typed on
         /// the command line is refused and kept out of the history file.
         @Test func registerConfirmsThePasswordAndAPasswordOnTheLineIsNotKept() async throws {
