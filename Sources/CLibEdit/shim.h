@@ -15,8 +15,18 @@ typedef unsigned char (*chat_el_function)(EditLine *, int);
 /// A wide prompt function for EL_PROMPT_ESC.
 typedef wchar_t *(*chat_el_prompt_function)(EditLine *);
 
-/// Emacs keys (the default, but a user's ~/.editrc could say otherwise before we bind ours).
+/// Emacs keys: the default, which the user's editrc may change (`bind -v`) before we bind ours.
 static inline int chat_el_use_emacs(EditLine *el) { return el_wset(el, EL_EDITOR, L"emacs"); }
+
+/// Reads the user's editrc as libedit chooses it: $EDITRC, else ~/.editrc; -1 when there is none.
+static inline int chat_el_source_editrc(EditLine *el) { return el_source(el, NULL); }
+
+/// Whether the editor is vi (`bind -v` in the user's editrc).
+static inline int chat_el_is_vi(EditLine *el) {
+    const wchar_t *name = NULL;
+    if (el_wget(el, EL_EDITOR, &name) != 0 || name == NULL) return 0;
+    return wcscmp(name, L"vi") == 0;
+}
 
 /// The prompt function; text between two `literal` characters is written as it is, taking no
 /// cells (the status line's colour codes).
@@ -35,9 +45,15 @@ static inline int chat_el_add_function(EditLine *el, const wchar_t *name, const 
     return el_wset(el, EL_ADDFN, name, help, function);
 }
 
-/// Binds a key sequence (libedit's notation: "^W", "\\e2", "\\e[1;5D") to a function by name.
+/// Binds a key sequence (libedit's notation: "^W", "\\e2", "\\e[1;5D") to a function by name,
+/// in the main map (emacs's, or vi's insert mode).
 static inline int chat_el_bind(EditLine *el, const wchar_t *keys, const wchar_t *function) {
     return el_wset(el, EL_BIND, keys, function, (const wchar_t *)NULL);
+}
+
+/// The same in the alternate map: vi's command mode (`bind -a`).
+static inline int chat_el_bind_alternate(EditLine *el, const wchar_t *keys, const wchar_t *function) {
+    return el_wset(el, EL_BIND, L"-a", keys, function, (const wchar_t *)NULL);
 }
 
 /// Takes a terminal mode off while editing (`setty -d -isig`): Ctrl-C and Ctrl-Z must arrive

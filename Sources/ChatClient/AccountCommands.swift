@@ -9,6 +9,12 @@ import SocketCore
 // (`ClientDisplay.askSecret`): never typed into the input line, which is echoed and lands in the
 // editor's history. Before a password leaves without TLS for a host that is not loopback, the
 // client says so (the server will refuse it unless its operator allows plain passwords).
+//
+// Logging in again: once the server accepts a `/register` or `/login`, the driver keeps that
+// account and its password in memory (`rememberedLogin`), never on disk, and sends the login
+// behind every later hello — after a server restart, a lost connection, or `/reconnect` after
+// being ghosted — so the session gets its nick back as `--account` does (docs/CLIENT.md,
+// "Logging in again", has the threat model).
 
 /// An account name and its password, as read from `--account-password-file`.
 public struct AccountLogin: Sendable, Equatable {
@@ -34,50 +40,89 @@ public struct AccountLogin: Sendable, Equatable {
 }
 
 extension ChatClientDriver {
-    /// The login to send behind the hello to `server`, if an account is configured; warns first
-    /// when it would go in plain text to a host that is not loopback.
+    /// The login to send behind the hello to `server`: `--account`'s, or the one the server
+    /// last accepted at `/register` or `/login`; nil for a guest. Warns first when it would go
+    /// in plain text to a host that is not loopback.
     func loginBehindHello(to server: ServerAddress, encrypted: Bool) -> AccountLogin? {
-        guard let login = configuration.account, login.withHello else { return nil }
+        guard let login = rememberedLogin, login.withHello else { return nil }
         warnIfPlain(to: server.host, encrypted: encrypted)
         return login
     }
 
+    /// The account `/login` with no argument logs in to: the one the client last logged in to,
+    /// else `--account`, else the nick the client was started with — not the `nick_` it fell
+    /// back to because that nick is registered.
+    var defaultLoginName: String {
+        rememberedLogin?.name ?? configuration.account?.name ?? startNick
+    }
+
     /// Carries out `/register` or `/login` with the configured password, or without one with
-    /// the password typed at a hidden prompt.
+    /// the password typed at a hidden prompt (a new one twice, where the display asks twice).
     func performAccount(_ request: AccountRequest) {
         guard session.version >= 3 else {
             show(.error(time: ClientClock.now(), text: "this server speaks protocol version \(session.version): it has no accounts"))
             return
         }
-        if let login = configuration.account {
-            return sendAccount(request, name: login.name, password: login.password)
-        }
         let name: String
         switch request {
         case .register: name = session.nick
-        case .login(let account): name = account ?? session.nick
+        case .login(let account): name = account ?? defaultLoginName
         }
-        askSecret("password for \(name) (not shown; Enter sends, Ctrl-C cancels): ") { [weak self] password in
+        if let login = configuration.account {
+            return sendAccount(request, name: name, password: login.password)
+        }
+        let cancel = "(not shown; Enter sends, Ctrl-C cancels): "
+        askSecret("password for \(name) \(cancel)") { [weak self] password in
             guard let self else { return }
             guard let password, !password.isEmpty else {
                 return self.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
             }
-            self.sendAccount(request, name: name, password: password)
+            guard case .register = request, self.confirmsSecrets else { return self.sendAccount(request, name: name, password: password) }
+            self.askSecret("the same password again, to be sure \(cancel)") { [weak self] again in
+                guard let self else { return }
+                guard let again, !again.isEmpty else {
+                    return self.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
+                }
+                guard again == password else {
+                    return self.show(.error(time: ClientClock.now(), text: "the two passwords differ: nothing was sent (/register to try again)"))
+                }
+                self.sendAccount(request, name: name, password: password)
+            }
         }
     }
 
-    /// Sends `/register` or `/login` with `password`; `name` is the account to log in to when
-    /// the command named none.
+    /// Sends `/register` or `/login` with `password` for the account `name`, and remembers it
+    /// until the server answers.
     private func sendAccount(_ request: AccountRequest, name: String, password: String) {
         guard session.isConnected else {
             return show(.error(time: ClientClock.now(), text: "not connected; the password was not sent"))
         }
         if let host = serverHost { warnIfPlain(to: host, encrypted: configuration.tls != nil) }
+        pendingAccount = AccountLogin(name: name, password: password)
         switch request {
         case .register:
             send([.register(password: password)], fromUser: true)
-        case .login(let account):
-            send([.login(account: account ?? name, password: password)], fromUser: true)
+        case .login:
+            send([.login(account: name, password: password)], fromUser: true)
+        }
+    }
+
+    /// Follows the server's answers to `/register` and `/login`: an account it accepted is the
+    /// one to log in to again with every later hello; a refused one is forgotten, and so is a
+    /// dropped account.
+    func noteAccountAnswer(_ frame: Frame) {
+        switch frame {
+        case .registered(let name), .loggedIn(let name):
+            guard let pending = pendingAccount, ChatName.nickKey(pending.name) == ChatName.nickKey(name) else { return }
+            rememberedLogin = AccountLogin(name: name, password: pending.password)
+            pendingAccount = nil
+        case .error(_, _, let type, _) where type == .login || type == .register:
+            pendingAccount = nil
+        case .accountDropped:
+            rememberedLogin = nil
+            pendingAccount = nil
+        default:
+            break
         }
     }
 

@@ -11,8 +11,12 @@ import Darwin
 /// line being edited; the pipe front end prints plain lines.
 @MainActor
 public protocol ClientDisplay: AnyObject {
-    /// Shows one event.
-    func show(_ event: ChatEvent)
+    /// Shows one event; `logged` false keeps it out of the window's log (what is true only at
+    /// the moment: a reconnect's countdown, a completion list, a catch-up's marker).
+    func show(_ event: ChatEvent, logged: Bool)
+    /// Whether a new password is asked for twice (`/register`): at a terminal, where a typo
+    /// cannot be seen; not in a script, which pipes what it means.
+    var confirmsSecrets: Bool { get }
     /// The session changed (windows, nick, connection, activity): refresh the status and prompt.
     func sessionChanged()
     /// Draws the user's attention: a mention of their nick or a direct message arrived.
@@ -24,6 +28,11 @@ public protocol ClientDisplay: AnyObject {
     func askSecret(_ prompt: String, answer: @escaping (String?) -> Void)
     /// Does what only the display can: its window buffers and settings.
     func perform(_ request: DisplayRequest)
+}
+
+extension ClientDisplay {
+    /// Shows one event and logs it with its window.
+    public func show(_ event: ChatEvent) { show(event, logged: true) }
 }
 
 /// Runs one chat client: connects, turns typed lines into frames and frames into events,
@@ -112,6 +121,18 @@ public final class ChatClientDriver {
     private var connectionRequest: ConnectionRequest?
     /// Resumes the connection loop while it stays offline after `/disconnect`.
     private var offlineWait: CheckedContinuation<Void, Never>?
+    /// The login sent behind every hello: `--account`'s, or the account and password the server
+    /// last accepted at `/register` or `/login`. In memory only, for the life of the process
+    /// (AccountCommands.swift; docs/CLIENT.md, "Logging in again").
+    var rememberedLogin: AccountLogin?
+    /// A `/register` or `/login` sent and not answered yet, with the password it carried.
+    var pendingAccount: AccountLogin?
+    /// The nick the client was started with, before any `nick_` fallback.
+    let startNick: String
+    /// Whether the server answered one of this connection's requests (our join's echo, the room
+    /// list): a settled session resets the reconnection delays, one that welcomed and dropped
+    /// us does not.
+    private var sessionSettled = false
 
     /// A driver for `session`, showing events on `display` (which it does not retain).
     public init(configuration: Configuration, session: ClientSession, display: any ClientDisplay) {
@@ -119,6 +140,8 @@ public final class ChatClientDriver {
         self.session = session
         self.display = display
         serverName = configuration.servers[0].description
+        startNick = session.nick
+        if let account = configuration.account, account.withHello { rememberedLogin = account }
     }
 
     /// Words that count as mentions besides the nick (`/set highlight`).
@@ -156,6 +179,11 @@ public final class ChatClientDriver {
             show(.error(time: ClientClock.now(), text: "there is no window \(number) (there are \(session.windows.count))"))
         }
         display?.sessionChanged()
+    }
+
+    /// Goes to the window with activity, a mention first (Alt-A, `/window goto active`).
+    public func selectActiveWindow() {
+        perform(session.perform(.window(.active)), fromUser: true)
     }
 
     /// Moves `offset` windows on, wrapping around.
@@ -255,7 +283,9 @@ public final class ChatClientDriver {
         for action in actions {
             switch action {
             case .show(let event):
-                display?.show(event)
+                display?.show(event, logged: true)
+            case .transient(let event):
+                display?.show(event, logged: false)
             case .send(let frames):
                 send(frames, fromUser: fromUser)
             case .alert:
@@ -292,7 +322,13 @@ public final class ChatClientDriver {
         if !allowed.isEmpty { outbound.yield(allowed) }
     }
 
-    func show(_ event: ChatEvent) { display?.show(event) }
+    func show(_ event: ChatEvent) { display?.show(event, logged: true) }
+
+    /// Shows `event` without logging it: what is true only at the moment.
+    func showTransient(_ event: ChatEvent) { display?.show(event, logged: false) }
+
+    /// Whether the display asks for a new password twice (AccountCommands.swift).
+    var confirmsSecrets: Bool { display?.confirmsSecrets ?? false }
 
     /// Asks the display for a secret (AccountCommands.swift); nil when there is no display.
     func askSecret(_ prompt: String, answer: @escaping (String?) -> Void) {
@@ -373,8 +409,9 @@ public final class ChatClientDriver {
             return
         }
         var rotation = ServerRotation(servers: configuration.servers, backoff: configuration.backoff)
+        // The nick refused as taken or registered, and how many `_` fallbacks were tried for it.
+        var fallbackBase: String?
         var fallbackAttempt = 0
-        let requestedNick = session.nick
         while !quitting {
             if case .server(let typed) = connectionRequest, let address = try? ServerAddress(parsing: typed) {
                 // From now on this server is the only one: the user chose it.
@@ -385,35 +422,56 @@ public final class ChatClientDriver {
             serverName = server.description
             var lostReason = "the server closed the connection"
             var sessionLasted: Duration?
+            sessionSettled = false
+            let login = loginBehindHello(to: server, encrypted: tlsContext != nil)
             do {
+                // A login must ride behind a hello for its own nick (docs/PROTOCOL.md, "Version 3").
                 let connection = try await ChatConnection.connect(
-                    host: server.host, port: server.port, nick: session.nick,
+                    host: server.host, port: server.port, nick: login?.name ?? session.nick,
                     password: configuration.password, version: WireProtocol.version,
                     timeout: configuration.handshakeTimeout, handshakeTimeout: configuration.handshakeTimeout, tls: tlsContext,
-                    login: loginBehindHello(to: server, encrypted: tlsContext != nil))
+                    login: login)
+                fallbackBase = nil
+                fallbackAttempt = 0
                 let began = ContinuousClock.now
                 defer { sessionLasted = ContinuousClock.now - began }
                 try await run(connection, on: server)
                 if let deadReason { lostReason = deadReason }
             } catch let refusal as ChatConnection.HandshakeError {
-                if case .refused(let code, _) = refusal, code == .nickTaken || (code == .nickReserved && configuration.account == nil),
-                    !hasConnected
-                {
-                    // Someone holds our nick at the start, or it is someone's account: take nick_,
-                    // as IRC clients do.
-                    fallbackAttempt += 1
-                    if let fallback = ClientSession.fallbackNick(for: requestedNick, attempt: fallbackAttempt) {
-                        let why = code == .nickReserved ? "is a registered nick" : "is taken"
-                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) \(why); trying \(fallback)"))
-                        session.useNick(fallback)
+                if case .refused(let code, let reason) = refusal {
+                    if hasConnected, let login, code == .authenticationFailed || code == .plainPasswordRefused {
+                        // The password this client held no longer works (changed or dropped
+                        // elsewhere): forget it, and go on as a guest rather than end the session.
+                        rememberedLogin = nil
+                        show(.error(time: ClientClock.now(), text:
+                            "the server refused the login to \(login.name): \(reason); going on without it (/login \(login.name) to log in again)"))
                         closeConnection()
                         continue
                     }
-                }
-                if case .refused(let code, let reason) = refusal, mustGiveUp(code) {
-                    show(.error(time: ClientClock.now(), text: "the server refused us: \(reason)"))
-                    finish(1)
-                    return
+                    let mayFallBack = code == .nickReserved ? hasConnected || configuration.account == nil : code == .nickTaken && !hasConnected
+                    if mayFallBack {
+                        // Someone holds our nick at the start, or it is an account whose password
+                        // this client does not know: take nick_, as IRC clients do, and keep the
+                        // windows.
+                        let base = fallbackBase ?? session.nick
+                        fallbackBase = base
+                        fallbackAttempt += 1
+                        if let fallback = ClientSession.fallbackNick(for: base, attempt: fallbackAttempt) {
+                            let why = code == .nickReserved ? "is a registered nick" : "is taken"
+                            let text = hasConnected
+                                ? "the nick \(session.nick) \(why) and this client has no password for it: going on as \(fallback) (/login \(base) to take it back)"
+                                : "the nick \(session.nick) \(why); trying \(fallback)"
+                            show(.notice(time: ClientClock.now(), text: text))
+                            session.useNick(fallback)
+                            closeConnection()
+                            continue
+                        }
+                    }
+                    if mustGiveUp(code) {
+                        show(.error(time: ClientClock.now(), text: "the server refused us: \(reason)"))
+                        finish(1)
+                        return
+                    }
                 }
                 lostReason = refusal.description
             } catch is CancellationError {
@@ -446,12 +504,12 @@ public final class ChatClientDriver {
                 await withCheckedContinuation { offlineWait = $0 }
                 continue
             case .reconnect, .server:
-                show(.notice(time: ClientClock.now(), text: "reconnecting as you asked"))
+                showTransient(.notice(time: ClientClock.now(), text: "reconnecting as you asked"))
                 continue
             case nil:
                 break
             }
-            let next = rotation.failed(sessionLasted: sessionLasted)
+            let next = rotation.failed(sessionLasted: sessionLasted, settled: sessionSettled)
             if !hasConnected, configuration.exitIfFirstConnectFails, case .wait = next {
                 show(.error(time: ClientClock.now(), text: Self.unreachable(configuration.servers, lastReason: lostReason)))
                 finish(1)
@@ -460,11 +518,11 @@ public final class ChatClientDriver {
             switch next {
             case .tryNow(let nextServer):
                 let what = sessionLasted == nil ? "cannot connect to \(server)" : "connection to \(server) lost"
-                show(.error(time: ClientClock.now(), text: "\(what): \(lostReason); trying \(nextServer)"))
+                showTransient(.error(time: ClientClock.now(), text: "\(what): \(lostReason); trying \(nextServer)"))
                 display?.sessionChanged()
             case .wait(let attempt, let nextServer):
                 let delay = configuration.backoff.delay(attempt: attempt)
-                show(.error(time: ClientClock.now(), text: Self.waitNotice(
+                showTransient(.error(time: ClientClock.now(), text: Self.waitNotice(
                     lost: server, connected: sessionLasted != nil, reason: lostReason, next: nextServer,
                     servers: configuration.servers.count, delay: delay, attempt: attempt)))
                 display?.sessionChanged()
@@ -543,12 +601,14 @@ public final class ChatClientDriver {
 
     /// Whether a handshake refusal will not go away by retrying. A taken nick may be our own
     /// previous session that the server has not noticed is gone yet, so only the first
-    /// connection gives up on it (after trying the fallback nicks).
+    /// connection gives up on it (after trying the fallback nicks). Once connected, a refused
+    /// account never ends the client: it goes on as a guest with its windows (above).
     private func mustGiveUp(_ code: ErrorCode) -> Bool {
         switch code {
         case .invalidNick, .badPassword, .unsupportedVersion: true
         // Retrying with the same nick and password cannot go otherwise.
-        case .nickReserved, .authenticationFailed, .plainPasswordRefused, .ghosted: true
+        case .nickReserved, .authenticationFailed, .plainPasswordRefused: !hasConnected
+        case .ghosted: true
         // A server ban refuses every hello alike; a kill is final (version 4).
         case .banned, .killed: true
         case .nickTaken: !hasConnected
@@ -599,6 +659,8 @@ public final class ChatClientDriver {
             // turn, and so on for ever), killed or banned by the server (it would refuse us
             // again): stay offline until /reconnect.
             if ClientSession.isFinal(frame) { connectionRequest = .disconnect }
+            if !sessionSettled, session.isAnswer(frame) { sessionSettled = true }
+            noteAccountAnswer(frame)  // AccountCommands.swift
             perform(session.receive(frame), fromUser: false)
             if case .limits = frame, let limits = session.limits { pacer = PastePacer(limits: limits, now: now()) }
         }

@@ -27,6 +27,9 @@ public enum ChatEvent: Equatable, Sendable {
     /// A moderation event in `room` (version 4), worded by the session: a kick, a mode change, an
     /// invitation, the room's modes.
     case moderation(room: String, time: UInt64, text: String)
+    /// Someone was kicked from `room` (version 4), worded by the session: drawn to stand out,
+    /// where presence lines are dim.
+    case kick(room: String, time: UInt64, text: String)
     /// Every room on the server.
     case roomList(time: UInt64, rooms: [RoomInfo])
     /// A line that marks a point in `room`'s stream: "— 3 new since you left —", or that the
@@ -51,8 +54,32 @@ extension ChatEvent {
         case .message(_, let time, _, _, _), .action(_, let time, _, _, _), .direct(let time, _, _, _, _),
             .joined(_, let time, _), .left(_, let time, _), .quit(_, let time, _, _), .nickChanged(_, let time, _, _),
             .topic(_, let time, _, _), .members(_, let time, _), .roomList(let time, _), .marker(_, let time, _),
-            .moderation(_, let time, _), .notice(let time, _), .error(let time, _):
+            .moderation(_, let time, _), .kick(_, let time, _), .notice(let time, _), .error(let time, _):
             time
+        }
+    }
+}
+
+extension ChatEvent {
+    /// The room the event happened in; nil for direct messages and the client's own notes.
+    public var room: String? {
+        switch self {
+        case .message(let room, _, _, _, _), .action(let room, _, _, _, _), .joined(let room, _, _), .left(let room, _, _),
+            .quit(let room, _, _, _), .nickChanged(let room, _, _, _), .topic(let room, _, _, _), .members(let room, _, _),
+            .marker(let room, _, _), .moderation(let room, _, _), .kick(let room, _, _):
+            room
+        case .direct, .roomList, .notice, .error:
+            nil
+        }
+    }
+
+    /// Whether a log may hold this line already: a room's backlog (shown again at every start)
+    /// or a catch-up's missed line, and a topic (which every join's backlog repeats).
+    public var mayBeLoggedAlready: Bool {
+        switch self {
+        case .message(_, _, _, _, let replayed), .action(_, _, _, _, let replayed): replayed
+        case .topic: true
+        default: false
         }
     }
 }

@@ -46,7 +46,7 @@ public enum ClientCommand: Equatable, Sendable {
     case help(topic: String?)
     /// `/switch name`: go to an open room or query window by its name.
     case switchWindow(String)
-    /// `/window list|close|N|name`.
+    /// `/window list|close|N|name|goto active`.
     case window(WindowTarget)
     /// `/clear`: empty the current window.
     case clear
@@ -82,6 +82,8 @@ public enum ClientCommand: Equatable, Sendable {
         case number(Int)
         /// Go to the window called this (`#dev`, `dev`, `bob`).
         case named(String)
+        /// Go to the window with activity, a mention first (`/window goto active`, Alt-A).
+        case active
     }
 }
 
@@ -134,6 +136,9 @@ public struct CommandSpec: Sendable, Equatable {
         case window
     }
 
+    /// What `/window` takes before a window's name, for Tab.
+    public static let windowWords = ["list", "close", "goto"]
+
     /// The short forms irssi users type, and what they stand for.
     public static let shortForms = ["j": "join", "q": "query", "w": "window", "win": "window", "list": "rooms", "n": "names", "p": "part"]
 
@@ -155,13 +160,13 @@ public struct CommandSpec: Sendable, Equatable {
         CommandSpec(name: "away", usage: "/away [message]", summary: "mark yourself away (no message: back)", argument: .text),
         CommandSpec(name: "ignore", usage: "/ignore [nick]", summary: "hide a nick's messages (no nick: list)", argument: .nick),
         CommandSpec(name: "unignore", usage: "/unignore nick", summary: "show a nick's messages again", argument: .nick),
-        CommandSpec(name: "window", usage: "/window list|close|N|name", summary: "list windows, close this one, or go to one", argument: .window),
+        CommandSpec(name: "window", usage: "/window N|name|list|close", summary: "go to a window, list them, or close this one; /window goto active (Alt-A) goes to the one with activity, mentions first", argument: .window),
         CommandSpec(name: "clear", usage: "/clear", summary: "empty the current window", argument: .text),
         CommandSpec(name: "lastlog", usage: "/lastlog text", summary: "show the current window's lines containing text", argument: .text),
         CommandSpec(name: "set", usage: "/set [name [value]]", summary: "list, show or change a setting for this session", argument: .text),
         CommandSpec(name: "save", usage: "/save", summary: "write the settings to the config file", argument: .text),
-        CommandSpec(name: "register", usage: "/register", summary: "make your nick an account, with the --account-password-file password", argument: .text),
-        CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account (default: --account, else your nick) and take its nick", argument: .nick),
+        CommandSpec(name: "register", usage: "/register", summary: "make your nick an account (the password asked twice at a hidden prompt, or from the account password file); logged in again at every reconnect", argument: .text),
+        CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account and take its nick (default: the last one, else --account, else the nick you started with)", argument: .nick),
     ] + moderation + [
         CommandSpec(name: "reconnect", usage: "/reconnect", summary: "connect again now", argument: .text),
         CommandSpec(name: "server", usage: "/server HOST:PORT", summary: "move to another server", argument: .text),
@@ -183,6 +188,19 @@ public enum CommandParser {
     public static let defaultHistoryCount: UInt32 = 20
     /// The reason `/quit` sends when none is given.
     public static let defaultQuitReason = "leaving"
+
+    /// Whether `line` may hold a password typed where it should not be — `/register secret`,
+    /// `/login alice secret` — so the editor keeps it out of the history file (the command itself
+    /// refuses it). Passwords are typed at the hidden prompt those commands open instead.
+    public static func holdsSecret(_ line: String) -> Bool {
+        let words = line.split(whereSeparator: \.isWhitespace)
+        guard let first = words.first, first.hasPrefix("/"), !first.hasPrefix("//") else { return false }
+        switch first.dropFirst().lowercased() {
+        case "register": return words.count > 1
+        case "login": return words.count > 2
+        default: return false
+        }
+    }
 
     /// Parses `line`; returns nil for a blank line, which does nothing. `aliases` are the
     /// user's own commands (`wc = "window close"`): `/wc args` is read as `/window close args`.
@@ -245,7 +263,11 @@ public enum CommandParser {
             guard rest.isEmpty else { throw usage }
             return .listRooms
         case "window":
-            guard let word = singleWord(rest) else { throw usage }
+            let words = rest.split(whereSeparator: \.isWhitespace).map(String.init)
+            // irssi's `/window goto N|name|active` is `/window N|name` and Alt-A.
+            let target = words.count == 2 && words[0].lowercased() == "goto" ? words[1] : rest
+            guard let word = singleWord(target) else { throw usage }
+            if target != rest, word.lowercased() == "active" { return .window(.active) }
             switch word.lowercased() {
             case "list": return .window(.list)
             case "close": return .window(.close)

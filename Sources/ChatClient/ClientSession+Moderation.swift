@@ -121,12 +121,12 @@ extension ClientSession {
             if isSelf(who) {
                 leaveKeepingWindow(room)
                 moderation.removed[room] = "kicked by \(Self.setter(by))"
-                return [.show(.moderation(room: room, time: time, text:
+                return [.show(.kick(room: room, time: time, text:
                     "you were kicked from #\(room) by \(Self.setter(by))\(why); you will not rejoin by yourself (/join #\(room) to go back)")), .alert]
             }
             forgetRoles(of: who, in: room)
             removeMember(who, from: room)
-            return live(room: room, seq: seq, .moderation(room: room, time: time, text: "\(who) was kicked by \(Self.setter(by))\(why)"))
+            return live(room: room, seq: seq, .kick(room: room, time: time, text: "\(who) was kicked by \(Self.setter(by))\(why)"))
         case let .modeChanged(room, seq, time, by, mode, on, argument):
             let change = ModeChange(mode, on: on, argument: argument)
             apply(change, to: room)

@@ -9,8 +9,11 @@ import Darwin
 public enum SessionAction: Equatable, Sendable {
     /// Send these frames to the server, in order.
     case send([Frame])
-    /// Show this event to the user.
+    /// Show this event to the user (and log it with its window).
     case show(ChatEvent)
+    /// Show this event, but keep it out of the logs: it is true only at the moment or only of
+    /// the screen (a catch-up's marker, "live from here").
+    case transient(ChatEvent)
     /// Draw the user's attention (the terminal bell): a mention or a direct message arrived.
     case alert
     /// Leave the server with this reason (send `goodbye`, wait for the close, exit).
@@ -33,6 +36,8 @@ public enum DisplayRequest: Equatable, Sendable {
     case set(name: String?, value: String?)
     /// Write the settings to the config file (`/save`).
     case save
+    /// A window changed its name (a query whose nick changed): its lines go with it.
+    case renameWindow(from: ChatWindow, to: ChatWindow)
 }
 
 /// What the session asks of the driver's connection.
@@ -123,6 +128,9 @@ public struct ClientSession: Sendable {
     var moderation = ModerationState()
     let clock: @Sendable () -> UInt64
 
+    /// The longest usage `/help` lines its descriptions up after; longer ones get a line of their own.
+    static let helpUsageWidth = 26
+
     /// How many history entries to ask for per `fetchHistory` while catching up.
     static let catchUpPageSize: UInt32 = 200
 
@@ -201,6 +209,16 @@ public struct ClientSession: Sendable {
         roomListIsQuiet = true
         actions.append(.send([.listRooms]))
         return actions
+    }
+
+    /// Whether `frame` answers a request of this connection — our own join's echo, or the room
+    /// list asked for on connecting: the server did more than welcome us.
+    public func isAnswer(_ frame: Frame) -> Bool {
+        switch frame {
+        case .joined(_, _, _, let who): isSelf(who)
+        case .roomList, .roomListPage(true, _): true
+        default: false
+        }
     }
 
     /// Whether `room` is being put back after a reconnect: its join, member list and "nothing
@@ -307,18 +325,10 @@ public struct ClientSession: Sendable {
     /// The window an event belongs in: its room's or its conversation's, when that window is
     /// open; anything else (notices, errors, room lists) goes to the current window.
     public func window(for event: ChatEvent) -> ChatWindow? {
-        let room: String?
-        switch event {
-        case .message(let name, _, _, _, _), .action(let name, _, _, _, _), .joined(let name, _, _), .left(let name, _, _),
-            .quit(let name, _, _, _), .nickChanged(let name, _, _, _), .topic(let name, _, _, _), .members(let name, _, _),
-            .marker(let name, _, _), .moderation(let name, _, _):
-            room = name
-        case .direct(_, let sender, let recipient, _, let outgoing):
+        if case .direct(_, let sender, let recipient, _, let outgoing) = event {
             return queryWindow(with: outgoing ? recipient : sender) ?? currentWindow
-        case .roomList, .notice, .error:
-            room = nil
         }
-        if let room, windows.contains(.room(room)) { return .room(room) }
+        if let room = event.room, windows.contains(.room(room)) { return .room(room) }
         return currentWindow
     }
 
@@ -338,6 +348,28 @@ public struct ClientSession: Sendable {
 
     private func queryWindow(with other: String) -> ChatWindow? {
         windows.first { if case .query(let nick) = $0 { ChatName.nickKey(nick) == ChatName.nickKey(other) } else { false } }
+    }
+
+    /// The query with `old` follows it to its new nick (seen in any room we share), keeping its
+    /// place, its activity and — through the display — its lines; unless a query with `new` is
+    /// open already.
+    private mutating func renameQuery(from old: String, to new: String) -> [SessionAction] {
+        guard let window = queryWindow(with: old), let index = windows.firstIndex(of: window) else { return [] }
+        let renamed = ChatWindow.query(new)
+        guard window != renamed else { return [] }
+        if let other = queryWindow(with: new), other != window { return [] }
+        windows[index] = renamed
+        if currentWindow == window { currentWindow = renamed }
+        activity[renamed] = activity.removeValue(forKey: window)
+        return [.display(.renameWindow(from: window, to: renamed))]
+    }
+
+    /// The window to go to for Alt-A (`/window goto active`): one with a mention or a direct
+    /// message first, else one with unread messages; the lowest numbered among equals, as irssi
+    /// goes. Nil when no other window has activity.
+    public func mostActiveWindow() -> ChatWindow? {
+        let candidates = windows.filter { $0 != currentWindow && (activity[$0]?.unread ?? 0 > 0 || activity[$0]?.mentioned == true) }
+        return candidates.first { activity[$0]?.mentioned == true } ?? candidates.first
     }
 
     /// Counts a live message in `window` unless the user is looking at it; an alert when it
@@ -506,6 +538,10 @@ public struct ClientSession: Sendable {
         case .number(let number):
             guard selectWindow(number: number) else { return [error("there is no window \(number) (there are \(windows.count))")] }
             return []
+        case .active:
+            guard let window = mostActiveWindow() else { return [notice("no window has activity")] }
+            select(window)
+            return []
         case .named(let name):
             if name.hasPrefix("#") {
                 guard let room = try? ChatName.normalizedRoom(name), windows.contains(.room(room)) else {
@@ -633,7 +669,7 @@ public struct ClientSession: Sendable {
                 membersByRoom[room]?[index] = new
             }
             renameRoles(from: old, to: new, in: room)
-            return live(room: room, seq: seq, .nickChanged(room: room, time: time, old: old, new: new))
+            return renameQuery(from: old, to: new) + live(room: room, seq: seq, .nickChanged(room: room, time: time, old: old, new: new))
         case let .nickAccepted(newNick):
             nick = newNick
             return [notice("you are now known as \(newNick)")]
@@ -739,6 +775,18 @@ public struct ClientSession: Sendable {
         let outgoing = isSelf(sender) && !isSelf(recipient)
         if isSelf(sender) { _ = answer(.tell) }
         if !outgoing, isIgnored(sender) { return [] }
+        if outgoing {
+            // Your own message opens the query it belongs to, as irssi's autocreate_own_query
+            // does, so a later /query shows it; you stay where you are, told where it went.
+            let window = queryWindow(with: recipient) ?? .query(recipient)
+            addWindow(window)
+            var actions: [SessionAction] = [.show(.direct(time: time, sender: sender, recipient: recipient, text: text, outgoing: true))]
+            if window != currentWindow, currentWindow != .merged, let number = windows.firstIndex(of: window).map({ $0 + 1 }) {
+                let keys = number <= 10 ? "Alt-\(number % 10) or " : ""
+                actions.append(.transient(.notice(time: clock(), text: "to \(recipient): in window \(number) (\(keys)/window \(window.title))")))
+            }
+            return actions
+        }
         var actions: [SessionAction] = [.show(.direct(time: time, sender: sender, recipient: recipient, text: text, outgoing: outgoing))]
         if !outgoing {
             let window = queryWindow(with: sender) ?? .query(sender)
@@ -896,7 +944,8 @@ public struct ClientSession: Sendable {
         let count = shown.filter { $0.kind != .topic }.count
         if count == 0, isRejoining(room) { return shown.compactMap { replayed(room: room, $0) } }
         let text = count == 0 ? "nothing new since you left" : "\(count) new since you left"
-        var actions: [SessionAction] = [.show(.marker(room: room, time: clock(), text: text))]
+        // Of the screen, not the log: the log has the missed lines in their place by time.
+        var actions: [SessionAction] = [.transient(.marker(room: room, time: clock(), text: text))]
         for entry in shown {
             if let action = replayed(room: room, entry) { actions.append(action) }
             if entry.kind != .topic, !isSelf(entry.sender) {
@@ -910,7 +959,7 @@ public struct ClientSession: Sendable {
     private func backlog(room: String, _ entries: [HistoryEntry]) -> [SessionAction] {
         let shown = entries.compactMap { replayed(room: room, $0) }
         guard !shown.isEmpty else { return [] }
-        return shown + [.show(.marker(room: room, time: clock(), text: "live from here"))]
+        return shown + [.transient(.marker(room: room, time: clock(), text: "live from here"))]
     }
 
     /// `room` is back after a reconnect with `newMessages` missed; once every room is, the one
@@ -1011,12 +1060,20 @@ public struct ClientSession: Sendable {
             guard let spec = CommandSpec.named(topic) else { return [error(CommandError.unknownCommand(topic).description)] }
             return [notice("\(spec.usage) — \(spec.summary)")]
         }
-        let width = CommandSpec.all.map(\.usage.count).max() ?? 0
+        // The descriptions start in one column, after the usages that fit before it; a longer
+        // usage (/mode's) has its description on the line below. The tab marks where a
+        // description's continuation rows start when the terminal wraps it (MessageRenderer).
+        let width = CommandSpec.all.map(\.usage.count).filter { $0 <= Self.helpUsageWidth }.max() ?? Self.helpUsageWidth
         var lines = ["commands (plain text goes to the current window; Tab completes commands, nicks and rooms):"]
         for spec in CommandSpec.all {
-            lines.append("  " + spec.usage + String(repeating: " ", count: width - spec.usage.count) + "  " + spec.summary)
+            if spec.usage.count <= width {
+                lines.append("  " + spec.usage + String(repeating: " ", count: width - spec.usage.count) + "  \t" + spec.summary)
+            } else {
+                lines.append("  " + spec.usage)
+                lines.append(String(repeating: " ", count: width + 4) + "\t" + spec.summary)
+            }
         }
-        lines.append("keys: Alt-1…9 or Ctrl-N/Ctrl-P switch windows; Ctrl-C clears the line (twice on an empty line quits); Ctrl-R searches history")
+        lines.append("keys: \tAlt-1…9 or Ctrl-N/Ctrl-P switch windows, Alt-A goes to the window with activity (mentions first); Ctrl-C clears the line (twice on an empty line quits); Ctrl-R searches history")
         return lines.map(notice)
     }
 }

@@ -4,14 +4,19 @@ import ChatProtocol
 /// depending on where the word stands in the line.
 public enum CompletionCandidates {
     /// The completions of `word`, given the text before it on the line (`lineBefore`), the
-    /// nicks and rooms we know (rooms without `#`). Matching ignores letter case; candidates
-    /// keep the spelling they were given in, without duplicates, in the order given.
+    /// nicks and rooms we know (rooms without `#`) and the open windows' titles (`#general`,
+    /// `bob`). Matching ignores letter case; candidates keep the spelling they were given in,
+    /// without duplicates, in the order given.
     ///
     /// - A word starting with `/` at the start of the line completes a command (`/jo` → `/join`).
     /// - A word starting with `#`, or the first argument of a room command, completes a room.
+    /// - The first argument of `/window` completes its words (`list`, `close`, `goto`) and the
+    ///   open windows (every known room and nick when no windows are given).
     /// - Anything else completes a nick; at the start of the line the nick gets a `:` so the
     ///   line reads as addressed to that person, as in IRC clients.
-    public static func candidates(for word: String, lineBefore: String, nicks: [String], rooms: [String]) -> [String] {
+    /// - An empty word completes only a command's first argument (`/window ` then Tab lists
+    ///   the windows); after free text it offers nothing.
+    public static func candidates(for word: String, lineBefore: String, nicks: [String], rooms: [String], windows: [String] = []) -> [String] {
         let previousWords = lineBefore.split(whereSeparator: \.isWhitespace)
         let atLineStart = previousWords.isEmpty
 
@@ -24,12 +29,13 @@ public enum CompletionCandidates {
         {
             argument = spec.argument
         }
+        if word.isEmpty, !atLineStart, argument == .text { return [] }
         if word.hasPrefix("#") || argument == .room {
             let bare = word.hasPrefix("#") ? String(word.dropFirst()) : word
             return matching(bare, rooms).map { "#" + $0 }
         }
         if argument == .window {
-            return matching(word, rooms.map { "#" + $0 } + nicks)
+            return matching(word, CommandSpec.windowWords + (windows.isEmpty ? rooms.map { "#" + $0 } + nicks : windows))
         }
         if argument == .command {
             return matching(word, CommandSpec.all.map(\.name))

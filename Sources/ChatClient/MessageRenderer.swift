@@ -21,6 +21,10 @@ public struct MessageRenderer: Sendable {
     public var timestampFormat = "%H:%M"
     /// Words highlighted like our nick (the `highlight` setting).
     public var highlightWords: [String] = []
+    /// Whether lines carry `TerminalText.indentMark` where their text starts, so that rows cut
+    /// from them (`TerminalText.rows`) continue under the text, as irssi's do. Off for pipes,
+    /// whose lines are not cut.
+    public var marksIndent = false
     /// The zone times are shown in; nil for the C library's local time.
     private let calendar: Calendar?
 
@@ -47,35 +51,41 @@ public struct MessageRenderer: Sendable {
         isTerminal && (environment["NO_COLOR"] ?? "").isEmpty && environment["TERM"] != "dumb"
     }
 
-    /// The line for `event`, without a trailing newline.
-    public func render(_ event: ChatEvent) -> String {
+    /// The line for `event`, without a trailing newline. `showingRoom` false leaves out the
+    /// room's name, for lines drawn in the room's own window, where it would be said on every
+    /// line; the merged window, pipes and lines shown elsewhere name it.
+    public func render(_ event: ChatEvent, showingRoom: Bool = true) -> String {
+        let room: (String) -> String? = { showingRoom ? $0 : nil }
         switch event {
-        case let .message(room, time, sender, text, _):
-            return line(time, room: room, "<\(nick(sender))> \(body(text, from: sender))")
-        case let .action(room, time, sender, text, _):
-            return line(time, room: room, "\(style(.bold, "*")) \(nick(sender)) \(body(text, from: sender))")
+        case let .message(name, time, sender, text, _):
+            return line(time, room: room(name), "<\(nick(sender))> " + mark + body(text, from: sender))
+        case let .action(name, time, sender, text, _):
+            return line(time, room: room(name), "\(style(.bold, "*")) \(nick(sender)) " + mark + body(text, from: sender))
         case let .direct(time, sender, recipient, text, outgoing):
             let marker = outgoing ? "-> *\(clean(recipient))*" : "*\(clean(sender))*"
-            return line(time, room: nil, "\(style(.direct, marker)) \(outgoing ? clean(text) : style(.mention, clean(text)))")
-        case let .marker(room, time, text):
-            return line(time, room: room, style(.notice, "— \(clean(text)) —"))
-        case let .joined(room, time, who):
-            return line(time, room: room, style(.presence, "-!- \(clean(who)) joined"))
-        case let .left(room, time, who):
-            return line(time, room: room, style(.presence, "-!- \(clean(who)) left"))
-        case let .quit(room, time, who, reason):
+            return line(time, room: nil, "\(style(.direct, marker)) " + mark + (outgoing ? clean(text) : style(.mention, clean(text))))
+        case let .marker(name, time, text):
+            return line(time, room: room(name), style(.notice, "— " + mark + "\(clean(text)) —"))
+        case let .joined(name, time, who):
+            return line(time, room: room(name), style(.presence, "-!- " + mark + "\(clean(who)) joined"))
+        case let .left(name, time, who):
+            return line(time, room: room(name), style(.presence, "-!- " + mark + "\(clean(who)) left"))
+        case let .quit(name, time, who, reason):
             let why = reason.isEmpty ? "" : " (\(clean(reason)))"
-            return line(time, room: room, style(.presence, "-!- \(clean(who)) quit\(why)"))
-        case let .nickChanged(room, time, old, new):
-            return line(time, room: room, style(.presence, "-!- \(clean(old)) is now known as \(clean(new))"))
-        case let .topic(room, time, setBy, text):
-            let body = text.isEmpty ? "-!- \(clean(setBy)) cleared the topic" : "-!- topic: \(clean(text)) (set by \(clean(setBy)))"
-            return line(time, room: room, style(.presence, body))
-        case let .members(room, time, nicks):
+            return line(time, room: room(name), style(.presence, "-!- " + mark + "\(clean(who)) quit\(why)"))
+        case let .nickChanged(name, time, old, new):
+            return line(time, room: room(name), style(.presence, "-!- " + mark + "\(clean(old)) is now known as \(clean(new))"))
+        case let .topic(name, time, setBy, text):
+            let body = text.isEmpty ? "\(clean(setBy)) cleared the topic" : "topic: \(clean(text)) (set by \(clean(setBy)))"
+            return line(time, room: room(name), style(.presence, "-!- " + mark + body))
+        case let .members(name, time, nicks):
             let names = nicks.map(roleNick).joined(separator: " ")
-            return line(time, room: room, "\(style(.presence, "-!- members (\(nicks.count)):")) \(names)")
-        case let .moderation(room, time, text):
-            return line(time, room: room, style(.presence, "-!- \(clean(text))"))
+            return line(time, room: room(name), "\(style(.presence, "-!- " + mark + "members (\(nicks.count)):")) \(names)")
+        case let .moderation(name, time, text):
+            return line(time, room: room(name), style(.presence, "-!- " + mark + clean(text)))
+        case let .kick(name, time, text):
+            // A kick is news, not presence: it stands out where joins and parts are dim.
+            return line(time, room: room(name), style(.kick, "-!- " + mark + clean(text)))
         case let .roomList(time, rooms):
             if rooms.isEmpty { return line(time, room: nil, style(.notice, "-- no rooms yet; /join #room creates one")) }
             // One room a line, so a long list and long topics stay readable; the display splits
@@ -90,9 +100,9 @@ public struct MessageRenderer: Sendable {
             let count = rooms.count == 1 ? "1 room" : "\(rooms.count) rooms"
             return ([line(time, room: nil, style(.notice, "-- \(count):"))] + list).joined(separator: "\n")
         case let .notice(time, text):
-            return line(time, room: nil, style(.notice, "-- \(clean(text))"))
+            return line(time, room: nil, style(.notice, "-- " + mark + indented(text)))
         case let .error(time, text):
-            return line(time, room: nil, style(.error, "!! \(clean(text))"))
+            return line(time, room: nil, style(.error, "!! " + mark + clean(text)))
         }
     }
 
@@ -131,6 +141,7 @@ public struct MessageRenderer: Sendable {
         case dim = "2"
         case presence = "2;37"
         case direct = "1;35"
+        case kick = "1;91"
         case mention = "1;33"
         case notice = "36"
         case error = "1;31"
@@ -142,6 +153,20 @@ public struct MessageRenderer: Sendable {
     }
 
     private func clean(_ text: String) -> String { TerminalText.sanitized(text) }
+
+    /// The indent mark, when lines carry one.
+    private var mark: String { marksIndent ? String(TerminalText.indentMark) : "" }
+
+    /// A notice of the client's own, sanitized; a tab in it marks where its continuation rows
+    /// start instead (`/help` lines its descriptions up that way), after the first tab only.
+    private func indented(_ text: String) -> String {
+        guard let tab = text.firstIndex(of: "\t") else { return clean(text) }
+        let rest = text[text.index(after: tab)...]
+        guard marksIndent else { return clean(String(text[..<tab]) + rest) }
+        // The mark placed before the line's text gives way to this later one (`TerminalText.rows`
+        // indents under the last mark of a line's first row).
+        return clean(String(text[..<tab])) + String(TerminalText.indentMark) + clean(String(rest))
+    }
 
     /// A message's text, highlighted when it mentions our nick (and someone else wrote it).
     private func body(_ text: String, from sender: String) -> String {

@@ -5,8 +5,10 @@
 /// off together by a server restart do not all come back in the same instant, while each
 /// still waits at least half the nominal delay.
 ///
-/// The delays start again from `initial` only after a session has stayed up for `stableAfter`:
-/// a server that welcomes and drops at once is not redialled at the shortest delay forever.
+/// The delays start again from `initial` once a session has settled — the server answered one
+/// of its requests (the rejoins) — or stayed up for `stableAfter`: a server that is back after a
+/// long outage is not left waiting out the longest delay at its next restart, while one that
+/// welcomes and drops at once is not redialled at the shortest delay forever.
 public struct ReconnectBackoff: Sendable, Equatable {
     /// The nominal delay before the first attempt.
     public var initial: Duration
@@ -23,10 +25,17 @@ public struct ReconnectBackoff: Sendable, Equatable {
     }
 
     /// The attempt number for the next reconnection, after attempt `previous` (0 before any)
-    /// led to a session that lasted `sessionLasted` (nil: no session, the attempt failed).
-    public func nextAttempt(after previous: Int, sessionLasted: Duration?) -> Int {
-        if let sessionLasted, sessionLasted >= stableAfter { return 1 }
+    /// led to a session that lasted `sessionLasted` (nil: no session, the attempt failed), in
+    /// which the server answered a request (`settled`) or not.
+    public func nextAttempt(after previous: Int, sessionLasted: Duration?, settled: Bool = false) -> Int {
+        if startsAgain(sessionLasted: sessionLasted, settled: settled) { return 1 }
         return previous + 1
+    }
+
+    /// Whether a session that lasted `sessionLasted` (nil: none) starts the delays again.
+    public func startsAgain(sessionLasted: Duration?, settled: Bool) -> Bool {
+        guard let sessionLasted else { return false }
+        return settled || sessionLasted >= stableAfter
     }
 
     /// The nominal delay before attempt `attempt` (1 for the first), before jitter.

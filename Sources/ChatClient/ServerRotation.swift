@@ -7,10 +7,11 @@ import SocketCore
 /// it goes on to the next server at once — a dead node among live ones costs one refused
 /// connect, not a delay — until every server has failed once since the last wait; then it waits
 /// the backoff's delay for the round and starts the next round where the list goes on. A
-/// session that stayed up for the backoff's `stableAfter` starts a fresh round and resets the
-/// delays, as it does for a single server; a shorter one counts as a failure of its server, so
-/// servers that welcome and drop at once are not redialled in a tight loop. With one server this
-/// is exactly `ReconnectBackoff`: a wait after every failure.
+/// session that settled (the server answered a request) or stayed up for the backoff's
+/// `stableAfter` starts a fresh round and resets the delays, as it does for a single server; a
+/// session that did neither counts as a failure of its server, so servers that welcome and drop
+/// at once are not redialled in a tight loop. With one server this is exactly
+/// `ReconnectBackoff`: a wait after every failure.
 ///
 /// A value with no clock and no I/O; the driver owns it.
 public struct ServerRotation: Sendable {
@@ -43,10 +44,11 @@ public struct ServerRotation: Sendable {
     }
 
     /// The current server failed: the connection attempt did not end in a welcome
-    /// (`sessionLasted` nil), or a session that lasted `sessionLasted` ended. Moves on to the
-    /// next server and says whether to try it now or after a wait.
-    public mutating func failed(sessionLasted: Duration?) -> Next {
-        if let sessionLasted, sessionLasted >= backoff.stableAfter {
+    /// (`sessionLasted` nil), or a session that lasted `sessionLasted` ended, `settled` when the
+    /// server had answered one of its requests. Moves on to the next server and says whether
+    /// to try it now or after a wait.
+    public mutating func failed(sessionLasted: Duration?, settled: Bool = false) -> Next {
+        if backoff.startsAgain(sessionLasted: sessionLasted, settled: settled) {
             failedThisRound = 0
             attempt = 0
         }

@@ -118,31 +118,33 @@ public enum TerminalText {
         }
     }
 
-    /// `line` cut into the rows a terminal `columns` cells wide wraps it over, each at most
-    /// `columns` cells: the first rows of a line taller than the screen, or its last, can then
-    /// be drawn alone.
+    /// Where a line's continuation rows start: an invisible mark `MessageRenderer` puts before a
+    /// line's text (after `09:04 <bob> `), as irssi's indent mark. It is a C0 control, which
+    /// `sanitized` never lets through from a peer, so only the client can place it; `rows`
+    /// measures it as nothing and `plain` drops it.
+    public static let indentMark: Unicode.Scalar = "\u{1F}"
+
+    /// `line` cut into the rows of a terminal `columns` cells wide, each at most `columns` cells:
+    /// the first rows of a line taller than the screen, or its last, can then be drawn alone.
     ///
-    /// Cut as the terminal wraps, code point by code point (as `cellWidth` measures): a
-    /// double-width character that does not fit in the last cell of a row starts the next, and a
-    /// zero-width one stays with the character before it. The colour and style codes
-    /// `MessageRenderer` puts in go with the text they style: a row cut inside a style ends with
-    /// a reset and the next row starts with the codes in effect, so each row draws alone.
+    /// Cut at spaces, as irssi cuts: a row ends before the word that would not fit, and the
+    /// continuation rows start under the line's text — at the column of its `indentMark`, at
+    /// most half the width (a line without the mark, or one whose mark is further right, is
+    /// indented less). A word wider than a row is cut where the row ends, code point by code
+    /// point as the terminal measures (`cellWidth`): a double-width character that does not fit
+    /// starts the next row, and a zero-width one stays with the character before it. The spaces
+    /// where a row was cut are not drawn. The colour and style codes `MessageRenderer` puts in
+    /// go with the text they style: a row cut inside a style ends with a reset and the next row
+    /// starts with the codes in effect, so each row draws alone.
     public static func rows(of line: String, columns: Int) -> [String] {
-        let columns = max(1, columns)
-        var rows: [String] = []
-        var row = String.UnicodeScalarView()
-        var used = 0
-        // The codes since the last reset: what a row cut here must start with.
-        var style = String.UnicodeScalarView()
+        var cutter = RowCutter(columns: max(1, columns))
         var escape: String.UnicodeScalarView?
         for scalar in line.unicodeScalars {
             if var sequence = escape {
                 sequence.append(scalar)
                 if (0x40...0x7E).contains(scalar.value), scalar != "[" {
                     escape = nil
-                    row.append(contentsOf: sequence)
-                    let code = String(sequence)
-                    if code == "\u{1B}[0m" || code == "\u{1B}[m" { style = String.UnicodeScalarView() } else { style.append(contentsOf: sequence) }
+                    cutter.add(.code(sequence))
                 } else {
                     escape = sequence
                 }
@@ -150,21 +152,113 @@ public enum TerminalText {
             }
             if scalar == "\u{1B}" {
                 escape = "\u{1B}".unicodeScalars
-                continue
+            } else if scalar == indentMark {
+                cutter.markIndent()
+            } else {
+                cutter.add(.glyph(scalar, cellWidth(of: scalar)))
             }
-            let width = cellWidth(of: scalar)
-            if used + width > columns, used > 0 {
-                if !style.isEmpty { row.append(contentsOf: "\u{1B}[0m".unicodeScalars) }
-                rows.append(String(row))
-                row = style
-                used = 0
+        }
+        if let escape { cutter.add(.code(escape)) }
+        return cutter.finish()
+    }
+
+    /// Cuts one line into rows as `rows` describes, a piece at a time.
+    private struct RowCutter {
+        enum Piece {
+            /// A colour or style code: no cells.
+            case code(String.UnicodeScalarView)
+            /// A character and its cells.
+            case glyph(Unicode.Scalar, Int)
+
+            var width: Int { if case .glyph(_, let width) = self { width } else { 0 } }
+            var isSpace: Bool { if case .glyph(" ", _) = self { true } else { false } }
+        }
+
+        let columns: Int
+        private var rows: [String] = []
+        /// The codes in effect where the current row starts.
+        private var startStyle = String.UnicodeScalarView()
+        /// The current row's pieces, after its indent.
+        private var pieces: [Piece] = []
+        /// The cells of the current row: its indent and its pieces.
+        private var used = 0
+        /// The cells the current row starts with (0 on the first row).
+        private var lead = 0
+        /// The cells continuation rows start with.
+        private var indent = 0
+
+        init(columns: Int) {
+            self.columns = columns
+        }
+
+        /// The mark of where the text starts: continuation rows go under it.
+        mutating func markIndent() {
+            if rows.isEmpty, lead == 0 { indent = min(used, columns / 2) }
+        }
+
+        mutating func add(_ piece: Piece) {
+            let width = piece.width
+            if width > 0, used + width > columns, used > lead {
+                cut(before: piece)
+                // The space where a row ends is not drawn.
+                if piece.isSpace { return }
             }
-            row.append(scalar)
+            pieces.append(piece)
             used += width
         }
-        if let escape { row.append(contentsOf: escape) }
-        rows.append(String(row))
-        return rows
+
+        /// Ends the current row before `next`, which does not fit: at the last space that has
+        /// text before it, when the word after it fits a continuation row with `next`; else
+        /// where the row is full.
+        private mutating func cut(before next: Piece) {
+            var end = pieces.count
+            if !next.isSpace, let space = pieces.lastIndex(where: \.isSpace),
+                pieces[..<space].contains(where: { $0.width > 0 && !$0.isSpace }),
+                indent + pieces[(space + 1)...].reduce(0, { $0 + $1.width }) + next.width <= columns
+            {
+                end = space
+            }
+            var carried = end < pieces.count ? Array(pieces[(end + 1)...]) : []
+            var kept = Array(pieces[..<end])
+            while let last = kept.last, last.isSpace { kept.removeLast() }
+            let styleAtCut = Self.style(startStyle, after: pieces[..<min(pieces.count, end + 1)])
+            var row = String.UnicodeScalarView(repeating: " ", count: lead)
+            row.append(contentsOf: startStyle)
+            for piece in kept { row.append(contentsOf: Self.scalars(of: piece)) }
+            if !Self.style(startStyle, after: kept[...]).isEmpty { row.append(contentsOf: "\u{1B}[0m".unicodeScalars) }
+            rows.append(String(row))
+            while let first = carried.first, first.isSpace { carried.removeFirst() }
+            startStyle = styleAtCut
+            lead = indent
+            pieces = carried
+            used = lead + carried.reduce(0) { $0 + $1.width }
+        }
+
+        /// The rows, the last one included.
+        mutating func finish() -> [String] {
+            var row = String.UnicodeScalarView(repeating: " ", count: lead)
+            row.append(contentsOf: startStyle)
+            for piece in pieces { row.append(contentsOf: Self.scalars(of: piece)) }
+            rows.append(String(row))
+            return rows
+        }
+
+        private static func scalars(of piece: Piece) -> String.UnicodeScalarView {
+            switch piece {
+            case .code(let code): code
+            case .glyph(let scalar, _): String.UnicodeScalarView([scalar])
+            }
+        }
+
+        /// The codes in effect after `pieces`, starting from `style`: a reset clears them.
+        private static func style(_ style: String.UnicodeScalarView, after pieces: ArraySlice<Piece>) -> String.UnicodeScalarView {
+            var style = style
+            for case .code(let code) in pieces {
+                let text = String(code)
+                if text == "\u{1B}[0m" || text == "\u{1B}[m" { style = String.UnicodeScalarView() } else { style.append(contentsOf: code) }
+            }
+            return style
+        }
     }
 
     /// `line` without the colour and style codes `MessageRenderer` puts in (CSI sequences):
@@ -177,7 +271,7 @@ public enum TerminalText {
                 if (0x40...0x7E).contains(scalar.value), scalar != "[" { inEscape = false }
             } else if scalar == "\u{1B}" {
                 inEscape = true
-            } else {
+            } else if scalar != indentMark {
                 scalars.append(scalar)
             }
         }

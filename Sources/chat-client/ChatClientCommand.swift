@@ -15,9 +15,15 @@ struct ChatClientCommand: AsyncParsableCommand {
             Type text to say it in the current window, or a command: /join #room [key], /part, \
             /switch #room|nick, /query nick, /msg nick text, /me text, /nick name, /who, /names, \
             /whois nick, /rooms, /topic [text], /history [n], /away [message], /ignore [nick], \
-            /unignore nick, /window list|close|N|name, /clear, /lastlog text, /set [name [value]], \
-            /save, /reconnect, /server HOST:PORT, /disconnect, /quit [reason], /help. Short \
-            forms: /j /q /w /win /list /n /p, and aliases from the config file.
+            /unignore nick, /window N|name|list|close|goto active, /clear, /lastlog text, \
+            /set [name [value]], /save, /reconnect, /server HOST:PORT, /disconnect, \
+            /quit [reason], /help. Short forms: /j /q /w /win /list /n /p, and aliases from the \
+            config file.
+
+            Accounts (protocol version 3): /register (the password asked twice at a hidden \
+            prompt, or from the account password file) and /login [account]. The password the \
+            server accepted is held in memory, never on disk, and logs the client in again at \
+            every reconnect: after a server restart, or /reconnect after being ghosted.
 
             Room moderation (protocol version 4): /kick nick [reason], /ban mask|nick [reason], \
             /unban mask|nick, /bans, /invite nick [#room], /mode [#room] [+i|-i|+k KEY|-k|+m|-m|\
@@ -28,18 +34,23 @@ struct ChatClientCommand: AsyncParsableCommand {
             not rejoined by itself.
 
             Every room and query is a window with its own lines; PageUp and PageDown scroll \
-            back in it (-- more -- in the status line while scrolled). The settings (nick, \
+            back in it (-- more -- in the status line while scrolled). Long lines wrap at words \
+            under their text. With log = true each window is logged, each line once and in \
+            time order across restarts of the client. The settings (nick, \
             servers, autojoin, TLS, timestamp format, colours, buffer sizes, highlight words, \
             logs, aliases) are read from ~/.config/chat-client/config.toml; a malformed file \
             stops the client with the line named. Flags override the file.
 
             Keys: Alt-1…9, Ctrl-N and Ctrl-P switch windows (the status line numbers them and \
-            counts unread messages, with ! for a mention or a direct message); Tab completes \
+            counts unread messages, with ! for a mention or a direct message), Alt-A goes to \
+            the window with activity, mentions first; Tab completes \
             commands, nicks and rooms; Up/Down and Ctrl-R search history; Ctrl-W deletes a \
             word; Ctrl-C clears the line, and a second Ctrl-C on the empty line quits, as does \
             Ctrl-D on an empty line. A paste is sent as text, never as commands; more than 3 \
             lines are confirmed first and paced under the server's rate limit; Ctrl-C stops \
-            a paste being sent. The line is edited by libedit (emacs keys).
+            a paste being sent. The line is edited by libedit: emacs keys, or your own \
+            settings from $EDITRC or ~/.editrc (bind -v for vi mode), read before the \
+            client binds its keys.
 
             When stdin or stdout is not a terminal, it reads plain lines from stdin and writes \
             plain lines to stdout, and leaves at end of input:
@@ -76,10 +87,10 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "A file whose first line is the server password.")
     var passwordFile: String?
 
-    @Option(help: "An account to log in to with every connection (protocol version 3), taking its nick; its password comes from the account password file.")
+    @Option(help: "An account to log in to with every connection (protocol version 3), taking its nick; its password comes from the account password file. Default: the config file's account.")
     var account: String?
 
-    @Option(help: "A file whose first line is the account password, for the account option, /register and /login. Without it, /register and /login ask for the password at a hidden prompt.")
+    @Option(help: "A file whose first line is the account password, for the account option, /register and /login. Default: the config file's account_password_file. Without one, /register and /login ask for the password at a hidden prompt; the password the server accepts is kept in memory only, to log in again at every reconnect.")
     var accountPasswordFile: String?
 
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")

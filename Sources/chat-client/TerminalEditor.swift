@@ -14,6 +14,8 @@ enum EditorRequest: Sendable {
     case selectWindow(Int)
     /// Ctrl-N (+1) or Ctrl-P (-1).
     case cycleWindow(Int)
+    /// Alt-A: the window with activity, a mention first.
+    case selectActiveWindow
     /// PageUp (+1) or PageDown (-1): a page back or forward in the window.
     case scroll(pages: Int)
     /// A second Ctrl-C on the empty line.
@@ -73,6 +75,7 @@ final class TerminalEditor: @unchecked Sendable {
         var leftover = ""
         var nicks: [String] = []
         var rooms: [String] = []
+        var windows: [String] = []
         var maxLineBytes = 16_000
         var pasteInFlight = false
         var bell = false
@@ -107,6 +110,7 @@ final class TerminalEditor: @unchecked Sendable {
     private var secretSequence = SequenceState.none
     private var nicks: [String] = []
     private var rooms: [String] = []
+    private var windows: [String] = []
     private var maxLineBytes = 16_000
     private var pasteInFlight = false
     private var prompt: UnsafeMutablePointer<wchar_t>
@@ -134,6 +138,11 @@ final class TerminalEditor: @unchecked Sendable {
     private var commandCount = 0
     /// A key went to libedit since the last check for a line with double-width characters.
     private var wideRedrawDue = false
+    /// Whether the user's editrc chose vi mode (`bind -v`).
+    private var vi = false
+    /// Whether libedit's incremental search (Ctrl-R) was open at the last key: when it closes,
+    /// the screen is drawn again, so the row its prompt took does not stay blank.
+    private var searchWasOpen = false
 
     /// Where a drawing cycle stands.
     private enum Stage {
@@ -228,11 +237,13 @@ final class TerminalEditor: @unchecked Sendable {
         }
     }
 
-    /// What Tab completes, the longest line, and whether Ctrl-C should stop a paste.
-    func setContext(nicks: [String], rooms: [String], maxLineBytes: Int, pasteInFlight: Bool) {
+    /// What Tab completes (nicks, rooms, the open windows' titles), the longest line, and whether
+    /// Ctrl-C should stop a paste.
+    func setContext(nicks: [String], rooms: [String], windows: [String], maxLineBytes: Int, pasteInFlight: Bool) {
         lock.withLock {
             mailbox.nicks = nicks
             mailbox.rooms = rooms
+            mailbox.windows = windows
             mailbox.maxLineBytes = maxLineBytes
             mailbox.pasteInFlight = pasteInFlight
         }
@@ -296,6 +307,10 @@ final class TerminalEditor: @unchecked Sendable {
         _ = chat_el_set_prompt(editLine, promptFunction, 1)
         _ = chat_el_set_getc(editLine, readCharacter)
         _ = chat_el_set_history(editLine, history)
+        // The user's own settings first ($EDITRC or ~/.editrc, as sftp and LLDB read it): vi
+        // mode, their bindings. Ours come after, so the keys the client lives by stay its own.
+        _ = chat_el_source_editrc(editLine)
+        vi = chat_el_is_vi(editLine) != 0
         // Ctrl-C, Ctrl-Z, Ctrl-S and Ctrl-Q are keys here, not signals or flow control.
         for mode in ["-isig", "-ixon"] { _ = mode.withWideCString { chat_el_clear_edit_mode(editLine, $0) } }
 
@@ -309,6 +324,7 @@ final class TerminalEditor: @unchecked Sendable {
             ("chat-eof", "delete the next character; on the empty line, quit", { _, _ in TerminalEditor.current?.endOfInput() ?? UInt8(CC_ERROR) }),
             ("chat-window", "go to window n", { _, key in TerminalEditor.current?.selectWindow(key) ?? UInt8(CC_ERROR) }),
             ("chat-next-window", "go to the next window", { _, _ in TerminalEditor.current?.cycleWindow(1) ?? UInt8(CC_ERROR) }),
+            ("chat-active-window", "go to the window with activity, mentions first", { _, _ in TerminalEditor.current?.selectActiveWindow() ?? UInt8(CC_ERROR) }),
             ("chat-previous-window", "go to the previous window", { _, _ in TerminalEditor.current?.cycleWindow(-1) ?? UInt8(CC_ERROR) }),
             ("chat-page-up", "a page back in the window", { _, _ in TerminalEditor.current?.scroll(pages: 1) ?? UInt8(CC_ERROR) }),
             ("chat-page-down", "a page forward in the window", { _, _ in TerminalEditor.current?.scroll(pages: -1) ?? UInt8(CC_ERROR) }),
@@ -335,7 +351,7 @@ final class TerminalEditor: @unchecked Sendable {
             ("\\e[5~", "chat-page-up"), ("\\e[6~", "chat-page-down"), ("\\e[5;2~", "chat-page-up"), ("\\e[6;2~", "chat-page-down"),
             ("^W", "chat-kill-word"), ("\\e^?", "chat-kill-prev-word"), ("\\e^H", "chat-kill-prev-word"),
             ("\\ed", "chat-kill-next-word"), ("^K", "chat-kill-to-end"), ("^U", "chat-kill-to-start"),
-            ("^Y", "chat-yank"), ("\\ey", "chat-yank-pop"),
+            ("^Y", "chat-yank"), ("\\ey", "chat-yank-pop"), ("\\ea", "chat-active-window"),
             // libedit's own functions, for keys its emacs map leaves unbound or binds otherwise.
             ("^R", "em-inc-search-prev"),
             ("\\e[1;5D", "ed-prev-word"), ("\\e[1;5C", "em-next-word"),
@@ -347,9 +363,36 @@ final class TerminalEditor: @unchecked Sendable {
         ]
         for digit in 0...9 { bindings.append(("\\e\(digit)", "chat-window")) }
         for (keys, function) in bindings {
+            if vi, keys.hasPrefix("\\e") {
+                // In vi's insert mode Esc is the way to command mode: a sequence bound there
+                // would make libedit wait after Esc for the rest of it, and take Esc 0 for
+                // Alt-0. Sequences go to the command map, where Esc leads the arrow keys already.
+                if keys.hasPrefix("\\e[") || keys.hasPrefix("\\eO") {
+                    _ = keys.withWideCString { keys in function.withWideCString { chat_el_bind_alternate(editLine, keys, $0) } }
+                }
+                continue
+            }
             _ = keys.withWideCString { keys in function.withWideCString { chat_el_bind(editLine, keys, $0) } }
+            if vi, Self.commandModeKeys.contains(keys) {
+                _ = keys.withWideCString { keys in function.withWideCString { chat_el_bind_alternate(editLine, keys, $0) } }
+            }
+        }
+        if vi {
+            // The private keys can reach libedit right after an Esc in command mode, where Esc
+            // leads a sequence: there they end it and still do their work.
+            for (key, function) in [(Key.clear, "chat-clear"), (Key.refresh, "chat-refresh"), (Key.newline, "chat-newline")] {
+                let keys = "\\e" + String(UnicodeScalar(UInt32(key))!)
+                _ = keys.withWideCString { keys in function.withWideCString { chat_el_bind_alternate(editLine, keys, $0) } }
+            }
         }
     }
+
+    /// The client's keys that work in vi's command mode too: its private keys, Enter, Ctrl-C,
+    /// Ctrl-D, Ctrl-L, the window keys and the history search. The editing keys are vi's there.
+    private static let commandModeKeys: Set<String> = [
+        String(UnicodeScalar(UInt32(Key.clear))!), String(UnicodeScalar(UInt32(Key.refresh))!),
+        String(UnicodeScalar(UInt32(Key.newline))!), "^M", "^J", "^C", "^D", "^L", "^N", "^P", "^R",
+    ]
 
     // MARK: Reading characters
 
@@ -365,7 +408,10 @@ final class TerminalEditor: @unchecked Sendable {
                 if done { return 0 }
                 continue
             }
-            if sequence == .none, !isNested(), let key = serviceMailbox() ?? redrawWideLine() {
+            let searching = isNested()
+            if searchWasOpen, !searching { redrawWanted = true }
+            searchWasOpen = searching
+            if sequence == .none, !searching, let key = serviceMailbox() ?? redrawWideLine() {
                 character.pointee = key
                 return 1
             }
@@ -377,7 +423,19 @@ final class TerminalEditor: @unchecked Sendable {
                     eventIndex = 0
                 }
                 if let key = handle(event) {
-                    track(key)
+                    let followed = eventIndex < events.count
+                    if searching, key == 0x1B, followed {
+                        // libedit's search ends at Esc and takes the rest of a key's sequence
+                        // (Right's `[C`) for text to type. So Esc goes alone, to end the search,
+                        // and then again with the rest, for the key it is: Right moves in the
+                        // line found, as in readline.
+                        events.insert(.character("\u{1B}"), at: eventIndex)
+                        character.pointee = key
+                        return 1
+                    }
+                    // In vi's insert mode a lone Esc goes to command mode at once: drawing need
+                    // not wait for another key (the private keys work after it, see configure).
+                    if !(vi && key == 0x1B && !followed) { track(key) }
                     wideRedrawDue = true
                     // A key that completes a sequence runs a command.
                     if sequence == .none { commandCount += 1 }
@@ -556,6 +614,7 @@ final class TerminalEditor: @unchecked Sendable {
         }
         nicks = news.nicks
         rooms = news.rooms
+        windows = news.windows
         maxLineBytes = news.maxLineBytes
         pasteInFlight = news.pasteInFlight
         toPrint += news.lines
@@ -630,7 +689,10 @@ final class TerminalEditor: @unchecked Sendable {
     /// puts prompt and line back (or ends the line after a submit, or ends the editor).
     private func drawWhileCleared() -> wchar_t? {
         stage = .editing
-        let text = toPrint.map { $0 + "\r\n" }.joined()
+        // Cut into rows here rather than wrapped by the terminal: at words, under the text
+        // (TerminalText.rows), as the window's view is drawn after a resize or a page.
+        let columns = Self.columns()
+        let text = toPrint.flatMap { TerminalText.rows(of: $0, columns: columns) }.map { $0 + "\r\n" }.joined()
         remember(toPrint)
         toPrint = []
         if leaving {
@@ -663,8 +725,8 @@ final class TerminalEditor: @unchecked Sendable {
         remember(toPrint)
         toPrint = []
         var size = winsize()
-        let columns = ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0 && size.ws_col > 0 ? Int(size.ws_col) : 80
-        let space = max(0, (size.ws_row > 0 ? Int(size.ws_row) : 24) - 2)
+        let columns = Self.columns()
+        let space = max(0, (ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0 && size.ws_row > 0 ? Int(size.ws_row) : 24) - 2)
         var shown: [String] = []
         for line in recent.reversed() where shown.count < space {
             shown.insert(contentsOf: TerminalText.rows(of: line, columns: columns).suffix(space - shown.count), at: 0)
@@ -673,6 +735,12 @@ final class TerminalEditor: @unchecked Sendable {
         let padding = String(repeating: "\r\n", count: space - shown.count)
         writeOut("\u{1B}[H\u{1B}[2J" + padding + shown.map { $0 + "\r\n" }.joined())
         _ = chat_el_refresh(editLine)
+    }
+
+    /// The terminal's width in cells (80 when it cannot be asked).
+    private static func columns() -> Int {
+        var size = winsize()
+        return ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0 && size.ws_col > 0 ? Int(size.ws_col) : 80
     }
 
     private func remember(_ lines: [String]) {
@@ -771,7 +839,9 @@ final class TerminalEditor: @unchecked Sendable {
 
     private func submit() -> UInt8 {
         let text = String(decoding: line().text)
-        if !text.allSatisfy(\.isWhitespace) {
+        // A password typed on the command line (`/register secret`) is refused by the command
+        // and must not outlive it in the history file either.
+        if !text.allSatisfy(\.isWhitespace), !CommandParser.holdsSecret(text) {
             _ = text.withWideCString { chat_history_enter(history, $0) }
             saveHistory()
         }
@@ -787,11 +857,11 @@ final class TerminalEditor: @unchecked Sendable {
         let (text, cursor) = line()
         var start = cursor
         while start > 0, !Self.isWhitespace(text[start - 1]) { start -= 1 }
-        guard start < cursor || cursor == 0 else { return UInt8(CC_NORM) }
         let word = String(decoding: text[start..<cursor])
         let candidates = CompletionCandidates.candidates(
-            for: word, lineBefore: String(decoding: text[0..<start]), nicks: nicks, rooms: rooms)
-        guard !candidates.isEmpty else { return UInt8(CC_REFRESH_BEEP) }
+            for: word, lineBefore: String(decoding: text[0..<start]), nicks: nicks, rooms: rooms, windows: windows)
+        // Tab after a space that takes no argument does nothing, quietly.
+        guard !candidates.isEmpty else { return UInt8(word.isEmpty && cursor > 0 ? CC_NORM : CC_REFRESH_BEEP) }
         let replacement = candidates.count == 1 ? candidates[0] + " " : CompletionCandidates.commonPrefix(of: candidates)
         if replacement.count > word.count || candidates.count == 1 {
             delete(start..<cursor, cursor: cursor)
@@ -835,6 +905,11 @@ final class TerminalEditor: @unchecked Sendable {
     private func selectWindow(_ key: Int32) -> UInt8 {
         let digit = Int(key) - 0x30
         if (0...9).contains(digit) { requests(.selectWindow(digit == 0 ? 10 : digit)) }
+        return UInt8(CC_NORM)
+    }
+
+    private func selectActiveWindow() -> UInt8 {
+        requests(.selectActiveWindow)
         return UInt8(CC_NORM)
     }
 
@@ -1002,7 +1077,8 @@ final class TerminalEditor: @unchecked Sendable {
     private func loadHistory(from path: String) {
         _ = chmod(path, 0o600)
         guard let contents = try? String(contentsOfFile: path, encoding: .utf8) else { return }
-        for entry in HistoryFile.decode(contents) {
+        // Lines an older client kept with a password in them go at the next save.
+        for entry in HistoryFile.decode(contents) where !CommandParser.holdsSecret(entry) {
             _ = entry.withWideCString { chat_history_enter(history, $0) }
         }
     }

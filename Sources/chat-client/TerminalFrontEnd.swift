@@ -39,6 +39,7 @@ final class TerminalFrontEnd: ClientDisplay {
         self.settings = settings
         self.configPath = configPath
         renderer = MessageRenderer(colour: colour)
+        renderer.marksIndent = true
         applySettings()
     }
 
@@ -97,10 +98,13 @@ final class TerminalFrontEnd: ClientDisplay {
         case .selectWindow(let number): driver?.selectWindow(number: number)
         case .cycleWindow(let offset): driver?.cycleWindow(by: offset)
         case .scroll(let pages): scroll(pages: pages)
+        case .selectActiveWindow: driver?.selectActiveWindow()
         case .interrupt: driver?.quit(reason: "interrupted")
         case .cancelPaste: driver?.cancelPaste()
         case .leave(let reason): driver?.quit(reason: reason)
-        case .note(let text): show(.notice(time: ClientClock.now(), text: text))
+        // Notes about the line being typed (a completion list, "the line is full") are for the
+        // moment, not the log.
+        case .note(let text): show(.notice(time: ClientClock.now(), text: text), logged: false)
         case .answer(let yes):
             let answer = pendingAnswer
             pendingAnswer = nil
@@ -139,36 +143,51 @@ final class TerminalFrontEnd: ClientDisplay {
     }
 
     /// Files `lines` in `window`'s buffer (with a day-change line first when `time` is on a new
-    /// day there) and prints them when that window is on screen and not scrolled back.
+    /// day there) and prints them when that window is on screen and not scrolled back; the
+    /// merged window, if there is one, gets `merged` (the same lines naming their room).
     ///
     /// The buffer is changed in place in the dictionary: a copy taken out and put back would
     /// share its storage, and every append would then copy all of the window's lines.
     ///
     /// `/lastlog`'s answer is neither `searchable` by the next `/lastlog` nor `logged`: its lines
     /// are copies of lines already there (and in the log), under the time of the search.
-    private func add(_ lines: [String], time: UInt64, to window: ChatWindow?, searchable: Bool = true, logged: Bool = true) {
+    /// `mayRepeat` lines may be in the log already (a backlog's), and are logged only if not.
+    private func add(
+        _ lines: [String], merged: [String]? = nil, time: UInt64, to window: ChatWindow?, searchable: Bool = true,
+        logged: Bool = true, mayRepeat: Bool = false
+    ) {
         var added: [String] = []
         let day = renderer.day(of: time)
-        if let last = buffers[window]?.lastDay, last != day { added.append(renderer.dayChange(time)) }
+        let lastDay = buffers[window]?.lastDay
+        if let lastDay, lastDay != day { added.append(renderer.dayChange(time)) }
+        let dayChange = added
         added += lines
         let limit = settings.bufferLines
         buffers[window, default: WindowBuffer(limit: limit)].lastDay = day
         for line in added { buffers[window, default: WindowBuffer(limit: limit)].append(line, searchable: searchable) }
         let visible = buffers[window]?.isScrolledBack != true
-        if logged { log(added, time: time, window: window) }
-        var merged = false
+        // A line of an earlier day (a backlog shown after today's join) changes the day on
+        // screen only: in the log it goes in its place by time, where its day already is.
+        if logged { log(lastDay.map { day < $0 } == true ? lines : added, time: time, window: window, mayRepeat: mayRepeat) }
+        var showMerged = false
         if window != .merged, driver?.session.windows.first == .merged {
-            for line in added { buffers[.merged, default: WindowBuffer(limit: limit)].append(line, searchable: searchable) }
-            merged = drawnWindow == .some(.merged) && buffers[.merged]?.isScrolledBack != true
+            for line in dayChange + (merged ?? lines) { buffers[.merged, default: WindowBuffer(limit: limit)].append(line, searchable: searchable) }
+            showMerged = drawnWindow == .some(.merged) && buffers[.merged]?.isScrolledBack != true
         }
         guard active else {
-            StandardOutput.write(added.joined(separator: "\n") + "\n")
+            // Not cut into rows here: the terminal wraps them; the indent mark is not for it.
+            let unmarked = added.map { String(String.UnicodeScalarView($0.unicodeScalars.filter { $0 != TerminalText.indentMark })) }
+            StandardOutput.write(unmarked.joined(separator: "\n") + "\n")
             return
         }
-        if drawnWindow == .some(window) && visible || merged { editor.print(added) }
+        if drawnWindow == .some(window) && visible {
+            editor.print(added)
+        } else if showMerged {
+            editor.print(dayChange + (merged ?? lines))
+        }
     }
 
-    private func log(_ lines: [String], time: UInt64, window: ChatWindow?) {
+    private func log(_ lines: [String], time: UInt64, window: ChatWindow?, mayRepeat: Bool) {
         guard settings.log, logs != nil, let driver else { return }
         let stamp = renderer.format(time, "%Y-%m-%d %H:%M:%S")
         let day = String(stamp.prefix(10))
@@ -177,7 +196,7 @@ final class TerminalFrontEnd: ClientDisplay {
             var text = TerminalText.plain(line)
             if text.hasPrefix(shortStamp) { text = String(text.dropFirst(shortStamp.count)) }
             // In place, as the buffers are: `logs` is a value.
-            guard logs?.write(text, stamp: stamp, day: day, window: window?.title ?? "(status)", server: driver.serverName) == false
+            guard logs?.write(text, stamp: stamp, day: day, window: window?.title ?? "(status)", server: driver.serverName, mayRepeat: mayRepeat) == false
             else { continue }
             if let failure = logs?.failure {
                 // Once, then logging is off: the note itself must not try the log again.
@@ -194,6 +213,7 @@ final class TerminalFrontEnd: ClientDisplay {
     private func applySettings() {
         var fresh = MessageRenderer(colour: renderer.colour && settings.colours, ownNick: renderer.ownNick)
         fresh.timestampFormat = settings.timestampFormat
+        fresh.marksIndent = renderer.marksIndent
         fresh.highlightWords = settings.highlight
         renderer = fresh
         for key in buffers.keys { buffers[key]?.limit = settings.bufferLines }
@@ -239,11 +259,19 @@ final class TerminalFrontEnd: ClientDisplay {
 
     // MARK: ClientDisplay
 
-    func show(_ event: ChatEvent) {
-        let rendered = renderer.render(event)
-        if case .error = event { lastError = rendered }
+    /// Whether a new password is asked twice: what is typed at the hidden prompt is not seen.
+    var confirmsSecrets: Bool { true }
+
+    func show(_ event: ChatEvent, logged: Bool) {
         let window = driver?.session.window(for: event) ?? nil
-        add(rendered.split(separator: "\n", omittingEmptySubsequences: false).map(String.init), time: event.time, to: window)
+        // In the room's own window the room goes without saying; elsewhere (the merged window,
+        // another window) the line names it.
+        let ownWindow = event.room.map { window == .room($0) } ?? false
+        let rendered = renderer.render(event, showingRoom: !ownWindow)
+        if case .error = event { lastError = rendered }
+        let lines = { (text: String) in text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) }
+        add(lines(rendered), merged: ownWindow ? lines(renderer.render(event)) : nil, time: event.time, to: window,
+            logged: logged, mayRepeat: event.mayBeLoggedAlready)
     }
 
     func perform(_ request: DisplayRequest) {
@@ -264,6 +292,10 @@ final class TerminalFrontEnd: ClientDisplay {
             set(name: name, value: value)
         case .save:
             save()
+        case .renameWindow(let from, let to):
+            // The lines go with the window, unless one of that name has lines already.
+            if buffers[to] == nil, let lines = buffers.removeValue(forKey: from) { buffers[to] = lines }
+            if drawnWindow == .some(from) { drawnWindow = .some(to) }
         }
     }
 
@@ -301,8 +333,8 @@ final class TerminalFrontEnd: ClientDisplay {
             scrolledBack: buffers[session.currentWindow]?.isScrolledBack ?? false)
         editor.setPrompt(status: status, window: session.isConnected ? "[\(window)] " : "[\(window) offline] ")
         editor.setContext(
-            nicks: session.knownNicks, rooms: session.knownRooms, maxLineBytes: driver.maxMessageBytes,
-            pasteInFlight: driver.isSendingPaste)
+            nicks: session.knownNicks, rooms: session.knownRooms, windows: session.windows.map(\.title),
+            maxLineBytes: driver.maxMessageBytes, pasteInFlight: driver.isSendingPaste)
     }
 
     func alert() {
@@ -362,9 +394,13 @@ final class PipeFrontEnd: ClientDisplay {
         }
     }
 
-    func show(_ event: ChatEvent) {
+    /// A script's output is one stream, logged by whoever reads it.
+    func show(_ event: ChatEvent, logged: Bool) {
         StandardOutput.write(renderer.render(event) + "\n")
     }
+
+    /// A script pipes the password it means; asking twice would take its next line.
+    var confirmsSecrets: Bool { false }
 
     func sessionChanged() {
         renderer.ownNick = driver?.session.nick
@@ -386,6 +422,8 @@ final class PipeFrontEnd: ClientDisplay {
 
     /// A script's output is one stream: no windows to clear or search, no settings to change.
     func perform(_ request: DisplayRequest) {
+        // A query that changed its name: one stream has no windows to rename.
+        if case .renameWindow = request { return }
         show(.error(time: ClientClock.now(), text: "windows and settings are for the terminal; a script's output is one stream"))
     }
 }

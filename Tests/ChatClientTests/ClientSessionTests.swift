@@ -100,7 +100,43 @@ import Testing
         let incoming = events(session.receive(.direct(sender: "bob", recipient: "alice", time: 7, text: "hi")))
         let echo = events(session.receive(.direct(sender: "alice", recipient: "bob", time: 8, text: "yo")))
         #expect(incoming == [.direct(time: 7, sender: "bob", recipient: "alice", text: "hi", outgoing: false)])
-        #expect(echo == [.direct(time: 8, sender: "alice", recipient: "bob", text: "yo", outgoing: true)])
+        #expect(echo.first == .direct(time: 8, sender: "alice", recipient: "bob", text: "yo", outgoing: true))
+    }
+
+    @Test func yourOwnMessageOpensItsQueryWithoutGoingThere() {
+        var session = joinedSession()
+        let actions = session.receive(.direct(sender: "alice", recipient: "carol", time: 8, text: "psst"))
+        #expect(session.windows.contains(.query("carol")), "the query is open: \(session.windows)")
+        #expect(session.currentWindow == .room("general"), "and you stay where you are")
+        #expect(session.window(for: .direct(time: 8, sender: "alice", recipient: "carol", text: "psst", outgoing: true)) == .query("carol"))
+        #expect(actions.contains { if case .transient(.notice(_, let text)) = $0 { text.hasPrefix("to carol: in window") } else { false } },
+                "a note where you are, not logged: \(actions)")
+    }
+
+    @Test func aQueryFollowsItsNickChangeWithItsLinesAndActivity() {
+        var session = joinedSession()
+        _ = session.receive(.direct(sender: "carol", recipient: "alice", time: 7, text: "hi"))
+        let actions = session.receive(.nickChanged(room: "general", seq: 9, time: 9, old: "carol", new: "carol2"))
+        #expect(actions.contains(.display(.renameWindow(from: .query("carol"), to: .query("carol2")))), "\(actions)")
+        #expect(session.windows.contains(.query("carol2")) && !session.windows.contains(.query("carol")))
+        #expect(session.activity[.query("carol2")]?.unread == 1, "its unread count goes with it")
+        // A second room seeing the same change renames nothing more.
+        #expect(!session.receive(.nickChanged(room: "dev", seq: 3, time: 9, old: "carol", new: "carol2")).contains {
+            if case .display = $0 { true } else { false }
+        })
+    }
+
+    @Test func theMostActiveWindowIsAMentionFirstThenTheLowestNumbered() {
+        var session = joinedSession()
+        #expect(session.mostActiveWindow() == nil)
+        _ = session.receive(.message(room: "dev", seq: 1, time: 1, sender: "bob", text: "chatter"))
+        _ = session.receive(.direct(sender: "carol", recipient: "alice", time: 2, text: "psst"))
+        #expect(session.mostActiveWindow() == .query("carol"), "a direct message counts as a mention")
+        _ = session.perform(.window(.active))
+        #expect(session.currentWindow == .query("carol"))
+        _ = session.perform(.window(.active))
+        #expect(session.currentWindow == .room("dev"))
+        #expect(events(session.perform(.window(.active))) == [.notice(time: 1000, text: "no window has activity")])
     }
 
     @Test func nickAcceptedChangesOurNick() {
@@ -142,6 +178,8 @@ import Testing
         var session = joinedSession()
         #expect(session.perform(.quit(reason: "bye")) == [.quit(reason: "bye")])
         let help = events(session.perform(.help(topic: nil)))
-        #expect(help.count == CommandSpec.all.count + 2, "a heading, one line per command and one on keys")
+        let long = CommandSpec.all.filter { $0.usage.count > 26 }.count
+        #expect(help.count == CommandSpec.all.count + long + 2,
+                "a heading, one line per command (two for a usage too long to line up after) and one on keys")
     }
 }

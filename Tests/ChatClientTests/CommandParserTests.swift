@@ -87,3 +87,25 @@ import Testing
         #expect(try CommandParser.parse("/unignore bob") == .unignore("bob"))
     }
 }
+
+@Suite struct DayTwoCommandTests {
+    @Test func aPasswordOnTheCommandLineIsKnownSoItIsNotKept() {
+        #expect(CommandParser.holdsSecret("/register hunter2"))
+        #expect(CommandParser.holdsSecret("/LOGIN alice hunter2"))
+        #expect(!CommandParser.holdsSecret("/register"))
+        #expect(!CommandParser.holdsSecret("/login alice"))
+        #expect(!CommandParser.holdsSecret("//register hunter2"), "text that starts with a slash is said, not a command")
+        #expect(!CommandParser.holdsSecret("register hunter2"))
+    }
+
+    @Test func windowGotoActiveAndWindowCompletion() throws {
+        #expect(try CommandParser.parse("/window goto active") == .window(.active))
+        #expect(try CommandParser.parse("/w goto 3") == .window(.number(3)))
+        #expect(try CommandParser.parse("/window goto #dev") == .window(.named("#dev")))
+        #expect(CompletionCandidates.candidates(for: "", lineBefore: "/window ", nicks: ["bob"], rooms: ["general", "ops"], windows: ["#general", "bob"])
+                == ["list", "close", "goto", "#general", "bob"], "the open windows, not every room known")
+        #expect(CompletionCandidates.candidates(for: "", lineBefore: "hello ", nicks: ["bob"], rooms: []).isEmpty,
+                "an empty word after text completes nothing")
+        #expect(CompletionCandidates.candidates(for: "", lineBefore: "/msg ", nicks: ["bob", "carol"], rooms: []) == ["bob", "carol"])
+    }
+}

@@ -128,10 +128,31 @@ final class TmuxSession {
         }
     }
 
-    /// Waits until some line, wrapped lines joined, contains `text`: for lines wider than the terminal.
+    /// The visible screen's lines as the client drew them: rows the terminal wrapped joined
+    /// (`logicalLines`), and rows the client cut at words (`TerminalText.rows`) joined to the
+    /// line they continue, which start with the hanging indent's spaces.
+    func drawnLines() async throws -> [String] {
+        var lines: [String] = []
+        for line in try await logicalLines() {
+            if line.hasPrefix(" "), let last = lines.indices.last {
+                lines[last] += " " + line.drop { $0 == " " }
+            } else {
+                lines.append(line)
+            }
+        }
+        return lines
+    }
+
+    /// Waits until some line, wrapped lines joined, contains `text`: for lines wider than the
+    /// terminal, wrapped by the terminal (the input line) or cut at words by the client. The
+    /// client's cuts are compared without spaces, since a row may end where a space was.
     @discardableResult
     func waitForLogicalLine(containing text: String, timeout: Duration = .seconds(30)) async throws -> Bool {
-        let held = try await eventually(timeout: timeout) { try await logicalLines().contains { $0.contains(text) } }
+        let bare = text.filter { $0 != " " }
+        let held = try await eventually(timeout: timeout) {
+            if try await logicalLines().contains(where: { $0.contains(text) }) { return true }
+            return try await drawnLines().contains { $0.filter { $0 != " " }.contains(bare) }
+        }
         if !held { Issue.record("no line showed \"\(text)\":\n\(try await logicalLines().joined(separator: "\n"))") }
         return held
     }

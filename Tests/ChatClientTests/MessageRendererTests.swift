@@ -55,7 +55,7 @@ import Testing
 
     @Test func plainLinesReadLikeAChatLog() {
         let renderer = MessageRenderer(colour: false, timeZone: utc)
-        let lines = everyEvent.map(renderer.render)
+        let lines = everyEvent.map { renderer.render($0) }
         #expect(lines == [
             "09:05 #general <alice> hello",
             "09:05 #general * alice waves",
@@ -184,6 +184,9 @@ import Testing
         #expect(backoff.nextAttempt(after: 3, sessionLasted: .milliseconds(200)) == 4,
                 "a server that welcomes and drops at once keeps the delays growing")
         #expect(backoff.nextAttempt(after: 7, sessionLasted: .seconds(61)) == 1, "a session that stayed up starts again")
+        #expect(backoff.nextAttempt(after: 7, sessionLasted: .milliseconds(200), settled: true) == 1,
+                "so does one in which the server answered: it is back, and its next restart is redialled at once")
+        #expect(backoff.nextAttempt(after: 7, sessionLasted: nil, settled: true) == 8, "no session, nothing settled")
     }
 
     @Test func jitteredDelayStaysBetweenHalfAndAllOfTheNominal() {

@@ -9,7 +9,7 @@ import Testing
     private func texts(_ actions: [SessionAction]) -> [String] {
         events(actions).compactMap { event in
             switch event {
-            case .moderation(_, _, let text), .notice(_, let text), .error(_, let text): text
+            case .moderation(_, _, let text), .kick(_, _, let text), .notice(_, let text), .error(_, let text): text
             default: nil
             }
         }
@@ -143,7 +143,7 @@ import Testing
     @Test func showsAKickOfSomeoneElseAndForgetsTheirRoles() {
         var session = modSession()
         let actions = session.receive(.kicked(room: "mod", seq: 5, time: 2, nick: "bob", by: "alice", reason: "spam"))
-        #expect(events(actions) == [.moderation(room: "mod", time: 2, text: "bob was kicked by alice (spam)")])
+        #expect(events(actions) == [.kick(room: "mod", time: 2, text: "bob was kicked by alice (spam)")])
         #expect(session.members(of: "mod") == ["alice", "carol"])
         #expect(session.modes(of: "mod")?.voices == [], "bob's voice ended with the kick")
         #expect(session.removal(from: "mod") == nil, "we are still in")
@@ -161,7 +161,7 @@ import Testing
         _ = session.receive(.joined(room: "mod", seq: 1, time: 1, nick: "bob"))
         _ = session.receive(.joined(room: "dev", seq: 1, time: 1, nick: "bob"))
         let actions = session.receive(.kicked(room: "mod", seq: 7, time: 3, nick: "bob", by: "alice", reason: "spam"))
-        #expect(events(actions) == [.moderation(room: "mod", time: 3, text:
+        #expect(events(actions) == [.kick(room: "mod", time: 3, text:
             "you were kicked from #mod by alice (spam); you will not rejoin by yourself (/join #mod to go back)")])
         #expect(actions.contains(.alert))
         #expect(!session.rooms.contains("mod"))
@@ -305,7 +305,7 @@ import Testing
 
     @Test func rendersModerationLinesAndRoleMarks() {
         let renderer = MessageRenderer(colour: false, timeZone: TimeZone(identifier: "UTC"))
-        #expect(renderer.render(.moderation(room: "mod", time: 0, text: "bob was kicked by alice (spam)")) == "00:00 #mod -!- bob was kicked by alice (spam)")
+        #expect(renderer.render(.kick(room: "mod", time: 0, text: "bob was kicked by alice (spam)")) == "00:00 #mod -!- bob was kicked by alice (spam)")
         #expect(renderer.render(.members(room: "mod", time: 0, nicks: ["@alice", "+bob", "carol"])) == "00:00 #mod -!- members (3): @alice +bob carol")
     }
 

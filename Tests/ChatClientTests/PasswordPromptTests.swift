@@ -24,6 +24,10 @@ extension TerminalTests {
             try await tmux.press("BSpace", "3")
             #expect(try await !tmux.screen().contains { $0.contains("hunter") }, "what is typed is not drawn")
             try await tmux.press("Enter")
+            // A new password is asked for twice: a typo cannot be seen.
+            try await tmux.waitFor("the same password again")
+            try await tmux.type("hunter3")
+            try await tmux.press("Enter")
             try await tmux.waitFor("registered the account alice")
 
             // The password goes nowhere else: not into the input line, the history or the screen.

@@ -38,6 +38,14 @@ import Testing
         #expect(waits == [1, 2, 3, 4], "short sessions count as failures: a wait per round, growing")
     }
 
+    @Test func aSettledSessionStartsAFreshRoundHoweverShort() {
+        var rotation = ServerRotation(servers: [a], backoff: backoff)
+        for _ in 0..<5 { _ = rotation.failed(sessionLasted: nil) }
+        #expect(rotation.failed(sessionLasted: .milliseconds(300), settled: true) == .wait(attempt: 1, then: a),
+                "the server answered the rejoins: the delays start again")
+        #expect(rotation.failed(sessionLasted: .milliseconds(300)) == .wait(attempt: 2, then: a), "one that did not, counts on")
+    }
+
     @Test func oneServerWaitsAfterEveryFailureAsBefore() {
         var rotation = ServerRotation(servers: [a], backoff: backoff)
         var previous = 0
@@ -53,7 +61,7 @@ import Testing
 @Suite struct SessionOnAnotherServerTests {
     private func texts(_ actions: [SessionAction]) -> [String] {
         actions.compactMap { action -> String? in
-            guard case .show(let event) = action else { return nil }
+            guard let event = shownEvent(action) else { return nil }
             switch event {
             case .message(_, _, _, let text, _), .marker(_, _, let text): return text
             default: return nil

@@ -11,10 +11,15 @@ func frames(_ actions: [SessionAction]) -> [Frame] {
     }
 }
 
-/// The events `actions` show, in order.
+/// The events `actions` show, in order, logged or not.
 func events(_ actions: [SessionAction]) -> [ChatEvent] {
-    actions.compactMap { action in
-        if case .show(let event) = action { return event }
-        return nil
+    actions.compactMap(shownEvent)
+}
+
+/// The event `action` shows, logged (`show`) or not (`transient`); nil for other actions.
+func shownEvent(_ action: SessionAction) -> ChatEvent? {
+    switch action {
+    case .show(let event), .transient(let event): event
+    default: nil
     }
 }

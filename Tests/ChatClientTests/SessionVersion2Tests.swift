@@ -9,7 +9,7 @@ import Testing
 
     private func texts(_ actions: [SessionAction]) -> [String] {
         actions.compactMap { action -> String? in
-            guard case .show(let event) = action else { return nil }
+            guard let event = shownEvent(action) else { return nil }
             switch event {
             case .message(_, _, _, let text, _), .marker(_, _, let text), .notice(_, let text), .error(_, let text): return text
             default: return nil

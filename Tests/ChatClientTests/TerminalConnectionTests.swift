@@ -19,7 +19,7 @@ extension TerminalTests {
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
             defer { tmux.stop() }
             try await tmux.waitFor("the nick alice is taken; trying alice_")
-            try await tmux.waitFor("#general -!- alice_ joined")
+            try await tmux.waitFor("-!- alice_ joined")
             #expect(await holder.waitFor { if case .joined("general", _, _, "alice_") = $0 { true } else { false } },
                     "the client joined as alice_")
         }
@@ -59,7 +59,7 @@ extension TerminalTests {
             defer { try? FileManager.default.removeItem(at: home) }
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: relay.port, home: home))
             defer { tmux.stop() }
-            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("-!- alice joined")
             let bob = try await Peer(nick: "bob", port: server.port)
             defer { bob.close() }
             for index in 1...3 { try await bob.say("seen \(index)") }
@@ -74,7 +74,7 @@ extension TerminalTests {
             try await bob.say("missed 2")
             #expect(await bob.waitFor(TerminalTests.said("missed 2", by: "bob")), "bob's lines are in the room's history")
             relay.refusesConnections = false
-            try await tmux.waitFor("#general — 2 new since you left —")
+            try await tmux.waitFor("— 2 new since you left —")
             try await tmux.waitFor("<bob> missed 2")
             try await tmux.waitFor("-- reconnected to 127.0.0.1:\(relay.port): 1 room, 2 new messages")
             let rows = try await tmux.screen()
@@ -104,7 +104,7 @@ extension TerminalTests {
             try await tmux.waitFor("disconnected:")
             try await tmux.type("typed while offline")
             server = try await ChatServerProcess(port: port)
-            try await tmux.waitFor("#general — started again: the server restarted or forgot the room —")
+            try await tmux.waitFor("— started again: the server restarted or forgot the room —")
             let bob = try await Peer(nick: "bob", port: port)
             defer { bob.close() }
             try await bob.say("welcome back")

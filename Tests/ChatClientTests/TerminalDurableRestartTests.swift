@@ -20,7 +20,7 @@ extension TerminalTests {
             defer { try? FileManager.default.removeItem(at: home) }
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: relay.port, home: home))
             defer { tmux.stop() }
-            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("-!- alice joined")
             let bob = try await Peer(nick: "bob", port: port)
             for index in 1...3 { try await bob.say("seen \(index)") }
             try await tmux.waitFor("<bob> seen 3")
@@ -38,7 +38,7 @@ extension TerminalTests {
             server = try await ChatServerProcess(port: port, arguments: storage)
             relay.refusesConnections = false
 
-            try await tmux.waitFor("#general — 2 new since you left —")
+            try await tmux.waitFor("— 2 new since you left —")
             try await tmux.waitFor("<bob> missed 2")
             let rows = try await tmux.screen()
             #expect(!rows.contains { $0.contains("started again") }, "the same epoch: not a new room\n\(rows.joined(separator: "\n"))")

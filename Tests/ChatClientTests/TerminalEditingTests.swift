@@ -177,7 +177,7 @@ extension TerminalTests {
                 let input = try #require(rows.lastIndex { $0.hasPrefix(prompt) })
                 #expect(rows[input - 1] == "alice | [1:#general]", "the status line sits above the input row:\n\(rows.joined(separator: "\n"))")
                 let above = rows[..<(input - 1)].filter { !$0.isEmpty }
-                #expect(above.allSatisfy { $0.wholeMatch(of: /\d\d:\d\d #general <bob> flood \d+/) != nil },
+                #expect(above.allSatisfy { $0.wholeMatch(of: /\d\d:\d\d <bob> flood \d+/) != nil },
                         "every row above is one whole message:\n\(rows.joined(separator: "\n"))")
                 try await tmux.press("BSpace", "Enter")
                 #expect(await bob.waitFor(TerminalTests.said(typed, by: "alice")), "the typed line is sent whole")

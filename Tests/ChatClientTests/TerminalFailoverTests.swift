@@ -28,7 +28,7 @@ extension TerminalTests {
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", servers: servers, home: home))
             defer { tmux.stop() }
             try await tmux.waitFor("-- connected to 127.0.0.1:\(first.port) as alice")
-            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("-!- alice joined")
             try await tmux.waitForScreen("the first server in the status line") { rows in
                 rows.contains { $0.hasPrefix("alice | [1:#general] | 127.0.0.1:\(first.port)") }
             }
@@ -40,7 +40,7 @@ extension TerminalTests {
             first.child.killNow()
             try await tmux.waitForLogicalLine(containing: "!! connection to 127.0.0.1:\(first.port) lost: the server closed the connection; trying 127.0.0.1:\(second.port)")
             try await tmux.waitFor("-- reconnected to 127.0.0.1:\(second.port): 1 room, 2 new messages")
-            try await tmux.waitFor("#general — started again: the server restarted or forgot the room —")
+            try await tmux.waitFor("— started again: the server restarted or forgot the room —")
             try await tmux.waitFor("<carol> second chat 2")
             try await tmux.waitForScreen("the second server in the status line") { rows in
                 rows.contains { $0.hasPrefix("alice | [1:#general] | 127.0.0.1:\(second.port)") }

@@ -65,9 +65,9 @@ extension TerminalTests {
             try await bob.say("after midnight")
             let dayChange = "-- day changed to \(new.day) (\(new.weekday))"
             try await tmux.waitForScreen("the day-change line between the two messages") { rows in
-                guard let before = rows.firstIndex(where: { $0.hasPrefix("23:59:") && $0.hasSuffix("#general <bob> before midnight") }),
+                guard let before = rows.firstIndex(where: { $0.hasPrefix("23:59:") && $0.hasSuffix("<bob> before midnight") }),
                     let change = rows.firstIndex(where: { $0 == dayChange }),
-                    let after = rows.firstIndex(where: { $0.hasPrefix("00:00:") && $0.hasSuffix("#general <bob> after midnight") })
+                    let after = rows.firstIndex(where: { $0.hasPrefix("00:00:") && $0.hasSuffix("<bob> after midnight") })
                 else { return false }
                 return before < change && change < after
             }
@@ -85,9 +85,9 @@ extension TerminalTests {
             let newText = (try? String(contentsOf: current, encoding: .utf8)) ?? ""
             let files = ((try? FileManager.default.contentsOfDirectory(atPath: logs.path)) ?? []).filter { $0.hasPrefix("#general") }.sorted()
             #expect(files == ["#general.\(old.day).log", "#general.log"], "one file a day: \(files)")
-            #expect(oldText.contains("\(old.day) 23:59:") && oldText.contains(" #general <bob> before midnight"), "the old day's file:\n\(oldText)")
+            #expect(oldText.contains("\(old.day) 23:59:") && oldText.contains(" <bob> before midnight"), "the old day's file:\n\(oldText)")
             #expect(!oldText.contains("after midnight"), "the old day's file is closed at midnight:\n\(oldText)")
-            #expect(newText.contains("\(new.day) 00:00:") && newText.contains(" #general <bob> after midnight"), "the new day's file:\n\(newText)")
+            #expect(newText.contains("\(new.day) 00:00:") && newText.contains(" <bob> after midnight"), "the new day's file:\n\(newText)")
             #expect(newText.contains(dayChange), "the new file starts with the day-change line:\n\(newText)")
             #expect(!newText.contains("before midnight"), "the new day's file:\n\(newText)")
             for file in [current, previous] {
@@ -107,7 +107,7 @@ extension TerminalTests {
             defer { again.stop() }
             try await again.waitFor("— live from here —")
             try await bob.say("the next morning")
-            try await again.waitFor("#general <bob> the next morning")
+            try await again.waitFor("<bob> the next morning")
             #expect(await eventually(timeout: .seconds(30)) {
                 ((try? String(contentsOf: current, encoding: .utf8)) ?? "").contains("the next morning")
             }, "today's file gets the new session's lines")
@@ -116,7 +116,7 @@ extension TerminalTests {
             let oldAfter = (try? String(contentsOf: previous, encoding: .utf8)) ?? ""
             #expect(oldAfter == oldText, "yesterday's file is as it was:\n\(oldAfter)")
             let newAfter = (try? String(contentsOf: current, encoding: .utf8)) ?? ""
-            #expect(newAfter.hasPrefix(newText) && newAfter.contains(" #general <bob> the next morning"),
+            #expect(newAfter.hasPrefix(newText) && newAfter.contains(" <bob> the next morning"),
                     "today's file goes on, the backlog in it under its own date:\n\(newAfter)")
         }
     }

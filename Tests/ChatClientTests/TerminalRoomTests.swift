@@ -21,7 +21,7 @@ extension TerminalTests {
                 try await tmux.waitForInput("", prompt: "[#dev] ")
                 try await tmux.type("said in dev")
                 try await tmux.press("Enter")
-                try await tmux.waitFor("#dev <alice> said in dev")
+                try await tmux.waitFor("<alice> said in dev")
                 try await tmux.press("M-1")
                 try await tmux.waitForInput("", prompt: "[#general] ")
                 try await tmux.press("M-5")

@@ -8,8 +8,9 @@ extension TerminalTests {
     /// Scrolling by screen rows, and lines taller than the screen, in a small real terminal.
     ///
     /// Times are written `-` (`timestamp_format = "-"`), so every row on screen is known in
-    /// advance: a line is cut into rows here by counting 40 (or 20) characters, as the terminal
-    /// wraps ASCII text, independently of the client's own `TerminalText.rows`.
+    /// advance: a line is cut into rows here by counting characters, independently of the
+    /// client's own `TerminalText.rows` — the texts have no space to wrap at, so a row is full,
+    /// and the rows after the first start under the text (`- <bob> `, 8 columns in).
     @Suite struct Scrolling {
         /// A config file that writes every time as `-`; the caller removes `directory`.
         static func constantTimesConfig(in directory: URL) throws -> String {
@@ -18,11 +19,16 @@ extension TerminalTests {
             return file.path
         }
 
-        /// `line` cut into rows of `columns` characters (ASCII only).
-        static func rows(_ line: String, columns: Int) -> [String] {
-            stride(from: 0, to: line.count, by: columns).map { start in
-                String(line.dropFirst(start).prefix(columns))
+        /// `line` cut into rows of `columns` characters, the rows after the first indented by
+        /// `indent` spaces (ASCII only, with no space after the indent to wrap at).
+        static func rows(_ line: String, columns: Int, indent: Int = "- <bob> ".count) -> [String] {
+            var rows = [String(line.prefix(columns))]
+            var rest = line.dropFirst(columns)
+            while !rest.isEmpty {
+                rows.append(String(repeating: " ", count: indent) + rest.prefix(columns - indent))
+                rest = rest.dropFirst(columns - indent)
             }
+            return rows
         }
 
         /// The rows above the status line and the input line, of a screen `height` rows high.
@@ -67,14 +73,14 @@ extension TerminalTests {
                         : "short \(index)"
                 }
                 for text in texts { try await bob.say(text) }
-                let rows = texts.flatMap { Self.rows("- #general <bob> " + $0, columns: 40) }
+                let rows = texts.flatMap { Self.rows("- <bob> " + $0, columns: 40) }
                 #expect(rows.count == 24)
                 try await Self.waitForWindow(tmux, Array(rows.suffix(10)), height: 12, "the last 10 rows")
 
                 // 10 rows on screen: a page is 9 rows, so the top row stays, at the bottom. It is
                 // the middle row of a long line: a page ends inside a line, not at one's end.
                 try await tmux.press("PPage")
-                #expect(!rows[14].hasPrefix("- #general"), "the row kept is a line's middle row: \(rows[14])")
+                #expect(!rows[14].hasPrefix("- <bob>"), "the row kept is a line's middle row: \(rows[14])")
                 try await Self.waitForWindow(tmux, Array(rows[5..<15]), height: 12, "a page back by rows, with one row kept")
                 try await tmux.waitForScreen("-- more --") { $0.contains { $0.hasPrefix("alice -- more --") } }
 
@@ -91,12 +97,12 @@ extension TerminalTests {
             try await TerminalTests.start(clientArguments: ["--config", config]) { _, tmux, bob, _ in
                 // 20×6: 4 rows for the window, and a page of 3.
                 try await Self.resize(tmux, columns: 20, rows: 6)
-                let tall = (0..<75).map { String(format: "%03d,", $0) }.joined()
-                #expect(tall.count == 300)
+                let tall = (0..<51).map { String(format: "%03d,", $0) }.joined()
+                #expect(tall.count == 204)
                 try await bob.say("before tall")
                 try await bob.say(tall)
-                // 2 rows, then 16: 317 characters at 20 columns.
-                let rows = Self.rows("- #general <bob> before tall", columns: 20) + Self.rows("- #general <bob> " + tall, columns: 20)
+                // 1 row, then 17: 12 characters after `- <bob> `, and 16 rows of 12 under them.
+                let rows = Self.rows("- <bob> before tall", columns: 20) + Self.rows("- <bob> " + tall, columns: 20)
                 #expect(rows.count == 18)
                 try await Self.waitForWindow(tmux, Array(rows[14..<18]), height: 6, "the tall line's last rows as it arrives")
 

@@ -22,7 +22,7 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: home) }
         let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home, rooms: rooms, extra: clientArguments))
         defer { tmux.stop() }
-        try await tmux.waitFor("#general -!- alice joined")
+        try await tmux.waitFor("-!- alice joined")
         let bob = try await Peer(nick: "bob", port: server.port)
         defer { bob.close() }
         try await tmux.waitFor("-!- bob joined")

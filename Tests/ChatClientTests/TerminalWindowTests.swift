@@ -199,10 +199,10 @@ extension TerminalTests {
             try await tmux.waitFor("alice | [1:#general] 2:#dev(1!)")
             try await tmux.press("M-2")
             try await tmux.waitForScreen("a timestamp with seconds") { rows in
-                rows.contains { $0.range(of: #"^\d\d:\d\d:\d\d #dev <bob> the deploy is done$"#, options: .regularExpression) != nil }
+                rows.contains { $0.range(of: #"^\d\d:\d\d:\d\d <bob> the deploy is done$"#, options: .regularExpression) != nil }
             }
             let log = home.appendingPathComponent(".local/share/chat-client/logs/127.0.0.1:\(server.port)/#dev.log")
-            #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" #dev <bob> the deploy is done") },
+            #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" <bob> the deploy is done") },
                     "the log has the line")
             // /lastlog shows copies of lines that are already in the window and its log: the
             // copies are not logged again, nor found by the next /lastlog.
@@ -216,7 +216,7 @@ extension TerminalTests {
             #expect(try await tmux.screen().filter { $0.hasSuffix("-- lastlog: 1 line contains \"deploy\":") }.count == 2,
                     "the second search does not find the first one's answer")
             try await bob.say("after the search", in: "dev")
-            #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" #dev <bob> after the search") })
+            #expect(await eventually { ((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains(" <bob> after the search") })
             let searched = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
             #expect(!searched.contains("lastlog") && searched.components(separatedBy: "the deploy is done").count == 2,
                     "the log holds the line once and none of /lastlog's answer:\n\(searched)")
@@ -239,7 +239,7 @@ extension TerminalTests {
             try await tmux.waitForLogicalLine(containing: "log_directory = \"\(home.path)/elsewhere\" for this session")
             try await bob.say("logged elsewhere", in: "dev")
             let moved = home.appendingPathComponent("elsewhere/127.0.0.1:\(server.port)/#dev.log")
-            #expect(await eventually { ((try? String(contentsOf: moved, encoding: .utf8)) ?? "").contains(" #dev <bob> logged elsewhere") },
+            #expect(await eventually { ((try? String(contentsOf: moved, encoding: .utf8)) ?? "").contains(" <bob> logged elsewhere") },
                     "the line is logged in the new directory")
             try await tmux.type("/wc")
             try await tmux.press("Enter")
@@ -271,7 +271,7 @@ extension TerminalTests {
                 """, home: home)
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", home: home))
             defer { tmux.stop() }
-            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("-!- alice joined")
             try await tmux.waitFor("alice | [1:#general] | TLS 1.3")
             #expect(try await !tmux.screen().contains { $0.contains("UNVERIFIED") || $0.contains("NOT verified") })
         }
@@ -289,7 +289,7 @@ extension TerminalTests {
             defer { bob.close() }
             try await bob.say("said in dev", in: "dev")
             try await bob.tell("alice", "and in private")
-            try await tmux.waitFor("#dev <bob> said in dev")
+            try await tmux.waitFor("#dev <bob> said in dev")  // the merged window names rooms
             try await tmux.waitFor("*bob* and in private")
             try await tmux.waitFor("alice | [1:(all)] 2:#general 3:#dev 4:bob")
             try await tmux.press("M-2")
@@ -373,8 +373,8 @@ extension TerminalTests {
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
             defer { tmux.stop() }
             try await tmux.waitForScreen("the backlog, then the marker where live lines start") { rows in
-                guard let said = rows.firstIndex(where: { $0.hasSuffix("#general <carol> said before you came") }),
-                    let live = rows.firstIndex(where: { $0.hasSuffix("#general — live from here —") })
+                guard let said = rows.firstIndex(where: { $0.hasSuffix("<carol> said before you came") }),
+                    let live = rows.firstIndex(where: { $0.hasSuffix("— live from here —") })
                 else { return false }
                 return said < live
             }
@@ -414,7 +414,7 @@ extension TerminalTests {
                     "alice joined #general on the other server")
             try await tmux.waitForLogicalLine(containing: "reconnected to 127.0.0.1:\(other.port)")
             try await dave.say("on the other server")
-            try await tmux.waitFor("#general <dave> on the other server")
+            try await tmux.waitFor("<dave> on the other server")
             try await tmux.type("moved")
             try await tmux.press("Enter")
             #expect(await dave.waitFor(TerminalTests.said("moved", by: "alice")), "alice talks on the other server")
@@ -432,14 +432,14 @@ extension TerminalTests {
             defer { server.stop() }
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: server.port, home: home))
             defer { tmux.stop() }
-            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("-!- alice joined")
             let bob = try await Peer(nick: "bob", port: server.port)
             defer { bob.close() }
             for index in 1...200 { try await bob.say("kept \(index)") }
-            try await tmux.waitFor("- #general <bob> kept 200")
+            try await tmux.waitFor("- <bob> kept 200")
             for _ in 0..<6 { try await tmux.press("PPage") }
             try await tmux.waitForScreen("the oldest line kept at the top, the 151st") { rows in
-                rows.first == "- #general <bob> kept 151" && rows.contains { $0.hasPrefix("alice -- more --") }
+                rows.first == "- <bob> kept 151" && rows.contains { $0.hasPrefix("alice -- more --") }
             }
         }
 

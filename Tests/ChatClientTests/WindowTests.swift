@@ -70,6 +70,24 @@ import Testing
                 "a row cut inside a style ends with a reset and the next starts with the style")
     }
 
+    @Test func rowsAreCutAtWordsUnderTheIndentMark() {
+        let mark = String(TerminalText.indentMark)
+        #expect(TerminalText.rows(of: "09:04 <bob> " + mark + "one two three four five", columns: 24)
+                == ["09:04 <bob> one two", "            three four", "            five"],
+                "continuation rows start under the text, and no word is cut")
+        #expect(TerminalText.rows(of: "09:04 <bob> " + mark + "one two three four five", columns: 20)
+                == ["09:04 <bob> one two", "          three four", "          five"],
+                "an indent of more than half the width is held to half")
+        #expect(TerminalText.rows(of: "ab cd ef", columns: 5) == ["ab cd", "ef"], "no mark: no indent, the space at the cut not drawn")
+        #expect(TerminalText.rows(of: "12 " + mark + "abcdefghij", columns: 8) == ["12 abcde", "   fghij"],
+                "a word wider than the row is cut where the row ends")
+        #expect(TerminalText.plain("a" + mark + "b") == "ab", "the mark is not text")
+        let green = "\u{1B}[32m"
+        let reset = "\u{1B}[0m"
+        #expect(TerminalText.rows(of: "x " + mark + green + "aa bb" + reset, columns: 4) == ["x \(green)aa\(reset)", "  \(green)bb\(reset)"],
+                "a style cut at a space goes on after the indent")
+    }
+
     @Test func aHundredThousandLineLimitIsReachedAndHeld() {
         var buffer = WindowBuffer(limit: 100_000)
         for index in 0..<150_000 { buffer.append("l\(index)") }
@@ -150,7 +168,7 @@ import Testing
 
     private func texts(_ actions: [SessionAction]) -> [String] {
         actions.compactMap { action -> String? in
-            guard case .show(let event) = action else { return nil }
+            guard let event = shownEvent(action) else { return nil }
             switch event {
             case .message(_, _, _, let text, _), .marker(_, _, let text), .notice(_, let text), .error(_, let text): return text
             default: return nil
@@ -378,6 +396,42 @@ import Testing
             2026-05-12 08:01:00 #general <bob> morning
 
             """, "today's file has every line of today's session, the backlog stamped with its own day:\n\(today)")
+    }
+
+    /// A backlog shown at every start is logged once: a line the log has (the same stamp and
+    /// text) is left out, in yesterday's file too; one it lacks goes in its place by time.
+    @Test func aBacklogIsLoggedOnceInTimeOrder() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("logs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = "127.0.0.1:7000"
+        var first = WindowLogs(directory: directory.path)
+        first.write("<bob> evening", stamp: "2026-05-11 22:00:00", day: "2026-05-11", window: "#general", server: server)
+        first.write("<bob> morning", stamp: "2026-05-12 08:00:00", day: "2026-05-12", window: "#general", server: server)
+        first.write("<bob> coffee?", stamp: "2026-05-12 08:05:00", day: "2026-05-12", window: "#general", server: server)
+        // The next start: its join, then the backlog — two lines logged before, one said while
+        // the client was not running — then a live line.
+        var second = WindowLogs(directory: directory.path)
+        let written = [
+            second.write("-!- alice joined", stamp: "2026-05-12 09:00:00", day: "2026-05-12", window: "#general", server: server),
+            second.write("<bob> evening", stamp: "2026-05-11 22:00:00", day: "2026-05-11", window: "#general", server: server, mayRepeat: true),
+            second.write("<bob> morning", stamp: "2026-05-12 08:00:00", day: "2026-05-12", window: "#general", server: server, mayRepeat: true),
+            second.write("<bob> anyone?", stamp: "2026-05-12 08:30:00", day: "2026-05-12", window: "#general", server: server, mayRepeat: true),
+            second.write("<bob> coffee?", stamp: "2026-05-12 08:05:00", day: "2026-05-12", window: "#general", server: server, mayRepeat: true),
+            second.write("<bob> hi alice", stamp: "2026-05-12 09:00:01", day: "2026-05-12", window: "#general", server: server),
+        ]
+        #expect(written == [true, true, true, true, true, true])
+        let folder = directory.appendingPathComponent(server)
+        let old = try String(contentsOf: folder.appendingPathComponent("#general.2026-05-11.log"), encoding: .utf8)
+        #expect(old == "2026-05-11 22:00:00 <bob> evening\n", "yesterday's line stays once, in yesterday's file:\n\(old)")
+        let today = try String(contentsOf: folder.appendingPathComponent("#general.log"), encoding: .utf8)
+        #expect(today == """
+            2026-05-12 08:00:00 <bob> morning
+            2026-05-12 08:05:00 <bob> coffee?
+            2026-05-12 08:30:00 <bob> anyone?
+            2026-05-12 09:00:00 -!- alice joined
+            2026-05-12 09:00:01 <bob> hi alice
+
+            """, "each line once, in time order:\n\(today)")
     }
 
     @Test func anUnwritableDirectoryStopsLoggingWithOneReason() {
