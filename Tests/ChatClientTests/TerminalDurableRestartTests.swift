@@ -67,7 +67,7 @@ extension TerminalTests {
             defer { try? FileManager.default.removeItem(at: home) }
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: relay.port, home: home))
             defer { tmux.stop() }
-            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("-!- alice joined")
             let bob = try await Peer(nick: "bob", port: port)
             try await bob.say("before the loss")
             try await tmux.waitFor("<bob> before the loss")

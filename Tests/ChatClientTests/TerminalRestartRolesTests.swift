@@ -21,7 +21,7 @@ extension TerminalTests {
             defer { try? FileManager.default.removeItem(at: home) }
             let tmux = try await TmuxSession(try clientInTerminal(nick: "alice", port: relay.port, home: home))
             defer { tmux.stop() }
-            try await tmux.waitFor("#general -!- alice joined")
+            try await tmux.waitFor("-!- alice joined")
             var bot: Peer? = try await Peer(nick: "bot", port: port, version: 4)
             try await tmux.waitFor("bot joined")
 
