@@ -291,6 +291,11 @@ struct JournalReplayTests {
             store.close()
             try blocker.execute("ROLLBACK")
         }
+        let before = RoomJournal.files(in: data.path).map { "\($0): \(fileSize(RoomJournal.path(of: $0, in: data.path))) B" }
+        let database = try RoomDatabase(path: data.path + "/" + RoomDatabase.fileName, durability: .off, create: false)
+        let state = try database.journalState()
+        let storedBefore = try database.loadRoom(named: "room0", recent: 0)?.record.lastSeq
+        #expect(storedBefore == 20, "the last 30 events of each room are in the journal only: \(before), \(String(describing: state))")
         try damage.apply(to: data.path)
 
         let recorder = CheckpointRecorder()
@@ -298,7 +303,7 @@ struct JournalReplayTests {
         defer { reopened.close() }
         #expect(
             recorder.lines.contains { $0.hasPrefix("the journal may not hold everything the last run acknowledged") },
-            "the loss is logged: \(recorder.lines)")
+            "the loss is logged: \(recorder.lines); the journal before the damage: \(before), \(String(describing: state))")
         for room in ["room0", "room1"] {
             let stored = try #require(try reopened.loadRoom(named: room, recent: 1_000))
             #expect(stored.record.epoch != 1, "\(room) moved to a new epoch")
