@@ -60,6 +60,9 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The directory, locked for this store's lifetime.
     public let directory: DataDirectory
+    /// Whether its writes (and those of the accounts' and moderation files beside it) reach the
+    /// disk: `/metrics`, `/status` and `/healthz` read it.
+    public let health: StorageHealth
     /// How much history is kept on disk.
     public let retention: RetentionPolicy
     /// Where commits run.
@@ -175,6 +178,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         checkpointPolicy: LogCheckpointer.Policy? = nil, logger: Logger = Logger(label: "chat-server.storage")
     ) throws(StorageError) {
         directory = try DataDirectory(path: path)
+        health = StorageHealth(logger: logger)
         self.retention = retention
         self.logger = logger
         placement = commitPlacement
@@ -184,7 +188,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             // Before the checkpointer watches the writer: a run it started now would use the
             // connection on the writer queue while the replay still uses it here.
             try Self.replayJournal(in: directory.path, into: writer, logger: logger)
-            journal = RoomJournal(directory: directory.path)
+            // Through the locked directory itself: a journal file is never made in a directory
+            // another server put at the same path (`DataDirectory.anchoredPath`).
+            journal = RoomJournal(directory: directory.anchoredPath)
             let checkpointer = LogCheckpointer(
                 connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
             ) { [logger] event in Self.log(event, to: logger) }
@@ -198,7 +204,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
         upkeep = StoreUpkeep(
             retention: retention, writer: writer, writerQueue: writerQueue,
-            databasePath: directory.databasePath, journal: journal, logger: logger)
+            databasePath: directory.databasePath, journal: journal, health: health, logger: logger)
         upkeep.start(retentionInterval: retentionInterval, logSyncInterval: Self.logSyncInterval, durability: durability)
     }
 
@@ -442,11 +448,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         do throws(SQLiteError) {
             try writer.apply(records)
         } catch {
-            logger.error(
-                "the journal's records could not be stored; they stay in the journal and are tried again",
-                metadata: ["storage.error": "\(error)", "storage.records": "\(records.count)"])
+            // Logged there, once per interval however often hand-offs fail.
+            health.failed(.database, "the journal's records could not be stored (they stay in the journal and are tried again): \(error)")
             // Waiting in files no sync would reach otherwise.
-            if durability != .off { RoomJournal.sync(through: ended, in: directory.path) }
+            if durability != .off { RoomJournal.sync(through: ended, in: directory.anchoredPath) }
             journaled.withLock { state in
                 guard !state.closed else { return }
                 state.records.insert(contentsOf: taken, at: 0)
@@ -455,9 +460,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             return
         }
+        health.succeeded(.database)
         // Only what the database holds durably leaves the journal.
         upkeep.syncLogNow()
-        RoomJournal.remove(through: ended, in: directory.path)
+        RoomJournal.remove(through: ended, in: directory.anchoredPath)
         journaled.withLock { state in
             state.bytes -= bytes
             for record in records {
@@ -498,6 +504,12 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
         RoomJournal.remove(through: last, in: directory)
         logger.notice("replayed the journal", metadata: ["storage.records": "\(records)", "storage.files": "\(files.count)"])
+    }
+
+    /// What the journal holds that the database has not taken in yet: its bytes (a hand-off under
+    /// way included) and the records no hand-off has taken. Zero without a journal.
+    public var journalBacklog: (bytes: Int, records: Int) {
+        journaled.withLock { ($0.bytes, $0.records.count) }
     }
 
     /// How many events the next commit holds so far (the commit-size histogram of `/metrics`).
