@@ -11,9 +11,14 @@ Builds the release configuration of chat-server and chat-client, then installs:
   PREFIX/bin/chat-server, PREFIX/bin/chat-client
   UNIT_DIR/chat-server.service           Scripts/systemd/chat-server.service, its ExecStart and
                                          Documentation pointed at the installed files
-  PREFIX/share/doc/chat-server/OPERATIONS.md
+  PREFIX/share/doc/chat-server/          OPERATIONS.md and the guides it links to (SERVER.md,
+                                         SECURITY.md, TLS.md, CLUSTER.md, PROTOCOL.md)
+  PREFIX/share/doc/chat-server/examples/ chat-server.env (for /etc/default/chat-server) and
+                                         chat-server.toml (for --config)
 
 Then, as root on a systemd machine:
+  install -m 0600 PREFIX/share/doc/chat-server/examples/chat-server.env /etc/default/chat-server
+  install -D -m 0644 PREFIX/share/doc/chat-server/examples/chat-server.toml /etc/chat-server/chat-server.toml
   systemctl daemon-reload && systemctl enable --now chat-server
   curl -s http://127.0.0.1:9464/metrics ; PREFIX/bin/chat-server --status --metrics 127.0.0.1:9464
 
@@ -72,11 +77,14 @@ for product in chat-server chat-client; do
     [[ -x $bin/$product ]] || { echo "install.sh: $bin/$product is not built (drop --no-build)" >&2; exit 1; }
 done
 
-install -d "$destdir$prefix/bin" "$destdir$unit_dir" "$destdir$prefix/share/doc/chat-server"
+doc="$destdir$prefix/share/doc/chat-server"
+install -d "$destdir$prefix/bin" "$destdir$unit_dir" "$doc" "$doc/examples"
 install -m 0755 "$bin/chat-server" "$bin/chat-client" "$destdir$prefix/bin/"
 sed -e "s|/usr/local/bin/chat-server|$prefix/bin/chat-server|" \
     -e "s|/usr/local/share/doc/chat-server|$prefix/share/doc/chat-server|" \
     Scripts/systemd/chat-server.service > "$destdir$unit_dir/chat-server.service"
 chmod 0644 "$destdir$unit_dir/chat-server.service"
-install -m 0644 docs/OPERATIONS.md "$destdir$prefix/share/doc/chat-server/"
+# The guide and every document it links to, so its links work where it is installed.
+install -m 0644 docs/OPERATIONS.md docs/SERVER.md docs/SECURITY.md docs/TLS.md docs/CLUSTER.md docs/PROTOCOL.md "$doc/"
+install -m 0644 Scripts/systemd/chat-server.env Scripts/systemd/chat-server.toml "$doc/examples/"
 echo "installed chat-server and chat-client in $destdir$prefix/bin, the unit in $destdir$unit_dir"

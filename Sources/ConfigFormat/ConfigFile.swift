@@ -45,6 +45,12 @@ public enum ConfigFile {
         public let reason: String
         /// `line 3: reason`.
         public var description: String { "line \(line): \(reason)" }
+
+        /// The error `reason` at `line` (from 1): also what a caller's own check of an entry says.
+        public init(line: Int, reason: String) {
+            self.line = line
+            self.reason = reason
+        }
     }
 
     /// Every entry of `text`, in file order; throws at the first line that is not understood.

@@ -60,7 +60,12 @@ struct ServerConfigFile {
         do {
             entries = try ConfigFile.parse(text, tables: [], decimals: true)
         } catch {
-            throw Problem(path: path, line: error.line, reason: error.reason)
+            // The grammar's sentence lists the tables a file has; this one has none.
+            let reason = error.reason.hasPrefix("unknown table")
+                ? String(error.reason.prefix { $0 != "(" }.reversed().drop { $0 == " " }.reversed())
+                    + ": the settings are top-level `name = value` lines"
+                : error.reason
+            throw Problem(path: path, line: error.line, reason: reason)
         }
         for entry in entries {
             guard !Self.refused.contains(entry.key) else {

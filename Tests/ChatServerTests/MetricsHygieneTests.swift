@@ -23,7 +23,7 @@ struct MetricsHygieneTests {
         let port = try #require(MetricsPortTests.metricsPort(of: server))
         // Some traffic first, so histograms and labelled series have samples.
         let client = try await TestClient.connect(to: server, nick: "talker", version: 2)
-        try await client.join("room")
+        _ = try await client.joinRoom("room")
         try await client.send(.say(room: "room", text: "hello"))
         _ = try await client.waitFor("the echo") { frame -> Bool? in
             if case .message("room", _, _, "talker", _) = frame { return true }
@@ -63,7 +63,7 @@ struct MetricsHygieneTests {
         defer { server.stop() }
         let port = try #require(MetricsPortTests.metricsPort(of: server))
         let sender = try await TestClient.connect(to: server, nick: "sender", version: 2)
-        try await sender.join("room")
+        _ = try await sender.joinRoom("room")
         try await sender.send((0..<20).map { .say(room: "room", text: "line \($0)") })
         _ = try await sender.collect(20, "echoes") { frame -> Bool? in
             if case .message("room", _, _, "sender", _) = frame { return true }

@@ -21,10 +21,23 @@ struct ServiceContractTests {
         #expect(badValue.status.map(notRestarted.contains) == true, "a bad value: exit \(String(describing: badValue.status))")
     }
 
-    @Test func aLostDataDirectoryExitsWithAStatusTheUnitRestarts() throws {
+    @Test func startupRefusalsAreNotRestartedButALostDataDirectoryIs() async throws {
         let notRestarted = try Operations.statusesNotRestarted()
         #expect(!notRestarted.contains(DataDirectoryLockTests.directoryLostStatus), "a server that lost its directory is restarted")
-        #expect(!notRestarted.contains(0) && !notRestarted.contains(1), "neither a clean stop nor a crash-like failure is listed")
+        // A directory another server holds: refused at start, and not retried every 2 s.
+        let data = try TemporaryDirectory(prefix: "chat-contract")
+        defer { data.remove() }
+        let holder = try await ChatServerProcess(arguments: ["--data-dir", data.path, "--log-level", "warning"])
+        defer { holder.stop() }
+        let refused = try await Operations.run(["--port", "0", "--data-dir", data.path])
+        #expect(refused.status.map(notRestarted.contains) == true, "a locked directory: exit \(String(describing: refused.status))")
+        // A config file that names an unknown setting: its line, and a status the unit leaves alone.
+        let file = data.path + "-bad.toml"
+        try "port = 0\nmax-clints = 5\n".write(toFile: file, atomically: true, encoding: .utf8)
+        defer { unlink(file) }
+        let badFile = try await Operations.run(["--config", file, "--no-persistence"])
+        #expect(badFile.status.map(notRestarted.contains) == true, "a bad config file: exit \(String(describing: badFile.status))")
+        #expect(badFile.output.contains("\(file):2:"), "the error names the line:\n\(badFile.output)")
     }
 
     @Test func versionPrintsTheVersionTheMetricsReport() async throws {
@@ -48,9 +61,10 @@ struct ServiceContractTests {
         let server = try await ChatServerProcess(
             .durable, arguments: ["--log-level", "warning"],
             environment: ["NOTIFY_SOCKET": socket.path, "WATCHDOG_USEC": "200000"])
-        let ready = socket.receive(until: { $0.contains("READY=1") })
-        #expect(ready.contains { $0.contains("READY=1") }, "READY=1 once listening: \(ready)")
-        #expect(ready.contains { $0.contains("MAINPID=\(server.pid)") || $0.contains("READY=1") })
+        let ready = socket.receive(until: { messages in messages.contains { $0.contains("READY=1") } })
+        let readiness = ready.first { $0.contains("READY=1") } ?? ""
+        #expect(readiness.contains("READY=1"), "READY=1 once listening: \(ready)")
+        #expect(readiness.contains("MAINPID=\(server.pid)"), "with the main process's ID: \(readiness)")
         let beats = socket.receive(until: { messages in messages.filter { $0.contains("WATCHDOG=1") }.count >= 3 })
         #expect(beats.filter { $0.contains("WATCHDOG=1") }.count >= 3, "a watchdog beat every half of WATCHDOG_USEC: \(beats)")
         server.child.signal(SIGTERM)
@@ -79,6 +93,29 @@ struct ServiceContractTests {
         #expect(script.exitStatus == nil, "the server still runs:\n\(script.output)")
         kill(pid, SIGTERM)
         #expect(await script.waitForExit() == 0, "and stops cleanly on SIGTERM:\n\(script.output)")
+    }
+
+    @Test func installShipsTheGuidesItLinksToAndExampleFiles() async throws {
+        let directory = try TemporaryDirectory(prefix: "chat-install")
+        defer { directory.remove() }
+        let products = try Operations.executable().deletingLastPathComponent()
+        let script = try ChildProcess(
+            Operations.root.appendingPathComponent("Scripts/install.sh"), ["--debug", "--no-build", "--prefix", directory.path],
+            environment: ["SCRATCH_PATH": products.deletingLastPathComponent().path])
+        #expect(await script.waitForExit(timeout: .seconds(60)) == 0, "install.sh:\n\(script.output)")
+        let doc = directory.path + "/share/doc/chat-server"
+        let guide = try String(contentsOfFile: doc + "/OPERATIONS.md", encoding: .utf8)
+        // Every document the guide links to is installed beside it.
+        let linked = Set(guide.matches(of: /\]\(([A-Z]+\.md)/).map { String($0.output.1) })
+        #expect(linked.isSuperset(of: ["SERVER.md", "SECURITY.md"]), "the guide links to \(linked)")
+        for name in linked {
+            #expect(FileManager.default.fileExists(atPath: doc + "/" + name), "\(name), which OPERATIONS.md links to, is installed")
+        }
+        for example in ["chat-server.env", "chat-server.toml"] {
+            #expect(FileManager.default.fileExists(atPath: doc + "/examples/" + example), "the example \(example) is installed")
+        }
+        let check = try await Operations.run(["--check-config", "--config", doc + "/examples/chat-server.toml"])
+        #expect(check.status == 0, "the installed example config is valid:\n\(check.output)")
     }
 
     /// The one child of `pid` (Linux's /proc children list), or nil.

@@ -17,13 +17,14 @@ struct StorageHealthTests {
     func aDatabaseThatCannotGrowShowsInMetricsHealthAndStatusAndRecovers() async throws {
         let data = try TemporaryDirectory(prefix: "chat-health")
         defer { data.remove() }
-        // 1 MiB per file: the journal's files, each a tenth of a second of commits, stay under it;
-        // the database's log does not.
+        // A soft limit of 1 MiB per file (the hard one unlimited, so the test can lift it): the
+        // journal's files, each a tenth of a second of commits, stay under it; the database's
+        // log does not.
         let server = try await ServerUnderTest(
             arguments: [
                 "--port", "0", "--data-dir", data.path, "--metrics", "127.0.0.1:0", "--no-rate-limits", "--log-level", "info",
             ],
-            wrapper: [Self.prlimit, "--fsize=1048576"])
+            wrapper: [Self.prlimit, "--fsize=1048576:unlimited"])
         defer { server.stop() }
         let port = try #require(server.metricsPort)
         let healthy = await MetricsPortTests.get(port: port, path: "/healthz")
@@ -31,11 +32,10 @@ struct StorageHealthTests {
 
         let writer = try await TestClient.connect(port: server.port, nick: "writer", version: 2)
         _ = try await writer.joinRoom("big")
-        // Bounded: at most 4,000 lines of 900 bytes (3.4 MiB), stopping as soon as the database
-        // is seen failing.
+        // Bounded: at most 4,000 lines of 900 bytes (3.4 MiB), stopping as soon as the server
+        // logs a failed write.
         let line = String(repeating: "x", count: 900)
-        var failing: String?
-        for batch in 0..<40 {
+        for batch in 0..<40 where !server.child.output.contains("storage write failed") {
             try await writer.send((0..<100).map { .say(room: "big", text: "\(batch)-\($0) \(line)") })
             _ = try await writer.collect(100, "echoes or refusals") { frame -> Bool? in
                 switch frame {
@@ -43,13 +43,8 @@ struct StorageHealthTests {
                 default: nil
                 }
             }
-            if let text = await MetricsPortTests.get(port: port, path: "/metrics")?.body,
-                Operations.total("chat_storage_write_failures_total", in: text) > 0
-            {
-                failing = text
-                break
-            }
         }
+        let failing = try await MetricsPortTests.metrics(port: port) { Operations.total("chat_storage_write_failures_total", in: $0) > 0 }
         let metrics = try #require(failing, "the database's failed writes are counted:\n\(server.child.output.suffix(2000))")
         let database = Operations.samples(named: "chat_storage_write_failures_total", in: metrics).first { $0.labels.contains("database") }
         #expect((database?.value ?? 0) > 0, "counted as the database's:\n\(metrics)")
@@ -74,7 +69,7 @@ struct StorageHealthTests {
         #expect(errorLines.count <= 3, "\(errorLines.count) lines for \(failures) failures:\n\(errorLines.joined(separator: "\n"))")
 
         // Lifted: the journal's records reach the database, and every report says so.
-        let lift = try ChildProcess(URL(fileURLWithPath: Self.prlimit), ["--pid", "\(server.child.pid)", "--fsize=unlimited"])
+        let lift = try ChildProcess(URL(fileURLWithPath: Self.prlimit), ["--pid", "\(server.child.pid)", "--fsize=unlimited:unlimited"])
         #expect(await lift.waitForExit() == 0, "prlimit lifts the limit: \(lift.output)")
         let recovered = try await MetricsPortTests.metrics(port: port) { text in
             MetricsPortTests.value(of: "chat_storage_failing", in: text) == 0
