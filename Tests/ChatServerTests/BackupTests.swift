@@ -112,11 +112,12 @@ struct BackupTests {
         #expect(backup.status == 0, "\(backup.output)")
         let again = try await Operations.run(["backup", copy, "--data-dir", data])
         #expect(again.status != 0 && again.output.contains("not empty"), "a backup never overwrites one:\n\(again.output)")
-        // Damage the copy's rooms database in the middle of a page.
+        // Damage the copy's rooms database: every page after the first (its header) overwritten.
         let path = copy + "/" + RoomDatabase.fileName
+        let size = try #require(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
         let file = try FileHandle(forUpdating: URL(fileURLWithPath: path))
-        try file.seek(toOffset: 4096 + 100)
-        file.write(Data(repeating: 0xA5, count: 2000))
+        try file.seek(toOffset: 4096)
+        file.write(Data(repeating: 0xA5, count: size - 4096))
         try file.close()
         let damaged = try await Operations.run(["check", copy])
         #expect(damaged.status == 65, "a damaged copy: exit 65 (EX_DATAERR):\n\(damaged.output)")

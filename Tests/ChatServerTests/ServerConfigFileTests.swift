@@ -57,7 +57,7 @@ struct ServerConfigFileTests {
             }
         }
         let good = directory.path + "/good.toml"
-        try "motd = \"hello\"\nmax-memory = \"256M\"\nhandshake-timeout = 2.5\n".write(toFile: good, atomically: true, encoding: .utf8)
+        try "motd = \"hello\"\nmax-memory = \"1G\"\nhandshake-timeout = 2.5\n".write(toFile: good, atomically: true, encoding: .utf8)
         let check = try await Operations.run(["--check-config", "--config", good])
         #expect(check.status == 0 && check.output.contains("configuration OK"), "\(check.output)")
         #expect(!check.output.contains("listening on"), "--check-config does not serve")
