@@ -13,8 +13,9 @@ Builds the release configuration of chat-server and chat-client, then installs:
                                          Documentation pointed at the installed files
   PREFIX/share/doc/chat-server/          OPERATIONS.md and the guides it links to (SERVER.md,
                                          SECURITY.md, TLS.md, CLUSTER.md, PROTOCOL.md)
-  PREFIX/share/doc/chat-server/examples/ chat-server.env (for /etc/default/chat-server) and
-                                         chat-server.toml (for --config)
+  PREFIX/share/doc/chat-server/examples/ chat-server.env (for /etc/default/chat-server),
+                                         chat-server.toml (for --config) and
+                                         chat-server-alerts.yml (Prometheus alert rules)
 
 Then, as root on a systemd machine:
   install -m 0600 PREFIX/share/doc/chat-server/examples/chat-server.env /etc/default/chat-server
@@ -86,5 +87,5 @@ sed -e "s|/usr/local/bin/chat-server|$prefix/bin/chat-server|" \
 chmod 0644 "$destdir$unit_dir/chat-server.service"
 # The guide and every document it links to, so its links work where it is installed.
 install -m 0644 docs/OPERATIONS.md docs/SERVER.md docs/SECURITY.md docs/TLS.md docs/CLUSTER.md docs/PROTOCOL.md "$doc/"
-install -m 0644 Scripts/systemd/chat-server.env Scripts/systemd/chat-server.toml "$doc/examples/"
+install -m 0644 Scripts/systemd/chat-server.env Scripts/systemd/chat-server.toml Scripts/prometheus/chat-server-alerts.yml "$doc/examples/"
 echo "installed chat-server and chat-client in $destdir$prefix/bin, the unit in $destdir$unit_dir"

@@ -1,4 +1,5 @@
 import ChatProtocol
+import ChatServer
 import Foundation
 import Glibc
 import Testing
@@ -75,6 +76,33 @@ struct MetricsHygieneTests {
         }
         #expect(text != nil, "deliveries and the loop's timer are measured")
         sender.close()
+    }
+
+    @Test func theShippedAlertRulesAreValidAndNameOnlyExportedMetrics() async throws {
+        #expect(FileManager.default.isExecutableFile(atPath: Self.promtool), "promtool is installed (Scripts/bootstrap.sh)")
+        let rules = Operations.root.appendingPathComponent("Scripts/prometheus/chat-server-alerts.yml").path
+        let check = try ChildProcess(URL(fileURLWithPath: Self.promtool), ["check", "rules", rules])
+        #expect(await check.waitForExit() == 0, "promtool check rules:\n\(check.output)")
+        // Every chat_ or process_ name in an expression is one the server exports.
+        let text = try String(contentsOfFile: rules, encoding: .utf8)
+        let known = Set(MetricCatalog.metrics.map(\.name))
+        for match in text.matches(of: /\b((?:chat|process)_[a-z_]+)/) {
+            var name = String(match.output.1)
+            for suffix in ["_bucket", "_sum", "_count"] where name.hasSuffix(suffix) && !known.contains(name) { name = String(name.dropLast(suffix.count)) }
+            #expect(known.contains(name), "the rules name \(name), which the server does not export")
+        }
+    }
+
+    @Test func aClusterNodeWithoutItsRedisIsUnhealthy() async throws {
+        let server = try await ChatServerProcess(.cluster, arguments: Self.flags)
+        defer { server.stop() }
+        let port = try #require(MetricsPortTests.metricsPort(of: server))
+        #expect(await MetricsPortTests.get(port: port, path: "/healthz")?.status == 200, "healthy with its Redis")
+        server.redis?.kill()
+        let down = await eventually { await MetricsPortTests.get(port: port, path: "/healthz")?.status == 503 }
+        #expect(down, "/healthz answers 503 while the link is down")
+        let status = try await Operations.run(["--status", "--metrics", "127.0.0.1:\(port)"])
+        #expect(status.status == 2, "chat-server --status exits 2 for an unhealthy server:\n\(status.output)")
     }
 
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: prometheus)))
@@ -157,3 +185,4 @@ struct MetricsHygieneTests {
         return String(response[split.upperBound...])
     }
 }
+
