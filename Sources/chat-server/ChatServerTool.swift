@@ -8,7 +8,7 @@ import SocketCore
 /// invocation that names no subcommand — `chat-server --port 0 --data-dir X`, `chat-server
 /// --status --metrics HOST:PORT` — serves, or asks a server, as it always did; the others work on
 /// a data directory (`backup`, `check`) or its accounts (`account`).
-struct ChatServerTool: AsyncParsableCommand {
+struct ChatServerTool: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "chat-server",
         abstract: "A chat server (docs/PROTOCOL.md) and the tools to run it.",
@@ -33,15 +33,15 @@ struct ChatServerTool: AsyncParsableCommand {
     /// flags it holds, placed before the command line's (`ServerConfigFile`), and an error in a
     /// flag that came from the file is reported with the file's line and exit status 78, not as
     /// a command-line mistake (64).
-    static func route(_ arguments: [String]) async -> Never {
+    static func route(_ arguments: [String]) -> Never {
         if let first = arguments.first, otherCommands.contains(first) {
-            await main(arguments)
+            main(arguments)
             Glibc.exit(ExitStatus.success)
         }
         let commandLine = arguments.first == ServeCommand._commandName ? Array(arguments.dropFirst()) : arguments
         // `--help` and `--version` alone are the root's business: its help points at serving.
         if commandLine == ["--version"] || commandLine.contains("--help") || commandLine.contains("-h") {
-            await main([ServeCommand._commandName] + commandLine)
+            main([ServeCommand._commandName] + commandLine)
             Glibc.exit(ExitStatus.success)
         }
         ServerInvocation.commandLine = commandLine

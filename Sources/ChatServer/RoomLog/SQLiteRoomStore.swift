@@ -193,7 +193,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             journal = RoomJournal(directory: directory.anchoredPath)
             let checkpointer = LogCheckpointer(
                 connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
-            ) { [logger] event in Self.log(event, to: logger) }
+            ) { [logger, health] event in Self.log(event, to: logger, health: health) }
             // Hand-offs and retention commit through the writer.
             checkpointer.watch(writer.database)
             self.checkpointer = checkpointer
@@ -565,14 +565,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     }
 
     /// Logs a checkpoint run at debug level: a test kills the server between the two lines.
-    private static func log(_ event: LogCheckpointer.Event, to logger: Logger) {
+    /// A failed run counts as a failed write of the database (`health` logs it, once per
+    /// interval however often runs fail); a run that works says nothing of the hand-offs.
+    private static func log(_ event: LogCheckpointer.Event, to logger: Logger, health: StorageHealth) {
         switch event {
         case .started(let frames):
             logger.debug("checkpoint started", metadata: ["storage.log.frames": "\(frames)"])
         case .finished(let run):
-            if let error = run.error {
-                logger.warning("checkpoint failed", metadata: ["storage.error": "\(error)"])
-            }
+            if let error = run.error { health.failed(.database, "checkpoint failed: \(error)") }
             logger.debug(
                 "checkpoint done",
                 metadata: [
