@@ -26,14 +26,15 @@ public struct LatencyHistogram: Sendable {
         counts = [Int](repeating: 0, count: bounds.count + 1)
     }
 
-    /// Records one sample of `nanoseconds`.
+    /// Records `samples` samples of `nanoseconds` each (one by default).
     @inline(__always)
-    public mutating func record(nanoseconds: UInt64) {
+    public mutating func record(nanoseconds: UInt64, samples: Int = 1) {
+        guard samples > 0 else { return }
         var index = 0
         while index < bounds.count, nanoseconds > bounds[index] { index += 1 }
-        counts[index] += 1
-        count += 1
-        sumNanoseconds &+= nanoseconds
+        counts[index] += samples
+        count += samples
+        sumNanoseconds &+= nanoseconds &* UInt64(samples)
     }
 
     /// The histogram in Prometheus's text format (HELP and TYPE first), seconds as the unit.
