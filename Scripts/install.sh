@@ -11,8 +11,8 @@ Builds the release configuration of chat-server and chat-client, then installs:
   PREFIX/bin/chat-server, PREFIX/bin/chat-client
   UNIT_DIR/chat-server.service           Scripts/systemd/chat-server.service, its ExecStart and
                                          Documentation pointed at the installed files
-  PREFIX/share/doc/chat-server/          OPERATIONS.md and the guides it links to (SERVER.md,
-                                         SECURITY.md, TLS.md, CLUSTER.md, PROTOCOL.md)
+  PREFIX/share/doc/chat-server/          OPERATIONS.md and the documents it links to (docs/*.md:
+                                         SERVER.md, SECURITY.md, TLS.md, …)
   PREFIX/share/doc/chat-server/examples/ chat-server.env (for /etc/default/chat-server),
                                          chat-server.toml (for --config) and
                                          chat-server-alerts.yml (Prometheus alert rules)
@@ -85,7 +85,7 @@ sed -e "s|/usr/local/bin/chat-server|$prefix/bin/chat-server|" \
     -e "s|/usr/local/share/doc/chat-server|$prefix/share/doc/chat-server|" \
     Scripts/systemd/chat-server.service > "$destdir$unit_dir/chat-server.service"
 chmod 0644 "$destdir$unit_dir/chat-server.service"
-# The guide and every document it links to, so its links work where it is installed.
-install -m 0644 docs/OPERATIONS.md docs/SERVER.md docs/SECURITY.md docs/TLS.md docs/CLUSTER.md docs/PROTOCOL.md "$doc/"
+# The guide and the documents beside it, so its links work where it is installed.
+install -m 0644 docs/*.md "$doc/"
 install -m 0644 Scripts/systemd/chat-server.env Scripts/systemd/chat-server.toml Scripts/prometheus/chat-server-alerts.yml "$doc/examples/"
 echo "installed chat-server and chat-client in $destdir$prefix/bin, the unit in $destdir$unit_dir"
