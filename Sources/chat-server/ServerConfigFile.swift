@@ -30,6 +30,8 @@ struct ServerConfigFile {
     let path: String
     /// Its entries, in file order.
     let entries: [ConfigFile.Entry]
+    /// The keys whose flag is given once per value (a list, or a single value of one).
+    private let lists: Set<String>
 
     /// Why the file cannot be used: the line (0 for the file as a whole) and the reason.
     struct Problem: Error, CustomStringConvertible {
@@ -89,6 +91,7 @@ struct ServerConfigFile {
             }
         }
         self.entries = entries
+        lists = Set(entries.map(\.key).filter { settings[$0] == .list })
     }
 
     /// The flags the file stands for, to be placed before `commandLine` (whose flags win); a
@@ -104,6 +107,8 @@ struct ServerConfigFile {
                 guard !Self.names(flag, in: commandLine) else { continue }
                 for value in values { arguments += [flag, Self.text(value)] }
             default:
+                // A list's single value is replaced by the command line's, as a whole list is.
+                if lists.contains(entry.key), Self.names(flag, in: commandLine) { continue }
                 arguments += [flag, Self.text(entry.value)]
             }
         }

@@ -914,7 +914,7 @@ public final class ChatServer: @unchecked Sendable {
         case .failure(let failure):
             // Logged there once per interval, with a count: a full disk fails a commit per turn.
             storageHealth?.failed(
-                commitPart, "\(failure.error); \(failure.events.count) room events not delivered, and refused until a commit succeeds")
+                part(of: failure), "\(failure.error); \(failure.events.count) room events not delivered, and refused until a commit succeeds")
             replay(commit, leavingOut: Set(failure.events.map { StoredEventKey(room: $0.room, seq: $0.entry.seq) }))
             core.storageFailed(failure, into: &actions)
             perform()
@@ -1492,9 +1492,17 @@ extension ChatServer {
     /// memory and cluster mode, whose writes cannot fail on a disk.
     var storageHealth: StorageHealth? { (store as? SQLiteRoomStore)?.health }
 
-    /// The part a failed commit is counted against: the journal when commits are journaled on
-    /// the loop, the database when the writer thread commits them.
+    /// The part a commit's success speaks for: the journal when commits are journaled on the
+    /// loop, the database when the writer thread commits them.
     private var commitPart: StorageHealth.Part { store?.commitsOnCallersQueue == true ? .journal : .database }
+
+    /// The part a failed commit is counted against: the database when SQLite refused it, or
+    /// when the journal could take it but the database stayed too far behind to let it (the
+    /// store's back-pressure: `SQLiteRoomStore.failure(of:behindBy:)`); else the journal.
+    private func part(of failure: CommitFailure) -> StorageHealth.Part {
+        if failure.error.sqlite != nil || failure.error.message.contains("behind the journal") { return .database }
+        return commitPart
+    }
 
     /// Takes a `ServerSnapshot` on the server's queue, hands the counters' news to swift-metrics
     /// (with `startRecordingMetrics()`), and calls `completion` with it there. Costs a pass over
