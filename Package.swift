@@ -87,13 +87,19 @@ let package = Package(
         .executableTarget(
             name: "chat-server",
             dependencies: [
-                "ChatServer", "ChatStorage", "ChatAccounts", "SocketCore", "SocketTLS", argumentParser, logging, metrics, prometheus,
+                "ChatServer", "ChatStorage", "ChatAccounts", "ConfigFormat", "SocketCore", "SocketTLS", argumentParser, logging,
+                metrics, prometheus,
             ]),
 
+        // The strict TOML subset both config files are written in (the client's, and the server's
+        // --config), with errors that name the line; no Foundation, so chat-server stays without it.
+        .target(name: "ConfigFormat"),
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(
             name: "ChatClient",
-            dependencies: ["SocketCore", "SocketTLS", "ChatProtocol", .product(name: "DequeModule", package: "swift-collections")]),
+            dependencies: [
+                "SocketCore", "SocketTLS", "ChatProtocol", "ConfigFormat", .product(name: "DequeModule", package: "swift-collections"),
+            ]),
         // libedit from Debian's libedit-dev, through its native API (histedit.h) only: shim.h wraps
         // the variadic calls Swift cannot make (docs/CLIENT.md says why not the readline layer).
         .systemLibrary(name: "CLibEdit", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),

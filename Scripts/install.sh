@@ -11,9 +11,15 @@ Builds the release configuration of chat-server and chat-client, then installs:
   PREFIX/bin/chat-server, PREFIX/bin/chat-client
   UNIT_DIR/chat-server.service           Scripts/systemd/chat-server.service, its ExecStart and
                                          Documentation pointed at the installed files
-  PREFIX/share/doc/chat-server/OPERATIONS.md
+  PREFIX/share/doc/chat-server/          OPERATIONS.md and the documents it links to (docs/*.md:
+                                         SERVER.md, SECURITY.md, TLS.md, …)
+  PREFIX/share/doc/chat-server/examples/ chat-server.env (for /etc/default/chat-server),
+                                         chat-server.toml (for --config) and
+                                         chat-server-alerts.yml (Prometheus alert rules)
 
 Then, as root on a systemd machine:
+  install -m 0600 PREFIX/share/doc/chat-server/examples/chat-server.env /etc/default/chat-server
+  install -D -m 0644 PREFIX/share/doc/chat-server/examples/chat-server.toml /etc/chat-server/chat-server.toml
   systemctl daemon-reload && systemctl enable --now chat-server
   curl -s http://127.0.0.1:9464/metrics ; PREFIX/bin/chat-server --status --metrics 127.0.0.1:9464
 
@@ -72,11 +78,14 @@ for product in chat-server chat-client; do
     [[ -x $bin/$product ]] || { echo "install.sh: $bin/$product is not built (drop --no-build)" >&2; exit 1; }
 done
 
-install -d "$destdir$prefix/bin" "$destdir$unit_dir" "$destdir$prefix/share/doc/chat-server"
+doc="$destdir$prefix/share/doc/chat-server"
+install -d "$destdir$prefix/bin" "$destdir$unit_dir" "$doc" "$doc/examples"
 install -m 0755 "$bin/chat-server" "$bin/chat-client" "$destdir$prefix/bin/"
 sed -e "s|/usr/local/bin/chat-server|$prefix/bin/chat-server|" \
     -e "s|/usr/local/share/doc/chat-server|$prefix/share/doc/chat-server|" \
     Scripts/systemd/chat-server.service > "$destdir$unit_dir/chat-server.service"
 chmod 0644 "$destdir$unit_dir/chat-server.service"
-install -m 0644 docs/OPERATIONS.md "$destdir$prefix/share/doc/chat-server/"
+# The guide and the documents beside it, so its links work where it is installed.
+install -m 0644 docs/*.md "$doc/"
+install -m 0644 Scripts/systemd/chat-server.env Scripts/systemd/chat-server.toml Scripts/prometheus/chat-server-alerts.yml "$doc/examples/"
 echo "installed chat-server and chat-client in $destdir$prefix/bin, the unit in $destdir$unit_dir"

@@ -11,7 +11,7 @@ usage() {
 Usage: Scripts/test.sh [--fast]
 
 Runs, in order:
-  1. Scripts/bootstrap.sh         install libssl-dev, libedit-dev, pkg-config, tmux, openssl, redis-server when missing
+  1. Scripts/bootstrap.sh         install libssl-dev, libedit-dev, pkg-config, tmux, openssl, redis-server, prometheus when missing
   2. Scripts/fuzz.sh 60           libFuzzer on the chat codec, the TLS record path, the RESP parser and the chat logic (FUZZ_SECONDS to change)
   3. swift test --sanitize=thread the socket layer's tests (SocketCore, SocketStreams) under TSan (.build-tsan/)
   4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss

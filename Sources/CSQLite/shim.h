@@ -14,4 +14,10 @@ static inline int csqlite_bind_blob_copy(sqlite3_stmt *statement, int index, con
     return sqlite3_bind_blob(statement, index, bytes, length, SQLITE_TRANSIENT);
 }
 
+// sqlite3_db_config is variadic, which Swift cannot call: a connection that reads another
+// process's database (chat-server backup) must not checkpoint it when it closes last.
+static inline int csqlite_no_checkpoint_on_close(sqlite3 *database) {
+    return sqlite3_db_config(database, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
+}
+
 #endif

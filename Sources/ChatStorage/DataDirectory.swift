@@ -3,44 +3,96 @@ import Glibc
 /// The directory a server keeps its rooms in, held for the server's lifetime.
 ///
 /// Opening creates the directory (mode 0700) if it is missing, checks that the server may write
-/// it, and takes an exclusive `flock` on its `lock` file, so a second server on the same
-/// directory is refused at start instead of numbering the same rooms twice. Owns the lock file's
-/// descriptor and closes it (releasing the lock) in `deinit`; the OS releases it if the process
-/// dies.
+/// it, opens the directory itself and takes an exclusive `flock` on that descriptor, so a second
+/// server on the same directory is refused at start instead of numbering the same rooms twice.
+///
+/// Why the directory and not a `lock` file in it: a file can be deleted under a running server
+/// (an `rm -rf` of the directory took the old `lock` file with it), and a second server then
+/// made a new one and started. A lock on the directory's own inode goes only with the directory;
+/// a server started on a new directory at the same path locks a different inode, so
+/// `problem()` tells the first one that its directory is no longer at its path, and files the
+/// store creates later are made through `anchoredPath` — the locked inode itself — so they can
+/// never land in the new directory.
+///
+/// Owns the directory's descriptor and closes it (releasing the lock) in `deinit`; the OS
+/// releases it if the process dies.
 public final class DataDirectory: Sendable {
-    /// The directory.
+    /// The directory, as given.
     public let path: String
-    private let lockDescriptor: Int32
+    /// The open directory, locked; owned here.
+    private let descriptor: Int32
+    /// The locked directory's device and inode.
+    private let device: UInt64
+    private let inode: UInt64
+    /// `/proc/self/fd/N`: the locked directory whatever its path now holds (see `anchoredPath`).
+    private let anchor: String?
 
-    /// Opens `path`, creating it and its missing parents. Throws a `StorageError` that names the
-    /// directory and the reason.
+    /// Opens `path`, creating it and its missing parents, and locks it. Throws a `StorageError`
+    /// that names the directory and the reason (another server holds it, not writable, …).
     public init(path: String) throws(StorageError) {
         self.path = path
         try Self.makeDirectories(path)
         guard access(path, W_OK | X_OK) == 0 else {
             throw StorageError("data directory \(path) is not writable: \(Self.errnoText())")
         }
-        let lockPath = path + "/lock"
-        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else {
-            throw StorageError("cannot open \(lockPath): \(Self.errnoText())")
+            throw StorageError("cannot open data directory \(path): \(Self.errnoText())")
         }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             let problem = errno == EWOULDBLOCK ? "another chat-server is using it" : Self.errnoText()
             close(descriptor)
             throw StorageError("data directory \(path) is locked: \(problem)")
         }
-        lockDescriptor = descriptor
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let problem = Self.errnoText()
+            close(descriptor)
+            throw StorageError("cannot use data directory \(path): \(problem)")
+        }
+        self.descriptor = descriptor
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+        // Linux's /proc/self/fd/N names the open directory itself: opening or creating a file
+        // under it resolves through the descriptor, never through `path` again. Without /proc
+        // (or if it names something else) files fall back to `path`, and `problem()` is what
+        // notices a replaced directory.
+        let anchor = "/proc/self/fd/\(descriptor)"
+        var anchored = stat()
+        self.anchor = stat(anchor, &anchored) == 0 && UInt64(anchored.st_ino) == inode && UInt64(anchored.st_dev) == device
+            ? anchor : nil
     }
 
     deinit {
-        close(lockDescriptor)
+        close(descriptor)
     }
 
     /// Lets another server take the directory before this object is gone: call once nothing
     /// writes to it any more.
     public func unlock() {
-        flock(lockDescriptor, LOCK_UN)
+        flock(descriptor, LOCK_UN)
+    }
+
+    /// A path to the locked directory that goes through its descriptor (`/proc/self/fd/N`), for
+    /// files made after start: deleted, the directory takes no new file (`ENOENT`); renamed, it
+    /// still gets them; and a new directory at `path` never does. `path` where `/proc` is missing.
+    public var anchoredPath: String { anchor ?? path }
+
+    /// Why the directory at `path` is no longer the one this server locked, or nil while it is:
+    /// it was deleted (no links left), or `path` now names another directory, or nothing.
+    public func problem() -> String? {
+        var held = stat()
+        if fstat(descriptor, &held) == 0, held.st_nlink == 0 {
+            return "data directory \(path) was deleted while the server ran"
+        }
+        var current = stat()
+        guard stat(path, &current) == 0 else {
+            return "data directory \(path) is gone (\(Self.errnoText())) while the server ran"
+        }
+        guard UInt64(current.st_dev) == device, UInt64(current.st_ino) == inode else {
+            return "data directory \(path) was replaced by another directory while the server ran"
+        }
+        return nil
     }
 
     /// The rooms database's path.

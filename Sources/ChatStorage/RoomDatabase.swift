@@ -497,6 +497,18 @@ public final class RoomDatabase: @unchecked Sendable {
         _ = try upsert.step()
     }
 
+    /// The `bootID` a backup writes into its copy (`markBackupCopy`): a server started on the
+    /// copy gives every room a new epoch, since clients may have seen events after the backup,
+    /// numbered with `seq`s the restored rooms will give again.
+    public static let backupCopyBootID = "backup-copy"
+
+    /// Marks this database as a backup's copy, its journal applied (`DataDirectoryCopy.backup`):
+    /// the first start on it gives every room a new epoch (`SQLiteRoomStore`'s replay).
+    public func markBackupCopy() throws(SQLiteError) {
+        try database.execute(Self.journalStateSQL)
+        try setJournalState(JournalState(firstFile: 1, bootID: Self.backupCopyBootID, cleanStop: true, syncedEachRecord: true))
+    }
+
     /// Records that the run stopped cleanly, its journal synced.
     public func markCleanStop() throws(SQLiteError) {
         try database.execute("UPDATE journal_state SET clean_stop = 1")

@@ -28,7 +28,7 @@ import DequeModule
 /// address together.
 public struct ChatCore: Sendable {
     /// The limits in force.
-    public let configuration: ChatServerConfiguration
+    public internal(set) var configuration: ChatServerConfiguration
     /// Makes each new room's epoch: a non-zero number a client compares to tell a room that
     /// started again from one it saw before.
     private let makeEpoch: @Sendable () -> UInt64

@@ -59,7 +59,8 @@ public final class ChatServer: @unchecked Sendable {
 
     private enum State { case idle, running, stopping, stopped }
 
-    private let queue = DispatchQueue(label: "ChatServer")
+    // Internal, not private: the loop monitor and the metrics' hooks in other files run on it.
+    let queue = DispatchQueue(label: "ChatServer")
     private let logger: Logger
     private let listener: SocketListener
     /// The plain-text listener beside a TLS `listener`, if configured.
@@ -171,9 +172,15 @@ public final class ChatServer: @unchecked Sendable {
     /// `descriptorReserve`, what clients may not take of the process's limit.
     private var ownDescriptors = 0
     private var timer: DispatchSourceTimer?
+    /// The loop monitor's timer (`monitorLoop`), kept while the server lives.
+    var loopMonitorTimer: DispatchSourceTimer?
+    /// When the flush of this turn was scheduled (uptime nanoseconds), while metrics are recorded:
+    /// what a connection dirtied in this turn has waited since (`chat_delivery_latency_seconds`).
+    @exclusivity(unchecked) private var flushArmedAt: UInt64 = 0
     private var stopWaiters: [@Sendable () -> Void] = []
     /// What `/metrics` counts, once `startRecordingMetrics()` is called; nil until then.
-    @exclusivity(unchecked) private var metrics: ServerMetrics?
+    // Internal, not private: the loop monitor (`LoopMonitor.swift`) records into it too.
+    @exclusivity(unchecked) var metrics: ServerMetrics?
     /// When the server was made (uptime nanoseconds), for the status page's uptime.
     private let startedAt = DispatchTime.now().uptimeNanoseconds
 
@@ -248,7 +255,8 @@ public final class ChatServer: @unchecked Sendable {
     @discardableResult
     public func reloadTLS() -> Result<TLSCertificateSummary?, TLSError> {
         queue.sync {
-            guard let configuration = configuration.tls else { return .success(nil) }
+            // The core's: a reload (`reconfigure`) may have named other files.
+            guard let configuration = core.configuration.tls else { return .success(nil) }
             do throws(TLSError) {
                 let context = try TLSContext(configuration)
                 tlsContext = context
@@ -261,6 +269,23 @@ public final class ChatServer: @unchecked Sendable {
             }
         }
     }
+
+    /// Takes the settings of `new` that can change while the server runs
+    /// (`ChatServerConfiguration.liveSettings`), then reads the TLS files again (`reloadTLS()`, which
+    /// logs its outcome). Returns the flags of the live settings that changed. Call from any
+    /// thread but the server's queue.
+    public func reconfigure(_ new: ChatServerConfiguration) -> [String] {
+        let changed = queue.sync {
+            let changed = core.configuration.liveChanges(to: new)
+            core.reconfigure(new)
+            return changed
+        }
+        reloadTLS()
+        return changed
+    }
+
+    /// The live settings in force (`reconfigure`), read on the server's queue.
+    public var liveConfiguration: ChatServerConfiguration { queue.sync { core.configuration } }
 
     /// Starts accepting connections and the timer. Call once.
     public func start() {
@@ -717,6 +742,12 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     private func drained(_ connection: ClientConnection) {
+        if metrics != nil {
+            let now = DispatchTime.now().uptimeNanoseconds
+            var sameTurn = 0
+            recordDeliveryLatency(connection, now: now, sameTurn: &sameTurn)
+            metrics?.deliveryLatency.record(nanoseconds: now &- min(now, flushArmedAt), samples: sameTurn)
+        }
         connection.lagSince = nil
         resumeRequestsIfDrained(connection)
     }
@@ -797,8 +828,8 @@ public final class ChatServer: @unchecked Sendable {
     ///
     /// A handshake's frames go out at once: nothing is held for a client before its welcome (it
     /// is in no room), so it is welcomed however far behind the writer is. A leaving client is
-    /// read no more at once: a slow consumer is cut off at once too (what is held for it is
-    /// dropped, as what is queued is); any other gets what is held for it and its farewell when
+    /// read no more at once: a slow consumer, or a client whose connection is already gone, is
+    /// cut off at once too (what is held for it is dropped, as what is queued is); any other gets what is held for it and its farewell when
     /// the commit lands, or its farewell alone at its linger deadline if the commit has not
     /// landed by then.
     private func carryOutHeld() {
@@ -817,7 +848,10 @@ public final class ChatServer: @unchecked Sendable {
             }
             if case .disconnect(let id, let disconnection, let nick) = action {
                 guard let connection = connections[id.slot], connection.isActive else { continue }
-                if disconnection.code == .slowConsumer {
+                // A slow consumer is cut off at once; so is a connection already gone (a reset):
+                // nothing held for it can reach it, and by the commit its slot is empty, so the
+                // departure would be neither logged nor counted.
+                if disconnection.code == .slowConsumer || !connection.channel.isOpen {
                     carryOut(action, holding: false)
                     performedAtOnce.append(index)
                     continue
@@ -913,9 +947,10 @@ public final class ChatServer: @unchecked Sendable {
         }
         switch result {
         case .success:
-            if let failure = core.storageFailure {
+            if core.storageFailure != nil {
                 core.storageRecovered()
-                logger.notice("storage works again; room events are accepted", metadata: ["storage.error": "\(failure)"])
+                // Logged there: "storage works again", with the count of failures.
+                storageHealth?.succeeded(commitPart)
             }
             for held in commit.held where held.connection.isActive {
                 held.connection.channel.release(held.bytes)
@@ -924,9 +959,9 @@ public final class ChatServer: @unchecked Sendable {
             }
             for index in commit.departures { carryOut(commit.actions[index], holding: false) }
         case .failure(let failure):
-            logger.error(
-                "commit failed: room events not delivered, and refused until a commit succeeds",
-                metadata: ["storage.error": "\(failure.error)", "storage.events": "\(failure.events.count)"])
+            // Logged there once per interval, with a count: a full disk fails a commit per turn.
+            storageHealth?.failed(
+                part(of: failure), "\(failure.error); \(failure.events.count) room events not delivered, and refused until a commit succeeds")
             replay(commit, leavingOut: Set(failure.events.map { StoredEventKey(room: $0.room, seq: $0.entry.seq) }))
             core.storageFailed(failure, into: &actions)
             perform()
@@ -1115,6 +1150,23 @@ public final class ChatServer: @unchecked Sendable {
         connection.isDirty = true
         dirty.append(connection)
         scheduleFlush()
+        if metrics != nil, connection.queuedSince == 0 { connection.queuedSince = flushArmedAt }
+    }
+
+    /// Records how long `connection`'s oldest frame waited for its socket, once it has all gone
+    /// (`chat_delivery_latency_seconds`): a sample per client and flush, not per frame. A client
+    /// whose frames were queued in the turn being flushed (`queuedSince == flushArmedAt`, the
+    /// common case) is only counted in `sameTurn`: its sample is the flush's, added once for all
+    /// of them after the pass, so the fan-out's flush pays a compare and an add per member.
+    @inline(__always)
+    private func recordDeliveryLatency(_ connection: ClientConnection, now: UInt64, sameTurn: inout Int) {
+        guard let metrics, connection.queuedSince != 0, connection.channel.outboundBytes == 0 else { return }
+        if connection.queuedSince == flushArmedAt {
+            sameTurn += 1
+        } else {
+            metrics.deliveryLatency.record(nanoseconds: now &- min(now, connection.queuedSince))
+        }
+        connection.queuedSince = 0
     }
 
     /// Runs `flushDirty` at the end of this turn: after the blocks already queued (the reads
@@ -1122,6 +1174,7 @@ public final class ChatServer: @unchecked Sendable {
     private func scheduleFlush() {
         guard !flushScheduled else { return }
         flushScheduled = true
+        if metrics != nil { flushArmedAt = DispatchTime.now().uptimeNanoseconds }
         queue.async { [weak self] in self?.flushDirty() }
     }
 
@@ -1141,10 +1194,13 @@ public final class ChatServer: @unchecked Sendable {
         while !dirty.isEmpty {
             swap(&dirty, &flushing)
             let now = Self.now()
+            let flushedAt = metrics == nil ? 0 : DispatchTime.now().uptimeNanoseconds
+            var flushedSameTurn = 0
             var overLimit: [ClientConnection] = []
             for connection in flushing {
                 connection.isDirty = false
                 connection.channel.flush()
+                recordDeliveryLatency(connection, now: flushedAt, sameTurn: &flushedSameTurn)
                 guard connection.isActive else { continue }
                 let cost = connection.channel.sendableCost
                 if cost > budget.outputPerClient {
@@ -1157,6 +1213,7 @@ public final class ChatServer: @unchecked Sendable {
                 }
             }
             flushing.removeAll(keepingCapacity: true)
+            metrics?.deliveryLatency.record(nanoseconds: flushedAt &- min(flushedAt, flushArmedAt), samples: flushedSameTurn)
             // A long flush (thousands of clients) must not hold back a finished commit: its
             // deliveries join the next pass of this loop.
             store?.runFinishedCommits()
@@ -1478,6 +1535,22 @@ extension ChatServer {
     /// The database file in durable mode, nil otherwise.
     public var databasePath: String? { (store as? SQLiteRoomStore)?.directory.databasePath }
 
+    /// The durable store's health (the journal, the database, accounts, moderation); nil in
+    /// memory and cluster mode, whose writes cannot fail on a disk.
+    var storageHealth: StorageHealth? { (store as? SQLiteRoomStore)?.health }
+
+    /// The part a commit's success speaks for: the journal when commits are journaled on the
+    /// loop, the database when the writer thread commits them.
+    private var commitPart: StorageHealth.Part { store?.commitsOnCallersQueue == true ? .journal : .database }
+
+    /// The part a failed commit is counted against: the database when SQLite refused it, or
+    /// when the journal could take it but the database stayed too far behind to let it (the
+    /// store's back-pressure: `SQLiteRoomStore.failure(of:behindBy:)`); else the journal.
+    private func part(of failure: CommitFailure) -> StorageHealth.Part {
+        if failure.error.sqlite != nil || failure.error.message.contains("behind the journal") { return .database }
+        return commitPart
+    }
+
     /// Takes a `ServerSnapshot` on the server's queue, hands the counters' news to swift-metrics
     /// (with `startRecordingMetrics()`), and calls `completion` with it there. Costs a pass over
     /// the connections and the rooms: callers take one at most every second or so
@@ -1550,13 +1623,25 @@ extension ChatServer {
             ("output", max(0, outputInUse - heldCost - uncommittedCost)), ("held", heldCost + uncommittedCost),
         ]
         let mode: ServerSnapshot.Mode = clusterNode != nil ? .cluster : store != nil ? .durable : .memory
-        return ServerSnapshot(
+        var snapshot = ServerSnapshot(
             uptimeSeconds: Double(now &- startedAt) / 1e9, mode: mode, connections: states,
             connectionsAccepted: Int(nextSerial - 1), rooms: roomCount, memberships: memberships,
             busiestRooms: busiest.rooms, liveliestRooms: liveliest.rooms,
             budget: budgetUse,
-            storage: databasePath.map { .init(databasePath: $0, failure: core.storageFailure) },
+            storage: storageSnapshot(),
             cluster: clusterNode.map { .init(nodeID: $0.configuration.nodeID, linkUp: $0.linkIsUp, linkProblem: $0.linkProblem) })
+        snapshot.histograms = metrics.map { [$0.deliveryLatency, $0.loopLag] } ?? []
+        return snapshot
+    }
+
+    /// The durable store's state for a snapshot: its health, part by part, and the journal's backlog.
+    private func storageSnapshot() -> ServerSnapshot.Storage? {
+        guard let store = store as? SQLiteRoomStore else { return nil }
+        let backlog = store.journalBacklog
+        return ServerSnapshot.Storage(
+            databasePath: store.directory.databasePath, failure: core.storageFailure, parts: store.health.reports,
+            journalBacklogBytes: backlog.bytes, journalBacklogRecords: backlog.records,
+            journalDirectory: store.placement == .eventLoop ? store.directory.anchoredPath : nil)
     }
 }
 
@@ -1586,9 +1671,15 @@ extension ChatServer {
             case .verify(let password, let stored):
                 submitHashing(.verify(password: password, stored: stored), ticket: ticket)
             case .save(let record):
-                accountStore.save(record, replyOn: queue) { [weak self] result in self?.accountAnswered(ticket, .stored(result)) }
+                accountStore.save(record, replyOn: queue) { [weak self] result in
+                    self?.storageHealth?.record(.accounts, result)
+                    self?.accountAnswered(ticket, .stored(result))
+                }
             case .delete(let key):
-                accountStore.delete(key: key, replyOn: queue) { [weak self] result in self?.accountAnswered(ticket, .stored(result)) }
+                accountStore.delete(key: key, replyOn: queue) { [weak self] result in
+                    self?.storageHealth?.record(.accounts, result)
+                    self?.accountAnswered(ticket, .stored(result))
+                }
             }
         }
     }
@@ -1624,8 +1715,14 @@ extension ChatServer {
         let writes = core.takeModerationWrites()
         guard !writes.isEmpty else { return }
         moderationWritesInFlight += 1
+        let health = storageHealth
         moderationStore.apply(writes, replyOn: queue) { [self] failure in
-            if let failure { logger.error("moderation change not stored", metadata: ["error": "\(failure)"]) }
+            // A durable server's health counts and logs it; other stores have no disk to fail.
+            if let health {
+                if let failure { health.failed(.moderation, "moderation change not stored: \(failure)") } else { health.succeeded(.moderation) }
+            } else if let failure {
+                logger.error("moderation change not stored", metadata: ["error": "\(failure)"])
+            }
             moderationWritesInFlight -= 1
             finishStoppingIfIdle()
         }

@@ -49,6 +49,9 @@ final class ClientConnection {
     @exclusivity(unchecked) var waitingForAnswer = false
     /// Whether the connection is in the server's list of channels to flush.
     @exclusivity(unchecked) var isDirty = false
+    /// When the oldest frame not yet handed to the kernel was queued, as the turn's flush time
+    /// (uptime nanoseconds); 0 when everything has gone, or metrics are off.
+    @exclusivity(unchecked) var queuedSince: UInt64 = 0
     /// Whether bytes arrived since the last tick; an idle decoder is replaced to give back its buffer.
     @exclusivity(unchecked) var readSinceTick = false
     /// Whether the decoder may hold a grown buffer.

@@ -1,9 +1,11 @@
+import ChatStorage
 import CoreMetrics
 import Dispatch
 import Glibc
 
 /// What the metrics port answers: `/metrics` in Prometheus's text format, `/status` as one
-/// screen for people, `/` a list of the two.
+/// screen for people, `/healthz` for a load balancer or a probe (200 `ok`, or 503 and why), `/` a
+/// list of them. `/status` answers 503 too while the server is unhealthy, with the same page.
 ///
 /// Both start from a `ServerSnapshot`, which the chat's queue takes at most once per
 /// `minimumInterval`: scrapes that arrive meanwhile, however many, share the last one (or wait
@@ -12,6 +14,8 @@ import Glibc
 ///
 /// `renderMetrics` is the exporter's text (swift-prometheus's registry in `chat-server`): this
 /// target records through swift-metrics and does not know which backend, if any, collects it.
+/// The view adds a `# HELP` line to each metric (`MetricCatalog`) and the two histograms kept on
+/// the loop (`LatencyHistogram`).
 ///
 /// Threading: its state and all rendering are confined to its own serial queue.
 public final class OperatorView: @unchecked Sendable {
@@ -25,6 +29,9 @@ public final class OperatorView: @unchecked Sendable {
     private let process = ProcessGauges()
     private let databaseBytes = Gauge(label: "chat_storage_database_bytes")
     private let logBytes = Gauge(label: "chat_storage_wal_bytes")
+    private let journalFiles = Gauge(label: "chat_storage_journal_files")
+    private let buildInfo = Gauge(
+        label: "chat_build_info", dimensions: [("version", BuildInfo.version), ("protocol", "\(BuildInfo.protocolVersion)")])
 
     /// A view of `server`, which starts recording metrics now; `renderMetrics` returns the
     /// exposition text, and snapshots are taken at most once per `minimumInterval`.
@@ -32,6 +39,7 @@ public final class OperatorView: @unchecked Sendable {
         self.server = server
         self.renderMetrics = renderMetrics
         self.minimumInterval = UInt64(minimumInterval / .nanoseconds(1))
+        buildInfo.record(1)
         server.startRecordingMetrics()
     }
 
@@ -42,16 +50,33 @@ public final class OperatorView: @unchecked Sendable {
             case "/metrics":
                 withSnapshot { [self] snapshot in
                     publishFileAndProcessGauges(snapshot)
-                    respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: renderMetrics()))
+                    var body = MetricCatalog.addingHelp(to: renderMetrics())
+                    for histogram in snapshot.histograms {
+                        body += Array(histogram.exposition(help: MetricCatalog.help(for: histogram.name) ?? histogram.name).utf8)
+                    }
+                    respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: body))
                 }
             case "/status":
                 withSnapshot { snapshot in
-                    respond(HTTPResponse(status: 200, text: StatusPage.render(snapshot, process: ProcessStatistics.current(), files: Self.fileSizes(snapshot))))
+                    let page = StatusPage.render(snapshot, process: ProcessStatistics.current(), files: Self.fileSizes(snapshot))
+                    respond(HTTPResponse(status: snapshot.problems.isEmpty ? 200 : 503, text: page))
+                }
+            case "/healthz":
+                withSnapshot { snapshot in
+                    let problems = snapshot.problems
+                    respond(
+                        problems.isEmpty
+                            ? HTTPResponse(status: 200, text: "ok")
+                            : HTTPResponse(status: 503, text: "unhealthy\n" + problems.joined(separator: "\n")))
                 }
             case "/":
-                respond(HTTPResponse(status: 200, text: "chat-server\n/metrics  Prometheus text format\n/status   a summary for people"))
+                respond(
+                    HTTPResponse(
+                        status: 200,
+                        text: "chat-server \(BuildInfo.version)\n/metrics  Prometheus text format\n/status   a summary for people\n"
+                            + "/healthz  200 ok, or 503 and why"))
             default:
-                respond(HTTPResponse(status: 404, text: "not found: try /metrics or /status"))
+                respond(HTTPResponse(status: 404, text: "not found: try /metrics, /status or /healthz"))
             }
         }
     }
@@ -78,14 +103,18 @@ public final class OperatorView: @unchecked Sendable {
         if let files = Self.fileSizes(snapshot) {
             databaseBytes.record(files.database)
             logBytes.record(files.log)
+            journalFiles.record(files.journalFiles)
         }
         if let statistics = ProcessStatistics.current() { process.publish(statistics) }
     }
 
     /// The database's and its write-ahead log's sizes, in durable mode.
     private static func fileSizes(_ snapshot: ServerSnapshot) -> StatusPage.Files? {
-        guard let path = snapshot.storage?.databasePath else { return nil }
-        return StatusPage.Files(database: size(of: path), log: size(of: path + "-wal"))
+        guard let storage = snapshot.storage else { return nil }
+        let path = storage.databasePath
+        return StatusPage.Files(
+            database: size(of: path), log: size(of: path + "-wal"),
+            journalFiles: storage.journalDirectory.map { RoomJournal.files(in: $0).count } ?? 0)
     }
 
     private static func size(of path: String) -> Int {

@@ -46,6 +46,12 @@ final class ServerMetrics: @unchecked Sendable {
     var clusterReconnects = 0
     /// When the commit in flight was handed to the store (uptime nanoseconds), or nil.
     private var commitStartedAt: UInt64?
+    /// Per client flushed, how long its oldest queued frame waited for its socket (`ChatServer`'s
+    /// `flushDirty` and `drained`): a sample per flush, not per frame, so the hot path pays a
+    /// subtraction and a few comparisons per client and turn.
+    var deliveryLatency = LatencyHistogram(name: "chat_delivery_latency_seconds", bounds: LatencyHistogram.latencyBounds)
+    /// How late the loop monitor's timer ran (`LoopMonitor`).
+    var loopLag = LatencyHistogram(name: "chat_event_loop_lag_seconds", bounds: LatencyHistogram.latencyBounds)
 
     private let commitLatency = Timer(label: "chat_storage_commit_seconds")
     private let commitSize = Recorder(label: "chat_storage_commit_events", aggregate: true)
@@ -61,6 +67,21 @@ final class ServerMetrics: @unchecked Sendable {
     /// When the last snapshot was taken (uptime nanoseconds), for those rates.
     var lastSnapshotAt: UInt64 = 0
 
+    /// Every label a labelled counter can take, so that each series exists at 0 from the first
+    /// scrape: a series that appears only at its first event makes `increase()` and `rate()`
+    /// miss that event (issue 38: `increase(chat_refusals_total[15m])` read 0 rate-limited
+    /// refusals of 100). Bounded sets: the protocol's frame types and error codes, the
+    /// disconnect reasons, the storage parts.
+    init() {
+        for type in FrameType.allKnown { _ = counter("chat_frames_received_total", ("type", type.name ?? "unknown")) }
+        for code in ErrorCode.allKnown { _ = counter("chat_refusals_total", ("code", code.name ?? "unknown")) }
+        for reason in Self.disconnectLabels { _ = counter("chat_disconnects_total", ("reason", reason)) }
+        for part in StorageHealth.Part.allCases { _ = counter("chat_storage_write_failures_total", ("part", part.rawValue)) }
+    }
+
+    /// Every `disconnectLabel(_:)`: an error code's name, or how a session ended without one.
+    static let disconnectLabels = ErrorCode.allKnown.compactMap(\.name) + ["client", "connectionLost", "tls", "shutdown"]
+
     private struct Published {
         var framesReceived = [Int](repeating: 0, count: 256)
         var bytesReceived = 0
@@ -74,6 +95,7 @@ final class ServerMetrics: @unchecked Sendable {
         var storageFailures = 0
         var clusterReconnects = 0
         var connectionsAccepted = 0
+        var storageWriteFailures: [StorageHealth.Part: Int] = [:]
     }
 
     // MARK: Recording (the server's queue)
@@ -195,8 +217,16 @@ final class ServerMetrics: @unchecked Sendable {
         for (part, bytes) in snapshot.budget.used {
             gauge("chat_memory_used_bytes", ("part", part)).record(bytes)
         }
+        gauge("chat_memory_max_bytes").record(snapshot.budget.total)
         if let storage = snapshot.storage {
-            gauge("chat_storage_failing").record(storage.failure == nil ? 0 : 1)
+            gauge("chat_storage_failing").record(storage.problems.isEmpty ? 0 : 1)
+            gauge("chat_storage_journal_backlog_bytes").record(storage.journalBacklogBytes)
+            gauge("chat_storage_journal_backlog_records").record(storage.journalBacklogRecords)
+            for report in storage.parts where report.failures != published.storageWriteFailures[report.part, default: 0] {
+                counter("chat_storage_write_failures_total", ("part", report.part.rawValue))
+                    .increment(by: report.failures - published.storageWriteFailures[report.part, default: 0])
+                published.storageWriteFailures[report.part] = report.failures
+            }
         }
         if let cluster = snapshot.cluster {
             gauge("chat_cluster_link_up").record(cluster.linkUp ? 1 : 0)

@@ -59,6 +59,21 @@ public struct ServerSnapshot: Sendable {
         public var databasePath: String
         /// Why the last commit failed, while commits fail; nil when they work.
         public var failure: String?
+        /// Each written part of the data directory: its failed writes, and why it fails now.
+        public var parts: [StorageHealth.Report] = []
+        /// Bytes of journal records the database has not taken in yet.
+        public var journalBacklogBytes = 0
+        /// Journal records waiting for the next hand-off.
+        public var journalBacklogRecords = 0
+        /// Where the journal's files are (the locked directory itself), counted at request time.
+        public var journalDirectory: String?
+
+        /// Why the store is unhealthy now, a sentence per failing part; empty when it is healthy.
+        public var problems: [String] {
+            var problems = parts.compactMap { report in report.failing.map { "\(report.part.rawValue): \($0)" } }
+            if problems.isEmpty, let failure { problems.append("commits: \(failure)") }
+            return problems
+        }
     }
 
     /// A cluster node's link to its Redis.
@@ -93,6 +108,17 @@ public struct ServerSnapshot: Sendable {
     public var storage: Storage?
     /// The cluster link, in cluster mode.
     public var cluster: Cluster?
+    /// The latency histograms kept on the loop (`chat_delivery_latency_seconds`,
+    /// `chat_event_loop_lag_seconds`), while metrics are recorded; empty otherwise.
+    public var histograms: [LatencyHistogram] = []
+
+    /// Why the server cannot serve the chat as it should now, a sentence each: a failing store,
+    /// a cluster link that is down. Empty when healthy: `/healthz` answers 200 then, 503 otherwise.
+    public var problems: [String] {
+        var problems = storage?.problems.map { "storage failing: \($0)" } ?? []
+        if let cluster, !cluster.linkUp { problems.append("cluster link to Redis down: \(cluster.linkProblem ?? "connecting")") }
+        return problems
+    }
 
     /// How many rooms each list on the status page shows.
     public static let topRooms = 5

@@ -8,6 +8,15 @@ public enum StatusPage {
         public var database: Int
         /// Its write-ahead log, in bytes.
         public var log: Int
+        /// Journal files in the data directory (one while the database keeps up).
+        public var journalFiles = 0
+
+        /// The sizes and count read at request time.
+        public init(database: Int, log: Int, journalFiles: Int = 0) {
+            self.database = database
+            self.log = log
+            self.journalFiles = journalFiles
+        }
     }
 
     /// The page for `snapshot`, with the process's `statistics` and the store's `files` if known.
@@ -15,6 +24,8 @@ public enum StatusPage {
         var lines: [String] = []
         func row(_ title: String, _ text: String) { lines.append(title.padding(to: 13) + text) }
         lines.append("chat-server: \(snapshot.mode.rawValue) mode, up \(duration(snapshot.uptimeSeconds))")
+        let problems = snapshot.problems
+        row("health", problems.isEmpty ? "ok" : "UNHEALTHY: " + problems.joined(separator: "; "))
         let connections = snapshot.connections
         row(
             "connections",
@@ -37,10 +48,17 @@ public enum StatusPage {
             "budget \(bytes(budget.total)): "
                 + budget.used.map { part, used in "\(part) \(bytes(used)) of \(bytes(limits[part] ?? 0))" }.joined(separator: ", "))
         if let storage = snapshot.storage {
-            var text = storage.failure.map { "FAILING (\($0)); room events refused" } ?? "ok"
+            let failing = storage.problems
+            var text = failing.isEmpty ? "ok" : "FAILING (\(failing.joined(separator: "; ")))"
+            if storage.failure != nil { text += "; room events refused" }
             text += ", \(storage.databasePath)"
             if let files { text += ", database \(bytes(files.database)), log \(bytes(files.log))" }
             row("storage", text)
+            let failures = storage.parts.filter { $0.failures > 0 }.map { "\($0.part.rawValue) \($0.failures)" }
+            var journal = "\(bytes(storage.journalBacklogBytes)) not yet in the database (\(storage.journalBacklogRecords) records)"
+            if let files, storage.journalDirectory != nil { journal += ", \(files.journalFiles) files" }
+            row("journal", journal)
+            row("write errors", failures.isEmpty ? "none since start" : failures.joined(separator: ", ") + " since start")
         } else if snapshot.mode == .memory {
             row("storage", "none (--no-persistence): rooms live in memory only")
         }

@@ -60,6 +60,9 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The directory, locked for this store's lifetime.
     public let directory: DataDirectory
+    /// Whether its writes (and those of the accounts' and moderation files beside it) reach the
+    /// disk: `/metrics`, `/status` and `/healthz` read it.
+    public let health: StorageHealth
     /// How much history is kept on disk.
     public let retention: RetentionPolicy
     /// Where commits run.
@@ -179,6 +182,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         logger: Logger = Logger(label: "chat-server.storage")
     ) throws(StorageError) {
         directory = try DataDirectory(path: path)
+        health = StorageHealth(logger: logger)
         self.retention = retention
         self.logger = logger
         placement = commitPlacement
@@ -187,11 +191,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         if commitPlacement == .eventLoop {
             // Before the checkpointer watches the writer: a run it started now would use the
             // connection on the writer queue while the replay still uses it here.
-            let journal = try Self.replayJournal(in: directory.path, into: writer, durability: durability, bootID: bootID, logger: logger)
+            // Through the locked directory itself: a journal file is never made in, or read from,
+            // a directory another server put at the same path (`DataDirectory.anchoredPath`).
+            let journal = try Self.replayJournal(
+                in: directory.anchoredPath, into: writer, durability: durability, bootID: bootID, logger: logger)
             self.journal = journal
             let checkpointer = LogCheckpointer(
                 connection: writer.database, queue: writerQueue, policy: checkpointPolicy ?? Self.checkpointPolicyFromEnvironment()
-            ) { [logger] event in Self.log(event, to: logger) }
+            ) { [logger, health] event in Self.log(event, to: logger, health: health) }
             // Hand-offs and retention commit through the writer.
             checkpointer.watch(writer.database)
             self.checkpointer = checkpointer
@@ -202,7 +209,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         reader = try RoomDatabase(path: directory.databasePath, durability: durability, create: false)
         upkeep = StoreUpkeep(
             retention: retention, writer: writer, writerQueue: writerQueue,
-            databasePath: directory.databasePath, journal: journal, logger: logger)
+            databasePath: directory.databasePath, journal: journal, health: health, logger: logger)
         upkeep.start(retentionInterval: retentionInterval, logSyncInterval: Self.logSyncInterval, durability: durability)
     }
 
@@ -465,11 +472,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         do throws(SQLiteError) {
             try writer.apply(records, firstJournalFile: ended + 1)
         } catch {
-            logger.error(
-                "the journal's records could not be stored; they stay in the journal and are tried again",
-                metadata: ["storage.error": "\(error)", "storage.records": "\(records.count)"])
+            // Logged there, once per interval however often hand-offs fail.
+            health.failed(.database, "the journal's records could not be stored (they stay in the journal and are tried again): \(error)")
             // Waiting in files no sync would reach otherwise.
-            if durability != .off { RoomJournal.sync(through: ended, in: directory.path) }
+            if durability != .off { RoomJournal.sync(through: ended, in: directory.anchoredPath) }
             journaled.withLock { state in
                 guard !state.closed else { return }
                 state.records.insert(contentsOf: taken, at: 0)
@@ -478,9 +484,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             return
         }
+        health.succeeded(.database)
         // Only what the database holds durably leaves the journal.
         upkeep.syncLogNow()
-        RoomJournal.remove(through: ended, in: directory.path)
+        RoomJournal.remove(through: ended, in: directory.anchoredPath)
         journaled.withLock { state in
             state.bytes -= bytes
             for record in records {
@@ -517,7 +524,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
         let files = RoomJournal.files(in: directory)
         var losses: [String] = []
-        if let state {
+        let restored = state?.bootID == RoomDatabase.backupCopyBootID
+        if let state, !restored {
             let expected = files.filter { $0 >= state.firstFile }
             if expected.first != state.firstFile { losses.append("journal file \(state.firstFile) is missing") }
             for (file, next) in zip(expected, expected.dropFirst()) where next != file + 1 {
@@ -545,7 +553,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             }
             records += read.records.count
         }
-        if !losses.isEmpty {
+        if !losses.isEmpty || restored {
             // After the replay: its records carry the rooms' old epochs.
             let moved: Int
             do {
@@ -553,9 +561,15 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             } catch {
                 throw StorageError("cannot give the rooms new epochs: \(error.message)", sqlite: error)
             }
-            logger.error(
-                "the journal may not hold everything the last run acknowledged; every stored room moves to a new epoch, so clients see the break and page history again",
-                metadata: ["storage.losses": "\(losses.joined(separator: "; "))", "storage.rooms": "\(moved)"])
+            if restored {
+                logger.warning(
+                    "started on a restored backup; every stored room moves to a new epoch, so clients that saw events after the backup see the break and page history again",
+                    metadata: ["storage.rooms": "\(moved)"])
+            } else {
+                logger.error(
+                    "the journal may not hold everything the last run acknowledged; every stored room moves to a new epoch, so clients see the break and page history again",
+                    metadata: ["storage.losses": "\(losses.joined(separator: "; "))", "storage.rooms": "\(moved)"])
+            }
         }
         // Created before the database names it; the replayed files go only once that is durable,
         // so a stop anywhere in between leaves files the next start expects.
@@ -590,6 +604,12 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         let count = bytes.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
         guard count > 0 else { return "unknown" }
         return String(decoding: bytes[..<count].prefix { $0 > 0x20 }, as: UTF8.self)
+    }
+
+    /// What the journal holds that the database has not taken in yet: its bytes (a hand-off under
+    /// way included) and the records no hand-off has taken. Zero without a journal.
+    public var journalBacklog: (bytes: Int, records: Int) {
+        journaled.withLock { ($0.bytes, $0.records.count) }
     }
 
     /// How many events the next commit holds so far (the commit-size histogram of `/metrics`).
@@ -659,14 +679,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     }
 
     /// Logs a checkpoint run at debug level: a test kills the server between the two lines.
-    private static func log(_ event: LogCheckpointer.Event, to logger: Logger) {
+    /// A failed run counts as a failed write of the database (`health` logs it, once per
+    /// interval however often runs fail); a run that works says nothing of the hand-offs.
+    private static func log(_ event: LogCheckpointer.Event, to logger: Logger, health: StorageHealth) {
         switch event {
         case .started(let frames):
             logger.debug("checkpoint started", metadata: ["storage.log.frames": "\(frames)"])
         case .finished(let run):
-            if let error = run.error {
-                logger.warning("checkpoint failed", metadata: ["storage.error": "\(error)"])
-            }
+            if let error = run.error { health.failed(.database, "checkpoint failed: \(error)") }
             logger.debug(
                 "checkpoint done",
                 metadata: [

@@ -35,18 +35,21 @@ final class StoreUpkeep: @unchecked Sendable {
     private var logSyncTimer: DispatchSourceTimer?
     /// The write-ahead log, opened read-only for `fdatasync` once it exists; -1 before.
     private var logDescriptor: Int32 = -1
-    /// What is failing to sync (`report`), said once until it syncs again.
+    /// What is failing to sync (`report`), so that its recovery is reported once.
     private var failingSyncs: Set<String> = []
     /// The journal in front of the database, synced with the log.
     private let journal: RoomJournal?
+    /// Where failed syncs and retention steps are counted and logged.
+    private let health: StorageHealth
 
     /// Upkeep for the database at `databasePath`, run through `writer` on `writerQueue`. Starts
     /// nothing: see `start`.
     init(
         retention: RetentionPolicy, writer: RoomDatabase, writerQueue: DispatchQueue,
-        databasePath: String, journal: RoomJournal?, logger: Logger
+        databasePath: String, journal: RoomJournal?, health: StorageHealth, logger: Logger
     ) {
         self.journal = journal
+        self.health = health
         self.retention = retention
         self.writer = writer
         self.writerQueue = writerQueue
@@ -102,7 +105,7 @@ final class StoreUpkeep: @unchecked Sendable {
         do throws(SQLiteError) {
             if try writer.isOverTotal(retention) { applyRetention() }
         } catch {
-            logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
+            health.failed(.database, "retention failed: \(error)")
         }
     }
 
@@ -117,7 +120,7 @@ final class StoreUpkeep: @unchecked Sendable {
                 writerQueue.async { [weak self] in self?.applyRetention() }
             }
         } catch {
-            logger.warning("retention failed", metadata: ["storage.error": "\(error)"])
+            health.failed(.database, "retention failed: \(error)")
         }
     }
 
@@ -145,17 +148,17 @@ final class StoreUpkeep: @unchecked Sendable {
         return fdatasync(logDescriptor) == 0
     }
 
-    /// Logs a sync of `what` that failed once when syncing starts failing, and once when it
-    /// works again, not every 100 ms (on `syncQueue`; `errno` is the failed call's).
+    /// Counts a sync of `what` that failed as a failed write of its part (`StorageHealth` logs it
+    /// once when syncing starts failing, then once per interval, not every 100 ms), and says when
+    /// it works again (on `syncQueue`; `errno` is the failed call's).
     private func report(synced: Bool, what: String) {
+        let part: StorageHealth.Part = what == "the journal" ? .journal : .database
         if !synced {
-            guard !failingSyncs.contains(what) else { return }
             failingSyncs.insert(what)
             let reason = String(cString: strerror(errno))
-            logger.error(
-                "cannot sync \(what): a power loss may lose more than the last 100 ms", metadata: ["storage.error": "\(reason)"])
+            health.failed(part, "cannot sync \(what): \(reason); a power loss may lose more than the last 100 ms")
         } else if failingSyncs.remove(what) != nil {
-            logger.notice("\(what) is synced again")
+            health.succeeded(part)
         }
     }
 

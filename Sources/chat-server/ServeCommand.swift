@@ -10,16 +10,35 @@ import Prometheus
 import SocketCore
 import SocketTLS
 
-/// `chat-server`: serves the chat protocol until SIGINT or SIGTERM, then shuts down gracefully.
-struct ChatServerCommand: ParsableCommand {
+/// `chat-server [serve]`: serves the chat protocol until SIGINT or SIGTERM, then shuts down
+/// gracefully. The root command's default (`ChatServerTool`), so `chat-server --port 7000` serves.
+struct ServeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "chat-server",
-        abstract: "Serve the chat protocol (docs/PROTOCOL.md) over TCP.",
+        commandName: "serve",
+        abstract: "Serve the chat protocol (docs/PROTOCOL.md) over TCP (the default: `chat-server [serve] [flags]`).",
         discussion: """
             Prints "listening on HOST:PORT" as its first line, then logs one line per connect and \
-            disconnect (with the reason) to standard error. SIGINT or SIGTERM stops accepting, sends \
-            every client a goodbye with the reason after what is queued for it, waits up to --drain-timeout \
-            for it to leave, and exits 0.
+            disconnect (with the reason) to standard error: `time level message key=value …`, or one \
+            JSON object per line with --log-format json; under systemd each line carries its syslog \
+            priority for the journal. SIGINT or SIGTERM stops accepting, sends every client a goodbye \
+            with the reason after what is queued for it, waits up to --drain-timeout for it to leave, \
+            and exits 0.
+
+            --config FILE reads these flags from a file, one `name = value` line each (docs/OPERATIONS.md, \
+            "The config file"); flags on the command line override it. SIGHUP reads it again and applies \
+            what can change while running — the log level, the rate and login limits, the message of \
+            the day, the admin accounts, the TLS files — and logs what waits for a restart; without \
+            --config, SIGHUP reads the TLS files again. --check-config checks the file and the flags and \
+            exits (0 if they can serve, 78 with the file's line if not).
+
+            Exit statuses (the systemd unit restarts after none of 1, 2, 64, 78): 0 a graceful stop; \
+            1 refused at start (the data directory, an address); 2 a TLS certificate or key that cannot \
+            be used; 64 a flag or value this command does not take; 74 the data directory was deleted \
+            or replaced while serving; 78 the config file. Under systemd (Type=notify) the server says \
+            READY=1 once listening, and beats the watchdog from its event loop.
+
+            Other commands: `chat-server backup DEST` copies a live data directory, `chat-server check \
+            DIR` verifies one; `chat-server help` lists them.
 
             The defaults suit a server people chat on, exposed to the internet. Rates are limited \
             per connection and, for all connections from one address together, per address. Load \
@@ -37,13 +56,16 @@ struct ChatServerCommand: ParsableCommand {
             With --tls-cert and --tls-key, --port speaks TLS 1.2/1.3 only (Scripts/dev-cert.sh makes a \
             local CA and a certificate to try it; docs/TLS.md); --plain-port adds a plain-text port \
             beside it. The TLS handshake must finish within --handshake-timeout, like hello. SIGHUP \
-            reads the certificate and key again: new connections get the new certificate, open ones \
-            carry on, and a broken file is logged while the old certificate stays. Each TLS \
+            reads the certificate and key again (with --config, the files it names now): new \
+            connections get the new certificate, open ones carry on, and a broken file is logged while \
+            the old certificate stays. Each TLS \
             connection reserves 48 KiB more of --max-memory, whose default is then 1G.
 
             Rooms are durable: their epoch, seq, topic and history are kept in SQLite under \
-            --data-dir, and a message is echoed (acknowledged) only once it is committed there, so a \
-            killed server loses nothing it acknowledged; --fsync says what a power loss can lose. \
+            --data-dir, and a message is echoed (acknowledged) only once it is committed (to the journal \
+            in front of SQLite, which takes it in every 100 ms), so a killed server loses nothing it \
+            acknowledged; --fsync says what a power loss can lose. One server at a time: the directory \
+            itself is locked, and a server whose directory is deleted or replaced exits (74). \
             The --retain flags bound what is kept on disk: --retain-total-bytes counts every room's \
             events and its row (name and topic), and the data directory stays within 1.5 times it \
             plus 8 MiB (SQLite's pages and log); a room without members is deleted once idle for \
@@ -63,16 +85,29 @@ struct ChatServerCommand: ParsableCommand {
             Rooms may be moderated (protocol version 4): ops, modes, kicks, invitations and bans. \
             --admin-account NAME (or $CHAT_SERVER_ADMIN_ACCOUNTS) makes an account's sessions \
             server operators, who may ban from the server and kill sessions. Registered rooms and \
-            server bans are kept in moderation.sqlite under --data-dir, or in memory only with \
-            --no-persistence; a cluster node answers moderation requests with error(unavailable) \
-            (docs/SERVER.md, "Moderation").
+            server bans are kept in moderation.sqlite under --data-dir, in memory only with \
+            --no-persistence, or in a cluster node's Redis (docs/SERVER.md, "Moderation"; \
+            docs/CLUSTER.md).
 
             With --metrics HOST:PORT the server also answers HTTP GETs there: /metrics in \
-            Prometheus's text format and /status, a one-screen summary for people (docs/OPERATIONS.md). \
-            Keep it on loopback or a private network: it names rooms on /status. Its second line of \
-            output is then "metrics on HOST:PORT". `chat-server --status --metrics HOST:PORT` prints \
-            the status page of the server running there and exits.
+            Prometheus's text format, /status, a one-screen summary for people, and /healthz (200 ok, or \
+            503 with why: storage failing, a cluster link down) (docs/OPERATIONS.md). Keep it on \
+            loopback or a private network: it names rooms on /status. Its second line of output is \
+            then "metrics on HOST:PORT". `chat-server --status --metrics HOST:PORT` prints the status \
+            page of the server running there and exits 0 if it is healthy, 2 if not.
             """)
+
+    @Option(
+        help: ArgumentHelp(
+            "Read flags from this file (`name = value` lines, the flags' names without dashes); flags given here override it, and SIGHUP reads it again.",
+            valueName: "FILE"))
+    var config: String?
+
+    @Flag(help: "Check the config file and the flags (values, combinations, the TLS files) and exit: 0 if they can serve, else the problem and its line.")
+    var checkConfig = false
+
+    @Option(help: "How log lines are written: text (time level message key=value …) or json (one object per line).")
+    var logFormat: ServerLogHandler.Format = .text
 
     @Option(
         help: ArgumentHelp(
@@ -80,7 +115,7 @@ struct ChatServerCommand: ParsableCommand {
             valueName: "HOST:PORT"))
     var metrics: MetricsAddress?
 
-    @Flag(help: "Print the status page of the server whose --metrics address is given, and exit (1 if it cannot be read).")
+    @Flag(help: "Print the status page of the server whose --metrics address is given, and exit: 0 healthy, 2 unhealthy (storage failing, cluster link down), 1 if it cannot be read.")
     var status = false
 
     @Option(help: "The address to listen on; \"::\" for every IPv6 and IPv4 address.")
@@ -310,12 +345,7 @@ struct ChatServerCommand: ParsableCommand {
 
     /// The data directory: --data-dir, else $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.
     private func dataDirectory() -> String? {
-        if let dataDir { return dataDir }
-        if let state = getenv("XDG_STATE_HOME").map({ String(cString: $0) }), state.hasPrefix("/") {
-            return state + "/chat-server"
-        }
-        guard let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty else { return nil }
-        return home + "/.local/state/chat-server"
+        dataDir ?? DataDirectoryDefault.path()
     }
 
     /// Opens the rooms' store, or exits with a one-line message when it cannot.
@@ -323,7 +353,7 @@ struct ChatServerCommand: ParsableCommand {
         guard !noPersistence else { return nil }
         guard let path = dataDirectory() else {
             StandardError.write("chat-server: no --data-dir given and neither $XDG_STATE_HOME nor $HOME is set\n")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus.startupRefused)
         }
         let retention = RetentionPolicy(
             maxEventsPerRoom: retainEvents, maxBytesPerRoom: retainRoomBytes.bytes,
@@ -352,7 +382,7 @@ struct ChatServerCommand: ParsableCommand {
             return store
         } catch {
             StandardError.write("chat-server: \(error.message)\n")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus.startupRefused)
         }
     }
 
@@ -366,7 +396,7 @@ struct ChatServerCommand: ParsableCommand {
             return accounts
         } catch {
             StandardError.write("chat-server: \(error)\n")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus.startupRefused)
         }
     }
 
@@ -380,7 +410,7 @@ struct ChatServerCommand: ParsableCommand {
             return moderation
         } catch {
             StandardError.write("chat-server: \(error)\n")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus.startupRefused)
         }
     }
 
@@ -393,14 +423,8 @@ struct ChatServerCommand: ParsableCommand {
     }
 
     func run() throws {
-        if status, let metrics {
-            guard let page = StatusClient.fetch(host: metrics.host, port: metrics.port, path: "/status") else {
-                StandardError.write("chat-server: no status page at \(metrics): is a server running with --metrics \(metrics)?\n")
-                throw ExitCode(1)
-            }
-            print(page, terminator: "")
-            return
-        }
+        if status, let metrics { return try printStatus(of: metrics) }
+        if checkConfig { return try checkConfiguration() }
         let raised = DescriptorLimit.raiseToHardLimit()
         // Two malloc arenas, not glibc's eight per core: with one per thread, what the loop, the
         // storage writer and reader, and Dispatch's workers free stays in arenas of their own,
@@ -408,13 +432,12 @@ struct ChatServerCommand: ParsableCommand {
         // against 74–85 MiB with two, at the same throughput (docs/SECURITY.md, "The memory
         // budget"). Before any thread starts.
         limitMallocArenas(to: 2)
-        let level = logLevel
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        ServerLogHandler.setLevel(logLevel)
+        let format = logFormat
+        let journald = ServerLogHandler.underJournald()
+        LoggingSystem.bootstrap { _ in ServerLogHandler(format: format, journald: journald) }
         let logger = Logger(label: "chat-server")
+        let notifier = SystemdNotifier.fromEnvironment()
         let cluster = try clusterConfiguration()
         let store = cluster == nil ? try openStore(logger: logger) : nil
         let accounts = try openAccounts(beside: store, logger: logger)
@@ -427,7 +450,10 @@ struct ChatServerCommand: ParsableCommand {
         } catch let error as TLSError {
             // The sentence names the file and what to do; a stack of ArgumentParser text would not.
             StandardError.write("chat-server: \(error)\n")
-            throw ExitCode(2)
+            throw ExitCode(ExitStatus.tlsUnusable)
+        } catch {
+            StandardError.write("chat-server: \(error)\n")
+            throw ExitCode(ExitStatus.startupRefused)
         }
         if let certificate = server.tlsCertificate {
             logger.info("TLS certificate", metadata: ["tls.certificate": "\(certificate)"])
@@ -440,42 +466,89 @@ struct ChatServerCommand: ParsableCommand {
             endpoint = try metrics.map { address throws(SocketError) in try startMetrics(at: address, server: server) }
         } catch {
             StandardError.write("chat-server: cannot serve metrics on \(metrics.map { "\($0)" } ?? ""): \(error)\n")
-            throw ExitCode(1)
+            throw ExitCode(ExitStatus.startupRefused)
         }
         // Handlers before the first line: "listening on" tells a supervisor or a test it may
         // signal the server, and a SIGTERM between the line and the handlers would be lost.
         let stopped = DispatchSemaphore(value: 0)
-        // SIGHUP reloads TLS. Without TLS it keeps its default (ending a server whose terminal
-        // closed) unless the server has no terminal to lose: under a service manager, whose
-        // `reload` sends SIGHUP, ending the server would be a surprise.
-        let handlesHangUp = server.configuration.tls != nil || !hasControllingTerminal()
+        let exitStatus = Locked(ExitStatus.success)
         server.start()
-        let signalSources = installShutdownHandlers(server: server, logger: logger) { stopped.signal() }
-            + (handlesHangUp ? installReloadHandler(server: server, logger: logger) : [])
+        let reloader = ConfigReloader(
+            configPath: config, commandLine: ServerInvocation.commandLine, started: try serverConfiguration(),
+            startedArguments: try ServerInvocation.effectiveArguments(), logger: logger)
+        // SIGHUP reloads, with a terminal too: ending the server when its terminal closes (the
+        // signal's default) lost every client without a goodbye or a line in the log.
+        let signalSources = installShutdownHandlers(server: server, logger: logger, notifier: notifier) { stopped.signal() }
+            + installReloadHandler(server: server, reloader: reloader, logger: logger, notifier: notifier)
+        // The loop's own beat: the lag histogram, and systemd's watchdog (at most every half of
+        // its interval, from the loop, so a stuck loop misses it).
+        let step = notifier?.watchdogBeat.map { min(100_000_000, max(1_000_000, $0 / 2)) } ?? 100_000_000
+        server.monitorLoop(every: .nanoseconds(Int64(step))) { notifier?.beat() }
+        let directoryWatch = store.map { store in
+            watchDataDirectory(store.directory, server: server, logger: logger, notifier: notifier) {
+                exitStatus.withLock { $0 = ExitStatus.dataDirectoryLost }
+                stopped.signal()
+            }
+        }
         print("listening on \(server.localAddress)")
         if let endpoint { print("metrics on \(endpoint.localAddress)") }
         if let plainPort = server.plainPort { print("plain text also on port \(plainPort)") }
         fflush(nil)  // flushes stdout; naming `stdout` is not concurrency-safe in Swift 6
+        notifier?.notify("READY=1\nSTATUS=listening on \(server.localAddress)\nMAINPID=\(getpid())")
         logger.info(
             "serving",
             metadata: [
+                "version": "\(BuildInfo.version)", "process.id": "\(getpid())",
                 "descriptors.limit": "\(raised.map { String($0.current) } ?? "unknown")",
                 "sockets.open": "\(socketsAtStart)",
                 "memory.budget": "\(server.budget)",
+                "config.file": "\(config ?? "none")",
             ])
         stopped.wait()
         // The clients' quits reach the other nodes before the node's link closes.
         server.leaveCluster { stopped.signal() }
         stopped.wait()
         withExtendedLifetime(signalSources) {}
+        directoryWatch?.cancel()
         endpoint?.close()
         store?.close()
         // Every client socket, the listener and a node's link to Redis must be closed by now: the
         // end-to-end test checks that one socket (the listener) fewer is open than at start.
         logger.info("exiting", metadata: ["sockets.open": "\(DescriptorLimit.openSocketCount() ?? -1)"])
+        let status = exitStatus.withLock { $0 }
+        if status != ExitStatus.success { throw ExitCode(status) }
     }
 
-    private func serverConfiguration() throws -> ChatServerConfiguration {
+    /// `--status`: prints the status page of the server at `metrics`; exits 0 if it is healthy,
+    /// 2 if it answers unhealthy (503), 1 if no page can be read.
+    private func printStatus(of metrics: MetricsAddress) throws {
+        guard let page = StatusClient.fetch(host: metrics.host, port: metrics.port, path: "/status"),
+            page.status == 200 || page.status == 503
+        else {
+            StandardError.write("chat-server: no status page at \(metrics): is a server running with --metrics \(metrics)?\n")
+            throw ExitCode(ExitStatus.startupRefused)
+        }
+        print(page.body, terminator: "")
+        if page.status != 200 { throw ExitCode(ExitStatus.unhealthy) }
+    }
+
+    /// `--check-config`: the flags and the file were parsed and validated to get here; what is
+    /// left to check is what only loading can tell (the TLS files).
+    private func checkConfiguration() throws {
+        let configuration = try serverConfiguration()
+        if let tls = configuration.tls {
+            do {
+                _ = try TLSContext(tls)
+            } catch {
+                StandardError.write("chat-server: \(config.map { "\($0): " } ?? "")\(error)\n")
+                throw ExitCode(config == nil ? ExitStatus.tlsUnusable : ExitStatus.config)
+            }
+        }
+        print("configuration OK\(config.map { ": \($0)" } ?? " (no --config)")")
+    }
+
+
+    func serverConfiguration() throws -> ChatServerConfiguration {
         var configuration = ChatServerConfiguration()
         configuration.host = host
         configuration.port = port
@@ -560,7 +633,7 @@ private func limitMallocArenas(to count: Int32) {
 /// Nonisolated on purpose: a handler closure formed in a main-actor context would be inferred
 /// main-actor isolated and trap when Dispatch runs it on another queue.
 private func installShutdownHandlers(
-    server: ChatServer, logger: Logger, stopped: @escaping @Sendable () -> Void
+    server: ChatServer, logger: Logger, notifier: SystemdNotifier?, stopped: @escaping @Sendable () -> Void
 ) -> [DispatchSourceSignal] {
     [SIGINT, SIGTERM].map { signalNumber in
         // The default action would kill the process before the source sees the signal.
@@ -569,6 +642,7 @@ private func installShutdownHandlers(
         let name = signalNumber == SIGINT ? "SIGINT" : "SIGTERM"
         source.setEventHandler { @Sendable in
             logger.info("shutting down", metadata: ["signal": "\(name)"])
+            notifier?.notify("STOPPING=1\nSTATUS=shutting down (\(name))")
             server.shutdown(reason: "the server is shutting down (\(name))", completion: stopped)
         }
         source.activate()
@@ -576,21 +650,44 @@ private func installShutdownHandlers(
     }
 }
 
-/// Reloads the TLS certificate and key on SIGHUP (`ChatServer.reloadTLS` logs the outcome); a
-/// server without TLS logs that there is nothing to reload. Nonisolated for the same reason as
-/// `installShutdownHandlers`.
-private func installReloadHandler(server: ChatServer, logger: Logger) -> [DispatchSourceSignal] {
+/// Reloads on SIGHUP (`ConfigReloader`: the config file's live settings, the TLS files), telling
+/// systemd it is reloading meanwhile. Nonisolated for the same reason as `installShutdownHandlers`.
+private func installReloadHandler(
+    server: ChatServer, reloader: ConfigReloader, logger: Logger, notifier: SystemdNotifier?
+) -> [DispatchSourceSignal] {
     signal(SIGHUP, SIG_IGN)
     let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
     source.setEventHandler { @Sendable in
-        guard server.configuration.tls != nil else {
-            return logger.info("SIGHUP: nothing to reload (no TLS)", metadata: ["signal": "SIGHUP"])
-        }
-        logger.info("reloading the TLS certificate", metadata: ["signal": "SIGHUP"])
-        server.reloadTLS()
+        logger.info("reloading", metadata: ["signal": "SIGHUP"])
+        notifier?.reloading()
+        reloader.reload(server)
+        notifier?.notify("READY=1")
     }
     source.activate()
     return [source]
+}
+
+/// Checks every second that `directory` is still the one at its path; when it is not (deleted,
+/// replaced), logs why and shuts the server down, then calls `lost`. Nothing is written there
+/// meanwhile that could reach a new directory at the path: the store makes its files through the
+/// locked directory itself (`DataDirectory.anchoredPath`). Nonisolated, as the signal handlers are.
+private func watchDataDirectory(
+    _ directory: DataDirectory, server: ChatServer, logger: Logger, notifier: SystemdNotifier?,
+    lost: @escaping @Sendable () -> Void
+) -> DispatchSourceTimer {
+    let timer = DispatchSource.makeTimerSource(queue: .global())
+    let reported = Locked(false)
+    timer.schedule(deadline: .now() + .seconds(1), repeating: .seconds(1))
+    timer.setEventHandler { @Sendable in
+        guard let problem = directory.problem(), reported.withLock({ done in defer { done = true }; return !done }) else { return }
+        logger.critical(
+            "the data directory is gone: shutting down without writing to whatever is at its path now",
+            metadata: ["storage.error": "\(problem)"])
+        notifier?.notify("STOPPING=1\nSTATUS=data directory lost: \(problem)")
+        server.shutdown(reason: "the server lost its data directory", completion: lost)
+    }
+    timer.activate()
+    return timer
 }
 
 /// Bootstraps swift-metrics with swift-prometheus's registry (once: the process exports through
@@ -640,8 +737,8 @@ struct MetricsAddress: ExpressibleByArgument, CustomStringConvertible, Sendable 
 /// Reads one page from a metrics port with a plain blocking socket (5 s at most): all that
 /// `--status` needs, without an HTTP client library.
 enum StatusClient {
-    /// The body of `GET path` from `host:port`, or nil if it cannot be had or is not a 200.
-    static func fetch(host: String, port: Int, path: String) -> String? {
+    /// The status and body of `GET path` from `host:port`, or nil if it cannot be had.
+    static func fetch(host: String, port: Int, path: String) -> (status: Int, body: String)? {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var found: UnsafeMutablePointer<addrinfo>?
@@ -667,20 +764,13 @@ enum StatusClient {
             response += chunk[0..<count]
         }
         let separator = Array("\r\n\r\n".utf8)
-        guard response.starts(with: Array("HTTP/1.1 200".utf8)),
+        let prefix = Array("HTTP/1.1 ".utf8)
+        guard response.starts(with: prefix), response.count >= prefix.count + 3,
+            let status = Int(String(decoding: response[prefix.count..<(prefix.count + 3)], as: UTF8.self)),
             let end = response.indices.first(where: { response[$0...].starts(with: separator) })
         else { return nil }
-        return String(decoding: response[(end + separator.count)...], as: UTF8.self)
+        return (status, String(decoding: response[(end + separator.count)...], as: UTF8.self))
     }
-}
-
-/// Whether the process has a controlling terminal (`/dev/tty` opens only then); a service
-/// started by systemd has none.
-private func hasControllingTerminal() -> Bool {
-    let descriptor = open("/dev/tty", O_RDONLY | O_NOCTTY | O_CLOEXEC)
-    guard descriptor >= 0 else { return false }
-    close(descriptor)
-    return true
 }
 
 /// Writes to standard error without Foundation.

@@ -4,8 +4,12 @@
 /// dependency) or Yams (YAML, not the TOML users of such clients expect): the file needs
 /// `key = value` lines, `[table]` headers, `#` comments, and values that are strings (basic
 /// `"…"` with `\" \\ \n \t \uXXXX` escapes, or literal `'…'`), integers, booleans and arrays of
-/// those on one line. Anything else — dotted keys, inline tables, dates, floats, a key given
-/// twice — is refused with its line number, so a file is never half understood.
+/// those on one line. Anything else — dotted keys, inline tables, dates, a key given twice — is
+/// refused with its line number, so a file is never half understood. Decimal numbers (`2.5`) are
+/// refused too, unless the caller takes them (`decimals`: the server's timeouts and rates).
+///
+/// Its own target, without Foundation, because both `chat-client`'s settings and `chat-server
+/// --config` are written in it: one grammar, one set of error messages.
 public enum ConfigFile {
     /// A value in the file.
     public enum Value: Equatable, Sendable {
@@ -15,6 +19,8 @@ public enum ConfigFile {
         case integer(Int)
         /// `true` or `false`.
         case boolean(Bool)
+        /// `2.5`, `0.25`: only where the caller takes decimals (`parse(_:tables:decimals:)`).
+        case decimal(Double)
         /// `[a, b]`, on one line.
         case array([Value])
     }
@@ -39,19 +45,26 @@ public enum ConfigFile {
         public let reason: String
         /// `line 3: reason`.
         public var description: String { "line \(line): \(reason)" }
+
+        /// The error `reason` at `line` (from 1): also what a caller's own check of an entry says.
+        public init(line: Int, reason: String) {
+            self.line = line
+            self.reason = reason
+        }
     }
 
     /// Every entry of `text`, in file order; throws at the first line that is not understood.
     /// Given `tables`, a header naming another table is refused at its line, even with no keys
-    /// under it (which would otherwise leave no entry to refuse).
-    public static func parse(_ text: String, tables known: [String]? = nil) throws(ParseError) -> [Entry] {
+    /// under it (which would otherwise leave no entry to refuse). With `decimals`, `2.5` is a
+    /// `.decimal`; without, it is refused as any other word the file does not take.
+    public static func parse(_ text: String, tables known: [String]? = nil, decimals: Bool = false) throws(ParseError) -> [Entry] {
         var entries: [Entry] = []
         var table = ""
         var seen: Set<String> = []
         var tables: Set<String> = []
         for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let number = index + 1
-            var scanner = Scanner(Substring(raw.hasSuffix("\r") ? raw.dropLast() : raw), line: number)
+            var scanner = Scanner(Substring(raw.hasSuffix("\r") ? raw.dropLast() : raw), line: number, decimals: decimals)
             scanner.skipSpace()
             if scanner.atEnd || scanner.peek == "#" { continue }
             if scanner.peek == "[" {
@@ -102,6 +115,7 @@ public enum ConfigFile {
             }
             return out + "\""
         case .integer(let number): return String(number)
+        case .decimal(let number): return String(number)
         case .boolean(let flag): return flag ? "true" : "false"
         case .array(let values): return "[" + values.map(render).joined(separator: ", ") + "]"
         }
@@ -111,10 +125,12 @@ public enum ConfigFile {
     private struct Scanner {
         private var rest: Substring
         private let line: Int
+        private let decimals: Bool
 
-        init(_ text: Substring, line: Int) {
+        init(_ text: Substring, line: Int, decimals: Bool) {
             rest = text
             self.line = line
+            self.decimals = decimals
         }
 
         var atEnd: Bool { rest.isEmpty }
@@ -168,7 +184,14 @@ public enum ConfigFile {
                 if word == "true" { return .boolean(true) }
                 if word == "false" { return .boolean(false) }
                 if let number = Int(String(word.filter { $0 != "_" })) { return .integer(number) }
-                throw fail("\"\(word)\" is not a value this file takes (a \"string\", a whole number, true or false, or [a list])")
+                // Digits, one point, digits: not Double's whole grammar (no exponents, inf or nan).
+                if decimals, word.filter({ $0 == "." }).count == 1, word.first != ".", word.last != ".",
+                    word.allSatisfy({ $0 == "." || $0 == "-" || $0.isASCII && $0.isNumber }), let number = Double(word)
+                {
+                    return .decimal(number)
+                }
+                let number = decimals ? "a number" : "a whole number"
+                throw fail("\"\(word)\" is not a value this file takes (a \"string\", \(number), true or false, or [a list])")
             }
         }
 
