@@ -304,14 +304,10 @@ public final class ChatServer: @unchecked Sendable {
             }
             listener.start(
                 queue: queue, handler: { [weak self] socket in self?.accept(socket, tls: true) },
-                onError: { [weak self] error in
-                    self?.logger.warning("accept failed", metadata: ["error": "\(error)"])
-                })
+                onError: { [weak self] error in self?.acceptFailed(error) })
             plainListener?.start(
                 queue: queue, handler: { [weak self] socket in self?.accept(socket, tls: false) },
-                onError: { [weak self] error in
-                    self?.logger.warning("accept failed", metadata: ["error": "\(error)"])
-                })
+                onError: { [weak self] error in self?.acceptFailed(error) })
             startTimer()
             clusterNode?.start { [weak self] body in self?.answerFromCluster(body) }
         }
@@ -406,6 +402,15 @@ public final class ChatServer: @unchecked Sendable {
     private var clientDescriptorBudget: Int? {
         guard let limit = DescriptorLimit.current else { return nil }
         return Int(clamping: limit) - ownDescriptors - Self.descriptorReserve
+    }
+
+    /// A listener's `accept` failed (out of descriptors or memory, the listener backing off for
+    /// 100 ms): logged as refusals are, a few per 10 s and then a count, so a flood cannot fill
+    /// the log.
+    private func acceptFailed(_ error: SocketError) {
+        if refusalLog.admit("accept failed: errno \(error.errno ?? 0)", now: Self.now().uptimeMillis) {
+            logger.warning("accept failed", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Descriptors clients hold now: connections (closing ones too) and refused ones held open.
