@@ -64,11 +64,13 @@ struct ServeCommand: ParsableCommand {
             Rooms are durable: their epoch, seq, topic and history are kept in SQLite under \
             --data-dir, and a message is echoed (acknowledged) only once it is committed (to the journal \
             in front of SQLite, which takes it in every 100 ms), so a killed server loses nothing it \
-            acknowledged; --fsync says what a power loss can lose. One server at a time: the directory \
+            acknowledged; --fsync says what a power loss can lose, and a start that cannot prove its \
+            journal holds everything acknowledged (a power loss, files damaged or deleted by hand) \
+            gives every room a new epoch, so clients see the break. One server at a time: the directory \
             itself is locked, and a server whose directory is deleted or replaced exits (74). \
             The --retain flags bound what is kept on disk: --retain-total-bytes counts every room's \
             events and its row (name and topic), and the data directory stays within 1.5 times it \
-            plus 8 MiB (SQLite's pages and log); a room without members is deleted once idle for \
+            plus 16 MiB (SQLite's pages, its log and the journal); a room without members is deleted once idle for \
             --retain-empty-rooms. --no-persistence keeps rooms in memory only (docs/SERVER.md, \
             "Durability" and "Retention").
 
@@ -286,7 +288,7 @@ struct ServeCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Bytes kept on disk in all rooms together, events and rooms' rows (topics included); over it the oldest goes first: the oldest events, or an empty room idle for longer. The data directory stays within 1.5 times this plus 8 MiB (suffix K, M, G); 0 for no bound.",
+            "Bytes kept on disk in all rooms together, events and rooms' rows (topics included); over it the oldest goes first: the oldest events, or an empty room idle for longer. The data directory stays within 1.5 times this plus 16 MiB (suffix K, M, G); 0 for no bound.",
             valueName: "SIZE"))
     var retainTotalBytes = ByteSize(bytes: 1 << 30)
 
