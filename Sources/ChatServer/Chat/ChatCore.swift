@@ -150,16 +150,14 @@ public struct ChatCore: Sendable {
             // `away` echo shows what was kept.
             frame = .setAway(text: Self.prefix(of: text, bytes: MemoryBudget.awayTextBytes))
         }
-        guard id.slot < clients.count, clients[id.slot] != nil, clients[id.slot]?.pendingRefusal == nil,
-            cluster.departures[id] == nil
+        // One access to the client, in place (`ClientState.heard(at:)`).
+        guard id.slot < clients.count, cluster.departures[id] == nil, let client = clients[id.slot]?.heard(at: now.uptimeMillis)
         else { return }
         // Every frame read costs its address, whatever becomes of it.
-        let address = address(of: id)
+        let address = client.address
         if configuration.addressMessageRate > 0 { addresses[address]!.bucket.spend(1) }
         if configuration.addressByteRate > 0 { addresses[address]!.byteBucket.spend(Double(size)) }
-        clients[id.slot]?.lastHeard = now.uptimeMillis
-        clients[id.slot]?.pinged = false
-        guard let nick = clients[id.slot]?.nick else {
+        guard let nick = client.nick else {
             handshake(frame, from: id, at: now, into: &actions)
             return
         }
@@ -172,7 +170,7 @@ public struct ChatCore: Sendable {
         if case .goodbye = frame {} else if !admit(frame, size: size, from: id, at: now, into: &actions) { return }
         // A type of a later version than the session's is unknown to it: skipped, as
         // docs/PROTOCOL.md says (the server's decoder already reads such frames as unknown).
-        if let introduced = frame.type.introducedIn, introduced > version(of: id) { return }
+        if let introduced = frame.type.introducedIn, introduced > client.version { return }
         let firstAction = actions.count
         defer { chargeFanout(of: address, size: size, for: actions[firstAction...]) }
         if accountRequest(frame, from: id, nick: nick, at: now, into: &actions) { return }
@@ -481,26 +479,30 @@ public struct ChatCore: Sendable {
     ) -> Bool {
         let rate = configuration.messageRate
         let byteRate = configuration.byteRate
+        let (messageBurst, byteBurst) = (configuration.messageBurst, configuration.byteBurst)
         let time = now.uptimeMillis
-        var limit: String?
-        // A client gone is admitted nothing. (In place, through `?.`: a copy of the client out
-        // and back would retain and release its fields on every request.)
-        guard clients[id.slot] != nil else { return false }
-        if rate > 0, clients[id.slot]?.bucket.has(1, rate: rate, burst: configuration.messageBurst, now: time) == false {
-            limit = "\(Self.format(rate)) requests per second"
-        } else if byteRate > 0,
-            clients[id.slot]?.byteBucket.has(Double(size), rate: Double(byteRate), burst: configuration.byteBurst, now: time) == false
-        {
-            limit = "\(byteRate) bytes per second"
-        }
-        guard let limit else {
-            if rate > 0 { clients[id.slot]?.bucket.spend(1) }
-            if byteRate > 0 { clients[id.slot]?.byteBucket.spend(Double(size)) }
-            clients[id.slot]?.refusedInARow = 0
-            return true
-        }
-        clients[id.slot]?.refusedInARow += 1
-        if clients[id.slot]?.refusedInARow ?? 0 >= configuration.rateAbuseLimit {
+        // One access to the client, in place (a copy of it would retain and release its fields on
+        // every request); nil: it is gone, and is admitted nothing.
+        guard
+            let verdict = clients[id.slot]?.update({ client -> (limit: String?, refusedInARow: Int) in
+                var limit: String?
+                if rate > 0, !client.bucket.has(1, rate: rate, burst: messageBurst, now: time) {
+                    limit = "\(Self.format(rate)) requests per second"
+                } else if byteRate > 0, !client.byteBucket.has(Double(size), rate: Double(byteRate), burst: byteBurst, now: time) {
+                    limit = "\(byteRate) bytes per second"
+                }
+                guard limit != nil else {
+                    if rate > 0 { client.bucket.spend(1) }
+                    if byteRate > 0 { client.byteBucket.spend(Double(size)) }
+                    client.refusedInARow = 0
+                    return (nil, 0)
+                }
+                client.refusedInARow += 1
+                return (limit, client.refusedInARow)
+            })
+        else { return false }
+        guard let limit = verdict.limit else { return true }
+        if verdict.refusedInARow >= configuration.rateAbuseLimit {
             let reason = "kept sending faster than \(limit)"
             endSession(id, Disconnection(code: .rateLimited, frameType: frame.type, reason: reason), at: now, into: &actions)
         } else {
@@ -861,28 +863,42 @@ public struct ChatCore: Sendable {
             return
         }
         let time = now.wallMillis
-        // In place (`withRoom`): reading `rooms[name]!` would copy the room on the per-message path.
+        // Most events (every line) reach every member as they are: broadcast in the room's
+        // closure below. A kick or a mode change goes by version, and a role announced to the
+        // others skips a member: those few take `deliverRoomEvent` after it.
+        let byRule: Bool
+        switch event {
+        case .kicked, .modeChanged: byRule = true
+        default: byRule = except != nil
+        }
+        var ruledTo: [ClientID] = []
+        // In place (`withRoom`), and returning plain values: reading `rooms[name]!` would copy the
+        // room, and returning the frame from the closure copied it through the runtime's generic
+        // tuple witnesses — both on the per-message path (callgrind: 18 instructions a delivery).
         guard
-            let (delivery, isEmpty) = withRoom(name, { room -> ((frame: Frame, to: [ClientID])?, Bool) in
-                if departure == .gone { room.removeMember(id) }
-                var recipients = room.members
-                if let except { recipients.removeAll { $0 == except } }
-                if departure == .gone, recipients.isEmpty { return (nil, room.members.isEmpty) }
+            let (seq, isEmpty) = withRoom(name, { room -> (UInt64, Bool) in
+                if departure == .gone {
+                    room.removeMember(id)
+                    // Nobody hears it: it takes no seq.
+                    if room.members.isEmpty { return (0, true) }
+                }
                 let seq = room.nextSeq()
                 let frame = Self.stamped(event, seq: seq, time: time)!
                 if case .topic(_, _, _, let setBy, let text) = frame {
                     room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: setBy, time: time, seq: seq)
                 }
+                if byRule {
+                    ruledTo = except.map { except in room.members.filter { $0 != except } } ?? room.members
+                } else {
+                    actions.append(.broadcast(frame, to: room.members))
+                }
                 if departure == .afterHearingIt { room.removeMember(id) }
-                return ((frame, recipients), room.members.isEmpty)
+                return (seq, room.members.isEmpty)
             })
         else { return }
-        var entry: HistoryEntry?
-        if let delivery {
-            deliverRoomEvent(delivery.frame, to: delivery.to, into: &actions)
-            entry = Self.historyEntry(of: delivery.frame)
-            if let entry { recordHistory(entry, in: name) }
-        }
+        if byRule, seq != 0, let frame = Self.stamped(event, seq: seq, time: time) { deliverRoomEvent(frame, to: ruledTo, into: &actions) }
+        let entry = seq == 0 ? nil : Self.historyEntry(of: event, seq: seq, time: time)
+        if let entry { recordHistory(entry, in: name) }
         persist(name, event: entry, at: now)
         if isEmpty { removeEmptyRoom(name) }
     }
@@ -915,13 +931,13 @@ public struct ChatCore: Sendable {
         return (current, older)
     }
 
-    /// The history entry a numbered `event` is stored as; nil for events that are not kept as
-    /// history (joins, leaves, kicks, mode changes).
-    private static func historyEntry(of event: Frame) -> HistoryEntry? {
+    /// The history entry `event` is stored as, numbered `seq` at `time`; nil for events that are
+    /// not kept as history (joins, leaves, kicks, mode changes).
+    private static func historyEntry(of event: Frame, seq: UInt64, time: UInt64) -> HistoryEntry? {
         switch event {
-        case .message(_, let seq, let time, let sender, let text): HistoryEntry(kind: .message, seq: seq, time: time, sender: sender, text: text)
-        case .action(_, let seq, let time, let sender, let text): HistoryEntry(kind: .action, seq: seq, time: time, sender: sender, text: text)
-        case .topic(_, let seq, let time, let setBy, let text): HistoryEntry(kind: .topic, seq: seq, time: time, sender: setBy, text: text)
+        case .message(_, _, _, let sender, let text): HistoryEntry(kind: .message, seq: seq, time: time, sender: sender, text: text)
+        case .action(_, _, _, let sender, let text): HistoryEntry(kind: .action, seq: seq, time: time, sender: sender, text: text)
+        case .topic(_, _, _, let setBy, let text): HistoryEntry(kind: .topic, seq: seq, time: time, sender: setBy, text: text)
         default: nil
         }
     }
@@ -1012,12 +1028,15 @@ public struct ChatCore: Sendable {
     }
 
     /// Whether `id` is a member of `room`; false for a client that is gone.
+    @inline(__always)
     func isMember(_ id: ClientID, of room: String) -> Bool { clients[id.slot]?.rooms.contains(room) == true }
 
     /// The protocol version `id` speaks; 1 for a client that is gone.
+    @inline(__always)
     func version(of id: ClientID) -> UInt16 { clients[id.slot]?.version ?? 1 }
 
     /// The address `id` connected from; empty for a client that is gone.
+    @inline(__always)
     func address(of id: ClientID) -> String { clients[id.slot]?.address ?? "" }
 
     /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
@@ -1306,6 +1325,21 @@ private struct PasswordFailures: Sendable {
 /// can cost two per connection. What few clients ever have (an away message, a refusal held
 /// back) shares one optional box, and the small counters and flags sit together at the end.
 struct ClientState: Sendable {
+    /// Runs `body` on this client in place: one access through `clients[slot]?.`, where reading
+    /// fields out of the optional one by one would copy the whole client for each.
+    @inline(__always)
+    mutating func update<Result>(_ body: (inout ClientState) -> Result) -> Result { body(&self) }
+
+    /// A frame came from this client at `time`: it was heard, and owes no ping. Returns what
+    /// serving the frame reads of it, or nil while it waits out a refusal (`pendingRefusal`).
+    @inline(__always)
+    mutating func heard(at time: UInt64) -> (address: String, nick: String?, version: UInt16)? {
+        guard pendingRefusal == nil else { return nil }
+        lastHeard = time
+        pinged = false
+        return (address, nick, version)
+    }
+
     let address: String
     /// nil until the handshake completes.
     var nick: String?
