@@ -74,7 +74,9 @@ let package = Package(
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         // Accounts: Argon2id password hashes and the bounded pool that computes them off the event loop.
         // and the account records behind one seam (AccountStore): memory, or SQLite in the data directory.
-        .target(name: "ChatAccounts", dependencies: ["CSodium", "SocketCore", "ChatProtocol", "ChatStorage"]),
+        .target(
+            name: "ChatAccounts",
+            dependencies: ["CSodium", "SocketCore", "ChatProtocol", "ChatStorage", .product(name: "DequeModule", package: "swift-collections")]),
 
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(

@@ -192,8 +192,14 @@ struct ChatServerCommand: ParsableCommand {
     @Option(help: "The most accounts the server keeps; one more register is refused with tooManyAccounts.")
     var maxAccounts = 10_000
 
-    @Option(help: "Password checks per account per minute (login, change-password, drop-account), from all addresses together; more are answered throttled.")
-    var loginAttemptsPerAccount = 5
+    @Option(help: "Password checks of one account per minute (login, change-password, drop-account) from all addresses together; past them only an address that has not guessed wrong at it is checked, the others are answered throttled. Room keys: the same, per room.")
+    var loginAttemptsPerAccount = 20
+
+    @Option(help: "Password checks of one account per minute from one address (IPv6: per /64), for every name alike, with an account or not; more are answered throttled. Room keys: the same, per room.")
+    var loginAttemptsPerAccountFromAddress = 5
+
+    @Option(help: "Registrations per hour from all addresses together (a cluster: through all its nodes); more are answered throttled.")
+    var registrationsPerServer = 60
 
     @Option(help: "Password checks per address (IPv6: per /64) per minute, for all accounts together; more are answered throttled.")
     var loginAttemptsPerAddress = 20
@@ -488,6 +494,8 @@ struct ChatServerCommand: ParsableCommand {
         configuration.accounts.loginAttemptsPerAccount = loginAttemptsPerAccount
         configuration.accounts.loginAttemptsPerAddress = loginAttemptsPerAddress
         configuration.accounts.registrationsPerAddress = registrationsPerAddress
+        configuration.accounts.loginAttemptsPerAccountFromAddress = loginAttemptsPerAccountFromAddress
+        configuration.accounts.registrationsPerServer = registrationsPerServer
         configuration.accounts.hashingWorkers = hashingWorkers
         configuration.accounts.hashingQueue = hashingQueue
         configuration.accounts.allowPlainPasswords = allowPlainPasswords

@@ -89,7 +89,9 @@ private struct AccountHarness {
             answer = poolFull ? .busy : .hashing(.hashed(hashing.hash(password)))
         case .verify(let password, let stored):
             if !poolFull { verified += 1 }
-            answer = poolFull ? .busy : .hashing(.verified(PasswordHashing.verify(password, against: stored), rehashed: nil))
+            // No stored hash: the pool's dummy, which never matches.
+            let matched = stored.map { PasswordHashing.verify(password, against: $0) } ?? false
+            answer = poolFull ? .busy : .hashing(.verified(matched, rehashed: nil))
         case .save, .delete:
             answer = .stored(.success(()))
         case .guess(let key, _):
@@ -99,7 +101,7 @@ private struct AccountHarness {
             redisGuesses[key, default: 0] -= 1
             return
         case .countRegistration:
-            answer = .registrationCounted(.success(nil))
+            answer = .registrationCounted(.success(.counted))
         case .giveBackRegistration:
             return
         case .create(let record):
@@ -214,25 +216,57 @@ struct ChatCoreAccountTests {
         #expect(chat.core.nick(of: guest) == "bob")
     }
 
-    @Test func guessesAtOneAccountFromFiftyAddressesAreHeldToTheAccountsLimitPerWindow() {
+    /// The rule of `GuessWindows`: past the account's window only an address that has not
+    /// guessed wrong at it is checked, so fifty addresses get one guess each, the account's window
+    /// fills, their second and third guesses are refused — and the owner, from an address of its
+    /// own, still gets in.
+    @Test func guessesFromFiftyAddressesGetOneEachPastTheAccountsWindowAndTheOwnerStillGetsIn() {
         var chat = AccountHarness()
         let owner = chat.connect("alice")
         chat.send(.register(password: "hunter2"), from: owner)
-        let limit = chat.core.configuration.accounts.loginAttemptsPerAccount
-        var throttled = 0
+        let limits = chat.core.configuration.accounts
+        #expect(limits.loginAttemptsPerAccount < 50, "the account's window fills in the first round")
+        var guessers: [ClientID] = []
         for host in 2...51 {
             let guesser = chat.connect("guess\(host)", from: "127.0.0.\(host)")
-            for attempt in 0..<3 {
-                let code = errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "guess\(attempt)"), from: guesser))
-                if code == .throttled { throttled += 1 } else { #expect(code == .authenticationFailed) }
+            guessers.append(guesser)
+            #expect(errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "first"), from: guesser)) == .authenticationFailed)
+        }
+        #expect(chat.verified == 50, "each address's first guess is checked")
+        for guesser in guessers {
+            for attempt in 0..<2 {
+                let code = errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "again \(attempt)"), from: guesser))
+                #expect(code == .throttled, "an address that guessed wrong, past the account's window")
             }
         }
-        #expect(chat.verified == limit, "exactly \(limit) guesses were checked in the window")
-        #expect(throttled == 150 - limit)
-        // The window ends; the owner (from anywhere) gets in, and its success gives its attempt back.
-        chat.advance(chat.core.configuration.accounts.loginWindow.milliseconds)
-        let back = chat.connect("carol", from: "127.0.0.77")
-        #expect(frames(to: back, in: chat.send(.login(account: "alice", password: "hunter2"), from: back)).last == .loggedIn(account: "alice"))
+        #expect(chat.verified == 50)
+        let home = chat.connect("alice2", from: "127.0.0.200")
+        #expect(frames(to: home, in: chat.send(.login(account: "alice", password: "hunter2"), from: home)).last == .loggedIn(account: "alice"))
+        // A typo from the owner's address makes it one that guessed wrong: then it waits like the others.
+        let typo = chat.connect("carol", from: "127.0.0.201")
+        #expect(errorCode(to: typo, in: chat.send(.login(account: "alice", password: "hunter3"), from: typo)) == .authenticationFailed)
+        #expect(errorCode(to: typo, in: chat.send(.login(account: "alice", password: "hunter2"), from: typo)) == .throttled)
+        // The window ends; every address is clean again.
+        chat.advance(limits.loginWindow.milliseconds)
+        #expect(frames(to: typo, in: chat.send(.login(account: "alice", password: "hunter2"), from: typo)).last == .loggedIn(account: "alice"))
+    }
+
+    /// Finding 1 of issue 35: an address has the same budget for a name with an account and one
+    /// without — the same answers, in the same number, each a check on the hashing pool.
+    @Test func aNameWithoutAnAccountHasTheBudgetOfOneWithAndCostsTheSameHash() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        var answers: [String: [ErrorCode?]] = [:]
+        for (name, address) in [("alice", "127.0.0.2"), ("nobody", "127.0.0.3")] {
+            let guesser = chat.connect("g-\(name)", from: address)
+            let before = chat.verified
+            answers[name] = (0..<8).map { errorCode(to: guesser, in: chat.send(.login(account: name, password: "wrong \($0)"), from: guesser)) }
+            #expect(chat.verified - before == 5, "\(name): five checks on the pool")
+        }
+        let budget = Array(repeating: ErrorCode?.some(.authenticationFailed), count: 5) + Array(repeating: .throttled, count: 3)
+        #expect(answers["alice"] == budget)
+        #expect(answers["nobody"] == budget)
     }
 
     @Test func guessesFromOneIPv6Slash64AreHeldToTheAddressLimitAcrossAccounts() {

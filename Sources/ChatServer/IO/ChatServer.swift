@@ -1535,9 +1535,9 @@ extension ChatServer {
                 // Asked only in cluster mode.
                 break
             case .hash(let password):
-                submitHashing(.hash(password: password), ticket: ticket)
+                submitHashing(.hash(password: password), share: work.share, ticket: ticket)
             case .verify(let password, let stored):
-                submitHashing(.verify(password: password, stored: stored), ticket: ticket)
+                submitHashing(.verify(password: password, stored: stored), share: work.share, ticket: ticket)
             case .save(let record):
                 accountStore.save(record, replyOn: queue) { [weak self] result in self?.accountAnswered(ticket, .stored(result)) }
             case .delete(let key):
@@ -1546,8 +1546,13 @@ extension ChatServer {
         }
     }
 
-    private func submitHashing(_ job: PasswordHashingPool.Job, ticket: UInt64) {
-        let queued = hashingPool.submit(job, replyOn: queue) { [weak self] outcome in self?.accountAnswered(ticket, .hashing(outcome)) }
+    private func submitHashing(_ job: PasswordHashingPool.Job, share: String, ticket: UInt64) {
+        let queued = hashingPool.submit(job, share: share, replyOn: queue) { [weak self] outcome in
+            // A job that gave its place to a smaller share was not computed: as busy as one
+            // refused at once.
+            self?.accountAnswered(ticket, outcome == .refused ? .busy : .hashing(outcome))
+        }
+        metrics?.hashingJob(queued ? job.metricLabel : "refused")
         // Answered on a later turn, as a queued job would be: the core expects answers after it asked.
         if !queued { queue.async { [weak self] in self?.accountAnswered(ticket, .busy) } }
     }
@@ -1562,6 +1567,16 @@ extension ChatServer {
         core.accountAnswered(ticket, answer, at: Self.now(), into: &actions)
         perform()
         serveAnswered(\.accountWaiters) { core.isAwaitingAccount($0) }
+    }
+}
+
+extension PasswordHashingPool.Job {
+    /// How `/metrics` counts the job (`chat_password_hashing_jobs_total{job=…}`).
+    var metricLabel: String {
+        switch self {
+        case .hash: "hash"
+        case .verify: "verify"
+        }
     }
 }
 

@@ -512,7 +512,8 @@ final class ClusterNode: @unchecked Sendable {
             }
         case .guess(let key, let address):
             accounts.guess(
-                key: key, address: address, perAccount: limits.loginAttemptsPerAccount, perAddress: limits.loginAttemptsPerAddress,
+                key: key, address: address, perAccount: limits.loginAttemptsPerAccount,
+                perAccountFromAddress: limits.loginAttemptsPerAccountFromAddress, perAddress: limits.loginAttemptsPerAddress,
                 windowMilliseconds: limits.loginWindow.milliseconds
             ) { result in
                 completion(.guessed(result.mapError(error).map { guess in
@@ -529,9 +530,15 @@ final class ClusterNode: @unchecked Sendable {
             accounts.giveBack(key: key, address: address)
         case .countRegistration(let address):
             accounts.countRegistration(
-                address: address, limit: limits.registrationsPerAddress, windowMilliseconds: limits.registrationWindow.milliseconds
+                address: address, perAddress: limits.registrationsPerAddress, perCluster: limits.registrationsPerServer,
+                windowMilliseconds: limits.registrationWindow.milliseconds
             ) { result in
-                completion(.registrationCounted(result.mapError(error)))
+                completion(.registrationCounted(result.mapError(error).map { count in
+                    switch count {
+                    case .counted: .counted
+                    case .full(let cluster, let wait): .full(server: cluster, waitMilliseconds: wait)
+                    }
+                }))
             }
         case .giveBackRegistration(let address):
             accounts.giveBackRegistration(address: address)
