@@ -90,6 +90,8 @@ let package = Package(
             name: "chat-server",
             dependencies: [
                 "ChatServer", "ChatStorage", "ChatAccounts", "SocketCore", "SocketTLS", argumentParser, logging, metrics, prometheus,
+                // `chat-server account --cluster` writes a cluster's accounts through ChatCluster's scripts.
+                "ChatCluster", "RedisClient",
             ]),
 
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.

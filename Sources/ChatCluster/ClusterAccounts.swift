@@ -270,6 +270,48 @@ public struct ClusterAccounts: Sendable {
         eval(Self.giveBackScript, keys: [Self.addressRegistrations(address), Self.clusterRegistrations], arguments: []) { _ in }
     }
 
+    /// KEYS: none. Returns the name of every account (`chat:accounts`' keys, each account's
+    /// `name`): at most `--max-accounts` short strings, for the operator's `chat-server account list`.
+    static let namesScript = """
+        local names = {}
+        for _, key in ipairs(redis.call('SMEMBERS', 'chat:accounts')) do
+            table.insert(names, redis.call('HGET', 'chat:account:' .. key, 'name') or key)
+        end
+        return names
+        """
+
+    /// Every account's name.
+    public func names(completion: @escaping (Result<[String], ClusterError>) -> Void) {
+        eval(Self.namesScript, keys: [], arguments: []) { reply in
+            completion(reply.flatMap { value in
+                guard case .array(let parts?) = value else { return .failure(.malformedReply("names returned \(value)")) }
+                return .success(parts.compactMap(\.text))
+            })
+        }
+    }
+
+    /// Which of the account keys `keys` have no account (a node's check of its `--admin-account`
+    /// list at start).
+    public func missing(_ keys: [String], completion: @escaping (Result<[String], ClusterError>) -> Void) {
+        guard !keys.isEmpty else { return completion(.success([])) }
+        eval(Self.missingScript, keys: keys.map(Self.accountKey), arguments: keys) { reply in
+            completion(reply.flatMap { value in
+                guard case .array(let parts?) = value else { return .failure(.malformedReply("missing returned \(value)")) }
+                return .success(parts.compactMap(\.text))
+            })
+        }
+    }
+
+    /// KEYS: accounts' hashes. ARGV: their keys, in the same order. Returns the keys whose hash
+    /// does not exist.
+    static let missingScript = """
+        local missing = {}
+        for index, key in ipairs(KEYS) do
+            if redis.call('EXISTS', key) == 0 then table.insert(missing, ARGV[index]) end
+        end
+        return missing
+        """
+
     static func accountKey(_ key: String) -> String { "chat:account:\(key)" }
     static func accountGuesses(_ key: String) -> String { "chat:guesses:account:\(key)" }
     static func accountGuesses(_ key: String, from address: String) -> String { "chat:guesses:account:\(key):from:\(address)" }

@@ -316,12 +316,7 @@ struct ChatServerCommand: ParsableCommand {
 
     /// The data directory: --data-dir, else $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.
     private func dataDirectory() -> String? {
-        if let dataDir { return dataDir }
-        if let state = getenv("XDG_STATE_HOME").map({ String(cString: $0) }), state.hasPrefix("/") {
-            return state + "/chat-server"
-        }
-        guard let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty else { return nil }
-        return home + "/.local/state/chat-server"
+        dataDir ?? defaultDataDirectory()
     }
 
     /// Opens the rooms' store, or exits with a one-line message when it cannot.

@@ -283,6 +283,13 @@ extension ChatCore {
     /// How many accounts exist.
     public var accountCount: Int { accounts.records.count }
 
+    /// The keys of the server operators' accounts (`--admin-account`) that have no record, sorted:
+    /// on a server on its own, the ones its operator must still create. (A cluster node keeps
+    /// no records: it asks Redis.)
+    public var missingAdminAccounts: [String] {
+        configuration.accounts.adminAccounts.filter { accounts.records[$0] == nil }.sorted()
+    }
+
     /// Takes the account work asked for since the last call, in order.
     public mutating func takeAccountWork() -> [AccountWork] {
         guard !accounts.outbox.isEmpty else { return [] }

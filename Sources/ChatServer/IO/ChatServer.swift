@@ -207,6 +207,16 @@ public final class ChatServer: @unchecked Sendable {
         } catch {
             throw ChatServerError.invalidConfiguration("cannot read the accounts: \(error)")
         }
+        if cluster == nil {
+            // A cluster node asks Redis once its link is up (ClusterNode).
+            for key in core.missingAdminAccounts {
+                let how =
+                    accounts == nil
+                    ? "with --no-persistence it cannot exist (accounts live in memory only): give the server a --data-dir and create it there"
+                    : "stop the server and create it"
+                logger.warning("\(Self.missingAdminAccountWarning(key)): \(how) with `chat-server account add \(key)`")
+            }
+        }
         moderationStore = moderation ?? MemoryModerationStore()
         do {
             // A cluster node serves no moderation yet (ChatCore+Moderation.swift): nothing to load.
@@ -228,6 +238,12 @@ public final class ChatServer: @unchecked Sendable {
             try SocketListener(host: configuration.host, port: port, dualStack: configuration.host == "::", backlog: 4096)
         }
         localAddress = listener.localAddress
+    }
+
+    /// The start of the warning that the `--admin-account` `key` has no account: said at start,
+    /// by a server on its own or a cluster node.
+    static func missingAdminAccountWarning(_ key: String) -> String {
+        "admin account \(key) does not exist, and no client may register it"
     }
 
     /// The certificate new TLS connections are served with, or nil without TLS.
