@@ -523,4 +523,44 @@ struct ChatCoreAccountTests {
         let actions = chat.send(.hello(version: 1, nick: "FRANK", password: nil), from: guest)
         #expect(disconnected(guest, in: actions)?.code == .nickReserved, "not nickTaken: \(actions)")
     }
+
+    // MARK: Issue 40: a server operator's name, registrations from many addresses
+
+    @Test func aServerOperatorsNickIsReservedBeforeItsAccountExists() {
+        var chat = AccountHarness { $0.accounts.setAdminAccounts(["Root"]) }
+        #expect(chat.core.missingAdminAccounts == ["root"])
+        let old = chat.open()
+        #expect(disconnected(old, in: chat.send(.hello(version: 1, nick: "ROOT", password: nil), from: old))?.code == .nickReserved)
+        let guest = chat.connect("mallory")
+        #expect(errorCode(to: guest, in: chat.send(.changeNick(nick: "root"), from: guest)) == .nickReserved)
+        // A login to it is checked like any (against the dummy hash) and fails like any.
+        let pretender = chat.open()
+        chat.send(.hello(version: 3, nick: "root", password: nil), from: pretender)
+        let before = chat.verified
+        #expect(disconnected(pretender, in: chat.send(.login(account: "root", password: "guess"), from: pretender))?.code == .authenticationFailed)
+        #expect(chat.verified == before + 1)
+        // Made by the operator (chat-server account add), it is an account like any.
+        chat.core.loadAccounts([AccountRecord(name: "root", key: "root", passwordHash: chat.hashing.hash("op")!, created: 0)])
+        #expect(chat.core.missingAdminAccounts.isEmpty)
+        let root = chat.open()
+        chat.send(.hello(version: 3, nick: "root", password: nil), from: root)
+        #expect(frames(to: root, in: chat.send(.login(account: "root", password: "op"), from: root)).last == .loggedIn(account: "root"))
+    }
+
+    @Test func registrationsFromManyAddressesAreHeldToTheServersWindowAndABusyPoolGivesTheirsBack() {
+        var chat = AccountHarness { $0.accounts.registrationsPerServer = 5 }
+        let first = chat.connect("early", from: "127.0.2.1")
+        chat.poolFull = true
+        #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == .busy)
+        chat.poolFull = false
+        var codes: [ErrorCode?] = []
+        for index in 0..<10 {
+            let id = chat.connect("r\(index)", from: "127.0.3.\(index + 1)")
+            codes.append(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)))
+        }
+        #expect(codes == Array(repeating: nil, count: 5) + Array(repeating: .throttled, count: 5), "the busy one cost nothing: \(codes)")
+        #expect(chat.core.accountCount == 5)
+        chat.advance(chat.core.configuration.accounts.registrationWindow.milliseconds)
+        #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == nil, "a new window")
+    }
 }
