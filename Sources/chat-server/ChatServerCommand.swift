@@ -62,7 +62,8 @@ struct ChatServerCommand: ParsableCommand {
 
             Rooms may be moderated (protocol version 4): ops, modes, kicks, invitations and bans. \
             --admin-account NAME (or $CHAT_SERVER_ADMIN_ACCOUNTS) makes an account's sessions \
-            server operators, who may ban from the server and kill sessions. Registered rooms and \
+            server operators, who may ban from the server and kill sessions; the operator creates \
+            such an account with `chat-server account add NAME` (see `chat-server account --help`). Registered rooms and \
             server bans are kept in moderation.sqlite under --data-dir, or in memory only with \
             --no-persistence; a cluster node answers moderation requests with error(unavailable) \
             (docs/SERVER.md, "Moderation").
@@ -218,7 +219,7 @@ struct ChatServerCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "An account whose sessions are server operators: they act as ops in every room and alone may serverBan, kill and list the server's bans (repeatable; also $CHAT_SERVER_ADMIN_ACCOUNTS, comma-separated). Register the account first.",
+            "An account whose sessions are server operators: they act as ops in every room and alone may serverBan, kill and list the server's bans (repeatable; also $CHAT_SERVER_ADMIN_ACCOUNTS, comma-separated). Clients may not register it: create it with `chat-server account add NAME`.",
             valueName: "NAME"))
     var adminAccount: [String] = []
 
