@@ -99,6 +99,8 @@ struct AccountAttackTests {
             #expect(created.status == 0, "\(created.output)")
             if mode == .cluster {
                 try await Self.expectOperatorPowers(on: server, password: "root's own")
+                let listed = try await Self.accountCommand(["list"] + place)
+                #expect(listed.status == 0 && listed.output.split(separator: "\n").contains("root2"), "\(listed.output)")
                 return
             }
         }
