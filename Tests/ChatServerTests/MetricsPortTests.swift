@@ -159,7 +159,7 @@ struct MetricsPortTests {
         for line in metrics.body.split(separator: "\n") where !line.hasPrefix("#") && line.contains("{") {
             #expect(
                 line.contains("type=") || line.contains("code=") || line.contains("reason=") || line.contains("state=")
-                    || line.contains("part=") || line.contains("le="), "an unexpected label: \(line)")
+                    || line.contains("part=") || line.contains("le=") || line.contains("job="), "an unexpected label: \(line)")
         }
     }
 
