@@ -202,10 +202,11 @@ public struct ClusterAccounts: Sendable {
     }
 
     /// KEYS: the guess counters. Gives one guess back to each that still counts one (a right
-    /// password, or one the node could not check), so the owner does not use up its own guesses.
+    /// password, or one the node could not check), so the owner does not use up its own guesses;
+    /// a counter left at 0 is deleted, as if its window had never opened (as `GuessWindows` does).
     static let giveBackScript = """
         for _, key in ipairs(KEYS) do
-            if tonumber(redis.call('GET', key) or '0') > 0 then redis.call('DECR', key) end
+            if tonumber(redis.call('GET', key) or '0') > 0 and redis.call('DECR', key) == 0 then redis.call('DEL', key) end
         end
         return 1
         """

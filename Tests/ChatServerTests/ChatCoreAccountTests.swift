@@ -563,4 +563,23 @@ struct ChatCoreAccountTests {
         chat.advance(chat.core.configuration.accounts.registrationWindow.milliseconds)
         #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == nil, "a new window")
     }
+
+    // MARK: The windows themselves
+
+    @Test func theGuessWindowsKeepOnlyWhatCountsAndNeverMoreThanTheirCapacity() {
+        var windows = GuessWindows()
+        windows.capacity = 30
+        let limits = GuessLimits(perSubject: 20, perSubjectFromAddress: 5, perAddress: 20, window: 60_000)
+        #expect(windows.admit("account:a", from: "10.0.0.1", limits: limits, now: 1) == nil)
+        #expect(windows.count == 3)
+        windows.giveBack("account:a", from: "10.0.0.1")
+        #expect(windows.count == 0, "a right password leaves nothing behind")
+        // A botnet's first guesses at as many names: three windows each.
+        for index in 0..<100 {
+            #expect(windows.admit("account:n\(index)", from: "10.0.1.\(index)", limits: limits, now: 1_000 + UInt64(index)) == nil)
+            #expect(windows.count <= 30, "at most the capacity: \(windows.count)")
+        }
+        #expect(windows.byPair[GuessWindows.pairKey("account:n99", "10.0.1.99")]?.count == 1, "the newest windows stay")
+        #expect(windows.byPair[GuessWindows.pairKey("account:n0", "10.0.1.0")] == nil, "the oldest went first")
+    }
 }

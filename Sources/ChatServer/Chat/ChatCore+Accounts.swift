@@ -146,11 +146,22 @@ struct GuessLimits: Sendable {
 /// A guess is counted in all three windows when it is let through, before it is checked, so
 /// guesses in flight at once cannot slip past a limit; a right one (or one the hashing pool could
 /// not take) is given back, so an owner never uses up its own guesses and stays "clean".
+///
+/// Memory: a window is kept only while it counts a guess — one given back to nothing is
+/// forgotten at once — and never more than `capacity` in all (about 100 bytes each: 5 MB at the
+/// default, within the process's share of the memory budget). Past it, the windows that ended
+/// go, then the oldest: that would take some thousands of addresses guessing at their full rate,
+/// and forgetting a window a minute old gives them a guess or two sooner than its end would.
 struct GuessWindows: Sendable {
     var byAddress: [String: AttemptWindow] = [:]
     var bySubject: [String: AttemptWindow] = [:]
     /// By subject and address (`pairKey`).
     var byPair: [String: AttemptWindow] = [:]
+    /// The most windows kept, in the three together.
+    var capacity = 50_000
+
+    /// How many windows are kept.
+    var count: Int { byAddress.count + bySubject.count + byPair.count }
 
     /// Why a guess is not let through: whose window is full, and for how long more (ms).
     enum Refusal: Sendable, Equatable {
@@ -191,14 +202,35 @@ struct GuessWindows: Sendable {
         _ = ChatCore.spend(&byAddress[address], limit: .max, window: limits.window, now: now)
         _ = ChatCore.spend(&bySubject[subject], limit: .max, window: limits.window, now: now)
         _ = ChatCore.spend(&byPair[Self.pairKey(subject, address)], limit: .max, window: limits.window, now: now)
+        if count > capacity { shed(window: limits.window, now: now) }
         return nil
     }
 
-    /// Gives back a guess `admit` counted (a right password or key, or one nobody checked).
+    /// Gives back a guess `admit` counted (a right password or key, or one nobody checked); a
+    /// window left counting nothing is forgotten, as if it had never opened.
     mutating func giveBack(_ subject: String, from address: String) {
-        ChatCore.giveBack(&byAddress[address])
-        ChatCore.giveBack(&bySubject[subject])
-        ChatCore.giveBack(&byPair[Self.pairKey(subject, address)])
+        Self.giveBack(&byAddress[address])
+        Self.giveBack(&bySubject[subject])
+        Self.giveBack(&byPair[Self.pairKey(subject, address)])
+    }
+
+    private static func giveBack(_ window: inout AttemptWindow?) {
+        ChatCore.giveBack(&window)
+        if window?.count == 0 { window = nil }
+    }
+
+    /// Brings the windows under `capacity`: those that ended go, then the oldest, down to three
+    /// quarters of it (so the next shedding is thousands of guesses away).
+    private mutating func shed(window length: UInt64, now: UInt64) {
+        forgetEnded(window: length, now: now)
+        guard count > capacity else { return }
+        let excess = count - capacity * 3 / 4
+        let starts = (byAddress.values.map(\.start) + bySubject.values.map(\.start) + byPair.values.map(\.start)).sorted()
+        let cutoff = starts[excess - 1]
+        // Windows that opened at `cutoff` or before go; ties may take a few more.
+        byAddress = byAddress.filter { $0.value.start > cutoff }
+        bySubject = bySubject.filter { $0.value.start > cutoff }
+        byPair = byPair.filter { $0.value.start > cutoff }
     }
 
     /// Forgets the windows that have ended.
