@@ -108,10 +108,11 @@ struct AccountAttackTests {
         defer { server.stop() }
         #expect(!server.child.output.contains("admin account root2 does not exist"), "\(server.child.output)")
         try await Self.expectOperatorPowers(on: server, password: "root's own")
-        // The same command changes its password and lists it.
-        try "a new one\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        // The same command changes its password (read from standard input, as a script gives it)
+        // and lists it.
         server.stop()
-        #expect(try await Self.accountCommand(["passwd", "ROOT2", "--password-file", passwordFile] + place).status == 0)
+        let changed = try await Self.accountCommand(["passwd", "ROOT2"] + place, input: "a new one")
+        #expect(changed.status == 0, "\(changed.output)")
         let listed = try await Self.accountCommand(["list"] + place)
         #expect(listed.status == 0 && listed.output.split(separator: "\n").contains("root2"), "\(listed.output)")
         let again = try await Self.accountCommand(["add", "root2", "--password-file", passwordFile] + place)
@@ -157,9 +158,11 @@ struct AccountAttackTests {
         #expect(done.last.map { if case .done(.serverBan, _) = $0 { true } else { false } } == true, "\(done)")
     }
 
-    /// Runs `chat-server account …` and waits for it (30 s at most).
-    static func accountCommand(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+    /// Runs `chat-server account …` with `input` as a line on its standard input (a pipe, not a
+    /// terminal), and waits for it (30 s at most).
+    static func accountCommand(_ arguments: [String], input: String? = nil) async throws -> (status: Int32, output: String) {
         let child = try ChildProcess(try ChildProcess.builtExecutable(named: "chat-server"), ["account"] + arguments)
+        if let input { child.send(input) }
         child.closeInput()
         let status = await child.waitForExit() ?? -1
         return (status, child.output)
