@@ -74,7 +74,9 @@ let package = Package(
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         // Accounts: Argon2id password hashes and the bounded pool that computes them off the event loop.
         // and the account records behind one seam (AccountStore): memory, or SQLite in the data directory.
-        .target(name: "ChatAccounts", dependencies: ["CSodium", "SocketCore", "ChatProtocol", "ChatStorage"]),
+        .target(
+            name: "ChatAccounts",
+            dependencies: ["CSodium", "SocketCore", "ChatProtocol", "ChatStorage", .product(name: "DequeModule", package: "swift-collections")]),
 
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(
@@ -89,6 +91,8 @@ let package = Package(
             dependencies: [
                 "ChatServer", "ChatStorage", "ChatAccounts", "ConfigFormat", "SocketCore", "SocketTLS", argumentParser, logging,
                 metrics, prometheus,
+                // `chat-server account --cluster` writes a cluster's accounts through ChatCluster's scripts.
+                "ChatCluster", "RedisClient",
             ]),
 
         // The strict TOML subset both config files are written in (the client's, and the server's

@@ -66,6 +66,14 @@ public struct PasswordHashing: Sendable, Equatable {
         crypto_pwhash_argon2id_str_needs_rehash(stored, UInt64(passes), memoryBytes) != 0
     }
 
+    /// 32 random bytes from libsodium's generator, as hexadecimal text: a password nobody knows.
+    public static func randomPassword() -> String {
+        initialize
+        var bytes = [UInt8](repeating: 0, count: 32)
+        bytes.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, $0.count) }
+        return bytes.map { String($0, radix: 16) }.joined()
+    }
+
     /// `password`'s UTF-8 and a 0 after it: never empty, so its buffer always has an address
     /// (libsodium reads only the length it is given).
     private static func bytes(of password: String) -> [UInt8] {

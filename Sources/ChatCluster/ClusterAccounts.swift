@@ -5,7 +5,8 @@ import RedisProtocol
 /// (docs/CLUSTER.md, "Accounts"): a hash per account (`chat:account:{key}`: name, hash,
 /// created), the set of keys (`chat:accounts`, whose size the cap counts), and the windows of
 /// login and registration throttling as expiring counters (`chat:guesses:account:{key}`,
-/// `chat:guesses:address:{address}`, `chat:registrations:address:{address}`).
+/// `chat:guesses:account:{key}:from:{address}`, `chat:guesses:address:{address}`,
+/// `chat:registrations:address:{address}`, `chat:registrations:server`).
 ///
 /// Nodes keep no copy: a node reads an account when a password is checked against it, in the
 /// same script that counts the guess, so a registration, a new password or a drop on one node
@@ -122,26 +123,35 @@ public struct ClusterAccounts: Sendable {
         return 1
         """
 
-    /// KEYS: the account's hash, its guess counter, the address's guess counter. ARGV: the
-    /// account's limit, the address's limit, the window in ms. When either counter is at its
-    /// limit, counts nothing and returns {1 (account) or 2 (address), ms until it ends}. When the
-    /// account does not exist, counts the guess against the address (probing for accounts costs
-    /// guesses too) and returns {3}. Otherwise counts it against both and returns
-    /// {0, name, hash, created}. `INCR` and `PEXPIRE` in one script: a window never outlives its
-    /// expiry, whichever node counts in it, so the limits hold across nodes.
+    /// KEYS: the account's hash, its guess counter, its counter for guesses from the address, the
+    /// address's guess counter. ARGV: the account's limit, the limit of one account from one
+    /// address, the address's limit, the window in ms.
+    ///
+    /// The rule of guessing, as a server on its own keeps it (`GuessWindows` in ChatServer, which
+    /// says why): a guess is refused — counted nowhere — when the address's counter is at its
+    /// limit ({2, ms until it ends}), when the address's counter for this account is ({1, ms}),
+    /// or when the account's counter is at its limit and the address has a guess at the account
+    /// counted now ({1, ms}): an address that has not guessed wrong is let through past the
+    /// account's limit. Otherwise the guess is counted in all three, and the account read:
+    /// {0, name, hash, created}, or {3} when there is none — counted all the same, so a name
+    /// without an account has the budget of one with. `INCR` and `PEXPIRE` in one script: a
+    /// window never outlives its expiry, whichever node counts in it, so the limits hold across
+    /// nodes.
     static let guessScript = """
         local function count(key)
-            if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ARGV[3]) end
+            if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ARGV[4]) end
         end
-        if tonumber(redis.call('GET', KEYS[2]) or '0') >= tonumber(ARGV[1]) then return {1, redis.call('PTTL', KEYS[2])} end
-        if tonumber(redis.call('GET', KEYS[3]) or '0') >= tonumber(ARGV[2]) then return {2, redis.call('PTTL', KEYS[3])} end
-        local record = redis.call('HMGET', KEYS[1], 'name', 'hash', 'created')
-        if not record[1] then
-            count(KEYS[3])
-            return {3}
-        end
+        local function level(key) return tonumber(redis.call('GET', key) or '0') end
+        local function wait(key) return math.max(0, redis.call('PTTL', key)) end
+        if level(KEYS[4]) >= tonumber(ARGV[3]) then return {2, wait(KEYS[4])} end
+        local fromAddress = level(KEYS[3])
+        if fromAddress >= tonumber(ARGV[2]) then return {1, wait(KEYS[3])} end
+        if fromAddress > 0 and level(KEYS[2]) >= tonumber(ARGV[1]) then return {1, wait(KEYS[2])} end
         count(KEYS[2])
         count(KEYS[3])
+        count(KEYS[4])
+        local record = redis.call('HMGET', KEYS[1], 'name', 'hash', 'created')
+        if not record[1] then return {3} end
         return {0, record[1], record[2], record[3]}
         """
 
@@ -149,7 +159,7 @@ public struct ClusterAccounts: Sendable {
     public enum Guess: Sendable, Equatable {
         /// Counted: check the password against `record`.
         case admitted(Record)
-        /// No such account (counted against the address).
+        /// No such account (counted as a guess at one is).
         case noAccount
         /// The account's window is full for `waitMilliseconds` more; nothing counted.
         case accountThrottled(waitMilliseconds: UInt64)
@@ -158,14 +168,17 @@ public struct ClusterAccounts: Sendable {
     }
 
     /// Counts a password guess against the account `key` from `address` (a throttle key), within
-    /// `perAccount` and `perAddress` guesses per `windowMilliseconds`, and reads the account.
+    /// `perAccount` guesses per `windowMilliseconds` from addresses that guessed at it already,
+    /// `perAccountFromAddress` from this address and `perAddress` from it in all (`guessScript`),
+    /// and reads the account.
     public func guess(
-        key: String, address: String, perAccount: Int, perAddress: Int, windowMilliseconds: UInt64,
+        key: String, address: String, perAccount: Int, perAccountFromAddress: Int, perAddress: Int, windowMilliseconds: UInt64,
         completion: @escaping (Result<Guess, ClusterError>) -> Void
     ) {
         eval(
-            Self.guessScript, keys: [Self.accountKey(key), Self.accountGuesses(key), Self.addressGuesses(address)],
-            arguments: [String(perAccount), String(perAddress), String(windowMilliseconds)]
+            Self.guessScript,
+            keys: [Self.accountKey(key), Self.accountGuesses(key), Self.accountGuesses(key, from: address), Self.addressGuesses(address)],
+            arguments: [String(perAccount), String(perAccountFromAddress), String(perAddress), String(windowMilliseconds)]
         ) { reply in
             completion(reply.flatMap { value in
                 guard case .array(let parts?) = value, let kind = parts.first?.integer else {
@@ -189,50 +202,121 @@ public struct ClusterAccounts: Sendable {
     }
 
     /// KEYS: the guess counters. Gives one guess back to each that still counts one (a right
-    /// password, or one the node could not check), so the owner does not use up its own guesses.
+    /// password, or one the node could not check), so the owner does not use up its own guesses;
+    /// a counter left at 0 is deleted, as if its window had never opened (as `GuessWindows` does).
     static let giveBackScript = """
         for _, key in ipairs(KEYS) do
-            if tonumber(redis.call('GET', key) or '0') > 0 then redis.call('DECR', key) end
+            if tonumber(redis.call('GET', key) or '0') > 0 and redis.call('DECR', key) == 0 then redis.call('DEL', key) end
         end
         return 1
         """
 
     /// Gives back a guess counted against the account `key` and `address`.
     public func giveBack(key: String, address: String) {
-        eval(Self.giveBackScript, keys: [Self.accountGuesses(key), Self.addressGuesses(address)], arguments: []) { _ in }
+        let keys = [Self.accountGuesses(key), Self.accountGuesses(key, from: address), Self.addressGuesses(address)]
+        eval(Self.giveBackScript, keys: keys, arguments: []) { _ in }
     }
 
-    /// KEYS: the address's registration counter. ARGV: the limit, the window in ms. Returns -1
-    /// when it counted the registration, or the ms until the window ends when it is full (and
-    /// counted nothing).
+    /// KEYS: the address's registration counter, the cluster's. ARGV: the address's limit, the
+    /// cluster's, the window in ms. Counts the registration in both and returns {0} when both
+    /// have room; otherwise counts nothing and returns {1 (the address's) or 2 (the cluster's),
+    /// ms until that window ends}.
     static let registrationScript = """
-        if tonumber(redis.call('GET', KEYS[1]) or '0') >= tonumber(ARGV[1]) then return math.max(0, redis.call('PTTL', KEYS[1])) end
-        if redis.call('INCR', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-        return -1
+        local function full(key, limit)
+            return tonumber(redis.call('GET', key) or '0') >= tonumber(limit)
+        end
+        if full(KEYS[1], ARGV[1]) then return {1, math.max(0, redis.call('PTTL', KEYS[1]))} end
+        if full(KEYS[2], ARGV[2]) then return {2, math.max(0, redis.call('PTTL', KEYS[2]))} end
+        for _, key in ipairs(KEYS) do
+            if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ARGV[3]) end
+        end
+        return {0}
         """
 
-    /// Counts a registration from `address` (a throttle key), within `limit` per
-    /// `windowMilliseconds` for the whole cluster: nil when counted, or how long until the
-    /// window has room.
+    /// What counting a registration found.
+    public enum RegistrationCount: Sendable, Equatable {
+        /// Counted in the address's window and the cluster's.
+        case counted
+        /// The address's window (`cluster` false) or the cluster's is full for `waitMilliseconds`
+        /// more; nothing was counted.
+        case full(cluster: Bool, waitMilliseconds: UInt64)
+    }
+
+    /// Counts a registration from `address` (a throttle key), within `perAddress` per
+    /// `windowMilliseconds` from it and `perCluster` from every address through every node.
     public func countRegistration(
-        address: String, limit: Int, windowMilliseconds: UInt64, completion: @escaping (Result<UInt64?, ClusterError>) -> Void
+        address: String, perAddress: Int, perCluster: Int, windowMilliseconds: UInt64,
+        completion: @escaping (Result<RegistrationCount, ClusterError>) -> Void
     ) {
-        eval(Self.registrationScript, keys: [Self.addressRegistrations(address)], arguments: [String(limit), String(windowMilliseconds)]) {
-            reply in
+        eval(
+            Self.registrationScript, keys: [Self.addressRegistrations(address), Self.clusterRegistrations],
+            arguments: [String(perAddress), String(perCluster), String(windowMilliseconds)]
+        ) { reply in
             completion(reply.flatMap { value in
-                guard let wait = value.integer else { return .failure(.malformedReply("registration count returned \(value)")) }
-                return .success(wait < 0 ? nil : UInt64(wait))
+                guard case .array(let parts?) = value, let kind = parts.first?.integer else {
+                    return .failure(.malformedReply("registration count returned \(value)"))
+                }
+                let wait = parts.count > 1 ? UInt64(max(0, parts[1].integer ?? 0)) : 0
+                switch kind {
+                case 0: return .success(.counted)
+                case 1, 2: return .success(.full(cluster: kind == 2, waitMilliseconds: wait))
+                default: return .failure(.malformedReply("registration count returned \(value)"))
+                }
             })
         }
     }
 
-    /// Gives back a registration counted against `address`.
+    /// Gives back a registration counted against `address` and the cluster.
     public func giveBackRegistration(address: String) {
-        eval(Self.giveBackScript, keys: [Self.addressRegistrations(address)], arguments: []) { _ in }
+        eval(Self.giveBackScript, keys: [Self.addressRegistrations(address), Self.clusterRegistrations], arguments: []) { _ in }
     }
+
+    /// KEYS: none. Returns the name of every account (`chat:accounts`' keys, each account's
+    /// `name`): at most `--max-accounts` short strings, for the operator's `chat-server account list`.
+    static let namesScript = """
+        local names = {}
+        for _, key in ipairs(redis.call('SMEMBERS', 'chat:accounts')) do
+            table.insert(names, redis.call('HGET', 'chat:account:' .. key, 'name') or key)
+        end
+        return names
+        """
+
+    /// Every account's name.
+    public func names(completion: @escaping (Result<[String], ClusterError>) -> Void) {
+        eval(Self.namesScript, keys: [], arguments: []) { reply in
+            completion(reply.flatMap { value in
+                guard case .array(let parts?) = value else { return .failure(.malformedReply("names returned \(value)")) }
+                return .success(parts.compactMap(\.text))
+            })
+        }
+    }
+
+    /// Which of the account keys `keys` have no account (a node's check of its `--admin-account`
+    /// list at start).
+    public func missing(_ keys: [String], completion: @escaping (Result<[String], ClusterError>) -> Void) {
+        guard !keys.isEmpty else { return completion(.success([])) }
+        eval(Self.missingScript, keys: keys.map(Self.accountKey), arguments: keys) { reply in
+            completion(reply.flatMap { value in
+                guard case .array(let parts?) = value else { return .failure(.malformedReply("missing returned \(value)")) }
+                return .success(parts.compactMap(\.text))
+            })
+        }
+    }
+
+    /// KEYS: accounts' hashes. ARGV: their keys, in the same order. Returns the keys whose hash
+    /// does not exist.
+    static let missingScript = """
+        local missing = {}
+        for index, key in ipairs(KEYS) do
+            if redis.call('EXISTS', key) == 0 then table.insert(missing, ARGV[index]) end
+        end
+        return missing
+        """
 
     static func accountKey(_ key: String) -> String { "chat:account:\(key)" }
     static func accountGuesses(_ key: String) -> String { "chat:guesses:account:\(key)" }
+    static func accountGuesses(_ key: String, from address: String) -> String { "chat:guesses:account:\(key):from:\(address)" }
+    static let clusterRegistrations = "chat:registrations:server"
     static func addressGuesses(_ address: String) -> String { "chat:guesses:address:\(address)" }
     static func addressRegistrations(_ address: String) -> String { "chat:registrations:address:\(address)" }
 

@@ -18,11 +18,10 @@ struct ChatServerTool: ParsableCommand {
             serving flag, `chat-server help COMMAND` the others'.
             """,
         version: BuildInfo.version,
-        // `AccountCommand` (Sources/chat-server/AccountCommand.swift) joins this list once it exists.
         // No `defaultSubcommand`: `route` sends every command line that names no other command to
         // `serve` itself, and ArgumentParser with a default subcommand builds the serving
         // flags' definitions twice more on every start (18 M instructions, 40% of start-up).
-        subcommands: [ServeCommand.self, BackupCommand.self, CheckCommand.self])
+        subcommands: [ServeCommand.self, BackupCommand.self, CheckCommand.self, AccountCommand.self])
 
     /// The subcommands other than serving, by name: what `route(_:)` leaves to ArgumentParser.
     static var otherCommands: Set<String> {

@@ -86,9 +86,10 @@ struct ServeCommand: ParsableCommand {
 
             Rooms may be moderated (protocol version 4): ops, modes, kicks, invitations and bans. \
             --admin-account NAME (or $CHAT_SERVER_ADMIN_ACCOUNTS) makes an account's sessions \
-            server operators, who may ban from the server and kill sessions. Registered rooms and \
-            server bans are kept in moderation.sqlite under --data-dir, in memory only with \
-            --no-persistence, or in a cluster node's Redis (docs/SERVER.md, "Moderation"; \
+            server operators, who may ban from the server and kill sessions; the operator creates \
+            such an account with `chat-server account add NAME` (see `chat-server account --help`). \
+            Registered rooms and server bans are kept in moderation.sqlite under --data-dir, in memory \
+            only with --no-persistence, or in a cluster node's Redis (docs/SERVER.md, "Moderation"; \
             docs/CLUSTER.md).
 
             With --metrics HOST:PORT the server also answers HTTP GETs there: /metrics in \
@@ -229,8 +230,14 @@ struct ServeCommand: ParsableCommand {
     @Option(help: "The most accounts the server keeps; one more register is refused with tooManyAccounts.")
     var maxAccounts = 10_000
 
-    @Option(help: "Password checks per account per minute (login, change-password, drop-account), from all addresses together; more are answered throttled.")
-    var loginAttemptsPerAccount = 5
+    @Option(help: "Password checks of one account per minute (login, change-password, drop-account) from all addresses together; past them only an address that has not guessed wrong at it is checked, the others are answered throttled. Room keys: the same, per room.")
+    var loginAttemptsPerAccount = 20
+
+    @Option(help: "Password checks of one account per minute from one address (IPv6: per /64), for every name alike, with an account or not; more are answered throttled. Room keys: the same, per room.")
+    var loginAttemptsPerAccountFromAddress = 5
+
+    @Option(help: "Registrations per hour from all addresses together (a cluster: through all its nodes); more are answered throttled.")
+    var registrationsPerServer = 60
 
     @Option(help: "Password checks per address (IPv6: per /64) per minute, for all accounts together; more are answered throttled.")
     var loginAttemptsPerAddress = 20
@@ -249,7 +256,7 @@ struct ServeCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "An account whose sessions are server operators: they act as ops in every room and alone may serverBan, kill and list the server's bans (repeatable; also $CHAT_SERVER_ADMIN_ACCOUNTS, comma-separated). Register the account first.",
+            "An account whose sessions are server operators: they act as ops in every room and alone may serverBan, kill and list the server's bans (repeatable; also $CHAT_SERVER_ADMIN_ACCOUNTS, comma-separated). Clients may not register it: create it with `chat-server account add NAME`.",
             valueName: "NAME"))
     var adminAccount: [String] = []
 
@@ -563,6 +570,8 @@ struct ServeCommand: ParsableCommand {
         configuration.accounts.loginAttemptsPerAccount = loginAttemptsPerAccount
         configuration.accounts.loginAttemptsPerAddress = loginAttemptsPerAddress
         configuration.accounts.registrationsPerAddress = registrationsPerAddress
+        configuration.accounts.loginAttemptsPerAccountFromAddress = loginAttemptsPerAccountFromAddress
+        configuration.accounts.registrationsPerServer = registrationsPerServer
         configuration.accounts.hashingWorkers = hashingWorkers
         configuration.accounts.hashingQueue = hashingQueue
         configuration.accounts.allowPlainPasswords = allowPlainPasswords

@@ -17,12 +17,19 @@ struct BackupTests {
         defer { scratch.remove() }
         let data = scratch.path + "/data"
         let copy = scratch.path + "/copy"
+        // The operator's account is made by the operator, not over the network (SECURITY.md).
+        let passwordFile = scratch.path + "/root-password"
+        try "pw-root\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let made = try await Operations.run(["account", "add", "root", "--data-dir", data, "--password-file", passwordFile])
+        #expect(made.status == 0, "chat-server account add root: \(made.output)")
         let server = try await ChatServerProcess(
             arguments: ["--data-dir", data, "--admin-account", "root", "--no-rate-limits", "--log-level", "warning"])
         defer { server.stop() }
 
         // Accounts and a server ban, in accounts.sqlite and moderation.sqlite.
-        let root = try await Self.register("root", on: server)
+        let root = try await TestClient.connect(to: server, nick: "guest1", version: 4)
+        try await root.send(.login(account: "root", password: "pw-root"))
+        _ = try await root.waitFor("root's login") { $0 == .loggedIn(account: "root") ? true : nil }
         let carol = try await Self.register("carol", on: server)
         carol.close()
         try await root.send(.serverBan(on: true, mask: "address:127.0.0.9", reason: "backup drill"))

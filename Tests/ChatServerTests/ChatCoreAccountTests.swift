@@ -89,7 +89,9 @@ private struct AccountHarness {
             answer = poolFull ? .busy : .hashing(.hashed(hashing.hash(password)))
         case .verify(let password, let stored):
             if !poolFull { verified += 1 }
-            answer = poolFull ? .busy : .hashing(.verified(PasswordHashing.verify(password, against: stored), rehashed: nil))
+            // No stored hash: the pool's dummy, which never matches.
+            let matched = stored.map { PasswordHashing.verify(password, against: $0) } ?? false
+            answer = poolFull ? .busy : .hashing(.verified(matched, rehashed: nil))
         case .save, .delete:
             answer = .stored(.success(()))
         case .guess(let key, _):
@@ -99,7 +101,7 @@ private struct AccountHarness {
             redisGuesses[key, default: 0] -= 1
             return
         case .countRegistration:
-            answer = .registrationCounted(.success(nil))
+            answer = .registrationCounted(.success(.counted))
         case .giveBackRegistration:
             return
         case .create(let record):
@@ -214,25 +216,57 @@ struct ChatCoreAccountTests {
         #expect(chat.core.nick(of: guest) == "bob")
     }
 
-    @Test func guessesAtOneAccountFromFiftyAddressesAreHeldToTheAccountsLimitPerWindow() {
+    /// The rule of `GuessWindows`: past the account's window only an address that has not
+    /// guessed wrong at it is checked, so fifty addresses get one guess each, the account's window
+    /// fills, their second and third guesses are refused — and the owner, from an address of its
+    /// own, still gets in.
+    @Test func guessesFromFiftyAddressesGetOneEachPastTheAccountsWindowAndTheOwnerStillGetsIn() {
         var chat = AccountHarness()
         let owner = chat.connect("alice")
         chat.send(.register(password: "hunter2"), from: owner)
-        let limit = chat.core.configuration.accounts.loginAttemptsPerAccount
-        var throttled = 0
+        let limits = chat.core.configuration.accounts
+        #expect(limits.loginAttemptsPerAccount < 50, "the account's window fills in the first round")
+        var guessers: [ClientID] = []
         for host in 2...51 {
             let guesser = chat.connect("guess\(host)", from: "127.0.0.\(host)")
-            for attempt in 0..<3 {
-                let code = errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "guess\(attempt)"), from: guesser))
-                if code == .throttled { throttled += 1 } else { #expect(code == .authenticationFailed) }
+            guessers.append(guesser)
+            #expect(errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "first"), from: guesser)) == .authenticationFailed)
+        }
+        #expect(chat.verified == 50, "each address's first guess is checked")
+        for guesser in guessers {
+            for attempt in 0..<2 {
+                let code = errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "again \(attempt)"), from: guesser))
+                #expect(code == .throttled, "an address that guessed wrong, past the account's window")
             }
         }
-        #expect(chat.verified == limit, "exactly \(limit) guesses were checked in the window")
-        #expect(throttled == 150 - limit)
-        // The window ends; the owner (from anywhere) gets in, and its success gives its attempt back.
-        chat.advance(chat.core.configuration.accounts.loginWindow.milliseconds)
-        let back = chat.connect("carol", from: "127.0.0.77")
-        #expect(frames(to: back, in: chat.send(.login(account: "alice", password: "hunter2"), from: back)).last == .loggedIn(account: "alice"))
+        #expect(chat.verified == 50)
+        let home = chat.connect("alice2", from: "127.0.0.200")
+        #expect(frames(to: home, in: chat.send(.login(account: "alice", password: "hunter2"), from: home)).last == .loggedIn(account: "alice"))
+        // A typo from the owner's address makes it one that guessed wrong: then it waits like the others.
+        let typo = chat.connect("carol", from: "127.0.0.201")
+        #expect(errorCode(to: typo, in: chat.send(.login(account: "alice", password: "hunter3"), from: typo)) == .authenticationFailed)
+        #expect(errorCode(to: typo, in: chat.send(.login(account: "alice", password: "hunter2"), from: typo)) == .throttled)
+        // The window ends; every address is clean again.
+        chat.advance(limits.loginWindow.milliseconds)
+        #expect(frames(to: typo, in: chat.send(.login(account: "alice", password: "hunter2"), from: typo)).last == .loggedIn(account: "alice"))
+    }
+
+    /// Finding 1 of issue 35: an address has the same budget for a name with an account and one
+    /// without — the same answers, in the same number, each a check on the hashing pool.
+    @Test func aNameWithoutAnAccountHasTheBudgetOfOneWithAndCostsTheSameHash() {
+        var chat = AccountHarness()
+        let owner = chat.connect("alice")
+        chat.send(.register(password: "hunter2"), from: owner)
+        var answers: [String: [ErrorCode?]] = [:]
+        for (name, address) in [("alice", "127.0.0.2"), ("nobody", "127.0.0.3")] {
+            let guesser = chat.connect("g-\(name)", from: address)
+            let before = chat.verified
+            answers[name] = (0..<8).map { errorCode(to: guesser, in: chat.send(.login(account: name, password: "wrong \($0)"), from: guesser)) }
+            #expect(chat.verified - before == 5, "\(name): five checks on the pool")
+        }
+        let budget = Array(repeating: ErrorCode?.some(.authenticationFailed), count: 5) + Array(repeating: .throttled, count: 3)
+        #expect(answers["alice"] == budget)
+        #expect(answers["nobody"] == budget)
     }
 
     @Test func guessesFromOneIPv6Slash64AreHeldToTheAddressLimitAcrossAccounts() {
@@ -488,5 +522,64 @@ struct ChatCoreAccountTests {
         let guest = chat.open()
         let actions = chat.send(.hello(version: 1, nick: "FRANK", password: nil), from: guest)
         #expect(disconnected(guest, in: actions)?.code == .nickReserved, "not nickTaken: \(actions)")
+    }
+
+    // MARK: Issue 40: a server operator's name, registrations from many addresses
+
+    @Test func aServerOperatorsNickIsReservedBeforeItsAccountExists() {
+        var chat = AccountHarness { $0.accounts.setAdminAccounts(["Root"]) }
+        #expect(chat.core.missingAdminAccounts == ["root"])
+        let old = chat.open()
+        #expect(disconnected(old, in: chat.send(.hello(version: 1, nick: "ROOT", password: nil), from: old))?.code == .nickReserved)
+        let guest = chat.connect("mallory")
+        #expect(errorCode(to: guest, in: chat.send(.changeNick(nick: "root"), from: guest)) == .nickReserved)
+        // A login to it is checked like any (against the dummy hash) and fails like any.
+        let pretender = chat.open()
+        chat.send(.hello(version: 3, nick: "root", password: nil), from: pretender)
+        let before = chat.verified
+        #expect(disconnected(pretender, in: chat.send(.login(account: "root", password: "guess"), from: pretender))?.code == .authenticationFailed)
+        #expect(chat.verified == before + 1)
+        // Made by the operator (chat-server account add), it is an account like any.
+        chat.core.loadAccounts([AccountRecord(name: "root", key: "root", passwordHash: chat.hashing.hash("op")!, created: 0)])
+        #expect(chat.core.missingAdminAccounts.isEmpty)
+        let root = chat.open()
+        chat.send(.hello(version: 3, nick: "root", password: nil), from: root)
+        #expect(frames(to: root, in: chat.send(.login(account: "root", password: "op"), from: root)).last == .loggedIn(account: "root"))
+    }
+
+    @Test func registrationsFromManyAddressesAreHeldToTheServersWindowAndABusyPoolGivesTheirsBack() {
+        var chat = AccountHarness { $0.accounts.registrationsPerServer = 5 }
+        let first = chat.connect("early", from: "127.0.2.1")
+        chat.poolFull = true
+        #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == .busy)
+        chat.poolFull = false
+        var codes: [ErrorCode?] = []
+        for index in 0..<10 {
+            let id = chat.connect("r\(index)", from: "127.0.3.\(index + 1)")
+            codes.append(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)))
+        }
+        #expect(codes == Array(repeating: nil, count: 5) + Array(repeating: .throttled, count: 5), "the busy one cost nothing: \(codes)")
+        #expect(chat.core.accountCount == 5)
+        chat.advance(chat.core.configuration.accounts.registrationWindow.milliseconds)
+        #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == nil, "a new window")
+    }
+
+    // MARK: The windows themselves
+
+    @Test func theGuessWindowsKeepOnlyWhatCountsAndNeverMoreThanTheirCapacity() {
+        var windows = GuessWindows()
+        windows.capacity = 30
+        let limits = GuessLimits(perSubject: 20, perSubjectFromAddress: 5, perAddress: 20, window: 60_000)
+        #expect(windows.admit("account:a", from: "10.0.0.1", limits: limits, now: 1) == nil)
+        #expect(windows.count == 3)
+        windows.giveBack("account:a", from: "10.0.0.1")
+        #expect(windows.count == 0, "a right password leaves nothing behind")
+        // A botnet's first guesses at as many names: three windows each.
+        for index in 0..<100 {
+            #expect(windows.admit("account:n\(index)", from: "10.0.1.\(index)", limits: limits, now: 1_000 + UInt64(index)) == nil)
+            #expect(windows.count <= 30, "at most the capacity: \(windows.count)")
+        }
+        #expect(windows.byPair[GuessWindows.pairKey("account:n99", "10.0.1.99")]?.count == 1, "the newest windows stay")
+        #expect(windows.byPair[GuessWindows.pairKey("account:n0", "10.0.1.0")] == nil, "the oldest went first")
     }
 }

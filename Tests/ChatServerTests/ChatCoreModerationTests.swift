@@ -31,6 +31,17 @@ extension Harness {
         core.clients[id.slot]!.account = ChatName.nickKey(name)
     }
 
+    /// Connects a version 4 client logged in to the account `name` from the start, and welcomed
+    /// with that nick: how a server operator's session looks once its login went through (a
+    /// nick listed in `--admin-account` is reserved, so a guest could not take it).
+    mutating func connectOperator(_ name: String) -> ClientID {
+        let (id, _) = open()
+        logIn(id, as: name)
+        let actions = send(.hello(version: 4, nick: name, password: nil), from: id)
+        precondition(actions.first.map { if case .send(.welcome, _) = $0 { true } else { false } } == true, "expected a welcome for \(name)")
+        return id
+    }
+
     /// Connects a version 4 client as `nick` from `address` and joins it to `room`; returns it.
     mutating func member(_ nick: String, of room: String, version: UInt16 = 4, from address: String = "127.0.0.1") -> ClientID {
         let id = connect(nick, version: version, from: address)
@@ -405,8 +416,7 @@ struct ChatCoreModerationTests {
         _ = chat.send(.join(room: "r"), from: alice)
         _ = chat.send(.setMode(room: "r", mode: .registered, on: true, argument: ""), from: alice)
         _ = chat.send(.setMode(room: "r", mode: .inviteOnly, on: true, argument: ""), from: alice)
-        let root = chat.connect("root", version: 4)
-        chat.logIn(root, as: "root")
+        let root = chat.connectOperator("root")
         _ = chat.send(.serverBan(on: true, mask: "address:203.0.113.0/24", reason: "flood"), from: root)
         let store = MemoryModerationStore()
         let done = DispatchSemaphoreBox()
@@ -428,8 +438,7 @@ struct ChatCoreModerationTests {
     @Test(arguments: servingBackends)
     func aServerOperatorBansAnAddressKillsClosesARoomAndActsAsOpWithoutBeingAMember(_ backend: CoreBackend) throws {
         var chat = try Harness(backend) { $0.accounts.setAdminAccounts(["Root"]) }
-        let root = chat.connect("root", version: 4)
-        chat.logIn(root, as: "root")
+        let root = chat.connectOperator("root")
         let alice = chat.member("alice", of: "r")
         let spammer = chat.member("spammer", of: "r", version: 2, from: "203.0.113.5")
         let neighbour = chat.connect("neighbour", version: 1, from: "203.0.113.77")

@@ -160,7 +160,7 @@ struct MetricsPortTests {
         for line in metrics.body.split(separator: "\n") where !line.hasPrefix("#") && line.contains("{") && !line.hasPrefix("chat_build_info{") {
             #expect(
                 line.contains("type=") || line.contains("code=") || line.contains("reason=") || line.contains("state=")
-                    || line.contains("part=") || line.contains("le="), "an unexpected label: \(line)")
+                    || line.contains("part=") || line.contains("le=") || line.contains("job="), "an unexpected label: \(line)")
         }
     }
 

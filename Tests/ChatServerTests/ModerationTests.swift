@@ -1,4 +1,5 @@
 import ChatProtocol
+import Foundation
 import Glibc
 import SocketCore
 import Testing
@@ -23,8 +24,19 @@ struct ModerationTests {
         return client
     }
 
+    /// Makes the server operator's account `name` (password `pw-NAME`, as `registered` gives) as
+    /// its operator does, with `chat-server account add NAME` and `place` (`--data-dir` of a
+    /// stopped server, or `--cluster`): a client may not register a name in `--admin-account`.
+    static func createOperator(_ name: String, _ place: [String]) async throws {
+        let directory = try TemporaryDirectory(prefix: "chat-operator")
+        defer { directory.remove() }
+        try "pw-\(name)\n".write(toFile: directory.path + "/password", atomically: true, encoding: .utf8)
+        let created = try await AccountAttackTests.accountCommand(["add", name, "--password-file", directory.path + "/password"] + place)
+        #expect(created.status == 0, "chat-server account add \(name): \(created.output)")
+    }
+
     /// Logs a new version 4 session in to `account` (registered earlier with `registered`).
-    private static func loggedIn(_ account: String, on server: ChatServerProcess) async throws -> TestClient {
+    static func loggedIn(_ account: String, on server: ChatServerProcess) async throws -> TestClient {
         let client = try await TestClient.connect(to: server, nick: "guest\(Int.random(in: 1000...9999))", version: 4)
         try await client.send(.login(account: account, password: "pw-\(account)"))
         _ = try await client.waitFor("logged in as \(account)") { $0 == .loggedIn(account: account) ? true : nil }
@@ -204,11 +216,19 @@ struct ModerationTests {
         }
     }
 
-    @Test(arguments: everyMode)
+    /// A server operator's account is the operator's to make (`chat-server account add`), which
+    /// a server with `--no-persistence` has nowhere to keep: durable and cluster modes only
+    /// (AccountAttackTests has the memory mode's warning and refusals).
+    @Test(arguments: [ServerMode.durable, .cluster])
     func aServerOperatorsAddressBanEndsALiveSessionAndRefusesItsReconnectsAndKillEndsAnother(_ mode: ServerMode) async throws {
-        let server = try await ChatServerProcess(mode, arguments: ["--admin-account", "Root", "--handshake-timeout", "60"])
+        let data = try TemporaryDirectory(prefix: "chat-moderation")
+        defer { data.remove() }
+        let storage = mode == .durable ? ["--data-dir", data.path + "/data"] : []
+        if mode == .durable { try await Self.createOperator("root", storage) }
+        let server = try await ChatServerProcess(mode, arguments: storage + ["--admin-account", "Root", "--handshake-timeout", "60"])
         defer { server.stop() }
-        let root = try await Self.registered("root", on: server)
+        if mode == .cluster { try await Self.createOperator("root", ["--cluster", "redis://127.0.0.1:\(try #require(server.redis).port)"]) }
+        let root = try await Self.loggedIn("root", on: server)
         let alice = try await TestClient.connect(to: server, nick: "alice", version: 4)
         defer {
             root.close()

@@ -4,22 +4,34 @@ import ChatProtocol
 /// The limits of accounts (docs/SERVER.md, "Accounts"; docs/SECURITY.md has the threat rows).
 ///
 /// Guesses are counted in fixed windows, as Redis counts them with `INCR` and an expiry: a
-/// window opens with an account's (or an address's) first attempt and lasts `loginWindow`; within
-/// it at most `loginAttemptsPerAccount` (`loginAttemptsPerAddress`) passwords are checked, and
-/// every further attempt is answered `throttled` without being hashed. An attempt is counted
-/// before its hash is checked — fifty guesses in flight at once cannot all slip under the limit —
-/// and given back when it succeeds, so a right password never uses up the owner's own attempts.
+/// window opens with the first attempt and lasts `loginWindow`. An address may check at most
+/// `loginAttemptsPerAddress` passwords in it, at most `loginAttemptsPerAccountFromAddress` of
+/// one account; an account is checked at most `loginAttemptsPerAccount` times in all, except
+/// from an address that has not guessed wrong at it, which is always let try — so an owner is
+/// not locked out by guesses from elsewhere (`GuessWindows` has the rule, docs/SECURITY.md the
+/// trade-off). A guess past a window is answered `throttled` without being hashed. An attempt
+/// is counted before its hash is checked — fifty guesses in flight at once cannot all slip under
+/// the limit — and given back when it succeeds, so a right password never uses up the owner's
+/// own attempts. Room keys are guessed under the same limits, per room.
 public struct AccountSettings: Sendable, Equatable {
     /// The most accounts the server keeps (the disk, and the memory their records take, are bounded).
     public var maxAccounts = 10_000
-    /// Password checks per account per `loginWindow`, from anywhere.
-    public var loginAttemptsPerAccount = 5
-    /// Password checks per address (an IPv6 address by its /64) per `loginWindow`.
+    /// Password checks of one account per `loginWindow` from all addresses together, past which
+    /// only an address that has not guessed wrong at it is still checked.
+    public var loginAttemptsPerAccount = 20
+    /// Password checks of one account per `loginWindow` from one address (an IPv6 address by its
+    /// /64): the budget an address sees for any name, with an account or not.
+    public var loginAttemptsPerAccountFromAddress = 5
+    /// Password checks per address (an IPv6 address by its /64) per `loginWindow`, all accounts
+    /// (and room keys) together.
     public var loginAttemptsPerAddress = 20
     /// The window the login attempts are counted in.
     public var loginWindow: Duration = .seconds(60)
     /// Registrations per address (IPv6: /64) per `registrationWindow`.
     public var registrationsPerAddress = 3
+    /// Registrations per `registrationWindow` from all addresses together (in a cluster, through
+    /// every node): many addresses cannot fill `maxAccounts` in seconds.
+    public var registrationsPerServer = 60
     /// The window registrations are counted in.
     public var registrationWindow: Duration = .seconds(3600)
     /// How long a version 3 `hello` for a reserved nick waits for the `login` that its client
@@ -61,8 +73,10 @@ public struct AccountSettings: Sendable, Equatable {
     /// A description of the first setting that cannot work, or nil.
     public var problem: String? {
         if maxAccounts < 0 { return "the account limit must be 0 or more" }
-        if loginAttemptsPerAccount < 1 || loginAttemptsPerAddress < 1 { return "the login attempts must be at least 1" }
-        if registrationsPerAddress < 0 { return "the registrations per address must be 0 or more" }
+        if loginAttemptsPerAccount < 1 || loginAttemptsPerAccountFromAddress < 1 || loginAttemptsPerAddress < 1 {
+            return "the login attempts must be at least 1"
+        }
+        if registrationsPerAddress < 0 || registrationsPerServer < 0 { return "the registrations per address and per server must be 0 or more" }
         if loginWindow <= .zero || registrationWindow <= .zero { return "the account windows must be positive" }
         if !(1...8).contains(hashingWorkers) { return "the hashing workers must be 1...8" }
         if hashingQueue < 0 { return "the hashing queue must be 0 or more" }

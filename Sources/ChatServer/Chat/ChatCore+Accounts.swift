@@ -27,8 +27,10 @@ public struct AccountWork: Sendable {
     public enum Job: Sendable {
         /// Hash `password` on the hashing pool (`PasswordHashingPool.Job.hash`).
         case hash(password: String)
-        /// Check `password` against `stored` on the hashing pool.
-        case verify(password: String, stored: String)
+        /// Check `password` against `stored` on the hashing pool; with no `stored` (no such
+        /// account), against the pool's dummy hash, which costs as much and never matches, so a
+        /// login for a name without an account is answered exactly as a wrong password is.
+        case verify(password: String, stored: String?)
         /// Keep `record` in the account store.
         case save(AccountRecord)
         /// Delete the account `key` from the account store.
@@ -40,7 +42,7 @@ public struct AccountWork: Sendable {
         /// could not check). Nobody waits for it.
         case giveBack(key: String, address: String)
         /// Cluster mode: count a registration from the throttle key `address` in the cluster's
-        /// window → `AccountAnswer.registrationCounted`.
+        /// windows, the address's and the cluster's → `AccountAnswer.registrationCounted`.
         case countRegistration(address: String)
         /// Cluster mode: give back a registration counted by `countRegistration` (the pool could
         /// not hash its password). Nobody waits for it.
@@ -54,6 +56,9 @@ public struct AccountWork: Sendable {
     public let ticket: UInt64
     /// What to do.
     public let job: Job
+    /// The share of the hashing pool a `hash` or `verify` counts against: the asking client's
+    /// address prefix (`ChatCore.hashingShare(of:)`); empty for other work.
+    public let share: String
 }
 
 /// The answer to an `AccountWork`.
@@ -68,9 +73,17 @@ public enum AccountAnswer: Sendable {
     case guessed(Result<AccountGuess, AccountStoreError>)
     /// What a `create` came to.
     case created(Result<AccountCreation, AccountStoreError>)
-    /// What a `countRegistration` found: nil when counted, or how long (ms) until the address's
-    /// window has room, when it is full (nothing counted).
-    case registrationCounted(Result<UInt64?, AccountStoreError>)
+    /// What a `countRegistration` found.
+    case registrationCounted(Result<RegistrationCount, AccountStoreError>)
+}
+
+/// What counting a registration in the cluster's windows found (`AccountWork.Job.countRegistration`).
+public enum RegistrationCount: Sendable, Equatable {
+    /// Counted, in the address's window and the cluster's.
+    case counted
+    /// The address's window (`server` false) or the cluster's (`server` true) is full for
+    /// `waitMilliseconds` more; nothing was counted.
+    case full(server: Bool, waitMilliseconds: UInt64)
 }
 
 /// What counting a password guess in the cluster found (`AccountWork.Job.guess`).
@@ -101,6 +114,134 @@ struct AttemptWindow: Sendable {
     var count: Int
 }
 
+/// The limits of `GuessWindows`, each per `window` milliseconds.
+struct GuessLimits: Sendable {
+    /// Guesses at one subject from all addresses together, past which only an address that has
+    /// no guess at it counted in its window is still let try.
+    var perSubject: Int
+    /// Guesses at one subject from one address.
+    var perSubjectFromAddress: Int
+    /// Guesses from one address at every subject together.
+    var perAddress: Int
+    var window: UInt64
+}
+
+/// The windows that password and room-key guesses are counted in — the rule of guessing, for a
+/// server on its own; a cluster keeps the same rule in Redis (`ClusterAccounts.guessScript`),
+/// and docs/SECURITY.md ("Guessing") gives its figures and trade-off.
+///
+/// A subject is what is guessed: an account's password (`account:KEY`) or a room's key
+/// (`room:NAME`); an address is a throttle key (`ChatCore.throttleKey`: IPv4 as it is, IPv6 by
+/// its /64). A guess is let through when
+/// 1. its address has guessed fewer than `perAddress` times in its window, and
+/// 2. the address has guessed at the subject fewer than `perSubjectFromAddress` times, and
+/// 3. either the subject has been guessed at fewer than `perSubject` times in all, or this
+///    address has no guess at the subject counted now (none yet, or each given back).
+/// Rule 3 is what keeps an owner in: guesses from everywhere else fill the subject's window,
+/// yet the owner, logging in from an address that has not guessed wrong, is checked. Its cost
+/// is that every address an attacker holds gets one guess past the subject's window: at most
+/// `perSubject` + (its addresses) guesses a window, and `perSubjectFromAddress` × (its
+/// addresses) whichever is smaller.
+///
+/// A guess is counted in all three windows when it is let through, before it is checked, so
+/// guesses in flight at once cannot slip past a limit; a right one (or one the hashing pool could
+/// not take) is given back, so an owner never uses up its own guesses and stays "clean".
+///
+/// Memory: a window is kept only while it counts a guess — one given back to nothing is
+/// forgotten at once — and never more than `capacity` in all (about 100 bytes each: 5 MB at the
+/// default, within the process's share of the memory budget). Past it, the windows that ended
+/// go, then the oldest: that would take some thousands of addresses guessing at their full rate,
+/// and forgetting a window a minute old gives them a guess or two sooner than its end would.
+struct GuessWindows: Sendable {
+    var byAddress: [String: AttemptWindow] = [:]
+    var bySubject: [String: AttemptWindow] = [:]
+    /// By subject and address (`pairKey`).
+    var byPair: [String: AttemptWindow] = [:]
+    /// The most windows kept, in the three together.
+    var capacity = 50_000
+
+    /// How many windows are kept.
+    var count: Int { byAddress.count + bySubject.count + byPair.count }
+
+    /// Why a guess is not let through: whose window is full, and for how long more (ms).
+    enum Refusal: Sendable, Equatable {
+        /// The address's own window (rule 1).
+        case address(wait: UInt64)
+        /// The subject's, from this address or from all (rules 2 and 3).
+        case subject(wait: UInt64)
+
+        var wait: UInt64 {
+            switch self {
+            case .address(let wait), .subject(let wait): wait
+            }
+        }
+    }
+
+    static func pairKey(_ subject: String, _ address: String) -> String { subject + "\u{0}" + address }
+
+    /// Why a guess at `subject` from `address` would not be let through now, or nil if it would.
+    func refusal(at subject: String, from address: String, limits: GuessLimits, now: UInt64) -> Refusal? {
+        if let wait = ChatCore.wait(byAddress[address], limit: limits.perAddress, window: limits.window, now: now) {
+            return .address(wait: wait)
+        }
+        let pair = byPair[Self.pairKey(subject, address)]
+        if let wait = ChatCore.wait(pair, limit: limits.perSubjectFromAddress, window: limits.window, now: now) {
+            return .subject(wait: wait)
+        }
+        let counted = pair.map { now &- $0.start < limits.window ? $0.count : 0 } ?? 0
+        if counted > 0, let wait = ChatCore.wait(bySubject[subject], limit: limits.perSubject, window: limits.window, now: now) {
+            return .subject(wait: wait)
+        }
+        return nil
+    }
+
+    /// Lets a guess at `subject` from `address` through and counts it, or refuses it (counting
+    /// nothing).
+    mutating func admit(_ subject: String, from address: String, limits: GuessLimits, now: UInt64) -> Refusal? {
+        if let refusal = refusal(at: subject, from: address, limits: limits, now: now) { return refusal }
+        _ = ChatCore.spend(&byAddress[address], limit: .max, window: limits.window, now: now)
+        _ = ChatCore.spend(&bySubject[subject], limit: .max, window: limits.window, now: now)
+        _ = ChatCore.spend(&byPair[Self.pairKey(subject, address)], limit: .max, window: limits.window, now: now)
+        if count > capacity { shed(window: limits.window, now: now) }
+        return nil
+    }
+
+    /// Gives back a guess `admit` counted (a right password or key, or one nobody checked); a
+    /// window left counting nothing is forgotten, as if it had never opened.
+    mutating func giveBack(_ subject: String, from address: String) {
+        Self.giveBack(&byAddress[address])
+        Self.giveBack(&bySubject[subject])
+        Self.giveBack(&byPair[Self.pairKey(subject, address)])
+    }
+
+    private static func giveBack(_ window: inout AttemptWindow?) {
+        ChatCore.giveBack(&window)
+        if window?.count == 0 { window = nil }
+    }
+
+    /// Brings the windows under `capacity`: those that ended go, then the oldest, down to three
+    /// quarters of it (so the next shedding is thousands of guesses away).
+    private mutating func shed(window length: UInt64, now: UInt64) {
+        forgetEnded(window: length, now: now)
+        guard count > capacity else { return }
+        let excess = count - capacity * 3 / 4
+        let starts = (byAddress.values.map(\.start) + bySubject.values.map(\.start) + byPair.values.map(\.start)).sorted()
+        let cutoff = starts[excess - 1]
+        // Windows that opened at `cutoff` or before go; ties may take a few more.
+        byAddress = byAddress.filter { $0.value.start > cutoff }
+        bySubject = bySubject.filter { $0.value.start > cutoff }
+        byPair = byPair.filter { $0.value.start > cutoff }
+    }
+
+    /// Forgets the windows that have ended.
+    mutating func forgetEnded(window length: UInt64, now: UInt64) {
+        let current = { (window: AttemptWindow) in now &- window.start < length }
+        if !byAddress.isEmpty { byAddress = byAddress.filter { current($0.value) } }
+        if !bySubject.isEmpty { bySubject = bySubject.filter { current($0.value) } }
+        if !byPair.isEmpty { byPair = byPair.filter { current($0.value) } }
+    }
+}
+
 /// The accounts the core knows and the account work in flight.
 struct AccountDirectory: Sendable {
     /// Every account, by key (`ChatName.nickKey` of its name).
@@ -125,8 +266,9 @@ struct AccountDirectory: Sendable {
         case login(ClientID, key: String, address: String, handshake: Bool)
         /// Cluster mode: the guess of a login (with its password) was counted and the record read.
         case loginGuessed(ClientID, key: String, password: String, handshake: Bool)
-        /// Cluster mode: a login's password checked against `record`, read from Redis.
-        case clusterLogin(ClientID, AccountRecord, address: String, handshake: Bool)
+        /// Cluster mode: a login's password checked against `record`, read from Redis (nil: no
+        /// account `key`, checked against the dummy hash).
+        case clusterLogin(ClientID, AccountRecord?, key: String, address: String, handshake: Bool)
         /// Cluster mode: the guess of a `changePassword` (`newPassword` set) or a `dropAccount`
         /// was counted and the record read.
         case changeGuessed(ClientID, key: String, password: String, newPassword: String?)
@@ -145,16 +287,18 @@ struct AccountDirectory: Sendable {
     /// The ticket each waiting client waits for.
     var waiting: [ClientID: UInt64] = [:]
 
-    /// Login attempts per account key, per address key; registrations per address key.
-    var accountAttempts: [String: AttemptWindow] = [:]
-    var addressAttempts: [String: AttemptWindow] = [:]
+    /// Password and room-key guesses (a server on its own; a cluster counts them in Redis).
+    var guesses = GuessWindows()
+    /// Registrations per address key, and from all addresses together.
     var registrations: [String: AttemptWindow] = [:]
+    var serverRegistrations: AttemptWindow?
 
-    /// Asks for `job`, for `purpose`; returns its ticket.
-    mutating func ask(_ job: AccountWork.Job, for purpose: Purpose) -> UInt64 {
+    /// Asks for `job`, for `purpose`; returns its ticket. `share`: for a hash or a check, the
+    /// share of the hashing pool it counts against.
+    mutating func ask(_ job: AccountWork.Job, share: String = "", for purpose: Purpose) -> UInt64 {
         let ticket = nextTicket
         nextTicket += 1
-        outbox.append(AccountWork(ticket: ticket, job: job))
+        outbox.append(AccountWork(ticket: ticket, job: job, share: share))
         purposes[ticket] = purpose
         return ticket
     }
@@ -170,6 +314,13 @@ extension ChatCore {
 
     /// How many accounts exist.
     public var accountCount: Int { accounts.records.count }
+
+    /// The keys of the server operators' accounts (`--admin-account`) that have no record, sorted:
+    /// on a server on its own, the ones its operator must still create. (A cluster node keeps
+    /// no records: it asks Redis.)
+    public var missingAdminAccounts: [String] {
+        configuration.accounts.adminAccounts.filter { accounts.records[$0] == nil }.sorted()
+    }
 
     /// Takes the account work asked for since the last call, in order.
     public mutating func takeAccountWork() -> [AccountWork] {
@@ -216,6 +367,41 @@ extension ChatCore {
             .joined(separator: ":") + "::/64"
     }
 
+    /// The share of the hashing pool a client at `address` counts against
+    /// (`PasswordHashingPool`): its IPv4 /24 (an IPv4-mapped IPv6 address too), its IPv6 /64 —
+    /// what one host or one small network holds, so that a flood from one of them cannot take
+    /// the queue from everyone else.
+    static func hashingShare(of address: String) -> String {
+        let dotted = address.split(separator: ":").last.map(String.init) ?? address
+        var v4 = in_addr()
+        if inet_pton(AF_INET, dotted, &v4) == 1 {
+            let bits = UInt32(bigEndian: v4.s_addr)
+            return "\(bits >> 24).\(bits >> 16 & 0xFF).\(bits >> 8 & 0xFF).0/24"
+        }
+        return throttleKey(of: address)
+    }
+
+    /// The limits that password guesses are counted under (`GuessWindows`); room keys are
+    /// guessed under the same.
+    var guessLimits: GuessLimits {
+        let limits = configuration.accounts
+        return GuessLimits(
+            perSubject: limits.loginAttemptsPerAccount, perSubjectFromAddress: limits.loginAttemptsPerAccountFromAddress,
+            perAddress: limits.loginAttemptsPerAddress, window: limits.loginWindow.milliseconds)
+    }
+
+    /// The key the guess windows count the account `key` under.
+    static func guessSubject(account key: String) -> String { "account:" + key }
+    /// The key the guess windows count the room `name`'s key under.
+    static func guessSubject(room name: String) -> String { "room:" + name }
+
+    /// Asks the hashing pool for `job`, for `purpose`, counted against the share of `id`'s
+    /// address; `id` waits for the answer.
+    private mutating func askHashing(_ job: AccountWork.Job, for purpose: AccountDirectory.Purpose, from id: ClientID) {
+        let share = Self.hashingShare(of: address(of: id))
+        accounts.waiting[id] = accounts.ask(job, share: share, for: purpose)
+    }
+
     /// The account work `ticket` was answered with `answer`.
     public mutating func accountAnswered(_ ticket: UInt64, _ answer: AccountAnswer, at now: ServerTime, into actions: inout [ChatAction]) {
         guard let purpose = accounts.purposes.removeValue(forKey: ticket) else { return }
@@ -225,7 +411,7 @@ extension ChatCore {
         case .registerHashed(let client, _), .registerSaved(let client, _), .login(let client, _, _, _), .registerCounted(let client, _, _),
             .changeVerified(let client, _, _), .changeHashed(let client, _), .changeSaved(let client, _),
             .dropVerified(let client, _), .dropDeleted(let client, _), .loginGuessed(let client, _, _, _),
-            .changeGuessed(let client, _, _, _), .clusterLogin(let client, _, _, _):
+            .changeGuessed(let client, _, _, _), .clusterLogin(let client, _, _, _, _):
             id = client
         }
         if case .registerHashed = purpose { accounts.registering -= 1 }
@@ -247,12 +433,11 @@ extension ChatCore {
             registerHashed(id, name: name, answer, at: now, into: &actions)
         case .registerCounted(_, let name, let password):
             switch answer {
-            case .registrationCounted(.success(nil)):
+            case .registrationCounted(.success(.counted)):
                 accounts.registering += 1
-                accounts.waiting[id] = accounts.ask(.hash(password: password), for: .registerHashed(id, name: name))
-            case .registrationCounted(.success(let wait?)):
-                let reason = "too many registrations from your address; try again in \((wait + 999) / 1000) s"
-                refuse(.register, .throttled, reason, to: id, into: &actions)
+                askHashing(.hash(password: password), for: .registerHashed(id, name: name), from: id)
+            case .registrationCounted(.success(.full(let server, let wait))):
+                refuse(.register, .throttled, Self.registrationsFullReason(server: server, wait: wait), to: id, into: &actions)
             case .registrationCounted(.failure(let error)):
                 refuse(.register, .unavailable, "cannot register now: \(error); try again", to: id, into: &actions)
             default:
@@ -265,7 +450,7 @@ extension ChatCore {
                 if accounts.records[record.key] == record { accounts.records[record.key] = nil }
                 refuse(.register, .storageFailed, "the account was not stored: \(error)", to: id, into: &actions)
             } else {
-                clients[id.slot]!.account = record.key
+                clients[id.slot]?.account = record.key
                 actions.append(.send(.registered(account: record.name), to: id))
                 // Registering logs in: an account a server operator banned before it existed
                 // ends the session as a login to it would, and a room's ban of it kicks.
@@ -277,14 +462,14 @@ extension ChatCore {
             loginVerified(id, key: key, address: address, handshake: handshake, answer, at: now, into: &actions)
         case .loginGuessed(_, let key, let password, let handshake):
             loginGuessed(id, key: key, password: password, handshake: handshake, answer, at: now, into: &actions)
-        case .clusterLogin(_, let record, let address, let handshake):
-            clusterLoginVerified(id, record: record, address: address, handshake: handshake, answer, at: now, into: &actions)
+        case .clusterLogin(_, let record, let key, let address, let handshake):
+            clusterLoginVerified(id, record: record, key: key, address: address, handshake: handshake, answer, at: now, into: &actions)
         case .changeGuessed(_, let key, let password, let newPassword):
             changeGuessed(id, key: key, password: password, newPassword: newPassword, answer, into: &actions)
         case .changeVerified(_, let key, let newPassword):
-            guard passwordMatched(answer, request: .changePassword, key: key, address: clients[id.slot]!.address, id: id, into: &actions)
+            guard passwordMatched(answer, request: .changePassword, key: key, address: address(of: id), id: id, into: &actions)
             else { return }
-            accounts.waiting[id] = accounts.ask(.hash(password: newPassword), for: .changeHashed(id, key: key))
+            askHashing(.hash(password: newPassword), for: .changeHashed(id, key: key), from: id)
         case .changeHashed(_, let key):
             // A node keeps no records: Redis replaces the hash of the account by its key.
             let kept = !isClustered ? accounts.records[key] : AccountRecord(name: accounts.name(of: key), key: key, passwordHash: "", created: 0)
@@ -302,7 +487,7 @@ extension ChatCore {
                 actions.append(.send(.passwordChanged(account: accounts.name(of: key)), to: id))
             }
         case .dropVerified(_, let key):
-            guard passwordMatched(answer, request: .dropAccount, key: key, address: clients[id.slot]!.address, id: id, into: &actions)
+            guard passwordMatched(answer, request: .dropAccount, key: key, address: address(of: id), id: id, into: &actions)
             else { return }
             accounts.waiting[id] = accounts.ask(.delete(key: key), for: .dropDeleted(id, key: key))
         case .dropDeleted(_, let key):
@@ -312,7 +497,7 @@ extension ChatCore {
                 let name = accounts.name(of: key)
                 accounts.records[key] = nil
                 accounts.clusterNames[key] = nil
-                if clients[id.slot]!.account == key { clients[id.slot]!.account = nil }
+                if clients[id.slot]?.account == key { clients[id.slot]?.account = nil }
                 accountDropped(key)
                 actions.append(.send(.accountDropped(account: name), to: id))
             }
@@ -351,8 +536,7 @@ extension ChatCore {
                 return true
             }
             guard let record = accounts.records[key], admitGuess(request, key: key, from: id, at: now, into: &actions) else { return true }
-            accounts.waiting[id] = accounts.ask(
-                .verify(password: old, stored: record.passwordHash), for: .changeVerified(id, key: key, newPassword: new))
+            askHashing(.verify(password: old, stored: record.passwordHash), for: .changeVerified(id, key: key, newPassword: new), from: id)
         case .dropAccount(let password):
             guard let key = loggedInKey(of: id, request: .dropAccount, into: &actions) else { return true }
             if isClustered {
@@ -360,7 +544,7 @@ extension ChatCore {
                 return true
             }
             guard let record = accounts.records[key], admitGuess(request, key: key, from: id, at: now, into: &actions) else { return true }
-            accounts.waiting[id] = accounts.ask(.verify(password: password, stored: record.passwordHash), for: .dropVerified(id, key: key))
+            askHashing(.verify(password: password, stored: record.passwordHash), for: .dropVerified(id, key: key), from: id)
         default:
             break
         }
@@ -370,7 +554,7 @@ extension ChatCore {
     /// Why the passwords of a request from `id` are not looked at — sent in the clear from afar,
     /// or of a length no password has — as the code and reason to refuse with; nil when they may be.
     func passwordProblem(_ passwords: [String], from id: ClientID) -> (code: ErrorCode, reason: String)? {
-        guard clients[id.slot]!.passwordsAllowed else {
+        guard clients[id.slot]?.passwordsAllowed == true else {
             return (.plainPasswordRefused, "passwords are accepted only over TLS (or from this host); yours was not looked at")
         }
         for password in passwords where password.isEmpty || password.utf8.count > PasswordHashing.maxPasswordBytes {
@@ -382,7 +566,7 @@ extension ChatCore {
     private mutating func loggedInKey(of id: ClientID, request: FrameType, into actions: inout [ChatAction]) -> String? {
         // A node has no records to look in: Redis says whether the account still exists when the
         // password is checked (`changeGuessed`).
-        guard let key = clients[id.slot]!.account, isClustered || accounts.records[key] != nil else {
+        guard let key = clients[id.slot]?.account, isClustered || accounts.records[key] != nil else {
             refuse(request, .notLoggedIn, "log in to the account first", to: id, into: &actions)
             return nil
         }
@@ -393,6 +577,14 @@ extension ChatCore {
     private mutating func register(_ id: ClientID, nick: String, password: String, at now: ServerTime, into actions: inout [ChatAction]) {
         let key = ChatName.nickKey(nick)
         let limits = configuration.accounts
+        // A server operator's account is the operator's to make (`chat-server account add`),
+        // never a client's: its nick is reserved from the start (`reservation`), so no guest
+        // holds it to get here, and this says no whatever the way in.
+        if limits.adminAccounts.contains(key) {
+            let reason = "\(nick) is reserved for a server operator's account, which only the server's operator creates"
+            refuse(.register, .nickReserved, reason, to: id, into: &actions)
+            return
+        }
         if accounts.records[key] != nil {
             refuse(.register, .accountExists, "\(nick) is already registered", to: id, into: &actions)
             return
@@ -402,33 +594,46 @@ extension ChatCore {
             refuse(.register, .tooManyAccounts, "the server holds as many accounts as it allows (\(limits.maxAccounts))", to: id, into: &actions)
             return
         }
-        let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+        let addressKey = Self.throttleKey(of: address(of: id))
         if isClustered {
-            // The address's window is the cluster's: counted in Redis before anything is hashed.
+            // The windows are the cluster's: counted in Redis before anything is hashed.
             accounts.waiting[id] = accounts.ask(
                 .countRegistration(address: addressKey), for: .registerCounted(id, name: nick, password: password))
             return
         }
+        // The address's window and the server's must both have room; then both count it.
         let window = limits.registrationWindow.milliseconds
-        if let wait = Self.spend(&accounts.registrations[addressKey], limit: limits.registrationsPerAddress, window: window, now: now.uptimeMillis) {
-            let reason = "too many registrations from your address; try again in \((wait + 999) / 1000) s"
-            refuse(.register, .throttled, reason, to: id, into: &actions)
+        let time = now.uptimeMillis
+        let addressWait = Self.wait(accounts.registrations[addressKey], limit: limits.registrationsPerAddress, window: window, now: time)
+        let serverWait = Self.wait(accounts.serverRegistrations, limit: limits.registrationsPerServer, window: window, now: time)
+        if let wait = addressWait ?? serverWait {
+            refuse(.register, .throttled, Self.registrationsFullReason(server: addressWait == nil, wait: wait), to: id, into: &actions)
             return
         }
+        _ = Self.spend(&accounts.registrations[addressKey], limit: .max, window: window, now: time)
+        _ = Self.spend(&accounts.serverRegistrations, limit: .max, window: window, now: time)
         accounts.registering += 1
-        accounts.waiting[id] = accounts.ask(.hash(password: password), for: .registerHashed(id, name: nick))
+        askHashing(.hash(password: password), for: .registerHashed(id, name: nick), from: id)
+    }
+
+    /// The reason a registration is refused `throttled` with: the address's window (or, with
+    /// `server`, the server's — the cluster's) is full for `wait` ms more.
+    static func registrationsFullReason(server: Bool, wait: UInt64) -> String {
+        let whose = server ? "the server takes no more registrations this hour" : "too many registrations from your address"
+        return "\(whose); try again in \((wait + 999) / 1000) s"
     }
 
     private mutating func registerHashed(_ id: ClientID, name: String, _ answer: AccountAnswer, at now: ServerTime, into actions: inout [ChatAction]) {
         let key = ChatName.nickKey(name)
         guard case .hashing(.hashed(let hash?)) = answer else {
             if answer.isBusy {
-                // Nothing was registered: the address's registration is given back.
-                let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
+                // Nothing was registered: the registration is given back to its windows.
+                let addressKey = Self.throttleKey(of: address(of: id))
                 if isClustered {
                     _ = accounts.ask(.giveBackRegistration(address: addressKey), for: .quiet)
                 } else {
                     Self.giveBack(&accounts.registrations[addressKey])
+                    Self.giveBack(&accounts.serverRegistrations)
                 }
                 refuse(.register, .busy, Self.busyReason, to: id, into: &actions)
             } else {
@@ -457,54 +662,56 @@ extension ChatCore {
 
     /// Starts a login of `id` to `account`: throttles first, then the hash check on the pool.
     /// `handshake`: it completes a `hello` (a refusal then ends the connection).
+    ///
+    /// A name without an account goes the same way as one with — its own guess windows, a check
+    /// on the hashing pool against the pool's dummy hash (as costly as a real one), the same
+    /// answer — so neither the answer, nor the guesses allowed, nor the time taken tells whether
+    /// an account exists (docs/SECURITY.md, "Account names").
     mutating func login(_ id: ClientID, account: String, password: String, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
         let key = ChatName.nickKey(account)
-        let address = clients[id.slot]!.address
+        let address = address(of: id)
         if isClustered {
             askGuess(key: key, from: id, for: .loginGuessed(id, key: key, password: password, handshake: handshake))
             return
         }
-        guard let record = accounts.records[key] else {
-            // Nothing to hash against: answered at once, but counted against the address, so
-            // that probing for accounts costs guesses too.
-            _ = Self.spend(
-                &accounts.addressAttempts[Self.throttleKey(of: address)], limit: .max,
-                window: configuration.accounts.loginWindow.milliseconds, now: now.uptimeMillis)
-            failLogin(id, handshake: handshake, .authenticationFailed, "no account \(account), or a wrong password", at: now, into: &actions)
-            return
-        }
         guard admitGuess(.login, key: key, from: id, handshake: handshake, at: now, into: &actions) else { return }
-        accounts.waiting[id] = accounts.ask(
-            .verify(password: password, stored: record.passwordHash), for: .login(id, key: key, address: address, handshake: handshake))
+        askHashing(
+            .verify(password: password, stored: accounts.records[key]?.passwordHash),
+            for: .login(id, key: key, address: address, handshake: handshake), from: id)
     }
 
-    /// Counts a password check of `key` from `id`'s address; refuses it `throttled` (and returns
-    /// false) when either has used its attempts in the current window.
+    /// The answer to a password that did not match, or to a name without an account: one text
+    /// for both, naming the account as the client could have written it in any letter case.
+    static func wrongPasswordReason(_ key: String) -> String { "no account \(key), or a wrong password" }
+
+    /// The reason a guess is refused `throttled` with, for `refusal` of a guess at an account's
+    /// password (or, with `room`, at that room's key). The same for every account, existing or not.
+    static func guessRefusalReason(_ refusal: GuessWindows.Refusal, room: String? = nil) -> String {
+        let whose: String
+        switch (refusal, room) {
+        case (.address, nil): whose = "too many password attempts from your address"
+        case (.subject, nil): whose = "too many password attempts for this account"
+        case (.address, _?): whose = "too many wrong room keys from your address"
+        case (.subject, let room?): whose = "too many wrong keys for #\(room)"
+        }
+        return "\(whose); try again in \((refusal.wait + 999) / 1000) s"
+    }
+
+    /// Counts a password check of `key` from `id`'s address (`GuessWindows`); refuses it
+    /// `throttled` (and returns false) when the windows say no.
     private mutating func admitGuess(
         _ request: FrameType, key: String, from id: ClientID, handshake: Bool = false, at now: ServerTime, into actions: inout [ChatAction]
     ) -> Bool {
-        let limits = configuration.accounts
-        let window = limits.loginWindow.milliseconds
-        let addressKey = Self.throttleKey(of: clients[id.slot]!.address)
-        var accountWindow = accounts.accountAttempts[key]
-        var addressWindow = accounts.addressAttempts[addressKey]
-        let accountWait = Self.wait(accountWindow, limit: limits.loginAttemptsPerAccount, window: window, now: now.uptimeMillis)
-        let addressWait = Self.wait(addressWindow, limit: limits.loginAttemptsPerAddress, window: window, now: now.uptimeMillis)
-        if let wait = accountWait ?? addressWait {
-            let whose = accountWait != nil ? "this account" : "your address"
-            let reason = "too many password attempts for \(whose); try again in \((wait + 999) / 1000) s"
-            if handshake {
-                failLogin(id, handshake: true, .throttled, reason, at: now, into: &actions)
-            } else {
-                refuse(request, .throttled, reason, to: id, into: &actions)
-            }
-            return false
+        let addressKey = Self.throttleKey(of: address(of: id))
+        let subject = Self.guessSubject(account: key)
+        guard let refusal = accounts.guesses.admit(subject, from: addressKey, limits: guessLimits, now: now.uptimeMillis) else { return true }
+        let reason = Self.guessRefusalReason(refusal)
+        if handshake {
+            failLogin(id, handshake: true, .throttled, reason, at: now, into: &actions)
+        } else {
+            refuse(request, .throttled, reason, to: id, into: &actions)
         }
-        _ = Self.spend(&accountWindow, limit: .max, window: window, now: now.uptimeMillis)
-        _ = Self.spend(&addressWindow, limit: .max, window: window, now: now.uptimeMillis)
-        accounts.accountAttempts[key] = accountWindow
-        accounts.addressAttempts[addressKey] = addressWindow
-        return true
+        return false
     }
 
     /// Whether a verify answer matched; when it did not (or the pool was busy), refuses `request`.
@@ -529,21 +736,18 @@ extension ChatCore {
         _ id: ClientID, key: String, address: String, handshake: Bool, _ answer: AccountAnswer, at now: ServerTime,
         into actions: inout [ChatAction]
     ) {
-        let addressKey = Self.throttleKey(of: address)
         switch answer {
         case .busy:
-            Self.giveBack(&accounts.accountAttempts[key])
-            Self.giveBack(&accounts.addressAttempts[addressKey])
+            giveBackGuess(key: key, address: address)
             failLogin(id, handshake: handshake, .busy, Self.busyReason, at: now, into: &actions)
             return
         case .hashing(.verified(true, let rehashed)):
             // Dropped (or its password changed) while this was checked: the check is void.
             guard var record = accounts.records[key] else {
-                failLogin(id, handshake: handshake, .authenticationFailed, "no account \(key), or a wrong password", at: now, into: &actions)
+                failLogin(id, handshake: handshake, .authenticationFailed, Self.wrongPasswordReason(key), at: now, into: &actions)
                 return
             }
-            Self.giveBack(&accounts.accountAttempts[key])
-            Self.giveBack(&accounts.addressAttempts[addressKey])
+            giveBackGuess(key: key, address: address)
             if let rehashed {
                 record.passwordHash = rehashed
                 accounts.records[key] = record
@@ -551,7 +755,7 @@ extension ChatCore {
             }
             completeLogin(id, record: record, handshake: handshake, at: now, into: &actions)
         default:
-            failLogin(id, handshake: handshake, .authenticationFailed, "no account \(key), or a wrong password", at: now, into: &actions)
+            failLogin(id, handshake: handshake, .authenticationFailed, Self.wrongPasswordReason(key), at: now, into: &actions)
         }
     }
 
@@ -560,7 +764,7 @@ extension ChatCore {
     /// holder of the nick on this server or node is ghosted and `id` is logged in. Returns
     /// whether it was.
     private mutating func logIn(_ id: ClientID, to record: AccountRecord, at now: ServerTime, into actions: inout [ChatAction]) -> Bool {
-        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: clients[id.slot]!.address, request: .login) {
+        if let banned = serverBanRefusal(accountKey: record.key, nick: record.name, address: address(of: id), request: .login) {
             disconnect(id, banned, at: now, into: &actions)
             return false
         }
@@ -568,7 +772,7 @@ extension ChatCore {
             let reason = "\(record.name) logged in from another connection and took the nick back"
             disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
         }
-        clients[id.slot]!.account = record.key
+        clients[id.slot]?.account = record.key
         return true
     }
 
@@ -576,10 +780,10 @@ extension ChatCore {
     /// nick — welcomed with it when this completes its handshake, renamed to it otherwise.
     private mutating func completeLogin(_ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]) {
         guard logIn(id, to: record, at: now, into: &actions) else { return }
-        if handshake, let pending = clients[id.slot]!.pendingHello {
-            clients[id.slot]!.pendingHello = nil
+        if handshake, let pending = clients[id.slot]?.pendingHello {
+            clients[id.slot]?.pendingHello = nil
             welcome(id, nick: pending.nick, version: pending.version, into: &actions)
-        } else if let current = clients[id.slot]!.nick, ChatName.nickKey(current) != record.key {
+        } else if let current = clients[id.slot]?.nick, ChatName.nickKey(current) != record.key {
             rename(id, from: current, to: record.name, at: now, into: &actions)
         }
         actions.append(.send(.loggedIn(account: record.name), to: id))
@@ -601,7 +805,7 @@ extension ChatCore {
     /// Asks Redis to count a password guess of `id` against `key` (and `id`'s address) and read
     /// the account, for `purpose`; `id` waits for the answer.
     private mutating func askGuess(key: String, from id: ClientID, for purpose: AccountDirectory.Purpose) {
-        let address = Self.throttleKey(of: clients[id.slot]!.address)
+        let address = Self.throttleKey(of: address(of: id))
         accounts.waiting[id] = accounts.ask(.guess(key: key, address: address), for: purpose)
     }
 
@@ -611,8 +815,7 @@ extension ChatCore {
         if isClustered {
             _ = accounts.ask(.giveBack(key: key, address: addressKey), for: .quiet)
         } else {
-            Self.giveBack(&accounts.accountAttempts[key])
-            Self.giveBack(&accounts.addressAttempts[addressKey])
+            accounts.guesses.giveBack(Self.guessSubject(account: key), from: addressKey)
         }
     }
 
@@ -623,10 +826,9 @@ extension ChatCore {
         case .guessed(.success(.admitted)):
             return nil
         case .guessed(.success(.noAccount)):
-            return (.authenticationFailed, "no account \(key), or a wrong password")
+            return (.authenticationFailed, Self.wrongPasswordReason(key))
         case .guessed(.success(.throttled(let account, let wait))):
-            let whose = account ? "this account" : "your address"
-            return (.throttled, "too many password attempts for \(whose); try again in \((wait + 999) / 1000) s")
+            return (.throttled, Self.guessRefusalReason(account ? .subject(wait: wait) : .address(wait: wait)))
         case .guessed(.failure(let error)):
             return (.unavailable, "cannot check the password now: \(error); try again")
         default:
@@ -638,36 +840,47 @@ extension ChatCore {
         _ id: ClientID, key: String, password: String, handshake: Bool, _ answer: AccountAnswer, at now: ServerTime,
         into actions: inout [ChatAction]
     ) {
-        guard case .guessed(.success(.admitted(let record))) = answer else {
+        let record: AccountRecord?
+        switch answer {
+        case .guessed(.success(.admitted(let found))):
+            record = found
+            accounts.clusterNames[key] = found.name
+        case .guessed(.success(.noAccount)):
+            // Counted as any guess is (`ClusterAccounts.guessScript`), and checked against the
+            // pool's dummy hash: no account answers as a wrong password does, after as long.
+            record = nil
+        default:
             let problem = guessProblem(answer, key: key) ?? (.internal, "")
             failLogin(id, handshake: handshake, problem.code, problem.reason, at: now, into: &actions)
             return
         }
-        accounts.clusterNames[key] = record.name
-        let address = clients[id.slot]!.address
-        accounts.waiting[id] = accounts.ask(
-            .verify(password: password, stored: record.passwordHash), for: .clusterLogin(id, record, address: address, handshake: handshake))
+        let address = address(of: id)
+        askHashing(
+            .verify(password: password, stored: record?.passwordHash),
+            for: .clusterLogin(id, record, key: key, address: address, handshake: handshake), from: id)
     }
 
     private mutating func clusterLoginVerified(
-        _ id: ClientID, record: AccountRecord, address: String, handshake: Bool, _ answer: AccountAnswer, at now: ServerTime,
+        _ id: ClientID, record: AccountRecord?, key: String, address: String, handshake: Bool, _ answer: AccountAnswer, at now: ServerTime,
         into actions: inout [ChatAction]
     ) {
         switch answer {
         case .busy:
-            giveBackGuess(key: record.key, address: address)
+            giveBackGuess(key: key, address: address)
             failLogin(id, handshake: handshake, .busy, Self.busyReason, at: now, into: &actions)
         case .hashing(.verified(true, let rehashed)):
-            giveBackGuess(key: record.key, address: address)
-            var record = record
+            guard var record else { break }
+            giveBackGuess(key: key, address: address)
             if let rehashed {
                 record.passwordHash = rehashed
                 _ = accounts.ask(.save(record), for: .quiet)
             }
             clusterCompleteLogin(id, record: record, handshake: handshake, at: now, into: &actions)
+            return
         default:
-            failLogin(id, handshake: handshake, .authenticationFailed, "no account \(record.key), or a wrong password", at: now, into: &actions)
+            break
         }
+        if !answer.isBusy { failLogin(id, handshake: handshake, .authenticationFailed, Self.wrongPasswordReason(key), at: now, into: &actions) }
     }
 
     /// `completeLogin` on a node: a local holder of the nick is ghosted here; the nick is then
@@ -677,10 +890,10 @@ extension ChatCore {
         _ id: ClientID, record: AccountRecord, handshake: Bool, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         guard logIn(id, to: record, at: now, into: &actions) else { return }
-        if handshake, let pending = clients[id.slot]!.pendingHello {
-            clients[id.slot]!.pendingHello = nil
+        if handshake, let pending = clients[id.slot]?.pendingHello {
+            clients[id.slot]?.pendingHello = nil
             clusterClaim(pending.nick, for: id, version: pending.version, as: .ghost, at: now, into: &actions)
-        } else if let current = clients[id.slot]!.nick, ChatName.nickKey(current) != record.key {
+        } else if let current = clients[id.slot]?.nick, ChatName.nickKey(current) != record.key {
             clusterChangeNick(of: id, from: current, to: record.name, as: .ghost, at: now, into: &actions)
         } else {
             actions.append(.send(.loggedIn(account: record.name), to: id))
@@ -697,7 +910,7 @@ extension ChatCore {
         let request: FrameType = newPassword == nil ? .dropAccount : .changePassword
         guard case .guessed(.success(.admitted(let record))) = answer else {
             if case .guessed(.success(.noAccount)) = answer {
-                clients[id.slot]!.account = nil
+                clients[id.slot]?.account = nil
                 refuse(request, .notLoggedIn, "the account \(key) no longer exists", to: id, into: &actions)
                 return
             }
@@ -708,9 +921,9 @@ extension ChatCore {
         accounts.clusterNames[key] = record.name
         let verify = AccountWork.Job.verify(password: password, stored: record.passwordHash)
         if let newPassword {
-            accounts.waiting[id] = accounts.ask(verify, for: .changeVerified(id, key: key, newPassword: newPassword))
+            askHashing(verify, for: .changeVerified(id, key: key, newPassword: newPassword), from: id)
         } else {
-            accounts.waiting[id] = accounts.ask(verify, for: .dropVerified(id, key: key))
+            askHashing(verify, for: .dropVerified(id, key: key), from: id)
         }
     }
 
@@ -721,7 +934,7 @@ extension ChatCore {
         switch result {
         case .success(.created):
             accounts.clusterNames[record.key] = record.name
-            clients[id.slot]!.account = record.key
+            clients[id.slot]?.account = record.key
             actions.append(.send(.registered(account: record.name), to: id))
             // As on a server on its own: registering logs in, a banned account ends the session,
             // and a room's ban of it kicks.
@@ -741,10 +954,15 @@ extension ChatCore {
     /// Why `id` may not take `nick` — an account it is not logged in as — or nil when it may.
     /// A node keeps no records, but a client of its own logged in to the nick's account shows
     /// it is registered (Redis's claim decides every other case: `clusterNickReserved`).
+    ///
+    /// A nick listed in `--admin-account` is reserved whether or not its account exists yet:
+    /// otherwise a guest could hold it, pass for the operator, and register it to become one.
+    /// The reason is the same as for any registered nick, so it tells nobody which is which.
     func reservation(of nick: String, for id: ClientID) -> String? {
         let key = ChatName.nickKey(nick)
         let heldByOwner = isClustered && nicks[key].flatMap { clients[$0.slot]?.account } == key
-        guard accounts.records[key] != nil || heldByOwner, clients[id.slot]!.account != key else { return nil }
+        let reserved = accounts.records[key] != nil || heldByOwner || configuration.accounts.adminAccounts.contains(key)
+        guard reserved, clients[id.slot]?.account != key else { return nil }
         return "\(nick) is a registered nick; log in to its account to use it"
     }
 
@@ -759,9 +977,9 @@ extension ChatCore {
             disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
             return true
         }
-        clients[id.slot]!.pendingHello = (nick, version, now.uptimeMillis)
+        clients[id.slot]?.pendingHello = (nick, version, now.uptimeMillis)
         // Its next frame, the login, is decoded with version 3's types.
-        clients[id.slot]!.version = min(version, WireProtocol.version)
+        clients[id.slot]?.version = min(version, WireProtocol.version)
         return true
     }
 
@@ -774,7 +992,8 @@ extension ChatCore {
 
     /// The frame after a `hello` for a reserved nick: it must be the login to that account.
     mutating func pendingHelloFrame(_ frame: Frame, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]) {
-        let pending = clients[id.slot]!.pendingHello!
+        // Called only while the hello waits for its login; a client gone or past it has nothing to do.
+        guard let pending = clients[id.slot]?.pendingHello else { return }
         guard case .login(let account, let password) = frame, ChatName.nickKey(account) == ChatName.nickKey(pending.nick) else {
             let reason = "\(pending.nick) is a registered nick; send login for it right after hello, or choose another nick"
             disconnect(id, Disconnection(code: .nickReserved, frameType: .hello, reason: reason), at: now, into: &actions)
@@ -787,11 +1006,46 @@ extension ChatCore {
         login(id, account: account, password: password, handshake: true, at: now, into: &actions)
     }
 
+    // MARK: Room keys
+
+    /// Why a room key from `id` for the room `name` would not be compared now (`GuessWindows`,
+    /// under the limits of passwords: a key is guessed like a password, and from an address in
+    /// the same window, so a guesser cannot switch from passwords to keys for more tries), or nil.
+    func keyGuessRefusal(for id: ClientID, room name: String, at now: ServerTime) -> GuessWindows.Refusal? {
+        let address = Self.throttleKey(of: address(of: id))
+        return accounts.guesses.refusal(at: Self.guessSubject(room: name), from: address, limits: guessLimits, now: now.uptimeMillis)
+    }
+
+    /// Counts a wrong key for the room `name` from `id`'s address, in the room's windows and the
+    /// address's. (A key is compared at once on a server on its own, so it is counted once known
+    /// wrong; `admitKeyGuess` counts one that a cluster compares later.)
+    mutating func countWrongKey(from id: ClientID, room name: String, at now: ServerTime) {
+        let address = Self.throttleKey(of: address(of: id))
+        var limits = guessLimits
+        (limits.perAddress, limits.perSubject, limits.perSubjectFromAddress) = (.max, .max, .max)
+        _ = accounts.guesses.admit(Self.guessSubject(room: name), from: address, limits: limits, now: now.uptimeMillis)
+    }
+
+    /// Cluster mode: counts a key for the room `name` from `id` before Redis compares it (so
+    /// joins in flight at once cannot slip past the windows), or refuses it.
+    mutating func admitKeyGuess(from id: ClientID, room name: String, at now: ServerTime) -> GuessWindows.Refusal? {
+        let address = Self.throttleKey(of: address(of: id))
+        return accounts.guesses.admit(Self.guessSubject(room: name), from: address, limits: guessLimits, now: now.uptimeMillis)
+    }
+
+    /// Cluster mode: gives back a key `admitKeyGuess` counted that was not wrong.
+    mutating func giveBackKeyGuess(from id: ClientID, room name: String) {
+        guard let address = clients[id.slot]?.address else { return }
+        accounts.guesses.giveBack(Self.guessSubject(room: name), from: Self.throttleKey(of: address))
+    }
+
     // MARK: Windows
 
     /// How long until `window` has room for another attempt under `limit`, or nil if it has now.
+    /// A limit of 0 allows nothing (a whole window's wait), as Redis's scripts read it.
     static func wait(_ window: AttemptWindow?, limit: Int, window length: UInt64, now: UInt64) -> UInt64? {
-        guard let window, now &- window.start < length, window.count >= limit else { return nil }
+        guard let window, now &- window.start < length else { return limit <= 0 ? length : nil }
+        guard window.count >= limit else { return nil }
         return length - (now &- window.start)
     }
 
@@ -817,8 +1071,8 @@ extension ChatCore {
         let login = configuration.accounts.loginWindow.milliseconds
         let registration = configuration.accounts.registrationWindow.milliseconds
         let time = now.uptimeMillis
-        if !accounts.accountAttempts.isEmpty { accounts.accountAttempts = accounts.accountAttempts.filter { time &- $0.value.start < login } }
-        if !accounts.addressAttempts.isEmpty { accounts.addressAttempts = accounts.addressAttempts.filter { time &- $0.value.start < login } }
+        accounts.guesses.forgetEnded(window: login, now: time)
+        if let window = accounts.serverRegistrations, time &- window.start >= registration { accounts.serverRegistrations = nil }
         if !accounts.registrations.isEmpty {
             accounts.registrations = accounts.registrations.filter { time &- $0.value.start < registration }
         }

@@ -23,7 +23,7 @@ extension ChatCore {
         let live = clients.indices.filter { clients[$0] != nil }
         if live.count != clientCount { problems.append("client count: counted \(clientCount), held \(live.count)") }
         var perAddress: [String: Int] = [:]
-        for slot in live { perAddress[clients[slot]!.address, default: 0] += 1 }
+        for slot in live { perAddress[clients[slot]?.address ?? "", default: 0] += 1 }
         for (address, state) in addresses where state.connections != (perAddress[address] ?? 0) {
             problems.append("\(address): counted \(state.connections) connections, held \(perAddress[address] ?? 0)")
         }
@@ -39,12 +39,12 @@ extension ChatCore {
             if ChatName.nickKey(nick) != key { problems.append("nick \(key) names slot \(id.slot), which holds \(nick)") }
         }
         guard !isClustered else { return problems }
-        let welcomed = live.filter { clients[$0]!.nick != nil }
+        let welcomed = live.filter { clients[$0]?.nick != nil }
         if welcomed.count != nicks.count {
             problems.append("\(welcomed.count) welcomed clients but \(nicks.count) nicks held")
         }
         for slot in live {
-            for name in clients[slot]!.rooms where rooms[name]?.members.contains(ClientID(slot)) != true {
+            for name in clients[slot]?.rooms ?? [] where rooms[name]?.members.contains(ClientID(slot)) != true {
                 problems.append("slot \(slot) lists #\(name) but is not among its members")
             }
         }

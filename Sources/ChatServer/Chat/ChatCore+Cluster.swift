@@ -889,10 +889,11 @@ extension ChatCore {
             refuse(request, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
             return
         }
-        // Wrong keys count against the address here, as on a server on its own (per node: a
-        // guesser that spreads over nodes gets each node's allowance).
-        if key != nil, let wait = keyGuessWait(for: id, at: now) {
-            refuse(request, .throttled, "too many wrong room keys from your address; try again in \((wait + 999) / 1000) s", to: id, into: &actions)
+        // Keys count in the room's and the address's windows here, as on a server on its own
+        // (per node: a guesser that spreads over nodes gets each node's allowance) — counted
+        // before Redis compares the key, and given back unless it was wrong (`clusterJoinAppended`).
+        if key != nil, let refusal = admitKeyGuess(from: id, room: room, at: now) {
+            refuse(request, .throttled, Self.guessRefusalReason(refusal, room: room), to: id, into: &actions)
             return
         }
         guard let client = clients[id.slot] else { return }
@@ -1153,8 +1154,8 @@ extension ChatCore {
         guard cluster.awaiting[id] == .join(room) else { return }
         cluster.awaiting[id] = nil
         let keyed = cluster.keyedJoins.remove(id) != nil
+        if keyed, failure?.code != .badRoomKey { giveBackKeyGuess(from: id, room: room) }
         guard let failure else { return }
-        if failure.code == .badRoomKey, keyed { countWrongKey(from: id, at: now) }
         clients[id.slot]?.rooms.removeAll { $0 == room }
         cluster.rooms[room]?.joining.remove(id)
         let ordinal = cluster.rooms[room]?.joinOrdinals.removeValue(forKey: id)

@@ -510,8 +510,8 @@ extension ChatCore {
         if invited { return nil }
         if settings.inviteOnly { return (.inviteOnly, "#\(name) is invite-only") }
         if let roomKey = settings.key {
-            if let wait = keyGuessWait(for: id, at: now), key != nil {
-                return (.throttled, "too many wrong room keys from your address; try again in \((wait + 999) / 1000) s")
+            if key != nil, let refusal = keyGuessRefusal(for: id, room: name, at: now) {
+                return (.throttled, Self.guessRefusalReason(refusal, room: name))
             }
             guard let key, Self.constantTimeEquals(key, roomKey) else {
                 return (.badRoomKey, key == nil ? "#\(name) needs a key (joinWithKey)" : "wrong key for #\(name)")
@@ -521,23 +521,6 @@ extension ChatCore {
             return (.roomFull, "#\(name) is full (\(settings.memberLimit) members)")
         }
         return nil
-    }
-
-    /// How long `id`'s address must wait before its next room key is compared: wrong keys count
-    /// in the same window as wrong passwords (`AccountSettings.loginAttemptsPerAddress` per
-    /// `loginWindow`), so a guesser cannot switch from passwords to keys for more tries.
-    func keyGuessWait(for id: ClientID, at now: ServerTime) -> UInt64? {
-        let limits = configuration.accounts
-        let window = accounts.addressAttempts[Self.throttleKey(of: address(of: id))]
-        return Self.wait(window, limit: limits.loginAttemptsPerAddress, window: limits.loginWindow.milliseconds, now: now.uptimeMillis)
-    }
-
-    /// Counts a wrong room key against `id`'s address.
-    mutating func countWrongKey(from id: ClientID, at now: ServerTime) {
-        let limits = configuration.accounts
-        _ = Self.spend(
-            &accounts.addressAttempts[Self.throttleKey(of: address(of: id))], limit: .max,
-            window: limits.loginWindow.milliseconds, now: now.uptimeMillis)
     }
 
     /// `id` enters `name`, which is in memory and whose rules let it in: uses its invitation,

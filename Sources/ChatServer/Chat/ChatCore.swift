@@ -683,7 +683,7 @@ public struct ChatCore: Sendable {
         _ name: String, id: ClientID, nick: String, size: Int, key: String? = nil, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         if let refusal = joinRefusal(of: name, for: id, key: key, at: now) {
-            if refusal.code == .badRoomKey, key != nil { countWrongKey(from: id, at: now) }
+            if refusal.code == .badRoomKey, key != nil { countWrongKey(from: id, room: name, at: now) }
             refuse(key == nil ? .join : .joinWithKey, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }

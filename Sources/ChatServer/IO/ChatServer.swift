@@ -219,6 +219,16 @@ public final class ChatServer: @unchecked Sendable {
         } catch {
             throw ChatServerError.invalidConfiguration("cannot read the accounts: \(error)")
         }
+        if cluster == nil {
+            // A cluster node asks Redis once its link is up (ClusterNode).
+            for key in core.missingAdminAccounts {
+                let how =
+                    accounts == nil
+                    ? "with --no-persistence it cannot exist (accounts live in memory only): give the server a --data-dir and create it there"
+                    : "stop the server and create it"
+                logger.warning("\(Self.missingAdminAccountWarning(key)): \(how) with `chat-server account add \(key)`")
+            }
+        }
         moderationStore = moderation ?? MemoryModerationStore()
         do {
             // A cluster node serves no moderation yet (ChatCore+Moderation.swift): nothing to load.
@@ -240,6 +250,12 @@ public final class ChatServer: @unchecked Sendable {
             try SocketListener(host: configuration.host, port: port, dualStack: configuration.host == "::", backlog: 4096)
         }
         localAddress = listener.localAddress
+    }
+
+    /// The start of the warning that the `--admin-account` `key` has no account: said at start,
+    /// by a server on its own or a cluster node.
+    static func missingAdminAccountWarning(_ key: String) -> String {
+        "admin account \(key) does not exist, and no client may register it"
     }
 
     /// The certificate new TLS connections are served with, or nil without TLS.
@@ -1672,9 +1688,9 @@ extension ChatServer {
                 // Asked only in cluster mode.
                 break
             case .hash(let password):
-                submitHashing(.hash(password: password), ticket: ticket)
+                submitHashing(.hash(password: password), share: work.share, ticket: ticket)
             case .verify(let password, let stored):
-                submitHashing(.verify(password: password, stored: stored), ticket: ticket)
+                submitHashing(.verify(password: password, stored: stored), share: work.share, ticket: ticket)
             case .save(let record):
                 accountStore.save(record, replyOn: queue) { [weak self] result in
                     self?.storageHealth?.record(.accounts, result)
@@ -1689,8 +1705,13 @@ extension ChatServer {
         }
     }
 
-    private func submitHashing(_ job: PasswordHashingPool.Job, ticket: UInt64) {
-        let queued = hashingPool.submit(job, replyOn: queue) { [weak self] outcome in self?.accountAnswered(ticket, .hashing(outcome)) }
+    private func submitHashing(_ job: PasswordHashingPool.Job, share: String, ticket: UInt64) {
+        let queued = hashingPool.submit(job, share: share, replyOn: queue) { [weak self] outcome in
+            // A job that gave its place to a smaller share was not computed: as busy as one
+            // refused at once.
+            self?.accountAnswered(ticket, outcome == .refused ? .busy : .hashing(outcome))
+        }
+        metrics?.hashingJob(queued ? job.metricLabel : "refused")
         // Answered on a later turn, as a queued job would be: the core expects answers after it asked.
         if !queued { queue.async { [weak self] in self?.accountAnswered(ticket, .busy) } }
     }
@@ -1705,6 +1726,16 @@ extension ChatServer {
         core.accountAnswered(ticket, answer, at: Self.now(), into: &actions)
         perform()
         serveAnswered(\.accountWaiters) { core.isAwaitingAccount($0) }
+    }
+}
+
+extension PasswordHashingPool.Job {
+    /// How `/metrics` counts the job (`chat_password_hashing_jobs_total{job=…}`).
+    var metricLabel: String {
+        switch self {
+        case .hash: "hash"
+        case .verify: "verify"
+        }
     }
 }
 

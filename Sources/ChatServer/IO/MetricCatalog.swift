@@ -19,6 +19,7 @@ public enum MetricCatalog {
         ("chat_sent_frames_total", "Frames queued for clients, one per recipient."),
         ("chat_sent_bytes_total", "Bytes of the frames queued for clients, one copy per recipient, before TLS."),
         ("chat_refusals_total", "Error frames sent, by error code."),
+        ("chat_password_hashing_jobs_total", "Jobs handed to the password-hashing pool, by kind (hash, verify), and those it refused at once (refused)."),
         ("chat_disconnects_total", "Sessions ended, by reason: an error code's name, or client, connectionLost, tls, shutdown."),
         ("chat_output_queued_bytes", "What the output queues pin now, in bytes."),
         ("chat_memory_max_bytes", "The memory bound the server keeps to (--max-memory), in bytes."),

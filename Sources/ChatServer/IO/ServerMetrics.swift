@@ -44,6 +44,8 @@ final class ServerMetrics: @unchecked Sendable {
     var storageFailures = 0
     /// Times the cluster link came up again after being up before.
     var clusterReconnects = 0
+    /// Jobs handed to the password-hashing pool, by `hashingJob`'s label.
+    private var hashingJobs: [String: Int] = ["hash": 0, "verify": 0, "refused": 0]
     /// When the commit in flight was handed to the store (uptime nanoseconds), or nil.
     private var commitStartedAt: UInt64?
     /// Per client flushed, how long its oldest queued frame waited for its socket (`ChatServer`'s
@@ -96,6 +98,7 @@ final class ServerMetrics: @unchecked Sendable {
         var clusterReconnects = 0
         var connectionsAccepted = 0
         var storageWriteFailures: [StorageHealth.Part: Int] = [:]
+        var hashingJobs: [String: Int] = [:]
     }
 
     // MARK: Recording (the server's queue)
@@ -119,6 +122,12 @@ final class ServerMetrics: @unchecked Sendable {
         deliveries += recipients
         framesQueued += recipients
         bytesQueued += bytes * recipients
+    }
+
+    /// Counts a job for the password-hashing pool: `hash` or `verify` (a login's check, for an
+    /// existing account or not: the same job) when queued, `refused` when the queue had no place.
+    func hashingJob(_ label: String) {
+        hashingJobs[label, default: 0] += 1
     }
 
     /// Counts an `error` frame sent with `code`.
@@ -204,6 +213,10 @@ final class ServerMetrics: @unchecked Sendable {
             counter("chat_tls_handshake_failures_total", ("reason", reason)).increment(by: count - published.tlsFailures[reason, default: 0])
         }
         published.tlsFailures = tlsFailures
+        for (job, count) in hashingJobs {
+            counter("chat_password_hashing_jobs_total", ("job", job)).increment(by: count - published.hashingJobs[job, default: 0])
+        }
+        published.hashingJobs = hashingJobs
 
         for (state, count) in snapshot.connections.byState {
             gauge("chat_connections", ("state", state)).record(count)

@@ -123,6 +123,9 @@ final class ClusterNode: @unchecked Sendable {
     var metrics: ServerMetrics?
     /// Whether the link has been up before, so that coming up again counts as a reconnect.
     private var wasUp = false
+    /// The keys of the server operators' accounts (`--admin-account`), checked in Redis when the
+    /// link first comes up.
+    private let adminAccounts: [String]
 
     /// Whether both Redis connections are up.
     var linkIsUp: Bool { link.state == .up }
@@ -134,6 +137,7 @@ final class ClusterNode: @unchecked Sendable {
         self.configuration = configuration
         self.queue = queue
         self.logger = logger
+        adminAccounts = chat.accounts.adminAccounts.sorted()
         link = ClusterLink(
             host: configuration.host, port: configuration.port, nodeID: configuration.nodeID,
             ttlMilliseconds: Int(configuration.nodeTimeout / .milliseconds(1)), limits: Self.parserLimits(maxFrameSize: chat.maxFrameSize),
@@ -258,7 +262,7 @@ final class ClusterNode: @unchecked Sendable {
         case .up:
             logger.notice("cluster link up: room events are accepted", metadata: ["cluster.node": "\(configuration.nodeID)"])
             upSince = .now
-            if wasUp { metrics?.clusterReconnects += 1 }
+            if wasUp { metrics?.clusterReconnects += 1 } else { warnOfMissingAdminAccounts() }
             wasUp = true
             answer { core, _ in core.clusterAvailability(true) }
             // Server bans: every change is heard, and what was missed while the link was down is read now.
@@ -276,6 +280,19 @@ final class ClusterNode: @unchecked Sendable {
             answer { core, _ in core.clusterAvailability(false, reason: "\(error)") }
         case .connecting:
             break
+        }
+    }
+
+    /// Logs a warning naming each `--admin-account` that has no account in the cluster yet: a
+    /// client may not register one (it is the operator's to make, with `chat-server account add
+    /// NAME --cluster …`), so until then nobody is a server operator through it.
+    private func warnOfMissingAdminAccounts() {
+        guard !adminAccounts.isEmpty, let commands = link.commands else { return }
+        ClusterAccounts(commands: commands).missing(adminAccounts) { [logger] result in
+            guard case .success(let missing) = result else { return }
+            for key in missing {
+                logger.warning("\(ChatServer.missingAdminAccountWarning(key)): create it with `chat-server account add \(key) --cluster redis://HOST:PORT`")
+            }
         }
     }
 
@@ -533,7 +550,8 @@ final class ClusterNode: @unchecked Sendable {
             }
         case .guess(let key, let address):
             accounts.guess(
-                key: key, address: address, perAccount: limits.loginAttemptsPerAccount, perAddress: limits.loginAttemptsPerAddress,
+                key: key, address: address, perAccount: limits.loginAttemptsPerAccount,
+                perAccountFromAddress: limits.loginAttemptsPerAccountFromAddress, perAddress: limits.loginAttemptsPerAddress,
                 windowMilliseconds: limits.loginWindow.milliseconds
             ) { result in
                 completion(.guessed(result.mapError(error).map { guess in
@@ -550,9 +568,15 @@ final class ClusterNode: @unchecked Sendable {
             accounts.giveBack(key: key, address: address)
         case .countRegistration(let address):
             accounts.countRegistration(
-                address: address, limit: limits.registrationsPerAddress, windowMilliseconds: limits.registrationWindow.milliseconds
+                address: address, perAddress: limits.registrationsPerAddress, perCluster: limits.registrationsPerServer,
+                windowMilliseconds: limits.registrationWindow.milliseconds
             ) { result in
-                completion(.registrationCounted(result.mapError(error)))
+                completion(.registrationCounted(result.mapError(error).map { count in
+                    switch count {
+                    case .counted: .counted
+                    case .full(let cluster, let wait): .full(server: cluster, waitMilliseconds: wait)
+                    }
+                }))
             }
         case .giveBackRegistration(let address):
             accounts.giveBackRegistration(address: address)
