@@ -106,6 +106,9 @@ public final class ClusterLink: @unchecked Sendable {
     public func start() {
         lapseWatch = queue.startRepeatingTimer(every: .milliseconds(max(ttlMilliseconds / 10, 10))) { [weak self] in
             guard let self, let last = lastAcknowledgedBeat, last.duration(to: .now) > ttl else { return }
+            // An acknowledgement already in the socket counts, as in `beat`.
+            if heartbeatSentAt != nil, let nicks { nicks.readWaitingReplies() }
+            guard let last = lastAcknowledgedBeat, last.duration(to: .now) > ttl else { return }
             reportLapse()
         }
         connect()
@@ -289,7 +292,18 @@ public final class ClusterLink: @unchecked Sendable {
 
     /// Sends a heartbeat, unless the last one is still unanswered: then, if it has waited longer
     /// than `answerTimeout`, Redis has stopped answering and the link fails.
+    ///
+    /// An answer already in the socket counts: the queue this runs on is the chat's, and when a
+    /// flood kept it busy for seconds, this timer can run before the report of the answer that
+    /// came in time. Taking the link down then refused every room event with `unavailable` for
+    /// a stall of the node's own making.
     private func beat(_ registry: NickRegistry) {
+        if heartbeatSentAt != nil {
+            let current = attempt
+            registry.readWaitingReplies()
+            // What was read may have ended this attempt (a reply that failed the connection).
+            guard current == attempt else { return }
+        }
         if let sent = heartbeatSentAt {
             let waited = sent.duration(to: .now)
             if waited > answerTimeout { failed(.timedOut("a heartbeat unanswered for \(waited)")) }

@@ -167,6 +167,10 @@ public final class NickRegistry: @unchecked Sendable {
         }
     }
 
+    /// Takes replies already waiting on the registry's connection (a heartbeat's among them) now:
+    /// before its owner judges a heartbeat unanswered.
+    public func readWaitingReplies() { commands.readWaiting() }
+
     /// Who claims a nick, as far as its account goes.
     public enum Claimant: String, Sendable {
         /// Logged in to no account of that nick: a registered nick is refused.

@@ -120,6 +120,10 @@ public final class RedisConnection: @unchecked Sendable {
         write([Array("UNSUBSCRIBE".utf8)] + channels)
     }
 
+    /// Takes the replies already waiting in the socket now, rather than when the queue reports
+    /// them: before a reply's deadline is judged (`SocketChannel.readWaiting`). On the queue.
+    public func readWaiting() { channel.readWaiting() }
+
     /// Closes the connection; waiting commands get `RedisError.closed`.
     public func close() {
         channel.close()

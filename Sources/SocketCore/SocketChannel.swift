@@ -243,6 +243,15 @@ public final class SocketChannel: @unchecked Sendable {
         queue.async { [self] in readAvailable() }
     }
 
+    /// Reads what is waiting now, as a readiness report would. For a caller about to judge the
+    /// peer by its silence (a heartbeat's deadline): on a busy queue its timer may run before the
+    /// report of bytes that came in time. Call on `queue`.
+    public func readWaiting() {
+        assertOnQueue()
+        guard state == .open else { return }
+        readAvailable()
+    }
+
     /// Reads until the socket says `EAGAIN` or end of stream, at most 8 reads per turn so one busy
     /// peer cannot starve the others on the queue.
     ///

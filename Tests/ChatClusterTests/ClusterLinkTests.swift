@@ -1,3 +1,4 @@
+import Glibc
 import ChatCluster
 import Dispatch
 import RedisClient
@@ -13,9 +14,9 @@ private final class LinkedNode: @unchecked Sendable {
     private var events: [LoggedEvent] = []
     private var states: [ClusterLink.State] = []
 
-    init(_ id: String, port: Int, following room: String) {
+    init(_ id: String, port: Int, following room: String, ttlMilliseconds: Int = 5_000) {
         queue = DispatchQueue(label: "link-\(id)")
-        link = ClusterLink(host: "127.0.0.1", port: port, nodeID: id, queue: queue)
+        link = ClusterLink(host: "127.0.0.1", port: port, nodeID: id, ttlMilliseconds: ttlMilliseconds, queue: queue)
         queue.sync {
             link.onEvent = { [self] _, event in events.append(event) }
             link.onStateChange = { [self] state in states.append(state) }
@@ -112,6 +113,29 @@ struct ClusterLinkTests {
         #expect(reader.delivered.map(\.payload) == payloads("before ", 1...50) + payloads("during ", 51...100))
         #expect(reader.history.contains { if case .down = $0 { true } else { false } }, "the link said it was down")
         #expect(reader.state == .up)
+    }
+
+    /// A node whose own queue stalls (a flood keeps the chat's loop busy) while Redis answers its
+    /// heartbeat in time: the answer waits in the socket, and the link must count it rather than
+    /// take Redis for gone and refuse every room event.
+    @Test func aHeartbeatAnsweredWhileTheNodesQueueWasStalledKeepsTheLinkUp() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        // A heartbeat every 600 ms, unanswered after 1.5 s, a lapse after 3 s without one.
+        let node = LinkedNode("stalled", port: redis.port, following: "r", ttlMilliseconds: 3_000)
+        defer { node.stop() }
+        guard await node.wait(for: "the link", { $0.state == .up }) else { return }
+        for _ in 0..<5 {
+            // Redis holds every command for 900 ms, so a heartbeat the node sends meanwhile is
+            // still unanswered when the node's queue stalls 700 ms in; Redis answers it within
+            // 1.5 s of its sending, while the queue is still stalled.
+            #expect(try await redisCommand(port: redis.port, "CLIENT", "PAUSE", "900", "ALL") == .simpleString("OK"))
+            try await Task.sleep(for: .milliseconds(700))
+            node.queue.sync { usleep(2_000_000) }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        #expect(node.state == .up)
+        #expect(!node.history.contains { if case .down = $0 { true } else { false } }, "the link went down: \(node.history)")
     }
 
     @Test func redisGoneThenBackOnItsPortTheLinkSaysSoAndRecovers() async throws {
