@@ -51,9 +51,20 @@ public final class PasswordHashingPool: Sendable {
     public let workers: Int
     /// How many jobs may wait for a worker.
     public let queueCapacity: Int
-    /// A hash of a random password made with `hashing` when the pool was made, which a login for
-    /// an account that does not exist is checked against (`Job.verify` with no `stored`).
-    public let dummyHash: String
+    /// A hash of a random password made with `hashing`, which a login for an account that does
+    /// not exist is checked against (`Job.verify` with no `stored`). Made on first use — by the
+    /// pool's first job of any kind, so that the one extra hash it costs tells nobody what that
+    /// job was — rather than when the pool is made: a server starts without it, and a test
+    /// process that starts hundreds of servers does not hash once for each.
+    public var dummyHash: String {
+        dummy.withLock { made in
+            if let made { return made }
+            let hash = hashing.hash(PasswordHashing.randomPassword()) ?? ""
+            made = hash
+            return hash
+        }
+    }
+    private let dummy = Locked<String?>(nil)
 
     private struct Pending: Sendable {
         var job: Job
@@ -75,16 +86,14 @@ public final class PasswordHashingPool: Sendable {
     private let workerQueue: DispatchQueue
 
     /// A pool of `workers` (at least one) hashing with `hashing`, holding at most `queueCapacity`
-    /// jobs besides the running ones. Makes `dummyHash` (one hash: milliseconds, at start).
-    public init(workers: Int, queueCapacity: Int, hashing: PasswordHashing = .standard) {
+    /// jobs besides the running ones. Workers run on `workerQueue`, a concurrent queue of the
+    /// pool's own unless one is given (a test suspends its own to hold jobs in the queue).
+    public init(workers: Int, queueCapacity: Int, hashing: PasswordHashing = .standard, workerQueue: DispatchQueue? = nil) {
         precondition(workers > 0 && queueCapacity >= 0)
         self.workers = workers
         self.queueCapacity = queueCapacity
         self.hashing = hashing
-        // The password is thrown away: nobody can log in with it, whatever it is, because a check
-        // against the dummy is answered false even when it matches.
-        dummyHash = hashing.hash(PasswordHashing.randomPassword()) ?? ""
-        workerQueue = DispatchQueue(label: "ChatAccounts.hashing", attributes: .concurrent)
+        self.workerQueue = workerQueue ?? DispatchQueue(label: "ChatAccounts.hashing", attributes: .concurrent)
     }
 
     /// The memory the workers may use at once while hashing: to be set aside from the server's
@@ -185,6 +194,9 @@ public final class PasswordHashingPool: Sendable {
     }
 
     private func run(_ job: Job) -> Outcome {
+        // The dummy's password is thrown away: nobody can log in with it, whatever it is, since a
+        // check against the dummy is answered false even when it matches.
+        let dummyHash = self.dummyHash
         switch job {
         case .hash(let password):
             return .hashed(hashing.hash(password))
