@@ -207,11 +207,14 @@ public final class RoomJournal: @unchecked Sendable {
     @discardableResult
     public func sync() -> Bool {
         pthread_mutex_lock(lock)
-        let current = descriptor < 0 ? -1 : dup(descriptor)
+        let open = descriptor >= 0
+        let current = open ? dup(descriptor) : -1
         let created = directoryChanged
         directoryChanged = false
         pthread_mutex_unlock(lock)
-        var synced = true
+        // No duplicate (the process is out of descriptors): nothing was synced, and saying so
+        // keeps the caller from counting the file's records durable.
+        var synced = !open || current >= 0
         if current >= 0 {
             synced = fdatasync(current) == 0
             Glibc.close(current)
