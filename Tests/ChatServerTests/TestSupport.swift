@@ -43,13 +43,24 @@ func testConfiguration(_ adjust: (inout ChatServerConfiguration) -> Void = { _ i
     // connect and `hello`, and the default deadline dropped twelve clients. Tests of the deadline
     // set their own.
     configuration.handshakeTimeout = .seconds(60)
+    // Test clients read without answering pings; a test that pushes tens of megabytes through a
+    // room took 93 s under a full run's load, and the default 90 s cut its reading member off.
+    // Tests of idleness set their own.
+    configuration.idleTimeout = .seconds(600)
     configuration.turnOffRateLimits()
     adjust(&configuration)
     return configuration
 }
 
-/// A logger that drops everything, so test output stays readable.
-let quietLogger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+/// A logger that drops everything, so test output stays readable — unless `CHAT_TEST_LOG` is
+/// set: then info and above go to standard error, which is how an in-process server tells why
+/// it closed a failing test's connection.
+let quietLogger = Logger(label: "test") { label in
+    guard getenv("CHAT_TEST_LOG") != nil else { return SwiftLogNoOpLogHandler() }
+    var handler = StreamLogHandler.standardError(label: label)
+    handler.logLevel = .info
+    return handler
+}
 
 /// Starts a server on port 0 (keeping its rooms in `store`, if given), runs `body`, then shuts
 /// the server down (also when `body` throws).
