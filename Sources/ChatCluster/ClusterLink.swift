@@ -106,9 +106,8 @@ public final class ClusterLink: @unchecked Sendable {
     public func start() {
         lapseWatch = queue.startRepeatingTimer(every: .milliseconds(max(ttlMilliseconds / 10, 10))) { [weak self] in
             guard let self, let last = lastAcknowledgedBeat, last.duration(to: .now) > ttl else { return }
-            // An acknowledgement already in the socket counts, as in `beat`.
-            if heartbeatSentAt != nil, let nicks { nicks.readWaitingReplies() }
-            guard let last = lastAcknowledgedBeat, last.duration(to: .now) > ttl else { return }
+            // An acknowledgement already in the socket counts.
+            guard readWaitingAnswer(), let last = lastAcknowledgedBeat, last.duration(to: .now) > ttl else { return }
             reportLapse()
         }
         connect()
@@ -290,20 +289,24 @@ public final class ClusterLink: @unchecked Sendable {
         lapseReported = false
     }
 
-    /// Sends a heartbeat, unless the last one is still unanswered: then, if it has waited longer
-    /// than `answerTimeout`, Redis has stopped answering and the link fails.
-    ///
-    /// An answer already in the socket counts: the queue this runs on is the chat's, and when a
-    /// flood kept it busy for seconds, this timer can run before the report of the answer that
-    /// came in time. Taking the link down then refused every room event with `unavailable` for
-    /// a stall of the node's own making.
+    /// Takes the answer to a heartbeat in flight if it already waits in the socket, before a
+    /// timer judges the heartbeat unanswered or the registration lapsed: the queue these timers
+    /// run on is the chat's, and when a flood kept it busy for seconds, a timer can run before the
+    /// report of an answer that came in time. Taking the link down then refused every room event
+    /// with `unavailable` for a stall of the node's own making. False if what was read ended the
+    /// attempt (a reply that failed the connection).
+    private func readWaitingAnswer() -> Bool {
+        guard heartbeatSentAt != nil, let nicks else { return true }
+        let current = attempt
+        nicks.readWaitingReplies()
+        return current == attempt
+    }
+
+    /// Sends a heartbeat, unless the last one is still unanswered (`readWaitingAnswer` first):
+    /// then, if it has waited longer than `answerTimeout`, Redis has stopped answering and the
+    /// link fails.
     private func beat(_ registry: NickRegistry) {
-        if heartbeatSentAt != nil {
-            let current = attempt
-            registry.readWaitingReplies()
-            // What was read may have ended this attempt (a reply that failed the connection).
-            guard current == attempt else { return }
-        }
+        guard readWaitingAnswer() else { return }
         if let sent = heartbeatSentAt {
             let waited = sent.duration(to: .now)
             if waited > answerTimeout { failed(.timedOut("a heartbeat unanswered for \(waited)")) }

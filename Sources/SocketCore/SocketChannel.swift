@@ -248,7 +248,6 @@ public final class SocketChannel: @unchecked Sendable {
     /// report of bytes that came in time. Call on `queue`.
     public func readWaiting() {
         assertOnQueue()
-        guard state == .open else { return }
         readAvailable()
     }
 

@@ -1,6 +1,6 @@
-import Glibc
 import ChatCluster
 import Dispatch
+import Glibc
 import RedisClient
 import RedisProtocol
 import TestSupport
