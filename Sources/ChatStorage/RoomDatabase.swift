@@ -43,7 +43,7 @@ public final class RoomDatabase: @unchecked Sendable {
     /// pages not yet given back; 1.13–1.26 measured), and 16 MiB covers the write-ahead log, its
     /// index and the journal: a checkpoint run starts at 4 MiB of log, and a hand-off of the
     /// journal writes at most 4 MiB of records (`SQLiteRoomStore.journalHoldBytes`; their pages
-    /// and the tables', 5 MiB), so the log stays within about 9 MiB, cut back to 4 MiB when it
+    /// and the tables', up to 6 MiB), so the log stays within about 10 MiB, cut back to 4 MiB when it
     /// starts over; the journal's files hold those 4 MiB of records and a commit. Add one
     /// commit: a commit that passes the total is trimmed back right after it.
     public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (16 << 20) }

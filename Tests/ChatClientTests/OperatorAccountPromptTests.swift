@@ -19,6 +19,8 @@ struct OperatorAccountPromptTests {
         try await typed.type("typed-secret-1")
         try await typed.press("Enter")
         #expect(try await typed.waitFor("EXIT=0"))
+        // The wrapper prints the terminal's settings a moment after the exit status.
+        #expect(try await typed.waitFor("TTY="))
         let screen = try await typed.screen()
         #expect(screen.contains { $0.contains("account root created") }, "\(screen)")
         #expect(!screen.contains { $0.contains("typed-secret") }, "the password was echoed: \(screen)")
@@ -30,6 +32,7 @@ struct OperatorAccountPromptTests {
         try await interrupted.type("half")
         try await interrupted.press("C-c")
         #expect(try await interrupted.waitFor("EXIT=130"))
+        #expect(try await interrupted.waitFor("TTY="))
         let after = try await interrupted.screen()
         #expect(after.contains { $0.hasPrefix("TTY=") && $0.contains(" echo") && !$0.contains("-echo") }, "echo is back after Ctrl-C: \(after)")
 

@@ -105,7 +105,14 @@ struct AttackTests {
 
     @Test(arguments: ServerMode.allCases)
     func pipelinedPingsFromClientsThatNeverReadStayWithinTheBudget(mode: ServerMode) async throws {
-        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--no-rate-limits", "--log-level", "info"])
+        // A cluster node whose process stalls for its node timeout (5 s) lets its clients go, by
+        // design. Under a whole test run on two cores that happened here once: the log said the
+        // registration lapsed with no heartbeat sent for 5 s. The flood itself does not do it: a
+        // debug node under this attack (chat-abuse --attack pings, 20 connections) had its loop
+        // at most 10 ms late (chat_event_loop_lag_seconds), so the test that is about memory
+        // gives the node room for the machine's stalls.
+        let tolerance = mode == .cluster ? ["--cluster-node-timeout", "30"] : []
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--no-rate-limits", "--log-level", "info"] + tolerance)
         defer { server.stop() }
         let alice = try await Self.member("alice", of: server, room: "r")
         let bob = try await Self.member("bob", of: server, room: "r")

@@ -103,7 +103,9 @@ struct LogCheckpointTests {
     /// grew by tens of megabytes. Here one thread commits 20,000 batches back to back on the
     /// "loop" (each journaled inside `commitStaged`, unless the store has it wait for a
     /// hand-off), and the log must stay within the checkpointer's threshold and one hand-off:
-    /// the pages of `journalHoldBytes` of records, with a quarter more for the tables' own pages.
+    /// the pages of `journalHoldBytes` of records, at up to 1.5 times their bytes (the factor
+    /// `RoomDatabase.directoryBound` allows; 1.31 measured here under a whole test run's load,
+    /// when hand-offs come late and so carry the most).
     /// (A hand-off that wrote a row per commit, and spilled SQLite's page cache into the log
     /// again and again, peaked at 82 MB here.)
     @Test func theLogStaysWithinTheThresholdAndOneHandOffUnderContinuousCommits() throws {
@@ -130,7 +132,7 @@ struct LogCheckpointTests {
             return peak
         }
         let frame = 4_096 + 24
-        let handOffFrames = SQLiteRoomStore.journalHoldBytes / 4_096 * 5 / 4
+        let handOffFrames = SQLiteRoomStore.journalHoldBytes / 4_096 * 3 / 2
         let bound = 32 + (policy.thresholdFrames + handOffFrames) * frame
         let runs = recorder.runs
         print("checkpoint bound: \(commits) commits, log peaked at \(peak) bytes (bound \(bound)), \(runs.count) runs")
