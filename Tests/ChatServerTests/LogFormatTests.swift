@@ -16,6 +16,8 @@ struct LogFormatTests {
     @Test func textLinesHaveMillisecondsAndQuoteValuesWithSpaces() async throws {
         let server = try await ChatServerProcess(.durable, arguments: ["--log-level", "info"])
         defer { server.stop() }
+        // "serving" is logged after "listening on" is printed, which is all the start waits for.
+        #expect(await server.child.waitForOutput("serving"), "\(server.child.output)")
         let lines = Self.logLines(server.child.output)
         #expect(!lines.isEmpty)
         let stamp = try Regex(#"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (trace|debug|info|notice|warning|error|critical) "#)
