@@ -56,7 +56,9 @@ struct AttackTests {
         #expect(peak < budget, "\(attack): the server's peak RSS was \(peak >> 20) MiB, over its budget of \(budget >> 20) MiB")
     }
 
+    /// Needs a server at `--log-level info`: disconnects are logged at info.
     private static func expectNoSlowConsumerDisconnects(_ server: ChatServerProcess, among nicks: [String]) {
+        #expect(server.child.lines.contains { $0.contains("client connected") }, "the server logs at info level, or this check sees nothing")
         for line in server.child.lines where line.contains("slow consumer") {
             for nick in nicks {
                 #expect(!line.contains("client.nick=\(nick)"), "a reading client was disconnected: \(line)")
@@ -68,7 +70,7 @@ struct AttackTests {
 
     @Test(arguments: ServerMode.allCases)
     func aClientThatPipelinesBigRequestsWithoutReadingCannotGrowTheServer(mode: ServerMode) async throws {
-        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--no-rate-limits"])
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--no-rate-limits", "--log-level", "info"])
         defer { server.stop() }
         let alice = try await Self.member("alice", of: server, room: "big")
         let bob = try await Self.member("bob", of: server, room: "big")
@@ -183,7 +185,7 @@ struct AttackTests {
     @Test(arguments: ServerMode.allCases)
     func legalBurstsNeverDisconnectAReader(mode: ServerMode) async throws {
         // Default rate limits; a quick slow-consumer timeout, so a wrong rule would show.
-        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--slow-consumer-timeout", "2"])
+        let server = try await ChatServerProcess(mode, arguments: Self.budgetFlags + ["--slow-consumer-timeout", "2", "--log-level", "info"])
         defer { server.stop() }
         let readers = try await (0..<5).asyncMap { try await Self.member("reader\($0)", of: server, room: "busy") }
         let sender = try await Self.member("sender", of: server, room: "busy")

@@ -31,6 +31,7 @@ struct LogFormatTests {
     @Test func jsonLinesAreOneObjectEach() async throws {
         let server = try await ChatServerProcess(.durable, arguments: ["--log-level", "info", "--log-format", "json"])
         defer { server.stop() }
+        #expect(await server.child.waitForOutput("\"serving\""), "\(server.child.output)")
         let client = try await TestClient.connect(to: server, nick: "jsonclient")
         client.close()
         #expect(await server.child.waitForOutput("client disconnected"))
