@@ -40,12 +40,12 @@ public final class RoomDatabase: @unchecked Sendable {
     /// The most the data directory holds, every file in it, when retention keeps what is stored
     /// to `totalBytes` (`RetentionPolicy.maxTotalBytes`), as docs/SERVER.md ("Retention") states
     /// it: SQLite's pages take up to 1.5 times the counted bytes (part-filled pages, indexes,
-    /// pages not yet given back; 1.13–1.26 measured), and 16 MiB covers the write-ahead log, its
+    /// pages not yet given back; 1.13–1.31 measured), and 16 MiB covers the write-ahead log, its
     /// index and the journal: a checkpoint run starts at 4 MiB of log, and a hand-off of the
     /// journal writes at most 4 MiB of records (`SQLiteRoomStore.journalHoldBytes`; their pages
-    /// and the tables', up to 6 MiB), so the log stays within about 10 MiB, cut back to 4 MiB when it
-    /// starts over; the journal's files hold those 4 MiB of records and a commit. Add one
-    /// commit: a commit that passes the total is trimmed back right after it.
+    /// and the tables', up to 6 MiB), so the log stays within about 10 MiB, cut back to 4 MiB
+    /// when it starts over; the journal's files hold those 4 MiB of records and a commit. Add
+    /// one commit: a commit that passes the total is trimmed back right after it.
     public static func directoryBound(totalBytes: Int) -> Int { totalBytes / 2 * 3 + (16 << 20) }
 
     /// The connection.
