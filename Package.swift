@@ -78,11 +78,15 @@ let package = Package(
             name: "ChatAccounts",
             dependencies: ["CSodium", "SocketCore", "ChatProtocol", "ChatStorage", .product(name: "DequeModule", package: "swift-collections")]),
 
+        // The chat rules without I/O (docs/ARCHITECTURE.md): imports only the wire protocol and the
+        // standard library's collections, so the compiler keeps sockets, storage and Redis out.
+        .target(name: "ChatCore", dependencies: ["ChatProtocol", .product(name: "DequeModule", package: "swift-collections")]),
+
         // Chat state (rooms, nicks, history, limits) as plain logic, plus the Dispatch glue that serves it.
         .target(
             name: "ChatServer",
             dependencies: [
-                "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", "RedisProtocol", "ChatAccounts", logging,
+                "ChatCore", "SocketCore", "SocketTLS", "ChatProtocol", "ChatStorage", "ChatCluster", "RedisProtocol", "ChatAccounts", logging,
                 metrics,
                 .product(name: "DequeModule", package: "swift-collections"),
             ]),
@@ -137,7 +141,7 @@ let package = Package(
         .testTarget(
             name: "ChatServerTests",
             dependencies: [
-                "ChatServer", "ChatStorage", "ChatAccounts", "ChatClient", "ChatCluster", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport",
+                "ChatCore", "ChatServer", "ChatStorage", "ChatAccounts", "ChatClient", "ChatCluster", "SocketCore", "SocketTLS", "ChatProtocol", "TestSupport",
             ]),
         .testTarget(name: "ChatClientTests", dependencies: ["ChatClient", "ChatProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatLoadTestTests", dependencies: ["ChatLoadTest", "ChatProtocol", "SocketCore", "TestSupport"]),

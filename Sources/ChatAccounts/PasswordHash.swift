@@ -1,4 +1,5 @@
 import CSodium
+import ChatProtocol
 
 /// Argon2id password hashes, through libsodium (`crypto_pwhash_argon2id_*`).
 ///
@@ -19,9 +20,8 @@ public struct PasswordHashing: Sendable, Equatable {
     /// of one core on this project's 2-core test machine, and 19 MiB while it runs.
     public static let standard = PasswordHashing(passes: 2, memoryBytes: 19 << 20)
 
-    /// The longest password accepted, in bytes: a password is hashed whole, so a long one costs
-    /// more to hash and to hold in the queue; 256 bytes is far beyond any passphrase.
-    public static let maxPasswordBytes = 256
+    /// The longest password accepted, in bytes: the protocol's `WireProtocol.maxPasswordBytes`.
+    public static let maxPasswordBytes = WireProtocol.maxPasswordBytes
 
     /// Hashing with `passes` and `memoryBytes`, which must be at least libsodium's minimums.
     public init(passes: Int, memoryBytes: Int) {

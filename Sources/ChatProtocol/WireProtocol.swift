@@ -18,4 +18,9 @@ public enum WireProtocol {
 
     /// The longest a varint may be: ten bytes carry 64 bits.
     public static let maxVarintLength = 10
+
+    /// The longest password a server accepts, in bytes (docs/PROTOCOL.md, `register`): a
+    /// password is hashed whole, so a long one costs more to hash and to hold in the queue; 256
+    /// bytes is far beyond any passphrase.
+    public static let maxPasswordBytes = 256
 }

@@ -6,6 +6,7 @@ import ChatStorage
 import Dispatch
 import Glibc
 
+@testable import ChatCore
 @testable import ChatServer
 
 /// Drives a `ChatCore` through a sequence of events read from fuzzer bytes — connections from

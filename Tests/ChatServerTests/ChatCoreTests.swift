@@ -1,6 +1,7 @@
 import ChatProtocol
 import Testing
 
+import ChatCore
 @testable import ChatServer
 
 /// The frames `actions` deliver to `id`, in order.

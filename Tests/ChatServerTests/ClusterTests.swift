@@ -1,3 +1,4 @@
+import ChatCore
 import ChatClient
 import ChatProtocol
 import ChatServer

@@ -1,3 +1,4 @@
+import ChatCore
 import ChatAccounts
 import ChatProtocol
 import Glibc
@@ -557,8 +558,8 @@ extension ChatCore {
         guard clients[id.slot]?.passwordsAllowed == true else {
             return (.plainPasswordRefused, "passwords are accepted only over TLS (or from this host); yours was not looked at")
         }
-        for password in passwords where password.isEmpty || password.utf8.count > PasswordHashing.maxPasswordBytes {
-            return (.badPassword, "a password must be 1 to \(PasswordHashing.maxPasswordBytes) bytes")
+        for password in passwords where password.isEmpty || password.utf8.count > WireProtocol.maxPasswordBytes {
+            return (.badPassword, "a password must be 1 to \(WireProtocol.maxPasswordBytes) bytes")
         }
         return nil
     }

@@ -1,3 +1,4 @@
+import ChatCore
 import ChatCluster
 import ChatProtocol
 import DequeModule

@@ -284,25 +284,6 @@ extension ChatCore {
 
 }
 
-extension ModerationRefusal {
-    /// The error a server on its own gives for the same refusal.
-    var errorCode: ErrorCode {
-        switch self {
-        case .banned: .banned
-        case .inviteOnly: .inviteOnly
-        case .badKey: .badRoomKey
-        case .full: .roomFull
-        case .notOperator, .registered, .isOperator: .notOperator
-        case .moderated: .moderated
-        case .listFull: .listFull
-        case .notMember: .notInRoom
-        case .notLoggedIn: .notLoggedIn
-        case .badMode: .invalidArgument
-        case .alreadyMember: .alreadyInRoom
-        }
-    }
-}
-
 /// Why a mode's argument is not valid: the `invalidArgument` reason.
 struct InvalidModeArgument: Error, Equatable {
     var reason: String

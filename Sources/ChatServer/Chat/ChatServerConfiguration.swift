@@ -1,3 +1,4 @@
+import ChatCore
 import ChatCluster
 import ChatProtocol
 import RedisProtocol
@@ -197,13 +198,5 @@ public struct ChatServerConfiguration: Sendable {
         }
         if idleTimeout <= idlePingInterval { return "the idle timeout must be longer than the idle ping interval" }
         return nil
-    }
-}
-
-extension Duration {
-    /// The duration in whole milliseconds, rounded down.
-    var milliseconds: UInt64 {
-        let (seconds, attoseconds) = components
-        return UInt64(max(0, seconds)) * 1000 + UInt64(max(0, attoseconds)) / 1_000_000_000_000_000
     }
 }

@@ -1,3 +1,4 @@
+import ChatCore
 import ChatAccounts
 import ChatProtocol
 import ChatStorage

@@ -1,3 +1,4 @@
+import ChatCore
 import ChatAccounts
 import ChatCluster
 import ChatProtocol
@@ -781,5 +782,24 @@ extension Result {
     fileprivate var failure: Failure? {
         if case .failure(let error) = self { return error }
         return nil
+    }
+}
+
+extension ModerationRefusal {
+    /// The error a server on its own gives for the same refusal.
+    var errorCode: ErrorCode {
+        switch self {
+        case .banned: .banned
+        case .inviteOnly: .inviteOnly
+        case .badKey: .badRoomKey
+        case .full: .roomFull
+        case .notOperator, .registered, .isOperator: .notOperator
+        case .moderated: .moderated
+        case .listFull: .listFull
+        case .notMember: .notInRoom
+        case .notLoggedIn: .notLoggedIn
+        case .badMode: .invalidArgument
+        case .alreadyMember: .alreadyInRoom
+        }
     }
 }

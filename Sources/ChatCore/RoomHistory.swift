@@ -7,38 +7,38 @@ import DequeModule
 /// Storing a `HistoryEntry` retains the strings the delivery already made. Entries arrive in
 /// increasing `seq` order, so the queue is sorted by `seq` and a page next to a `seq` is found by
 /// binary search.
-struct RoomHistory: Sendable {
+package struct RoomHistory: Sendable {
     /// The most entries kept.
-    let capacity: Int
+    package let capacity: Int
     /// The most bytes (by `cost(of:)`) kept.
-    let byteCapacity: Int
+    package let byteCapacity: Int
     private var entries = Deque<HistoryEntry>()
     /// What the kept entries cost, by `cost(of:)`.
-    private(set) var bytes = 0
+    package private(set) var bytes = 0
 
     /// An empty history that keeps at most `capacity` entries costing at most `byteCapacity`.
-    init(capacity: Int, byteCapacity: Int) {
+    package init(capacity: Int, byteCapacity: Int) {
         self.capacity = capacity
         self.byteCapacity = byteCapacity
     }
 
     /// What keeping `entry` costs in memory: its strings and the entry itself (a String's bytes
     /// live in a heap object of their own once they are longer than 15).
-    static func cost(of entry: HistoryEntry) -> Int {
+    package static func cost(of entry: HistoryEntry) -> Int {
         96 + entry.sender.utf8.count + entry.text.utf8.count
     }
 
     /// How many entries are kept.
-    var count: Int { entries.count }
+    package var count: Int { entries.count }
 
     /// The `seq` of the oldest entry kept, or nil when there is none.
-    var firstSeq: UInt64? { entries.first?.seq }
+    package var firstSeq: UInt64? { entries.first?.seq }
 
     /// Adds `entry`, whose `seq` is above every kept one, forgetting the oldest entries while
     /// there are more than `capacity` or they cost more than `byteCapacity`. Returns the bytes
     /// forgotten.
     @discardableResult
-    mutating func append(_ entry: HistoryEntry) -> Int {
+    package mutating func append(_ entry: HistoryEntry) -> Int {
         guard capacity > 0 else { return 0 }
         entries.append(entry)
         bytes += Self.cost(of: entry)
@@ -51,7 +51,7 @@ struct RoomHistory: Sendable {
 
     /// Forgets the oldest entry and returns what it cost (0 when there is none).
     @discardableResult
-    mutating func removeOldest() -> Int {
+    package mutating func removeOldest() -> Int {
         guard let oldest = entries.popFirst() else { return 0 }
         let cost = Self.cost(of: oldest)
         bytes -= cost
@@ -60,7 +60,7 @@ struct RoomHistory: Sendable {
 
     /// Forgets the entry whose `seq` is `seq` and returns what it cost (0 when there is none).
     @discardableResult
-    mutating func remove(seq: UInt64) -> Int {
+    package mutating func remove(seq: UInt64) -> Int {
         let offset = self.offset(after: seq - 1)
         guard offset < entries.count, entries[offset].seq == seq else { return 0 }
         let cost = Self.cost(of: entries.remove(at: offset))
@@ -69,7 +69,7 @@ struct RoomHistory: Sendable {
     }
 
     /// The `seq` of the newest entry kept, or nil when there is none.
-    var lastSeq: UInt64? { entries.last?.seq }
+    package var lastSeq: UInt64? { entries.last?.seq }
 
     /// The offset of the first entry whose `seq` is above `seq` (`count` when none is).
     private func offset(after seq: UInt64) -> Int {
@@ -84,7 +84,7 @@ struct RoomHistory: Sendable {
 
     /// At most `limit` of the most recent entries of the kinds version 1 knows (messages and
     /// actions), oldest first: what a `history` frame may carry.
-    func recentMessages(_ limit: Int) -> [HistoryEntry] {
+    package func recentMessages(_ limit: Int) -> [HistoryEntry] {
         var result: [HistoryEntry] = []
         var offset = entries.count
         while offset > 0, result.count < limit {
@@ -101,7 +101,7 @@ struct RoomHistory: Sendable {
     /// - `.after`: the oldest entries with a `seq` above `seq`.
     ///
     /// `complete` is true when no kept entry lies beyond the page in that direction.
-    func page(
+    package func page(
         _ direction: HistoryDirection, from seq: UInt64, limit: Int, budget: Int, cost: (HistoryEntry) -> Int
     ) -> (entries: [HistoryEntry], complete: Bool) {
         var taken: [HistoryEntry] = []
