@@ -137,6 +137,7 @@ let package = Package(
         .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "SocketCore", "TestSupport"]),
+        .testTarget(name: "ChatCoreTests", dependencies: ["ChatCore"]),
         .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol", "TestSupport"]),
         .testTarget(
             name: "ChatServerTests",

@@ -1,4 +1,5 @@
 import ChatCluster
+import ChatCore
 import ChatProtocol
 import ChatStorage
 import Dispatch

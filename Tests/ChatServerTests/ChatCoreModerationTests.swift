@@ -1,4 +1,5 @@
 import ChatAccounts
+import ChatCore
 import ChatProtocol
 import Dispatch
 import Testing

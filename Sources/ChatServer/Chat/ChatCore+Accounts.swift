@@ -1,7 +1,6 @@
-import ChatCore
 import ChatAccounts
+import ChatCore
 import ChatProtocol
-import Glibc
 
 // MARK: - Accounts
 //
@@ -348,22 +347,17 @@ extension ChatCore {
     /// Whether `address` (as the server writes peers: dotted IPv4, or IPv6 text, possibly
     /// IPv4-mapped) is a loopback address: 127.0.0.0/8 or ::1.
     static func isLoopback(_ address: String) -> Bool {
-        var v4 = in_addr()
-        if inet_pton(AF_INET, address, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
-        var v6 = in6_addr()
-        guard inet_pton(AF_INET6, address, &v6) == 1 else { return false }
-        let bytes = withUnsafeBytes(of: v6) { Array($0) }
-        if bytes[0..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }
-        let mapped = bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xFF && bytes[11] == 0xFF
-        return mapped && bytes[12] == 127
+        guard let ip = IPAddress(address) else { return false }
+        if ip.isIPv4 { return ip.bytes[0] == 127 }
+        if ip.bytes[0..<15].allSatisfy({ $0 == 0 }) && ip.bytes[15] == 1 { return true }
+        return ip.mappedIPv4?.bytes[0] == 127
     }
 
     /// The key that login and registration throttles count an address under: an IPv6 address by
     /// its /64 (one host is given a whole /64), anything else as it is.
     static func throttleKey(of address: String) -> String {
-        var v6 = in6_addr()
-        guard !address.contains("."), inet_pton(AF_INET6, address, &v6) == 1 else { return address }
-        let bytes = withUnsafeBytes(of: v6) { Array($0.prefix(8)) }
+        guard !address.contains("."), let ip = IPAddress(address), !ip.isIPv4 else { return address }
+        let bytes = ip.bytes
         return stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
             .joined(separator: ":") + "::/64"
     }
@@ -373,11 +367,9 @@ extension ChatCore {
     /// what one host or one small network holds, so that a flood from one of them cannot take
     /// the queue from everyone else.
     static func hashingShare(of address: String) -> String {
-        let dotted = address.split(separator: ":").last.map(String.init) ?? address
-        var v4 = in_addr()
-        if inet_pton(AF_INET, dotted, &v4) == 1 {
-            let bits = UInt32(bigEndian: v4.s_addr)
-            return "\(bits >> 24).\(bits >> 16 & 0xFF).\(bits >> 8 & 0xFF).0/24"
+        let dotted = address.split(separator: ":").last ?? address[...]
+        if let ip = IPAddress(ipv4: dotted) {
+            return "\(ip.bytes[0]).\(ip.bytes[1]).\(ip.bytes[2]).0/24"
         }
         return throttleKey(of: address)
     }

@@ -1,4 +1,5 @@
 import ChatCluster
+import ChatCore
 import ChatProtocol
 
 // MARK: - Room moderation in cluster mode

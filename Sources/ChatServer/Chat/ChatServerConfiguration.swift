@@ -1,5 +1,5 @@
-import ChatCore
 import ChatCluster
+import ChatCore
 import ChatProtocol
 import RedisProtocol
 import SocketTLS

@@ -1,3 +1,4 @@
+import ChatCore
 import ChatProtocol
 
 /// A ban of a room or of the server: the mask it matches by, and the entry `banList` shows.

@@ -1,5 +1,5 @@
-import ChatCore
 import ChatAccounts
+import ChatCore
 import ChatProtocol
 import ChatStorage
 import DequeModule
@@ -1052,7 +1052,7 @@ public final class ChatServer: @unchecked Sendable {
             guard let connection = connections[id.slot], connection.isActive else { return 0 }
             encodeIfNeeded(shared)
             var cost = 0
-            for chunk in shared.encoded ?? [] {
+            for chunk in shared.chunks {
                 queue(chunk, 0..<chunk.count, for: connection, holding: holding)
                 cost += ByteChunk.cost(ofBytes: chunk.count)
             }
@@ -1110,7 +1110,7 @@ public final class ChatServer: @unchecked Sendable {
     /// Encodes a history replay once, for every joiner that shares it. It belongs to the
     /// history's share of the budget, so no meter counts it.
     private func encodeIfNeeded(_ shared: SharedFrames) {
-        if shared.encoded == nil { shared.encoded = shared.frames.map { encode($0, meter: nil) } }
+        if shared.encoding == nil { shared.encoding = shared.frames.map { encode($0, meter: nil) } }
     }
 
     /// Encodes `frame` once into a chunk that any number of queues can share, counted against
@@ -1764,4 +1764,9 @@ extension ChatServer {
             finishStoppingIfIdle()
         }
     }
+}
+
+extension SharedFrames {
+    /// The frames' byte chunks, once `ChatServer.encodeIfNeeded` has encoded them; none before.
+    var chunks: [ByteChunk] { encoding as? [ByteChunk] ?? [] }
 }

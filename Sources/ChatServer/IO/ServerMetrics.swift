@@ -1,3 +1,4 @@
+import ChatCore
 import ChatProtocol
 import CoreMetrics
 import Dispatch
@@ -112,7 +113,7 @@ final class ServerMetrics: @unchecked Sendable {
 
     /// Counts a history replay queued for one client.
     func queued(_ shared: SharedFrames) {
-        for chunk in shared.encoded ?? [] { queued(chunk) }
+        for chunk in shared.chunks { queued(chunk) }
     }
 
     /// Counts a room event of `bytes` bytes queued for `recipients` members: one multiplication per event, not

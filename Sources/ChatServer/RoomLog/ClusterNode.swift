@@ -1,6 +1,6 @@
-import ChatCore
 import ChatAccounts
 import ChatCluster
+import ChatCore
 import ChatProtocol
 import Dispatch
 import Glibc

@@ -1,5 +1,4 @@
 import ChatProtocol
-import Glibc
 
 /// Whom a ban matches (protocol version 4, docs/PROTOCOL.md "Ban masks"): an account, a nick, an
 /// address or a network, or — for a server ban — a room.
@@ -41,15 +40,15 @@ public enum BanMask: Hashable, Sendable {
     }
 
     /// The mask as the server writes it back: the kind in lower case, a name by its key, an
-    /// address as `inet_ntop` writes the network's first address, and the prefix only when it
-    /// does not cover the whole address.
+    /// address as `inet_ntop` writes the network's first address (`IPAddress.text`), and the
+    /// prefix only when it does not cover the whole address.
     public var canonical: String {
         switch self {
         case .account(let key): "account:\(key)"
         case .nick(let key): "nick:\(key)"
         case .room(let name): "room:\(name)"
         case .address(let network, let prefix):
-            "address:\(Self.presentation(of: network))" + (prefix == network.count * 8 ? "" : "/\(prefix)")
+            "address:\(IPAddress(bytes: network).text)" + (prefix == network.count * 8 ? "" : "/\(prefix)")
         }
     }
 
@@ -71,7 +70,7 @@ public enum BanMask: Hashable, Sendable {
     private static func parseNetwork(_ value: String) throws(BanMaskError) -> BanMask {
         let parts = value.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         let ip = String(parts[0])
-        guard let bytes = bytes(of: ip) else { throw BanMaskError("\(ip) is not an IPv4 or IPv6 address") }
+        guard let bytes = IPAddress(ip)?.bytes else { throw BanMaskError("\(ip) is not an IPv4 or IPv6 address") }
         let bits = bytes.count * 8
         var prefix = bits
         if parts.count == 2 {
@@ -86,22 +85,12 @@ public enum BanMask: Hashable, Sendable {
         return .address(network: masked(bytes, prefix: prefix), prefix: prefix)
     }
 
-    /// The bytes of `ip` in text: 4 for IPv4 (dotted quad), 16 for IPv6; nil if it is neither.
-    static func bytes(of ip: String) -> [UInt8]? {
-        var v4 = in_addr()
-        if inet_pton(AF_INET, ip, &v4) == 1 { return withUnsafeBytes(of: v4) { Array($0) } }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, ip, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
-        return nil
-    }
-
     /// A client's address as bytes of `family` (4 or 16): an IPv4-mapped IPv6 address (a
     /// dual-stack listener's view of an IPv4 client) counts as the IPv4 address it carries.
     private static func bytes(ofClientAddress address: String, family: Int) -> [UInt8]? {
-        guard var bytes = bytes(of: address) else { return nil }
-        let mappedPrefix: [UInt8] = Array(repeating: 0, count: 10) + [0xff, 0xff]
-        if bytes.count == 16, family == 4, bytes.prefix(12).elementsEqual(mappedPrefix) { bytes = Array(bytes.suffix(4)) }
-        return bytes.count == family ? bytes : nil
+        guard var ip = IPAddress(address) else { return nil }
+        if family == 4, let carried = ip.mappedIPv4 { ip = carried }
+        return ip.bytes.count == family ? ip.bytes : nil
     }
 
     /// `bytes` with every bit past the first `prefix` cleared.
@@ -110,15 +99,6 @@ public enum BanMask: Hashable, Sendable {
             let kept = min(max(prefix - index * 8, 0), 8)
             return kept == 8 ? byte : byte & ~(0xff >> kept)
         }
-    }
-
-    /// `bytes` (4 or 16) as `inet_ntop` writes them.
-    private static func presentation(of bytes: [UInt8]) -> String {
-        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-        let family = bytes.count == 4 ? AF_INET : AF_INET6
-        let written = bytes.withUnsafeBytes { raw in inet_ntop(family, raw.baseAddress, &text, socklen_t(text.count)) }
-        precondition(written != nil, "inet_ntop takes any 4 or 16 bytes")
-        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 

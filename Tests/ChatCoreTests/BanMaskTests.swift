@@ -1,6 +1,5 @@
+import ChatCore
 import Testing
-
-@testable import ChatServer
 
 /// Ban masks (docs/PROTOCOL.md, "Ban masks"): parsing, the canonical form, and matching.
 @Suite("Ban masks")

@@ -1,5 +1,4 @@
 import ChatProtocol
-import SocketCore
 
 /// Names one connection for as long as it is open.
 ///
@@ -71,13 +70,14 @@ public enum ChatAction: Sendable, Equatable {
 /// them once, and the server encodes them once and keeps the bytes here for the next client, so
 /// a thousand joiners cost one encoding, not a thousand.
 ///
-/// `@unchecked Sendable`: `encoded` is set and read only on the server's queue; `frames` never
+/// `@unchecked Sendable`: `encoding` is set and read only on the server's queue; `frames` never
 /// changes.
 public final class SharedFrames: @unchecked Sendable, Equatable {
     /// The frames, in order.
     public let frames: [Frame]
-    /// The frames' bytes, once the server has encoded them.
-    public var encoded: [ByteChunk]?
+    /// What the I/O layer encoded the frames into, once it has (the server keeps its byte chunks
+    /// here). Opaque, so that the chat logic knows nothing of the I/O layer's buffers.
+    package var encoding: Any?
 
     /// Wraps `frames`.
     public init(_ frames: [Frame]) {
