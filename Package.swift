@@ -76,7 +76,7 @@ let package = Package(
         // and the account records behind one seam (AccountStore): memory, or SQLite in the data directory.
         .target(
             name: "ChatAccounts",
-            dependencies: ["CSodium", "SocketCore", "ChatProtocol", "ChatStorage", .product(name: "DequeModule", package: "swift-collections")]),
+            dependencies: ["CSodium", "ChatCore", "SocketCore", "ChatProtocol", "ChatStorage", .product(name: "DequeModule", package: "swift-collections")]),
 
         // The chat rules without I/O (docs/ARCHITECTURE.md): imports only the wire protocol and the
         // standard library's collections, so the compiler keeps sockets, storage and Redis out.
@@ -136,7 +136,7 @@ let package = Package(
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
         .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
-        .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "SocketCore", "TestSupport"]),
+        .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "ChatCore", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatCoreTests", dependencies: ["ChatCore"]),
         .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol", "TestSupport"]),
         .testTarget(

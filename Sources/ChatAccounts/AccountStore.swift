@@ -1,37 +1,6 @@
+import ChatCore
 import Dispatch
 import SocketCore
-
-/// One registered account: a nick, reserved for whoever knows its password.
-public struct AccountRecord: Sendable, Equatable {
-    /// The nick as it was registered (case kept); the account's name.
-    public var name: String
-    /// The key the account is found by: the nick case-folded as nicks are (`ChatName.nickKey`).
-    public var key: String
-    /// The Argon2id hash, parameters and salt included (`PasswordHashing`).
-    public var passwordHash: String
-    /// When it was registered, in milliseconds since the Unix epoch.
-    public var created: UInt64
-
-    /// Describes an account.
-    public init(name: String, key: String, passwordHash: String, created: UInt64) {
-        self.name = name
-        self.key = key
-        self.passwordHash = passwordHash
-        self.created = created
-    }
-}
-
-/// Why a store could not keep a change.
-public struct AccountStoreError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// What went wrong, for the client's `storageFailed` reason and the log.
-    public var message: String
-
-    /// Wraps a message.
-    public init(_ message: String) { self.message = message }
-
-    /// The message.
-    public var description: String { message }
-}
 
 /// Where a server keeps its accounts: the one seam between the chat's account rules and the
 /// backends — memory (`MemoryAccountStore`), SQLite in the data directory

@@ -1,3 +1,4 @@
+import ChatCore
 import DequeModule
 import Dispatch
 import SocketCore
@@ -33,17 +34,8 @@ public final class PasswordHashingPool: Sendable {
         case verify(password: String, stored: String?)
     }
 
-    /// What a job found.
-    public enum Outcome: Sendable, Equatable {
-        /// The new hash; nil if libsodium could not allocate its memory.
-        case hashed(String?)
-        /// Whether the password matched, and — when it did, with older parameters — its hash with
-        /// the pool's parameters, to store instead.
-        case verified(Bool, rehashed: String?)
-        /// The job was queued, then gave its place to a smaller share (see the type's summary):
-        /// nothing was computed. Answer it as a job refused at once (`busy`).
-        case refused
-    }
+    /// What a job found (`PasswordHashingOutcome`).
+    public typealias Outcome = PasswordHashingOutcome
 
     /// How each hash is made.
     public let hashing: PasswordHashing

@@ -1,3 +1,4 @@
+import ChatCore
 import ChatStorage
 import Dispatch
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import ChatAccounts
 import ChatCluster
+import ChatCore
 import ChatProtocol
 import ChatServer
 import ChatStorage

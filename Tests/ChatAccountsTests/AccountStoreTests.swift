@@ -1,7 +1,8 @@
 import ChatAccounts
+import ChatCore
 import Dispatch
-import Testing
 import SocketCore
+import Testing
 import TestSupport
 
 /// The account stores behind `AccountStore`: what one keeps, another opening of the same file

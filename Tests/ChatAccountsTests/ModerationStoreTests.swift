@@ -1,5 +1,6 @@
-import ChatProtocol
 import ChatAccounts
+import ChatCore
+import ChatProtocol
 import Dispatch
 import SocketCore
 import Testing

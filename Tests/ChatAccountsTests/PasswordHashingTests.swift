@@ -1,4 +1,5 @@
 import ChatAccounts
+import ChatCore
 import Dispatch
 import Testing
 import TestSupport

@@ -1,4 +1,3 @@
-import ChatAccounts
 import ChatCore
 import ChatProtocol
 
@@ -64,7 +63,7 @@ public struct AccountWork: Sendable {
 /// The answer to an `AccountWork`.
 public enum AccountAnswer: Sendable {
     /// The pool's outcome of a `hash` or `verify`.
-    case hashing(PasswordHashingPool.Outcome)
+    case hashing(PasswordHashingOutcome)
     /// The pool's queue was full: nothing was computed.
     case busy
     /// The store kept (or failed to keep) a `save` or `delete`.

@@ -1,4 +1,3 @@
-import ChatAccounts
 import ChatCore
 import ChatProtocol
 
