@@ -68,7 +68,7 @@ let package = Package(
         // bring Foundation and ICU back into chat-server; docs/ARCHITECTURE.md).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         // Rooms on disk: a small typed wrapper over SQLite, the schema, commits, paging, retention.
-        .target(name: "ChatStorage", dependencies: ["CSQLite", "ChatProtocol"]),
+        .target(name: "ChatStorage", dependencies: ["CSQLite", "ChatCore", "ChatProtocol"]),
 
         // libsodium from Debian's libsodium-dev, for Argon2id password hashes (docs/ARCHITECTURE.md).
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
@@ -138,7 +138,7 @@ let package = Package(
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "ChatCore", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatCoreTests", dependencies: ["ChatCore"]),
-        .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "CSQLite", "ChatProtocol", "TestSupport"]),
+        .testTarget(name: "ChatStorageTests", dependencies: ["ChatStorage", "ChatCore", "CSQLite", "ChatProtocol", "TestSupport"]),
         .testTarget(
             name: "ChatServerTests",
             dependencies: [

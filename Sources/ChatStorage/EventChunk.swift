@@ -1,3 +1,4 @@
+import ChatCore
 import ChatProtocol
 
 /// Consecutive events of one room packed into one blob: one row of the `event_chunks` table.

@@ -1,3 +1,4 @@
+import ChatCore
 import Glibc
 
 /// Events of one room encoded as one `event_chunks` row (`EventChunk`'s blob and the columns

@@ -1,3 +1,4 @@
+import ChatCore
 import CSQLite
 import ChatProtocol
 import ChatStorage
