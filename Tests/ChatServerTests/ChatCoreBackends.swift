@@ -174,7 +174,7 @@ struct Harness {
             var reads = core.takeLogReads()
             while !reads.isEmpty {
                 for read in reads {
-                    core.logReadAnswered(read.ticket, Self.readNow(read.request, from: store), at: now, into: &actions)
+                    core.logReadAnswered(read.ticket, Self.readNow(read.request, from: store).mapError(\.logError), at: now, into: &actions)
                 }
                 if let sqlite { sqlite.commit(&core, actions: &actions) }
                 reads = core.takeLogReads()

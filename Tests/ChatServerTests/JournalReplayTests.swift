@@ -1,3 +1,4 @@
+import ChatCore
 import ChatProtocol
 import ChatServer
 import ChatStorage

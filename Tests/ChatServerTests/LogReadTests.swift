@@ -243,7 +243,7 @@ private struct CoreWithStore {
 
     mutating func answer(_ read: LogRead, with answer: Result<RoomReadAnswer, StorageError>) -> [ChatAction] {
         var actions: [ChatAction] = []
-        core.logReadAnswered(read.ticket, answer, at: now, into: &actions)
+        core.logReadAnswered(read.ticket, answer.mapError(\.logError), at: now, into: &actions)
         return actions
     }
 }

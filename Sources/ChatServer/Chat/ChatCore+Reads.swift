@@ -76,7 +76,7 @@ extension ChatCore {
     /// The read `ticket` was answered with `answer`: the joiners waiting for a room join it (or
     /// are refused with `storageFailed`), a page goes to its asker.
     public mutating func logReadAnswered(
-        _ ticket: UInt64, _ answer: Result<RoomReadAnswer, StorageError>, at now: ServerTime, into actions: inout [ChatAction]
+        _ ticket: UInt64, _ answer: Result<RoomReadAnswer, LogError>, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         guard let purpose = reads.purposes.removeValue(forKey: ticket) else { return }
         switch purpose {
@@ -126,7 +126,7 @@ extension ChatCore {
     /// The room `name` was read: it is made from what was read (or anew) and its joiners,
     /// those still here, join it in the order they asked; if the read failed, they are refused.
     private mutating func roomRead(
-        _ name: String, _ answer: Result<StoredRoom?, StorageError>, at now: ServerTime, into actions: inout [ChatAction]
+        _ name: String, _ answer: Result<StoredRoom?, LogError>, at now: ServerTime, into actions: inout [ChatAction]
     ) {
         guard let (ticket, joiners) = reads.loading.removeValue(forKey: name) else { return }
         let waiting = joiners.filter { reads.waiting[$0] == ticket }

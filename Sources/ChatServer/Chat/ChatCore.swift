@@ -1052,17 +1052,18 @@ public struct ChatCore: Sendable {
         }
     }
 
-    /// A commit failed: its `events` were not stored, so they are taken out of the history in
-    /// memory and never delivered (the server drops them); each sender still connected gets
-    /// `storageFailed`, and room events are refused until `storageRecovered()`.
-    public mutating func storageFailed(_ failure: CommitFailure, into actions: inout [ChatAction]) {
-        storageFailure = failure.error.message
+    /// A commit failed with `error`: its events (`unstored`) were not stored, so they are taken
+    /// out of the history in memory and never delivered (the server drops them); each sender
+    /// still connected gets `storageFailed`, and room events are refused until
+    /// `storageRecovered()`.
+    public mutating func storageFailed(_ error: LogError, unstored: [StoredEvent], into actions: inout [ChatAction]) {
+        storageFailure = error.message
         var told: Set<String> = []
         // The seqs of what was not stored are given back where nothing delivered came after them.
         var failedSeqs: [String: Set<UInt64>] = [:]
-        for event in failure.events { failedSeqs[event.room, default: []].insert(event.entry.seq) }
+        for event in unstored { failedSeqs[event.room, default: []].insert(event.entry.seq) }
         for (name, seqs) in failedSeqs { withRoom(name) { $0.giveBack(seqs: seqs) } }
-        for event in failure.events {
+        for event in unstored {
             let name = event.room
             let entry = event.entry
             if rooms[name] != nil {
@@ -1079,7 +1080,7 @@ public struct ChatCore: Sendable {
             }
             guard let sender = nicks[ChatName.nickKey(entry.sender)], told.insert(entry.sender).inserted else { continue }
             let request: FrameType = entry.kind == .topic ? .setTopic : entry.kind == .action ? .emote : .say
-            let reason = "#\(name): not delivered: \(failure.error.message)"
+            let reason = "#\(name): not delivered: \(error.message)"
             actions.append(.send(.error(code: .storageFailed, fatal: false, frameType: request, reason: reason), to: sender))
         }
     }
@@ -1136,7 +1137,7 @@ public struct ChatCore: Sendable {
     /// Answers `id`'s `fetchHistory` with the page read from the store (`awaitPage`).
     mutating func pageRead(
         of name: String, _ direction: HistoryDirection, from seq: UInt64, for id: ClientID,
-        _ answer: Result<RoomReadAnswer, StorageError>, into actions: inout [ChatAction]
+        _ answer: Result<RoomReadAnswer, LogError>, into actions: inout [ChatAction]
     ) {
         guard clients[id.slot]?.rooms.contains(name) == true, let room = rooms[name] else {
             refuse(.fetchHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)

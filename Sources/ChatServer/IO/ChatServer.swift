@@ -680,7 +680,7 @@ public final class ChatServer: @unchecked Sendable {
     /// A read of the store was answered: the core takes the answer, what it did is carried out,
     /// and the clients whose requests waited for it are served again.
     private func answerFromStore(_ ticket: UInt64, _ answer: Result<RoomReadAnswer, StorageError>) {
-        core.logReadAnswered(ticket, answer, at: Self.now(), into: &actions)
+        core.logReadAnswered(ticket, answer.mapError(\.logError), at: Self.now(), into: &actions)
         perform()
         serveAnswered(\.readWaiters) { core.isAwaitingLog($0) }
     }

@@ -71,33 +71,7 @@ extension RoomStore {
     public var commitsOnCallersQueue: Bool { false }
 }
 
-/// A read of the store that `ChatCore` waits for (`RoomStore.read`).
-public enum RoomRead: Sendable {
-    /// The stored room with its `recent` newest events: for the first joiner of a room that is
-    /// not in memory.
-    case room(String, recent: Int)
-    /// A page of the room's committed events next to `from`, as `RoomDatabase.page` answers
-    /// it: at most `limit` entries whose `cost` adds up to at most `budget`.
-    case page(String, HistoryDirection, from: UInt64, limit: Int, budget: Int, cost: @Sendable (HistoryEntry) -> Int)
-}
-
-/// What a `RoomRead` found.
-public enum RoomReadAnswer: Sendable, Equatable {
-    /// The stored room, or nil if none is stored under that name.
-    case room(StoredRoom?)
-    /// The page's entries, oldest first, and whether they reach the end of the stored history in
-    /// the page's direction.
-    case page(entries: [HistoryEntry], complete: Bool)
-}
-
 extension RoomRead {
-    /// The room read.
-    var room: String {
-        switch self {
-        case .room(let name, _), .page(let name, _, _, _, _, _): name
-        }
-    }
-
     /// Answers the read from `room` and `page`, the synchronous reads of a store: for the stores
     /// whose `read` runs them on a queue of their own, or at once.
     func answer(
@@ -126,6 +100,18 @@ public struct CommitFailure: Error, Sendable {
     public var error: StorageError
     /// The events of the failed commit.
     public var events: [StoredEvent]
+}
+
+extension StorageError {
+    /// The error as the core takes it (`LogError`): the message, without SQLite's details.
+    var logError: LogError { LogError(message) }
+}
+
+extension ChatCore {
+    /// `storageFailed(_:unstored:into:)` for a store's failed commit.
+    mutating func storageFailed(_ failure: CommitFailure, into actions: inout [ChatAction]) {
+        storageFailed(failure.error.logError, unstored: failure.events, into: &actions)
+    }
 }
 
 /// A `RoomStore` in memory, for the chat logic's tests: changes are "committed" as they are staged.
