@@ -1,6 +1,5 @@
 import ChatCore
 import ChatProtocol
-import ChatStorage
 
 // MARK: - Reads of the room log
 //

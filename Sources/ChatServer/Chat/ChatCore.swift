@@ -1,6 +1,5 @@
 import ChatCore
 import ChatProtocol
-import ChatStorage
 import DequeModule
 
 /// The whole chat — connections, nicks, rooms, history, limits — as a state machine without I/O.

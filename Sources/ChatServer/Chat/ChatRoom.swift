@@ -1,6 +1,5 @@
 import ChatCore
 import ChatProtocol
-import ChatStorage
 
 /// One room: its identity, its members in joining order, its sequence counter, its topic and its
 /// history.
