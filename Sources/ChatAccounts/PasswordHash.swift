@@ -1,4 +1,5 @@
 import CSodium
+import ChatCore
 import ChatProtocol
 
 /// Argon2id password hashes, through libsodium (`crypto_pwhash_argon2id_*`).
@@ -16,9 +17,9 @@ public struct PasswordHashing: Sendable, Equatable {
     /// Memory per hash, in bytes (Argon2id's `m`, which libsodium takes in bytes).
     public var memoryBytes: Int
 
-    /// OWASP's first recommendation for Argon2id (2023): `m` = 19 MiB, `t` = 2, one lane — 12 ms
+    /// OWASP's first recommendation for Argon2id (2023), `AccountSettings`' defaults: `m` = 19 MiB, `t` = 2, one lane — 12 ms
     /// of one core on this project's 2-core test machine, and 19 MiB while it runs.
-    public static let standard = PasswordHashing(passes: 2, memoryBytes: 19 << 20)
+    public static let standard = PasswordHashing(passes: AccountSettings().hashingPasses, memoryBytes: AccountSettings().hashingMemoryBytes)
 
     /// The longest password accepted, in bytes: the protocol's `WireProtocol.maxPasswordBytes`.
     public static let maxPasswordBytes = WireProtocol.maxPasswordBytes

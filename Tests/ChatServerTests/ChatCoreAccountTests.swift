@@ -184,7 +184,7 @@ struct ChatCoreAccountTests {
         let guest = chat.open()
         #expect(chat.send(.hello(version: 3, nick: "alice", password: nil), from: guest).isEmpty)
         var actions: [ChatAction] = []
-        chat.now.uptimeMillis += chat.core.configuration.accounts.loginWait.milliseconds - 1
+        chat.now.uptimeMillis += chat.core.limits.accounts.loginWait.milliseconds - 1
         chat.core.tick(at: chat.now, into: &actions)
         #expect(disconnected(guest, in: actions) == nil, "the login may still come")
         chat.now.uptimeMillis += 1
@@ -225,7 +225,7 @@ struct ChatCoreAccountTests {
         var chat = AccountHarness()
         let owner = chat.connect("alice")
         chat.send(.register(password: "hunter2"), from: owner)
-        let limits = chat.core.configuration.accounts
+        let limits = chat.core.limits.accounts
         #expect(limits.loginAttemptsPerAccount < 50, "the account's window fills in the first round")
         var guessers: [ClientID] = []
         for host in 2...51 {
@@ -561,7 +561,7 @@ struct ChatCoreAccountTests {
         }
         #expect(codes == Array(repeating: nil, count: 5) + Array(repeating: .throttled, count: 5), "the busy one cost nothing: \(codes)")
         #expect(chat.core.accountCount == 5)
-        chat.advance(chat.core.configuration.accounts.registrationWindow.milliseconds)
+        chat.advance(chat.core.limits.accounts.registrationWindow.milliseconds)
         #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == nil, "a new window")
     }
 

@@ -318,7 +318,7 @@ extension ChatCore {
     /// on a server on its own, the ones its operator must still create. (A cluster node keeps
     /// no records: it asks Redis.)
     public var missingAdminAccounts: [String] {
-        configuration.accounts.adminAccounts.filter { accounts.records[$0] == nil }.sorted()
+        limits.accounts.adminAccounts.filter { accounts.records[$0] == nil }.sorted()
     }
 
     /// Takes the account work asked for since the last call, in order.
@@ -376,7 +376,7 @@ extension ChatCore {
     /// The limits that password guesses are counted under (`GuessWindows`); room keys are
     /// guessed under the same.
     var guessLimits: GuessLimits {
-        let limits = configuration.accounts
+        let limits = limits.accounts
         return GuessLimits(
             perSubject: limits.loginAttemptsPerAccount, perSubjectFromAddress: limits.loginAttemptsPerAccountFromAddress,
             perAddress: limits.loginAttemptsPerAddress, window: limits.loginWindow.milliseconds)
@@ -568,7 +568,7 @@ extension ChatCore {
     /// Registers `nick`, the client's own, as an account with `password`.
     private mutating func register(_ id: ClientID, nick: String, password: String, at now: ServerTime, into actions: inout [ChatAction]) {
         let key = ChatName.nickKey(nick)
-        let limits = configuration.accounts
+        let limits = limits.accounts
         // A server operator's account is the operator's to make (`chat-server account add`),
         // never a client's: its nick is reserved from the start (`reservation`), so no guest
         // holds it to get here, and this says no whatever the way in.
@@ -643,7 +643,7 @@ extension ChatCore {
             refuse(.register, .accountExists, "\(name) is already registered", to: id, into: &actions)
             return
         }
-        if accounts.records.count >= configuration.accounts.maxAccounts {
+        if accounts.records.count >= limits.accounts.maxAccounts {
             refuse(.register, .tooManyAccounts, "the server holds as many accounts as it allows", to: id, into: &actions)
             return
         }
@@ -934,7 +934,7 @@ extension ChatCore {
         case .success(.exists):
             refuse(.register, .accountExists, "\(record.name) is already registered", to: id, into: &actions)
         case .success(.full):
-            let limit = configuration.accounts.maxAccounts
+            let limit = limits.accounts.maxAccounts
             refuse(.register, .tooManyAccounts, "the cluster holds as many accounts as it allows (\(limit))", to: id, into: &actions)
         case .failure(let error):
             refuse(.register, .storageFailed, "the account was not stored: \(error)", to: id, into: &actions)
@@ -953,7 +953,7 @@ extension ChatCore {
     func reservation(of nick: String, for id: ClientID) -> String? {
         let key = ChatName.nickKey(nick)
         let heldByOwner = isClustered && nicks[key].flatMap { clients[$0.slot]?.account } == key
-        let reserved = accounts.records[key] != nil || heldByOwner || configuration.accounts.adminAccounts.contains(key)
+        let reserved = accounts.records[key] != nil || heldByOwner || limits.accounts.adminAccounts.contains(key)
         guard reserved, clients[id.slot]?.account != key else { return nil }
         return "\(nick) is a registered nick; log in to its account to use it"
     }
@@ -1060,8 +1060,8 @@ extension ChatCore {
 
     /// Forgets windows that have ended, so the dictionaries hold only current ones.
     mutating func forgetEndedAccountWindows(at now: ServerTime) {
-        let login = configuration.accounts.loginWindow.milliseconds
-        let registration = configuration.accounts.registrationWindow.milliseconds
+        let login = limits.accounts.loginWindow.milliseconds
+        let registration = limits.accounts.registrationWindow.milliseconds
         let time = now.uptimeMillis
         accounts.guesses.forgetEnded(window: login, now: time)
         if let window = accounts.serverRegistrations, time &- window.start >= registration { accounts.serverRegistrations = nil }

@@ -550,7 +550,7 @@ extension ChatCore {
         guard cluster.departures[id] == nil else { return true }
         guard isOwed(id) else { return false }
         cluster.departures[id] = ClusterState.Departure(
-            disconnection: disconnection, since: now, deadline: now.uptimeMillis + configuration.lingerTimeout.milliseconds)
+            disconnection: disconnection, since: now, deadline: now.uptimeMillis + limits.lingerTimeout.milliseconds)
         return true
     }
 
@@ -792,10 +792,10 @@ extension ChatCore {
             cluster.awaiting[id] = .read
             ask(.members(room: room, asker(id), withModes: version(of: id) >= 4), owing: id)
         case .requestHistory(let room, let count):
-            let read = recentMessages(before: 0, count: min(Int(count), configuration.historySize))
+            let read = recentMessages(before: 0, count: min(Int(count), limits.historySize))
             clusterHistory(of: room, id: id, read, request: .requestHistory, into: &actions)
         case let .fetchHistory(room, direction, seq, limit):
-            let read = ClusterHistoryRead.page(direction, from: seq, limit: min(Int(limit), configuration.historySize))
+            let read = ClusterHistoryRead.page(direction, from: seq, limit: min(Int(limit), limits.historySize))
             clusterHistory(of: room, id: id, read, request: .fetchHistory, into: &actions)
         default:
             return false
@@ -919,7 +919,7 @@ extension ChatCore {
     /// `room` on every node as this node knows them (and to the joiner itself, `joining`), so its
     /// next frame waits if that puts the address in debt; nil when fan-out is not limited.
     private mutating func chargeFanout(of id: ClientID, size: Int, in room: String, joining: Bool = false) -> FanoutCharge? {
-        guard configuration.addressFanoutRate > 0, let address = clients[id.slot]?.address else { return nil }
+        guard limits.addressFanoutRate > 0, let address = clients[id.slot]?.address else { return nil }
         let known = cluster.rooms[room]
         let memberCount = known?.memberCount ?? 0
         let deliveries = max(memberCount, known?.members.count ?? 0) + (joining ? 1 : 0)
@@ -932,7 +932,7 @@ extension ChatCore {
     /// What a server on its own sends a version 1 client of its history before `seq`: the
     /// newest `count` messages of what a room's memory keeps.
     private func recentMessages(before seq: UInt64, count: Int) -> ClusterHistoryRead {
-        .recentMessages(before: seq, count: count, window: configuration.historySize, bytes: budget.historyPerRoom)
+        .recentMessages(before: seq, count: count, window: limits.historySize, bytes: budget.historyPerRoom)
     }
 
     private mutating func clusterHistory(
@@ -1289,8 +1289,8 @@ extension ChatCore {
             // The replay a joiner of its version gets on a server on its own.
             let history =
                 version >= 2
-                ? ClusterHistoryRead.page(.before, from: seq, limit: configuration.historySize)
-                : recentMessages(before: seq, count: configuration.historySize)
+                ? ClusterHistoryRead.page(.before, from: seq, limit: limits.historySize)
+                : recentMessages(before: seq, count: limits.historySize)
             ask(.snapshot(room: name, newMember, seq: seq, history: history))
         }
         if case .left(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.leaving.contains(id),

@@ -96,7 +96,7 @@ extension ChatCore {
     /// Whether `id` is logged in as an account the operator named a server operator.
     func isServerOperator(_ id: ClientID) -> Bool {
         guard let account = clients[id.slot]?.account else { return false }
-        return configuration.accounts.adminAccounts.contains(account)
+        return limits.accounts.adminAccounts.contains(account)
     }
 
     /// Why `id` may not act as an op in `name`, or nil when it may: an op among its members, or

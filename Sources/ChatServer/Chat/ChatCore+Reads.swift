@@ -102,7 +102,7 @@ extension ChatCore {
     /// already under way.
     mutating func awaitRoom(_ name: String, for id: ClientID) {
         if reads.loading[name] == nil {
-            let ticket = reads.ask(.room(name, recent: configuration.historySize), for: .room(name))
+            let ticket = reads.ask(.room(name, recent: limits.historySize), for: .room(name))
             reads.loading[name] = (ticket, [])
         }
         reads.loading[name]!.joiners.append(id)

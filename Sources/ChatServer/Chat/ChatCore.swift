@@ -22,13 +22,13 @@ import DequeModule
 /// for and answered later, off the event loop (ChatCore+Reads.swift). While the store fails,
 /// room events are refused with `storageFailed`.
 ///
-/// What it keeps is bounded by `configuration.memoryBudget`: history by entries and bytes per
+/// What it keeps is bounded by its `MemoryBudget`: history by entries and bytes per
 /// room and in all rooms together (the globally oldest entries go first), and every frame a
 /// client sends by a request rate and a byte rate — per connection, and for all connections from one
 /// address together.
 public struct ChatCore: Sendable {
     /// The limits in force.
-    public internal(set) var configuration: ChatServerConfiguration
+    public private(set) var limits: ChatLimits
     /// Makes each new room's epoch: a non-zero number a client compares to tell a room that
     /// started again from one it saw before.
     private let makeEpoch: @Sendable () -> UInt64
@@ -80,22 +80,38 @@ public struct ChatCore: Sendable {
     /// Connections open, handshaking ones included.
     public private(set) var clientCount = 0
 
-    /// An empty chat with the limits of `configuration`, keeping rooms in `store` if there is
-    /// one. New rooms take their epoch from `makeEpoch`, which must never return 0; by default a
-    /// random number.
+    /// An empty chat with `limits`, keeping what grows within `budget`, and rooms in `store` if
+    /// there is one. New rooms take their epoch from `makeEpoch`, which must never return 0; by
+    /// default a random number.
     ///
     /// `clustered` makes it one node of a cluster (docs/CLUSTER.md): rooms, nicks and history are
     /// the cluster's, and the core asks for them through `takeClusterRequests()` instead of
     /// keeping them itself; `store` is then unused.
     public init(
+        limits: ChatLimits, budget: MemoryBudget, store: (any RoomStore)? = nil, clustered: Bool = false,
+        makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
+    ) {
+        self.limits = limits
+        self.store = clustered ? nil : store
+        self.makeEpoch = makeEpoch
+        self.budget = budget
+        isClustered = clustered
+    }
+
+    /// An empty chat with the limits and memory budget of `configuration` (`init(limits:budget:…)`).
+    public init(
         configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, clustered: Bool = false,
         makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
     ) {
-        self.configuration = configuration
-        self.store = clustered ? nil : store
-        self.makeEpoch = makeEpoch
-        budget = configuration.memoryBudget
-        isClustered = clustered
+        self.init(limits: configuration.limits, budget: configuration.memoryBudget, store: store, clustered: clustered, makeEpoch: makeEpoch)
+    }
+
+    /// Takes new limits: every later frame, connection and login is judged by them. The server
+    /// passes its limits with a reload's live settings applied
+    /// (`ChatServerConfiguration.applyingLiveSettings(of:)`). Clients already welcomed were told
+    /// the old rates in their `limits` frame and learn the new ones at their next connection.
+    public mutating func reconfigure(_ limits: ChatLimits) {
+        self.limits = limits
     }
 
     // MARK: Events
@@ -106,20 +122,20 @@ public struct ChatCore: Sendable {
     /// from afar are accepted only then, ChatCore+Accounts.swift).
     public mutating func clientConnected(_ id: ClientID, address: String, encrypted: Bool = false, at now: ServerTime) -> Disconnection? {
         precondition(id.slot >= 0, "slots are non-negative")
-        if clientCount >= configuration.maxClients {
-            let reason = "the server is full (\(configuration.maxClients) connections)"
+        if clientCount >= limits.maxClients {
+            let reason = "the server is full (\(limits.maxClients) connections)"
             return Disconnection(code: .serverFull, frameType: .hello, reason: reason)
         }
         let fromAddress = addresses[address]?.connections ?? 0
-        if fromAddress >= configuration.maxClientsPerAddress {
-            let reason = "too many connections from \(address) (limit \(configuration.maxClientsPerAddress))"
+        if fromAddress >= limits.maxClientsPerAddress {
+            let reason = "too many connections from \(address) (limit \(limits.maxClientsPerAddress))"
             return Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
         }
         if let refusal = serverBanRefusal(accountKey: nil, nick: nil, address: address, request: .hello) { return refusal }
-        var state = addresses[address] ?? AddressState(configuration: configuration, now: now.uptimeMillis)
-        let connectionRate = configuration.addressConnectionRate
+        var state = addresses[address] ?? AddressState(limits: limits, now: now.uptimeMillis)
+        let connectionRate = limits.addressConnectionRate
         if connectionRate > 0 {
-            guard state.connectBucket.has(1, rate: connectionRate, burst: configuration.addressConnectionBurst, now: now.uptimeMillis)
+            guard state.connectBucket.has(1, rate: connectionRate, burst: limits.addressConnectionBurst, now: now.uptimeMillis)
             else {
                 let reason = "connecting too fast from \(address) (at most \(Self.format(connectionRate)) per second)"
                 return Disconnection(code: .tooManyConnectionsFromAddress, frameType: .hello, reason: reason)
@@ -129,9 +145,9 @@ public struct ChatCore: Sendable {
         if clients.count <= id.slot { clients.append(contentsOf: repeatElement(nil, count: id.slot - clients.count + 1)) }
         precondition(clients[id.slot] == nil, "slot \(id.slot) reused while in use")
         clients[id.slot] = ClientState(
-            address: address, burst: configuration.messageBurst, byteBurst: configuration.byteBurst, now: now.uptimeMillis)
+            address: address, burst: limits.messageBurst, byteBurst: limits.byteBurst, now: now.uptimeMillis)
         clients[id.slot]?.passwordsAllowed = Self.acceptsPassword(
-            from: address, encrypted: encrypted, allowPlain: configuration.accounts.allowPlainPasswords)
+            from: address, encrypted: encrypted, allowPlain: limits.accounts.allowPlainPasswords)
         state.connections += 1
         addresses[address] = state
         clientCount += 1
@@ -155,8 +171,8 @@ public struct ChatCore: Sendable {
         else { return }
         // Every frame read costs its address, whatever becomes of it.
         let address = client.address
-        if configuration.addressMessageRate > 0 { addresses[address]!.bucket.spend(1) }
-        if configuration.addressByteRate > 0 { addresses[address]!.byteBucket.spend(Double(size)) }
+        if limits.addressMessageRate > 0 { addresses[address]!.bucket.spend(1) }
+        if limits.addressByteRate > 0 { addresses[address]!.byteBucket.spend(Double(size)) }
         guard let nick = client.nick else {
             handshake(frame, from: id, at: now, into: &actions)
             return
@@ -274,9 +290,9 @@ public struct ChatCore: Sendable {
     /// Time passed: drops connections that did not finish the handshake in time, pings clients
     /// that have been silent, and disconnects those silent for too long.
     public mutating func tick(at now: ServerTime, into actions: inout [ChatAction]) {
-        let handshakeTimeout = configuration.handshakeTimeout.milliseconds
-        let idlePing = configuration.idlePingInterval.milliseconds
-        let idleTimeout = configuration.idleTimeout.milliseconds
+        let handshakeTimeout = limits.handshakeTimeout.milliseconds
+        let idlePing = limits.idlePingInterval.milliseconds
+        let idleTimeout = limits.idleTimeout.milliseconds
         // Clients let go that wait for the cluster's answers are past pings and idle timeouts.
         if cluster.departures.isEmpty == false { clusterDeparturesDue(at: now, into: &actions) }
         forgetRememberedRolesIfDue(at: now)
@@ -290,20 +306,20 @@ public struct ChatCore: Sendable {
             }
             if client.nick == nil {
                 if let pending = client.pendingHello, accounts.waiting[id] == nil,
-                    now.uptimeMillis &- pending.since >= configuration.accounts.loginWait.milliseconds
+                    now.uptimeMillis &- pending.since >= limits.accounts.loginWait.milliseconds
                 {
                     loginNeverCame(id, nick: pending.nick, at: now, into: &actions)
                     continue
                 }
                 if now.uptimeMillis &- client.connectedAt >= handshakeTimeout {
-                    let reason = "no hello within \(configuration.handshakeTimeout)"
+                    let reason = "no hello within \(limits.handshakeTimeout)"
                     disconnect(id, Disconnection(code: .handshakeTimeout, reason: reason), at: now, into: &actions)
                 }
                 continue
             }
             let silence = now.uptimeMillis &- client.lastHeard
             if silence >= idleTimeout {
-                let reason = "nothing received for \(configuration.idleTimeout)"
+                let reason = "nothing received for \(limits.idleTimeout)"
                 disconnect(id, Disconnection(code: .idleTimeout, reason: reason), at: now, into: &actions)
             } else if silence >= idlePing, !client.pinged {
                 clients[slot]?.pinged = true
@@ -319,9 +335,9 @@ public struct ChatCore: Sendable {
         }
         addresses = addresses.filter { _, state in
             var state = state
-            return state.connections > 0 || !state.isFull(configuration, now: now.uptimeMillis)
+            return state.connections > 0 || !state.isFull(limits, now: now.uptimeMillis)
         }
-        let lockout = configuration.passwordLockout.milliseconds
+        let lockout = limits.passwordLockout.milliseconds
         passwordFailures = passwordFailures.filter { _, failures in
             failures.lockedUntil > now.uptimeMillis || now.uptimeMillis &- failures.lastFailure < lockout
         }
@@ -374,7 +390,7 @@ public struct ChatCore: Sendable {
             refusal = Disconnection(
                 code: .unsupportedVersion, frameType: .hello,
                 reason: "this server speaks protocol versions \(WireProtocol.minimumVersion) to \(WireProtocol.version)")
-        } else if let expected = configuration.password, let problem = checkPassword(password, against: expected, from: id, at: now) {
+        } else if let expected = limits.password, let problem = checkPassword(password, against: expected, from: id, at: now) {
             if let delay = problem.delay {
                 // Held back: the connection stays (and says nothing) until the tick that sends it.
                 clients[id.slot]?.pendingRefusal = (problem.refusal, now.uptimeMillis + delay)
@@ -410,15 +426,15 @@ public struct ChatCore: Sendable {
         clients[id.slot]?.nick = nick
         clients[id.slot]?.version = agreed
         let welcome = Frame.welcome(
-            version: agreed, nick: nick, maxFrameSize: UInt32(configuration.maxFrameSize), motd: configuration.motd)
+            version: agreed, nick: nick, maxFrameSize: UInt32(limits.maxFrameSize), motd: limits.motd)
         actions.append(.send(welcome, to: id))
         if agreed >= 2 {
-            let rate = configuration.messageRate * 1000
+            let rate = limits.messageRate * 1000
             let limits = Frame.limits(
                 requestRate: rate.isFinite && rate < Double(UInt32.max) ? UInt32(rate.rounded(.down)) : UInt32.max,
-                requestBurst: configuration.messageRate > 0 ? UInt32(clamping: configuration.messageBurst) : 0,
-                byteRate: UInt32(clamping: configuration.byteRate),
-                byteBurst: configuration.byteRate > 0 ? UInt32(clamping: configuration.byteBurst) : 0)
+                requestBurst: limits.messageRate > 0 ? UInt32(clamping: limits.messageBurst) : 0,
+                byteRate: UInt32(clamping: limits.byteRate),
+                byteBurst: limits.byteRate > 0 ? UInt32(clamping: limits.byteBurst) : 0)
             actions.append(.send(limits, to: id))
         }
     }
@@ -446,13 +462,13 @@ public struct ChatCore: Sendable {
         var failures = passwordFailures[address] ?? PasswordFailures()
         failures.count += 1
         failures.lastFailure = now.uptimeMillis
-        if failures.count >= configuration.passwordAttempts {
+        if failures.count >= limits.passwordAttempts {
             failures.count = 0
-            failures.lockedUntil = now.uptimeMillis + configuration.passwordLockout.milliseconds
+            failures.lockedUntil = now.uptimeMillis + limits.passwordLockout.milliseconds
         }
         passwordFailures[address] = failures
         let refusal = Disconnection(code: .badPassword, frameType: .hello, reason: "wrong password")
-        return (refusal, configuration.passwordDelay.milliseconds)
+        return (refusal, limits.passwordDelay.milliseconds)
     }
 
     /// Compares in time that depends on the lengths only, not on where the first difference is,
@@ -477,9 +493,9 @@ public struct ChatCore: Sendable {
     private mutating func admit(
         _ frame: Frame, size: Int, from id: ClientID, at now: ServerTime, into actions: inout [ChatAction]
     ) -> Bool {
-        let rate = configuration.messageRate
-        let byteRate = configuration.byteRate
-        let (messageBurst, byteBurst) = (configuration.messageBurst, configuration.byteBurst)
+        let rate = limits.messageRate
+        let byteRate = limits.byteRate
+        let (messageBurst, byteBurst) = (limits.messageBurst, limits.byteBurst)
         let time = now.uptimeMillis
         // One access to the client, in place (a copy of it would retain and release its fields on
         // every request); nil: it is gone, and is admitted nothing.
@@ -502,7 +518,7 @@ public struct ChatCore: Sendable {
             })
         else { return false }
         guard let limit = verdict.limit else { return true }
-        if verdict.refusedInARow >= configuration.rateAbuseLimit {
+        if verdict.refusedInARow >= limits.rateAbuseLimit {
             let reason = "kept sending faster than \(limit)"
             endSession(id, Disconnection(code: .rateLimited, frameType: frame.type, reason: reason), at: now, into: &actions)
         } else {
@@ -519,7 +535,7 @@ public struct ChatCore: Sendable {
     /// bytes can ask for a megabyte, and without this, paging history from many connections read
     /// hundreds of megabytes a second out of the server (docs/SECURITY.md).
     private mutating func chargeFanout(of address: String, size: Int, for actions: ArraySlice<ChatAction>) {
-        guard configuration.addressFanoutRate > 0 else { return }
+        guard limits.addressFanoutRate > 0 else { return }
         var bytes = 0
         for action in actions {
             switch action {
@@ -560,7 +576,7 @@ public struct ChatCore: Sendable {
     /// In cluster mode the deliveries happen on every node when Redis publishes the event, so
     /// the clustered path charges what it knows of the room's members (ChatCore+Cluster.swift).
     mutating func chargeFanout(of address: String, bytesPerDelivery: Int, deliveries: Int) {
-        guard configuration.addressFanoutRate > 0, deliveries > 0, addresses[address] != nil else { return }
+        guard limits.addressFanoutRate > 0, deliveries > 0, addresses[address] != nil else { return }
         addresses[address]!.fanoutBucket.spend(Double(bytesPerDelivery * deliveries))
     }
 
@@ -575,7 +591,6 @@ public struct ChatCore: Sendable {
     /// dropped. Each frame read spends its tokens after the fact (`received`), so the buckets may
     /// go one frame into debt; the average rate holds all the same.
     public mutating func addressWait(for id: ClientID, at now: ServerTime) -> UInt64 {
-        let limits = configuration
         guard limits.addressMessageRate > 0 || limits.addressByteRate > 0 || limits.addressFanoutRate > 0,
             id.slot < clients.count,
             let address = clients[id.slot]?.address
@@ -657,7 +672,7 @@ public struct ChatCore: Sendable {
         guard newNick != oldNick else { return }
         // What a member's address is charged for each room's announcement, where fan-out is
         // limited: the request's size, as for a line.
-        let size = configuration.addressFanoutRate > 0 ? FrameEncoder.encode(Frame.changeNick(nick: newNick)).count : 0
+        let size = limits.addressFanoutRate > 0 ? FrameEncoder.encode(Frame.changeNick(nick: newNick)).count : 0
         for room in clients[id.slot]?.rooms ?? [] {
             let event = Frame.nickChanged(room: room, seq: 0, time: 0, old: oldNick, new: newNick)
             appendRoomEvent(event, in: room, from: id, size: size, at: now, into: &actions)
@@ -670,8 +685,8 @@ public struct ChatCore: Sendable {
     /// `key`: the one given with `joinWithKey`.
     func joinRefusal(of name: String, for id: ClientID, key: String? = nil, at now: ServerTime) -> (code: ErrorCode, reason: String)? {
         if isMember(id, of: name) { return (.alreadyInRoom, "you are already in #\(name)") }
-        if clients[id.slot]?.rooms.count ?? 0 >= configuration.maxRoomsPerClient {
-            return (.tooManyRooms, "you are in \(configuration.maxRoomsPerClient) rooms, the most allowed")
+        if clients[id.slot]?.rooms.count ?? 0 >= limits.maxRoomsPerClient {
+            return (.tooManyRooms, "you are in \(limits.maxRoomsPerClient) rooms, the most allowed")
         }
         return moderationJoinRefusal(of: name, for: id, key: key, at: now)
     }
@@ -766,7 +781,7 @@ public struct ChatCore: Sendable {
     /// The history replay a joiner of `version` gets, built once per change of the history and
     /// shared by every joiner until then; nil when a version 1 joiner gets none.
     private mutating func replay(of name: String, version: UInt16) -> SharedFrames? {
-        let historySize = configuration.historySize
+        let historySize = limits.historySize
         return withRoom(name) { room -> SharedFrames? in
             if version >= 2 {
                 if let cached = room.replayV2 { return cached }
@@ -963,7 +978,7 @@ public struct ChatCore: Sendable {
     private mutating func recordHistory(_ entry: HistoryEntry, in name: String) {
         // Every room access here goes through `withRoom`: `rooms[name]?.epoch` would copy the
         // room, retaining and releasing its members and history, on the per-message path.
-        guard configuration.historySize > 0,
+        guard limits.historySize > 0,
             let (epoch, addedEntries, addedBytes) = withRoom(name, { room in
                 let (countBefore, bytesBefore) = (room.history.count, room.history.bytes)
                 _ = room.record(entry)  // what it forgot shows in the difference below
@@ -996,7 +1011,7 @@ public struct ChatCore: Sendable {
     /// Makes the room `name` from what the store holds of it, or anew with a new epoch when
     /// nothing is stored.
     mutating func makeRoom(_ name: String, from stored: StoredRoom?) {
-        let historySize = configuration.historySize
+        let historySize = limits.historySize
         guard rooms[name] == nil else { return }
         guard let stored else {
             rooms[name] = ChatRoom(name: name, epoch: makeEpoch(), historySize: historySize, historyBytes: budget.historyPerRoom)
@@ -1105,7 +1120,7 @@ public struct ChatCore: Sendable {
             refuse(.requestHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
-        let entries = room.history.recentMessages(min(count, configuration.historySize))
+        let entries = room.history.recentMessages(min(count, limits.historySize))
         if entries.isEmpty {
             actions.append(.send(.history(room: name, entries: []), to: id))
         } else {
@@ -1123,7 +1138,7 @@ public struct ChatCore: Sendable {
             refuse(.fetchHistory, .notInRoom, "you are not in #\(name)", to: id, into: &actions)
             return
         }
-        let limit = min(limit, configuration.historySize)
+        let limit = min(limit, limits.historySize)
         let (entries, complete) = room.history.page(
             direction, from: seq, limit: limit, budget: Self.listFrameBudget, cost: Self.cost)
         if store != nil, room.olderStored, Self.pageReachesPastMemory(direction, from: seq, memory: room.history, complete: complete) {
@@ -1287,16 +1302,15 @@ struct AddressState: Sendable {
     var connectBucket: TokenBucket
 
     /// Full buckets as of `now`, no connections yet.
-    init(configuration: ChatServerConfiguration, now: UInt64) {
-        bucket = TokenBucket(burst: configuration.addressMessageBurst, now: now)
-        byteBucket = TokenBucket(burst: configuration.addressByteBurst, now: now)
-        fanoutBucket = TokenBucket(burst: configuration.addressFanoutBurst, now: now)
-        connectBucket = TokenBucket(burst: configuration.addressConnectionBurst, now: now)
+    init(limits: ChatLimits, now: UInt64) {
+        bucket = TokenBucket(burst: limits.addressMessageBurst, now: now)
+        byteBucket = TokenBucket(burst: limits.addressByteBurst, now: now)
+        fanoutBucket = TokenBucket(burst: limits.addressFanoutBurst, now: now)
+        connectBucket = TokenBucket(burst: limits.addressConnectionBurst, now: now)
     }
 
     /// Whether every bucket is full again as of `now`: forgetting the address would change nothing.
-    mutating func isFull(_ configuration: ChatServerConfiguration, now: UInt64) -> Bool {
-        let limits = configuration
+    mutating func isFull(_ limits: ChatLimits, now: UInt64) -> Bool {
         return (limits.addressMessageRate == 0
             || bucket.has(Double(limits.addressMessageBurst), rate: limits.addressMessageRate, burst: limits.addressMessageBurst, now: now))
             && (limits.addressByteRate == 0

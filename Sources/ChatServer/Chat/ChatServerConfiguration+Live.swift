@@ -70,12 +70,3 @@ extension ChatServerConfiguration {
         Self.liveSettings.filter { $0.changed(self, new) }.map(\.flag)
     }
 }
-
-extension ChatCore {
-    /// Takes the live settings of `new` (`ChatServerConfiguration.liveSettings`): every later
-    /// frame, connection and login is judged by them. Clients already welcomed were told the
-    /// old rates in their `limits` frame and learn the new ones at their next connection.
-    public mutating func reconfigure(_ new: ChatServerConfiguration) {
-        configuration = configuration.applyingLiveSettings(of: new)
-    }
-}

@@ -47,8 +47,11 @@ import SocketTLS
 /// Threading: `@unchecked Sendable` because every mutable property is confined to `queue`. Call
 /// `start()` and `shutdown` from any thread except that queue.
 public final class ChatServer: @unchecked Sendable {
-    /// The settings the server runs with.
+    /// The settings the server started with.
     public let configuration: ChatServerConfiguration
+    /// The settings in force: `configuration` with the live settings of every reload since
+    /// (`reconfigure`). On `queue`.
+    private var liveSettings: ChatServerConfiguration
     /// How the server divides its memory.
     public let budget: MemoryBudget
     /// The address the server listens on; with port 0 it carries the port the OS chose.
@@ -209,6 +212,7 @@ public final class ChatServer: @unchecked Sendable {
         configuration.isClusterNode = cluster != nil
         if let problem = configuration.memoryBudget.problem { throw ChatServerError.invalidConfiguration(problem) }
         self.configuration = configuration
+        liveSettings = configuration
         self.logger = logger
         self.store = store
         budget = configuration.memoryBudget
@@ -272,8 +276,8 @@ public final class ChatServer: @unchecked Sendable {
     @discardableResult
     public func reloadTLS() -> Result<TLSCertificateSummary?, TLSError> {
         queue.sync {
-            // The core's: a reload (`reconfigure`) may have named other files.
-            guard let configuration = core.configuration.tls else { return .success(nil) }
+            // The live one's: a reload (`reconfigure`) may have named other files.
+            guard let configuration = liveSettings.tls else { return .success(nil) }
             do throws(TLSError) {
                 let context = try TLSContext(configuration)
                 tlsContext = context
@@ -293,8 +297,9 @@ public final class ChatServer: @unchecked Sendable {
     /// thread but the server's queue.
     public func reconfigure(_ new: ChatServerConfiguration) -> [String] {
         let changed = queue.sync {
-            let changed = core.configuration.liveChanges(to: new)
-            core.reconfigure(new)
+            let changed = liveSettings.liveChanges(to: new)
+            liveSettings = liveSettings.applyingLiveSettings(of: new)
+            core.reconfigure(liveSettings.limits)
             return changed
         }
         reloadTLS()
@@ -302,7 +307,7 @@ public final class ChatServer: @unchecked Sendable {
     }
 
     /// The live settings in force (`reconfigure`), read on the server's queue.
-    public var liveConfiguration: ChatServerConfiguration { queue.sync { core.configuration } }
+    public var liveConfiguration: ChatServerConfiguration { queue.sync { liveSettings } }
 
     /// Starts accepting connections and the timer. Call once.
     public func start() {
