@@ -39,7 +39,7 @@ let package = Package(
         // A Redis connection on SocketCore's channel: pipelined commands and subscriber mode, on the
         // owner's queue. Ours because the Swift Redis clients on this machine need SwiftNIO.
         // The cluster mode's shared state in Redis: room logs with one seq order (docs/CLUSTER.md).
-        .target(name: "ChatCluster", dependencies: ["ChatProtocol", "RedisClient", "RedisProtocol", "SocketCore"]),
+        .target(name: "ChatCluster", dependencies: ["ChatCore", "ChatProtocol", "RedisClient", "RedisProtocol", "SocketCore"]),
         .target(
             name: "RedisClient",
             dependencies: ["RedisProtocol", "SocketCore", .product(name: "DequeModule", package: "swift-collections")]),
@@ -134,7 +134,7 @@ let package = Package(
         .testTarget(name: "ChatProtocolTests", dependencies: ["ChatProtocol"]),
         .testTarget(name: "ChatWireComparisonTests", dependencies: ["ChatWireComparison", "ChatProtocol"]),
         .testTarget(name: "RedisProtocolTests", dependencies: ["RedisProtocol"]),
-        .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "RedisClient", "RedisProtocol", "TestSupport"]),
+        .testTarget(name: "ChatClusterTests", dependencies: ["ChatCluster", "ChatCore", "RedisClient", "RedisProtocol", "TestSupport"]),
         .testTarget(name: "RedisClientTests", dependencies: ["RedisClient", "RedisProtocol", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatAccountsTests", dependencies: ["ChatAccounts", "ChatCore", "SocketCore", "TestSupport"]),
         .testTarget(name: "ChatCoreTests", dependencies: ["ChatCore"]),

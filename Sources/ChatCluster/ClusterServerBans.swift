@@ -1,3 +1,4 @@
+import ChatCore
 import ChatProtocol
 import RedisClient
 import RedisProtocol
@@ -5,9 +6,10 @@ import RedisProtocol
 /// The server bans of a cluster, kept in Redis so that every node refuses the same sessions
 /// (docs/CLUSTER.md, "Moderation").
 ///
-/// A ban is a field of one hash (mask → `time setBy reason`), bounded by `maxBans`. A change is
-/// published on `channel` (`+mask` or `-mask`) in the same script, so a node that listens ends the
-/// sessions a new ban matches; a node that starts, or reconnects, reads them all (`all`).
+/// A ban is a field of one hash (mask → `time setBy reason`), bounded by
+/// `ModerationLimits.maxServerBans`. A change is published on `channel` (`+mask` or `-mask`) in
+/// the same script, so a node that listens ends the sessions a new ban matches; a node that
+/// starts, or reconnects, reads them all (`all`).
 ///
 /// Threading: confined to the queue of its connection.
 public struct ClusterServerBans: Sendable {
@@ -15,8 +17,6 @@ public struct ClusterServerBans: Sendable {
     public static let key = Array("chat:serverbans".utf8)
     /// Where changes are published.
     public static let channel = Array("chat:serverbans:changes".utf8)
-    /// The most bans a cluster holds.
-    public static let maxBans = 1_000
 
     private let commands: RedisConnection
 
@@ -43,12 +43,13 @@ public struct ClusterServerBans: Sendable {
         """
 
     /// Bans `mask` (canonical, as the node writes it) server-wide, or lifts the ban (`on` false);
-    /// `setBy` empty for none. Fails with `.refused("LISTFULL …")` past `maxBans`.
+    /// `setBy` empty for none. Fails with `.refused("LISTFULL …")` past
+    /// `ModerationLimits.maxServerBans`.
     public func set(_ mask: String, on: Bool, setBy: String, reason: String, completion: @escaping (Result<Void, ClusterError>) -> Void) {
         commands.send([
             Array("EVAL".utf8), Array(Self.banScript.utf8), Array("1".utf8), Self.key, Self.channel,
             Array((on ? "1" : "0").utf8), Array(mask.utf8), Array((setBy.isEmpty ? "-" : setBy).utf8), Array(reason.utf8),
-            Array(String(Self.maxBans).utf8),
+            Array(String(ModerationLimits.maxServerBans).utf8),
         ]) { reply in completion(ClusterDirectory.done(reply)) }
     }
 

@@ -1,38 +1,9 @@
+import ChatCore
 import ChatProtocol
 import RedisClient
 import RedisProtocol
 
-/// What the append script checks, and changes, of a room's moderation along with an event
-/// (docs/CLUSTER.md, "Moderation").
-///
-/// A room's modes, roles, bans and invitations live in Redis beside its members, and every check
-/// and change runs inside the append script, in the same atomic step that numbers the event: two
-/// nodes that ban and join, or op and deop, at once are put in one order by Redis, and every node
-/// that delivers the log ends in the same state. The node computes what Redis cannot (the ban
-/// masks a joiner matches, the canonical form of a mask) and Redis decides.
-public enum ModerationCheck: Equatable, Sendable {
-    /// A join (with `RoomChange.join`) by a client logged in as `account` (empty: a guest),
-    /// refused if any of `masks` (every ban mask that would match it) is banned; then, unless its
-    /// account has a role in the room or its invitation (`inviteKey`) is still good, refused by
-    /// invite-only, by a key other than `key`, or by the member limit. The joiner becomes op if it
-    /// creates the room (no members, not registered), and takes its account's role otherwise. A
-    /// server operator (`admin`) is admitted whatever the room's rules.
-    case admit(account: String, key: String, inviteKey: String, masks: [String], admin: Bool = false)
-    /// A `say` or `emote` of `nick`: refused unless it is a member (a member kicked while its
-    /// line was on the way is one no more), and while the room is moderated unless it is op or
-    /// voiced.
-    case speak(nick: String)
-    /// A topic set by `by`: refused unless it is a member, and while the topic is locked unless
-    /// it is op or `admin`.
-    case setTopic(by: String, admin: Bool)
-    /// A kick (with `RoomChange.kick`) by `by`, logged in as `account`: needs op (or `admin`);
-    /// nobody but the founder (or an admin) kicks the founder. `sparingOps`: refused (`ISOP`) if
-    /// the member is an op — a kick that a new ban makes, which spares ops.
-    case kick(by: String, account: String, admin: Bool, sparingOps: Bool = false)
-    /// `by`, logged in as `account`, turns `mode` on or off with `argument` (the canonical form
-    /// the node computed); `reason` goes into a ban's record.
-    case setMode(by: String, account: String, admin: Bool, mode: UInt8, on: Bool, argument: String, reason: String)
-
+extension ModerationCheck {
     /// The script's arguments after the first eight: the check, then its fields.
     var arguments: [[UInt8]] {
         func flag(_ value: Bool) -> [UInt8] { value ? [UInt8(ascii: "1")] : [UInt8(ascii: "0")] }
@@ -53,15 +24,6 @@ public enum ModerationCheck: Equatable, Sendable {
             ]
         }
     }
-
-    /// The most bans a room holds.
-    public static let maxBans = 100
-    /// The most invitations a room keeps; past it the one closest to expiring goes.
-    public static let maxInvitations = 100
-    /// The most rooms registered in a cluster, and to one account: a registered room outlives its
-    /// members, so their number is bounded, as on a server on its own.
-    public static let maxRegisteredRooms = 1_000
-    public static let maxRegisteredRoomsPerAccount = 10
 
     /// The append script's moderation: functions, then the checks run before the event is
     /// numbered (a refusal logs nothing). KEYS 7–12: the room's modes (hash: `founder`, `i`, `m`,
@@ -171,11 +133,11 @@ public enum ModerationCheck: Equatable, Sendable {
                     if founder and founder ~= account then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
                     if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
                     if not founder then
-                        if redis.call('SCARD', 'chat:registered') >= \(maxRegisteredRooms) then
-                            return refuse('LISTFULL', 'the cluster holds \(maxRegisteredRooms) registered rooms, the most allowed')
+                        if redis.call('SCARD', 'chat:registered') >= \(ModerationLimits.maxRegisteredRooms) then
+                            return refuse('LISTFULL', 'the cluster holds \(ModerationLimits.maxRegisteredRooms) registered rooms, the most allowed')
                         end
-                        if redis.call('SCARD', accountSet(account, 'rooms')) >= \(maxRegisteredRoomsPerAccount) then
-                            return refuse('LISTFULL', 'your account has registered \(maxRegisteredRoomsPerAccount) rooms, the most allowed')
+                        if redis.call('SCARD', accountSet(account, 'rooms')) >= \(ModerationLimits.maxRegisteredRoomsPerAccount) then
+                            return refuse('LISTFULL', 'your account has registered \(ModerationLimits.maxRegisteredRoomsPerAccount) rooms, the most allowed')
                         end
                     end
                     redis.call('HSET', KEYS[7], 'founder', account)
@@ -212,8 +174,8 @@ public enum ModerationCheck: Equatable, Sendable {
                     grant(target, mode == 5 and 'o' or 'v', on)
                 elseif mode == 7 then
                     if on then
-                        if redis.call('HEXISTS', KEYS[9], argument) == 0 and redis.call('HLEN', KEYS[9]) >= \(maxBans) then
-                            return refuse('LISTFULL', '#' .. ARGV[7] .. ' has \(maxBans) bans, the most it holds')
+                        if redis.call('HEXISTS', KEYS[9], argument) == 0 and redis.call('HLEN', KEYS[9]) >= \(ModerationLimits.maxRoomBans) then
+                            return refuse('LISTFULL', '#' .. ARGV[7] .. ' has \(ModerationLimits.maxRoomBans) bans, the most it holds')
                         end
                         redis.call('HSET', KEYS[9], argument, ms .. ' ' .. by .. ' ' .. ARGV[16])
                     else
@@ -348,7 +310,7 @@ extension ClusterDirectory {
         commands.send([
             Array("EVAL".utf8), Array(Self.inviteScript.utf8), Array("3".utf8), keys.roles, keys.invitations, keys.members,
             Array(by.utf8), Array((admin ? "1" : "0").utf8), Array(nickKey.utf8), Array(String(lifetimeMillis).utf8),
-            Array(String(ModerationCheck.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
+            Array(String(ModerationLimits.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
         ]) { reply in completion(Self.done(reply)) }
     }
 
@@ -370,23 +332,6 @@ extension BanEntry {
         guard parts.count >= 2, let time = UInt64(parts[0]) else { return nil }
         self.init(mask: mask, setBy: parts[1] == "-" ? "" : String(parts[1]), time: time, reason: parts.count > 2 ? String(parts[2]) : "")
     }
-}
-
-/// What a room holds of its members' standing, read for a node that judges a member again when
-/// who it is changes (a login, a nick change): the rules are the node's (`ChatCore`), the state
-/// Redis's.
-public struct ClusterRoomStanding: Equatable, Sendable {
-    /// The account the room is registered to; empty when it is not.
-    public var founder = ""
-    /// Members' roles: nick → `o`, `v` or `ov`.
-    public var roles: [String: String] = [:]
-    /// The room's bans.
-    public var bans: [BanEntry] = []
-    /// The roles given to accounts in a registered room: account key → `o`, `v` or `ov`.
-    public var accountRoles: [String: String] = [:]
-
-    /// A room with no founder, roles or bans.
-    public init() {}
 }
 
 extension ClusterDirectory {

@@ -1,3 +1,4 @@
+import ChatCore
 import RedisClient
 import RedisProtocol
 

@@ -1,9 +1,10 @@
 import ChatCluster
+import ChatCore
 import Dispatch
 import RedisClient
 import RedisProtocol
-import TestSupport
 import Testing
+import TestSupport
 
 /// One node's view of the cluster for a test: its own queue, two Redis connections, a `RoomLog`,
 /// and every event it was handed, in order (RoomLogTests, RoomModerationTests).

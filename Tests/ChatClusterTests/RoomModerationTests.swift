@@ -1,9 +1,10 @@
 import ChatCluster
+import ChatCore
 import Foundation
 import RedisClient
 import RedisProtocol
-import TestSupport
 import Testing
+import TestSupport
 
 // The room log's moderation in a real Redis (ModerationCheck.swift): every check and change runs
 // inside the append script, so these drive it the way a node does — `append` with a change and a
@@ -178,7 +179,7 @@ struct RoomModerationTests {
         let redis = try await RedisServerProcess()
         defer { redis.stop() }
         let a = try await Node("a", port: redis.port)
-        for index in 0..<ModerationCheck.maxRegisteredRoomsPerAccount {
+        for index in 0..<ModerationLimits.maxRegisteredRoomsPerAccount {
             _ = try await a.join("alice", "r\(index)", node: "a", admit("alice", account: "alice")).get()
             _ = try await a.append(payload("reg"), change: .none, moderation: mode(8, true, by: "alice", account: "alice"), to: "r\(index)").get()
         }
@@ -191,7 +192,7 @@ struct RoomModerationTests {
         #expect(try await a.command([Array("HGET".utf8), Array("chat:{r0}:accountroles".utf8), Array("bob".utf8)]).get() == .bulk("o"))
         try await a.dropAccount("alice")
         try await a.dropAccount("bob")
-        for index in 0..<ModerationCheck.maxRegisteredRoomsPerAccount {
+        for index in 0..<ModerationLimits.maxRegisteredRoomsPerAccount {
             #expect(try await a.moderation(of: "r\(index)").founder == "", "#r\(index) is no longer registered")
         }
         #expect(try await a.command([Array("HGET".utf8), Array("chat:{r0}:accountroles".utf8), Array("bob".utf8)]).get() == .bulkString(nil))
@@ -244,17 +245,17 @@ struct RoomModerationTests {
         defer { redis.stop() }
         let a = try await Node("a", port: redis.port)
         _ = try await a.join("alice", "r", node: "a", admit("alice")).get()
-        for index in 0..<ModerationCheck.maxBans {
+        for index in 0..<ModerationLimits.maxRoomBans {
             _ = try await a.append(payload("ban"), change: .none, moderation: mode(7, true, "nick:n\(index)", by: "alice"), to: "r").get()
         }
         #expect(refusal(await a.append(payload("ban"), change: .none, moderation: mode(7, true, "nick:extra", by: "alice"), to: "r")) == .listFull)
         _ = try await a.append(payload("ban"), change: .none, moderation: mode(7, true, "nick:n0", by: "alice", reason: "again"), to: "r").get()
-        #expect(try await a.directory { $0.bans(of: "r", completion: $1) }.count == ModerationCheck.maxBans)
-        for index in 0..<(ModerationCheck.maxInvitations + 50) {
+        #expect(try await a.directory { $0.bans(of: "r", completion: $1) }.count == ModerationLimits.maxRoomBans)
+        for index in 0..<(ModerationLimits.maxInvitations + 50) {
             try await a.directory { $0.invite("i\(index)", nickKey: "i\(index)", into: "r", by: "alice", admin: false, lifetimeMillis: 60_000, completion: $1) }
         }
         let kept = try await a.command([Array("HLEN".utf8), Array("chat:{r}:invites".utf8)]).get()
-        #expect(kept == .integer(Int64(ModerationCheck.maxInvitations)))
+        #expect(kept == .integer(Int64(ModerationLimits.maxInvitations)))
         #expect(refusal(await a.append(payload("m"), change: .none, moderation: mode(99, true, by: "alice"), to: "r")) == .badMode)
     }
 }
@@ -278,7 +279,7 @@ struct ClusterServerBansTests {
         let bans = try await b.serverBans { $0.all(completion: $1) }
         #expect(bans.map(\.mask) == ["address:10.0.0.0/8"] && bans[0].setBy == "root" && bans[0].reason == "flood")
 
-        for index in 1..<ClusterServerBans.maxBans {
+        for index in 1..<ModerationLimits.maxServerBans {
             try await a.serverBans { $0.set("nick:n\(index)", on: true, setBy: "root", reason: "", completion: $1) }
         }
         do {
@@ -287,7 +288,7 @@ struct ClusterServerBansTests {
         } catch let error as ClusterError {
             #expect(ModerationRefusal.parse(error)?.refusal == .listFull)
         }
-        #expect(try await a.serverBans { $0.all(completion: $1) }.count == ClusterServerBans.maxBans)
+        #expect(try await a.serverBans { $0.all(completion: $1) }.count == ModerationLimits.maxServerBans)
     }
 }
 

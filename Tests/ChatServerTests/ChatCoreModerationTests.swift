@@ -272,7 +272,7 @@ struct ChatCoreModerationTests {
             if errorCode(to: alice, in: set) == .listFull { full += 1 }
         }
         #expect(full == 50, "the 101st to 150th bans are refused listFull")
-        #expect(chat.core.rooms["r"]?.moderation.settings.bans.count == ChatCore.maxRoomBans)
+        #expect(chat.core.rooms["r"]?.moderation.settings.bans.count == ModerationLimits.maxRoomBans)
         // Lifting one makes room for one.
         _ = chat.send(.setMode(room: "r", mode: .ban, on: false, argument: "nick:spam0"), from: alice)
         #expect(errorCode(to: alice, in: chat.send(.setMode(room: "r", mode: .ban, on: true, argument: "nick:late"), from: alice)) == nil)
@@ -283,7 +283,7 @@ struct ChatCoreModerationTests {
             let sent = chat.send(.invite(room: "r", nick: "guest\(index)"), from: alice)
             #expect(frames(to: invited[index], in: sent) == [.invited(room: "r", nick: "guest\(index)", by: "alice")])
         }
-        #expect(chat.core.rooms["r"]?.moderation.invitations.count == ChatCore.maxInvitations, "the oldest invitations went")
+        #expect(chat.core.rooms["r"]?.moderation.invitations.count == ModerationLimits.maxInvitations, "the oldest invitations went")
         _ = chat.send(.setMode(room: "r", mode: .inviteOnly, on: true, argument: ""), from: alice)
         #expect(errorCode(to: invited[0], in: chat.send(.join(room: "r"), from: invited[0])) == .inviteOnly, "an invitation pushed out")
         #expect(errorCode(to: invited[129], in: chat.send(.join(room: "r"), from: invited[129])) == nil)
@@ -291,7 +291,7 @@ struct ChatCoreModerationTests {
         _ = chat.send(.part(room: "r"), from: invited[129])
         #expect(errorCode(to: invited[129], in: chat.send(.join(room: "r"), from: invited[129])) == .inviteOnly)
         // And for an hour (no tick: it would let the idle guests go).
-        chat.now.uptimeMillis += ChatCore.invitationLifetime
+        chat.now.uptimeMillis += ModerationLimits.invitationLifetime
         #expect(errorCode(to: invited[128], in: chat.send(.join(room: "r"), from: invited[128])) == .inviteOnly)
     }
 
@@ -374,8 +374,8 @@ struct ChatCoreModerationTests {
             _ = chat.send(.join(room: "r\(index)"), from: alice)
             answers.append(errorCode(to: alice, in: chat.send(.setMode(room: "r\(index)", mode: .registered, on: true, argument: ""), from: alice)))
         }
-        #expect(answers == Array(repeating: nil, count: ChatCore.maxRegisteredRoomsPerAccount) + [.listFull, .listFull])
-        #expect(chat.core.moderation.registered.count == ChatCore.maxRegisteredRoomsPerAccount)
+        #expect(answers == Array(repeating: nil, count: ModerationLimits.maxRegisteredRoomsPerAccount) + [.listFull, .listFull])
+        #expect(chat.core.moderation.registered.count == ModerationLimits.maxRegisteredRoomsPerAccount)
         // Unregistering one makes room for another.
         _ = chat.send(.setMode(room: "r0", mode: .registered, on: false, argument: ""), from: alice)
         #expect(errorCode(to: alice, in: chat.send(.setMode(room: "r10", mode: .registered, on: true, argument: ""), from: alice)) == nil)

@@ -1,4 +1,3 @@
-import ChatCluster
 import ChatCore
 import ChatProtocol
 import DequeModule

@@ -24,7 +24,7 @@ import ChatProtocol
 struct ModerationDirectory: Sendable {
     /// Registered rooms' settings, by room name, whether or not the room has members.
     var registered: [String: RoomSettings] = [:]
-    /// The server's bans, oldest first; at most `ChatCore.maxServerBans`.
+    /// The server's bans, oldest first; at most `ModerationLimits.maxServerBans`.
     var serverBans: [Ban] = []
     /// Changes for the store, oldest first (`ChatCore.takeModerationWrites()`).
     var writes: [ModerationWrite] = []
@@ -46,20 +46,6 @@ struct ModerationDirectory: Sendable {
 }
 
 extension ChatCore {
-    /// The most bans a room holds.
-    static let maxRoomBans = 100
-    /// The most bans the server holds.
-    static let maxServerBans = 1_000
-    /// The most invitations a room holds; the oldest go first.
-    static let maxInvitations = 100
-    /// How long an invitation lasts, in milliseconds.
-    static let invitationLifetime: UInt64 = 3_600_000
-    /// The most roles by account a registered room remembers.
-    static let maxAccountRoles = 200
-    /// The most rooms registered on the server, and to one account: what a registered room
-    /// keeps (bans, roles) outlives its members, so their number is bounded.
-    static let maxRegisteredRooms = 1_000
-    static let maxRegisteredRoomsPerAccount = 10
     /// Kept of a ban's reason, in bytes: bans are kept for good and listed in one frame.
     static let maxBanReasonBytes = 200
     /// The longest room key, in bytes.
@@ -199,7 +185,7 @@ extension ChatCore {
             }
             if moderation.settings.founder != nil, let account = clients[targetID.slot]?.account {
                 // A registered room remembers the role for the account, up to a bound.
-                if on, moderation.settings.accountRoles[account] != nil || moderation.settings.accountRoles.count < Self.maxAccountRoles {
+                if on, moderation.settings.accountRoles[account] != nil || moderation.settings.accountRoles.count < ModerationLimits.maxAccountRoles {
                     moderation.settings.accountRoles[account] = role
                 } else if !on, moderation.settings.accountRoles[account] == role {
                     moderation.settings.accountRoles[account] = nil
@@ -210,8 +196,8 @@ extension ChatCore {
             let mask = parsed.mask!
             let existing = moderation.settings.bans.firstIndex { $0.mask == mask }
             if on, existing == nil {
-                guard moderation.settings.bans.count < Self.maxRoomBans else {
-                    refuse(.setMode, .listFull, "#\(name) holds \(Self.maxRoomBans) bans, the most allowed", to: id, into: &actions)
+                guard moderation.settings.bans.count < ModerationLimits.maxRoomBans else {
+                    refuse(.setMode, .listFull, "#\(name) holds \(ModerationLimits.maxRoomBans) bans, the most allowed", to: id, into: &actions)
                     return
                 }
                 let entry = BanEntry(mask: mask.canonical, setBy: nick, time: now.wallMillis, reason: parsed.reason)
@@ -261,12 +247,12 @@ extension ChatCore {
     /// Why `account` may not register another room — the server or the account holds as many
     /// as allowed — or nil when it may.
     private func registrationLimit(for account: String) -> String? {
-        if moderation.registered.count >= Self.maxRegisteredRooms {
-            return "the server holds \(Self.maxRegisteredRooms) registered rooms, the most allowed"
+        if moderation.registered.count >= ModerationLimits.maxRegisteredRooms {
+            return "the server holds \(ModerationLimits.maxRegisteredRooms) registered rooms, the most allowed"
         }
         let own = moderation.registered.values.lazy.filter { $0.founder == account }.count
-        if own >= Self.maxRegisteredRoomsPerAccount {
-            return "your account has registered \(Self.maxRegisteredRoomsPerAccount) rooms, the most allowed"
+        if own >= ModerationLimits.maxRegisteredRoomsPerAccount {
+            return "your account has registered \(ModerationLimits.maxRegisteredRoomsPerAccount) rooms, the most allowed"
         }
         return nil
     }
@@ -315,10 +301,10 @@ extension ChatCore {
             return
         }
         let key = ChatName.nickKey(targetNick)
-        let expires = now.uptimeMillis + Self.invitationLifetime
+        let expires = now.uptimeMillis + ModerationLimits.invitationLifetime
         withRoom(name) { room in
             room.moderation.invitations.removeAll { $0.nickKey == key || $0.expires <= now.uptimeMillis }
-            if room.moderation.invitations.count >= Self.maxInvitations { room.moderation.invitations.removeFirst() }
+            if room.moderation.invitations.count >= ModerationLimits.maxInvitations { room.moderation.invitations.removeFirst() }
             room.moderation.invitations.append(Invitation(nickKey: key, expires: expires))
         }
         let frame = Frame.invited(room: name, nick: targetNick, by: nick)
@@ -402,8 +388,8 @@ extension ChatCore {
             return
         }
         if existing == nil {
-            guard moderation.serverBans.count < Self.maxServerBans else {
-                refuse(.serverBan, .listFull, "the server holds \(Self.maxServerBans) bans, the most allowed", to: id, into: &actions)
+            guard moderation.serverBans.count < ModerationLimits.maxServerBans else {
+                refuse(.serverBan, .listFull, "the server holds \(ModerationLimits.maxServerBans) bans, the most allowed", to: id, into: &actions)
                 return
             }
             let entry = BanEntry(

@@ -20,10 +20,10 @@ struct RoomSettings: Sendable, Equatable {
     var key: String?
     /// The most members; 0 for no limit.
     var memberLimit = 0
-    /// Oldest first; at most `ChatCore.maxRoomBans`.
+    /// Oldest first; at most `ModerationLimits.maxRoomBans`.
     var bans: [Ban] = []
     /// Roles by account key, given in a registered room: a member logged in as one takes it on
-    /// joining. At most `ChatCore.maxAccountRoles`.
+    /// joining. At most `ModerationLimits.maxAccountRoles`.
     var accountRoles: [String: RoomRole] = [:]
 
     /// The ban `mask` matches a session with these traits, if any.
@@ -54,7 +54,7 @@ struct RoomModeration: Sendable {
     var settings: RoomSettings
     var ops: Set<ClientID> = []
     var voices: Set<ClientID> = []
-    /// Oldest first; at most `ChatCore.maxInvitations`.
+    /// Oldest first; at most `ModerationLimits.maxInvitations`.
     var invitations: [Invitation] = []
 
     /// A room with `settings` (a registered room's, or the defaults) and nobody in a role.

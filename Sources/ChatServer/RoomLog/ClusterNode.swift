@@ -421,7 +421,7 @@ final class ClusterNode: @unchecked Sendable {
             guard let commands = link.commands else { return later { $0.clusterInvited(room: room, nick: nick, asker, .failure(self.down), into: &$1) } }
             let directory = ClusterDirectory(commands: commands)
             let key = ChatName.nickKey(nick)
-            directory.invite(nick, nickKey: key, into: room, by: by, admin: admin, lifetimeMillis: Int(ChatCore.invitationLifetime)) {
+            directory.invite(nick, nickKey: key, into: room, by: by, admin: admin, lifetimeMillis: Int(ModerationLimits.invitationLifetime)) {
                 [self] result in
                 if case .failure(let error) = result {
                     return answer { $0.clusterInvited(room: room, nick: nick, asker, .failure(self.failure(error)), into: &$1) }
