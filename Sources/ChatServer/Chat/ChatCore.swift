@@ -33,7 +33,7 @@ public struct ChatCore: Sendable {
     /// started again from one it saw before.
     private let makeEpoch: @Sendable () -> UInt64
     /// Where rooms are kept beyond memory; nil for a server that forgets them.
-    private let store: (any RoomStore)?
+    private let store: (any StagingRoomLog)?
     /// Why the store's last commit failed, while no later one has succeeded; room events are
     /// refused meanwhile.
     public private(set) var storageFailure: String?
@@ -88,7 +88,7 @@ public struct ChatCore: Sendable {
     /// the cluster's, and the core asks for them through `takeClusterRequests()` instead of
     /// keeping them itself; `store` is then unused.
     public init(
-        limits: ChatLimits, budget: MemoryBudget, store: (any RoomStore)? = nil, clustered: Bool = false,
+        limits: ChatLimits, budget: MemoryBudget, store: (any StagingRoomLog)? = nil, clustered: Bool = false,
         makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
     ) {
         self.limits = limits

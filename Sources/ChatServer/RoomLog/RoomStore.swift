@@ -5,13 +5,14 @@ import Dispatch
 
 /// Where rooms outlive memory: their identity (epoch), numbering (`seq`), topic and history.
 ///
-/// `ChatCore` stages every change of a room as it happens and asks for a room back when someone
-/// joins it after it left memory; the server commits what was staged once per event-loop turn
-/// and delivers the turn's events only after the commit (docs/SERVER.md, "Durability"). Reads
-/// run off the server's queue and answer later (`read`), so no read of the disk stalls the loop.
+/// `ChatCore` stages every change of a room as it happens (`StagingRoomLog`, the part of a store
+/// the core sees) and asks for a room back when someone joins it after it left memory; the
+/// server commits what was staged once per event-loop turn and delivers the turn's events only
+/// after the commit (docs/SERVER.md, "Durability"). Reads run off the server's queue and answer
+/// later (`read`), so no read of the disk stalls the loop.
 ///
 /// Every method is called on the server's queue.
-public protocol RoomStore: AnyObject, Sendable {
+public protocol RoomStore: StagingRoomLog {
     /// Reads what `request` asks for off the caller's queue, then calls `completion` on `queue`
     /// with the answer; answers come in the order of the calls. A room is asked for only while
     /// it has nothing uncommitted (`hasUncommittedWrites` false), and a page holds only what is
@@ -19,18 +20,6 @@ public protocol RoomStore: AnyObject, Sendable {
     func read(
         _ request: RoomRead, on queue: DispatchQueue,
         completion: @escaping @Sendable (Result<RoomReadAnswer, StorageError>) -> Void)
-
-    /// Adds to the next commit the room's new record and, if the change is a stored event, the event.
-    func stage(_ record: RoomRecord, event: HistoryEntry?)
-
-    /// Adds `event`, a message or an action numbered `room`'s latest, to the next commit, moving
-    /// the room's staged record's `lastSeq` to it and `lastActive` to `time` — if that record is
-    /// the one staged last. Otherwise stages nothing and returns false, and the caller stages the
-    /// whole record (`stage(_:event:)`).
-    func stage(_ event: HistoryEntry, advancing room: String, at time: UInt64) -> Bool
-
-    /// Whether `room` has changes staged or not yet committed.
-    func hasUncommittedWrites(in room: String) -> Bool
 
     /// Whether changes wait for the next `commitStaged`.
     var hasStagedChanges: Bool { get }
@@ -53,11 +42,6 @@ public protocol RoomStore: AnyObject, Sendable {
     /// Waits for every commit to finish and stops background work. Call once, last.
     func close()
 
-    /// Says that `room` has members now (`occupied`) or has none left. Retention never deletes
-    /// an occupied room, however long its members stay quiet; an empty one is deleted once it
-    /// has been idle for the store's empty-room time. Call when a room gains its first member
-    /// and when it loses its last.
-    func occupancyChanged(of room: String, occupied: Bool)
 }
 
 extension RoomStore {
