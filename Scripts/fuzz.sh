@@ -99,9 +99,21 @@ echo "building ChatServer for chatcore (log: .build-fuzz/chatcore-build.log) ...
 swift build -c release --target ChatServer --scratch-path "$core_build" \
     -Xswiftc -sanitize=fuzzer,address -Xswiftc -enable-testing >"$build/chatcore-build.log" 2>&1 ||
     { tail -n 40 "$build/chatcore-build.log" >&2; exit 1; }
-# Only ChatServer and what it depends on are ever built in this scratch path: all its objects link.
+# Only ChatServer and what it depends on are ever built in this scratch path, so every target's
+# objects link: a Swift target's as its output file map names them (an object of a source file
+# since moved or deleted stays in the directory, and would define its symbols twice or name
+# ones that are gone), a C target's all.
+core_objects=()
 shopt -s nullglob
-core_objects=("$core_build"/release/*.build/*.o)
+for target_dir in "$core_build"/release/*.build; do
+    if [[ -f $target_dir/output-file-map.json ]]; then
+        while IFS= read -r object; do
+            if [[ -f $object ]]; then core_objects+=("$object"); fi
+        done < <(grep -o '"object" *: *"[^"]*"' "$target_dir/output-file-map.json" | sed 's/.*: *"\(.*\)"/\1/')
+    else
+        core_objects+=("$target_dir"/*.o)
+    fi
+done
 shopt -u nullglob
 
 tls_tests="$root/Tests/SocketTLSTests"
