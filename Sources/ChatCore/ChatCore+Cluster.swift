@@ -1,4 +1,3 @@
-import ChatCore
 import ChatProtocol
 import DequeModule
 
@@ -189,15 +188,15 @@ public enum ClusterHistoryRead: Sendable, Equatable {
 /// A full page is told `complete` only once the log shows no history beyond it: presence events
 /// are skipped, so the read goes on until the next history entry (not complete) or the end of
 /// the log (complete). That costs no more than a page the log cannot fill, which reads to its end.
-struct ClusterHistoryCut: Sendable {
+package struct ClusterHistoryCut: Sendable {
     /// What is cut.
     let read: ClusterHistoryRead
     /// The direction the log is read in: newer (`after`) or older (`before`) than `cursor`.
-    let direction: HistoryDirection
+    package let direction: HistoryDirection
     /// The `seq` the next batch starts beyond (0 with `before`: from the newest event).
-    private(set) var cursor: UInt64
+    package private(set) var cursor: UInt64
     /// The answer, once known: the entries, oldest first, and whether no history lies beyond them.
-    private(set) var answer: (entries: [HistoryEntry], complete: Bool)?
+    package private(set) var answer: (entries: [HistoryEntry], complete: Bool)?
     /// The entries taken, in the order read.
     private var taken: [HistoryEntry] = []
     /// Entries of the window counted (`recentMessages`: topic changes too, though not taken).
@@ -206,7 +205,7 @@ struct ClusterHistoryCut: Sendable {
     private var spent = 0
 
     /// A cut of `read`, which reads nothing when the answer is known already.
-    init(_ read: ClusterHistoryRead) {
+    package init(_ read: ClusterHistoryRead) {
         self.read = read
         switch read {
         case .page(let direction, let seq, _):
@@ -223,7 +222,7 @@ struct ClusterHistoryCut: Sendable {
 
     /// Takes the next batch of the log, `events` in the order read; `logEnded` says the log
     /// holds nothing beyond them (the batch was not full).
-    mutating func take(_ events: [(seq: UInt64, time: UInt64, payload: [UInt8])], logEnded: Bool) {
+    package mutating func take(_ events: [(seq: UInt64, time: UInt64, payload: [UInt8])], logEnded: Bool) {
         guard answer == nil else { return }
         for event in events {
             cursor = event.seq
@@ -1525,7 +1524,7 @@ extension ChatCore {
     }
 
     /// The room a room event belongs to.
-    static func room(of frame: Frame) -> String? {
+    package static func room(of frame: Frame) -> String? {
         switch frame {
         case .message(let room, _, _, _, _), .action(let room, _, _, _, _), .topic(let room, _, _, _, _), .joined(let room, _, _, _),
             .left(let room, _, _, _), .quit(let room, _, _, _, _), .nickChanged(let room, _, _, _, _), .kicked(let room, _, _, _, _, _),

@@ -1,4 +1,3 @@
-import ChatCore
 import ChatProtocol
 
 // MARK: - Moderation

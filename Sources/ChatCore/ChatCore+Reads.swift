@@ -1,4 +1,3 @@
-import ChatCore
 import ChatProtocol
 
 // MARK: - Reads of the room log

@@ -1,4 +1,3 @@
-import ChatCore
 import ChatProtocol
 import DequeModule
 
@@ -98,13 +97,18 @@ public struct ChatCore: Sendable {
         isClustered = clustered
     }
 
-    /// An empty chat with the limits and memory budget of `configuration` (`init(limits:budget:…)`).
-    public init(
-        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, clustered: Bool = false,
-        makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
-    ) {
-        self.init(limits: configuration.limits, budget: configuration.memoryBudget, store: store, clustered: clustered, makeEpoch: makeEpoch)
+    /// Calls `body` with each room in memory here, its members here and its latest `seq` (on a
+    /// cluster node, the latest delivered): what the operator's status page lists.
+    package func visitRooms(_ body: (_ name: String, _ members: Int, _ lastSeq: UInt64) -> Void) {
+        if isClustered {
+            for (name, room) in cluster.rooms { body(name, room.members.count, room.lastDelivered) }
+        } else {
+            for (name, room) in rooms { body(name, room.members.count, room.lastSeq) }
+        }
     }
+
+    /// Whether the room `name` is in memory here.
+    package func knowsRoom(_ name: String) -> Bool { rooms[name] != nil || cluster.rooms[name] != nil }
 
     /// Takes new limits: every later frame, connection and login is judged by them. The server
     /// passes its limits with a reload's live settings applied

@@ -1,4 +1,3 @@
-import ChatCore
 import ChatProtocol
 
 /// One room: its identity, its members in joining order, its sequence counter, its topic and its

@@ -1,4 +1,3 @@
-import ChatCore
 import ChatProtocol
 
 /// A ban of a room or of the server: the mask it matches by, and the entry `banList` shows.

@@ -2,7 +2,7 @@ import ChatAccounts
 import ChatProtocol
 import Testing
 
-import ChatCore
+@testable import ChatCore
 @testable import ChatServer
 
 /// A chat without sockets whose account work is carried out at the end of every turn, as the

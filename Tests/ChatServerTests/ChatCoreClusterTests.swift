@@ -1,5 +1,5 @@
 import ChatCluster
-import ChatCore
+@testable import ChatCore
 import ChatProtocol
 import Testing
 

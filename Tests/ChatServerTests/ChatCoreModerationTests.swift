@@ -1,5 +1,5 @@
 import ChatAccounts
-import ChatCore
+@testable import ChatCore
 import ChatProtocol
 import Dispatch
 import Testing

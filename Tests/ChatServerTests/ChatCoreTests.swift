@@ -1,7 +1,7 @@
 import ChatProtocol
 import Testing
 
-import ChatCore
+@testable import ChatCore
 @testable import ChatServer
 
 /// The frames `actions` deliver to `id`, in order.

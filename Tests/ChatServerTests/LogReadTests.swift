@@ -1,4 +1,4 @@
-import ChatCore
+@testable import ChatCore
 import ChatProtocol
 import ChatStorage
 import Testing

@@ -1,4 +1,5 @@
 import ChatProtocol
+@testable import ChatCore
 @testable import ChatServer
 import Testing
 

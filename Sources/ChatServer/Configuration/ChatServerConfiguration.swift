@@ -98,3 +98,13 @@ extension AccountSettings {
     /// How passwords are hashed: Argon2id with `hashingPasses` and `hashingMemoryBytes`.
     public var hashing: PasswordHashing { PasswordHashing(passes: hashingPasses, memoryBytes: hashingMemoryBytes) }
 }
+
+extension ChatCore {
+    /// An empty chat with the limits and memory budget of `configuration` (`init(limits:budget:…)`).
+    public init(
+        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, clustered: Bool = false,
+        makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
+    ) {
+        self.init(limits: configuration.limits, budget: configuration.memoryBudget, store: store, clustered: clustered, makeEpoch: makeEpoch)
+    }
+}

@@ -1626,16 +1626,12 @@ extension ChatServer {
             busiest.offer(room)
             if rate > 0 { liveliest.offer(room) }
         }
-        if core.isClustered {
-            for (name, room) in core.cluster.rooms { visit(name, members: room.members.count, seq: room.lastDelivered) }
-        } else {
-            for (name, room) in core.rooms { visit(name, members: room.members.count, seq: room.lastSeq) }
-        }
+        core.visitRooms(visit)
         if let metrics {
             metrics.lastSnapshotAt = now
             // Rooms that left memory leave the table now and then, not on every pass.
             if metrics.lastSeqs.count > 2 * roomCount + 64 {
-                metrics.lastSeqs = metrics.lastSeqs.filter { core.cluster.rooms[$0.key] != nil || core.rooms[$0.key] != nil }
+                metrics.lastSeqs = metrics.lastSeqs.filter { core.knowsRoom($0.key) }
             }
         }
         var budgetUse = ServerSnapshot.Budget()
