@@ -241,7 +241,7 @@ struct GuessWindows: Sendable {
 }
 
 /// The accounts the core knows and the account work in flight.
-struct AccountDirectory: Sendable {
+@usableFromInline struct AccountDirectory: Sendable {
     /// Every account, by key (`ChatName.nickKey` of its name).
     var records: [String: AccountRecord] = [:]
     /// Registrations hashing now: counted against the cap with the records.
@@ -283,7 +283,7 @@ struct AccountDirectory: Sendable {
     var nextTicket: UInt64 = 1
     var purposes: [UInt64: Purpose] = [:]
     /// The ticket each waiting client waits for.
-    var waiting: [ClientID: UInt64] = [:]
+    @usableFromInline var waiting: [ClientID: UInt64] = [:]
 
     /// Password and room-key guesses (a server on its own; a cluster counts them in Redis).
     var guesses = GuessWindows()
@@ -328,6 +328,7 @@ extension ChatCore {
     }
 
     /// Whether `id` waits for an account answer: the server serves it no further request until then.
+    @inlinable
     public func isAwaitingAccount(_ id: ClientID) -> Bool { accounts.waiting[id] != nil }
 
     /// The account `id` is logged in as, or nil.

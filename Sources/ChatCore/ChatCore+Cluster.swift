@@ -253,7 +253,7 @@ package struct ClusterHistoryCut: Sendable {
 }
 
 /// This node's share of the cluster's rooms and what it waits for, inside `ChatCore`.
-struct ClusterState: Sendable {
+@usableFromInline struct ClusterState: Sendable {
     /// A room with clients of this node in it (or on their way in).
     struct Room: Sendable {
         /// Local members in the order their `joined` arrived: who gets the room's events.
@@ -292,7 +292,7 @@ struct ClusterState: Sendable {
     }
 
     /// What a paused client waits for; its later requests wait with it, so they keep their order.
-    enum Awaited: Sendable, Equatable {
+    @usableFromInline enum Awaited: Sendable, Equatable {
         /// Its `hello`'s nick claim.
         case hello(nick: String, version: UInt16)
         /// Its `changeNick`'s nick claim.
@@ -340,7 +340,7 @@ struct ClusterState: Sendable {
     /// ordinal up to that one is resolved: its event delivered, its snapshot sent, its answer or
     /// failure given. A client's appends to one room resolve in order (Redis numbers them in the
     /// order sent and they are delivered in `seq` order), to different rooms in any order.
-    struct OrderGate: Sendable {
+    @usableFromInline struct OrderGate: Sendable {
         /// Ordinals issued so far: the last one is `issued`.
         var issued: UInt64 = 0
         /// Ordinals not resolved yet, ascending.
@@ -348,7 +348,7 @@ struct ClusterState: Sendable {
         /// Frames that wait, in the order they go (ascending `after`).
         var held: Deque<HeldFrames> = []
         /// What `held` costs: it counts against the client's share like its queued replies.
-        var heldBytes = 0
+        @usableFromInline var heldBytes = 0
         /// The ordinals of its `tell`s to other nodes, in the order asked (Redis answers them in
         /// that order).
         var directs: Deque<UInt64> = []
@@ -423,7 +423,7 @@ struct ClusterState: Sendable {
     /// A client whose session ends once it is owed nothing (`ChatCore.endSession`): it is read no
     /// more, still gets what it is sent, and is let go at `deadline` (uptime milliseconds) even if
     /// Redis has not answered, so an outage cannot keep its connection open.
-    struct Departure: Sendable {
+    @usableFromInline struct Departure: Sendable {
         /// Why it was let go: what it is told, and its rooms, when it goes.
         var disconnection: Disconnection
         /// When it was let go: the time its disconnection is carried out at.
@@ -437,7 +437,7 @@ struct ClusterState: Sendable {
     /// Why it is not, for the `unavailable` errors.
     var unavailableReason = "not connected to the cluster yet"
     var rooms: [String: Room] = [:]
-    var awaiting: [ClientID: Awaited] = [:]
+    @usableFromInline var awaiting: [ClientID: Awaited] = [:]
     /// Clients whose join under way gave a key (`joinWithKey`): a wrong one counts against
     /// their address.
     var keyedJoins: Set<ClientID> = []
@@ -449,10 +449,10 @@ struct ClusterState: Sendable {
     /// What each client is owed; only clients owed something are listed.
     var owed: [ClientID: Owed] = [:]
     /// The clients let go that wait for what they are owed.
-    var departures: [ClientID: Departure] = [:]
+    @usableFromInline var departures: [ClientID: Departure] = [:]
     /// The order of each client's frames, from its first request that Redis answers later until
     /// it leaves: its ordinals never start again, so an answer cannot resolve a later request's.
-    var gates: [ClientID: OrderGate] = [:]
+    @usableFromInline var gates: [ClientID: OrderGate] = [:]
     /// The clients whose gate has held frames for another client of this node (the copy of a
     /// `tell`): when that client leaves, they are taken out (`OrderGate.dropFrames`).
     var holdingForOthers: Set<ClientID> = []
@@ -483,6 +483,7 @@ extension ChatCore {
     /// Whether `id`'s requests must wait for the cluster's answer to an earlier one, or it is let
     /// go and waits for the answers to those it sent (`endSession`): either way it is read no more
     /// meanwhile.
+    @inlinable
     public func isAwaitingCluster(_ id: ClientID) -> Bool {
         cluster.awaiting[id] != nil || cluster.departures[id] != nil
             // Its frames held for the events of its earlier requests passed the reply high-water
@@ -602,6 +603,7 @@ extension ChatCore {
 
     /// What `id`'s frames held for the events of its earlier requests take (`OrderGate`): they
     /// count against its share like the replies queued for it.
+    @inlinable
     public func heldReplyBytes(for id: ClientID) -> Int {
         cluster.gates[id]?.heldBytes ?? 0
     }

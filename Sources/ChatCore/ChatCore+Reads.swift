@@ -20,7 +20,7 @@ public struct LogRead: Sendable {
 }
 
 /// The reads in flight and who waits for them.
-struct LogReads: Sendable {
+@usableFromInline struct LogReads: Sendable {
     /// What a read in flight is for.
     enum Purpose: Sendable {
         /// The room, for the joiners waiting in `loading`.
@@ -40,7 +40,7 @@ struct LogReads: Sendable {
     var loading: [String: (ticket: UInt64, joiners: [ClientID])] = [:]
     /// The ticket each waiting client waits for. A client's entry goes when it leaves, so an
     /// answer never reaches a later client in the same slot.
-    var waiting: [ClientID: UInt64] = [:]
+    @usableFromInline var waiting: [ClientID: UInt64] = [:]
 
     /// Asks for `request`, for `purpose`; returns its ticket.
     mutating func ask(_ request: RoomRead, for purpose: Purpose) -> UInt64 {
@@ -69,6 +69,7 @@ extension ChatCore {
 
     /// Whether `id` waits for a read's answer: the server serves it no further request until
     /// then, so that its replies keep the order of its requests.
+    @inlinable
     public func isAwaitingLog(_ id: ClientID) -> Bool { reads.waiting[id] != nil }
 
     /// The read `ticket` was answered with `answer`: the joiners waiting for a room join it (or

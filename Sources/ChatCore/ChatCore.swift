@@ -40,10 +40,10 @@ public struct ChatCore: Sendable {
     /// store would give an older `seq`.
     private var roomsAwaitingCommit: Set<String> = []
     /// The store reads asked for and who waits for them (ChatCore+Reads.swift).
-    var reads = LogReads()
+    @usableFromInline var reads = LogReads()
 
     /// Connection state, indexed by `ClientID.slot`; nil for free slots.
-    var clients: [ClientState?] = []
+    @usableFromInline var clients: [ClientState?] = []
     var nicks: [String: ClientID] = [:]
     var rooms: [String: ChatRoom] = [:]
     /// Connections and shared rate limits by address: for addresses with connections open, and
@@ -51,7 +51,7 @@ public struct ChatCore: Sendable {
     /// reconnecting does not refill them.
     var addresses: [String: AddressState] = [:]
     private var nextPingToken: UInt64 = 1
-    let budget: MemoryBudget
+    @usableFromInline let budget: MemoryBudget
 
     /// Every history entry kept, oldest first across rooms, so the budget can forget the
     /// globally oldest. Records of entries already gone (their room emptied, or its own bounds
@@ -65,14 +65,14 @@ public struct ChatCore: Sendable {
     /// Wrong passwords by address, for the delay and the lockout.
     private var passwordFailures: [String: PasswordFailures] = [:]
     /// The accounts, and the account work in flight (ChatCore+Accounts.swift).
-    var accounts = AccountDirectory()
+    @usableFromInline var accounts = AccountDirectory()
     /// Registered rooms' settings, the server's bans and their writes (ChatCore+Moderation.swift).
     var moderation = ModerationDirectory()
 
     /// In cluster mode, what this node knows of the rooms its clients are in and what it waits
     /// for from the cluster (ChatCore+Cluster.swift); empty, and never asked, for a server on its
     /// own. Not optional: an answer from the cluster must never find it missing.
-    var cluster = ClusterState()
+    @usableFromInline var cluster = ClusterState()
     /// Whether this core is one node of a cluster (`init`'s `clustered`).
     let isClustered: Bool
 
@@ -352,6 +352,7 @@ public struct ChatCore: Sendable {
 
     /// The protocol version `id` speaks: the one agreed in `welcome`, 1 before it. The server
     /// decodes the client's frames by it, so a version 1 session skips version 2's types.
+    @inlinable
     public func protocolVersion(of id: ClientID) -> UInt16 {
         id.slot < clients.count ? clients[id.slot]?.version ?? 1 : 1
     }
@@ -1343,7 +1344,7 @@ private struct PasswordFailures: Sendable {
 /// Kept small: the chat keeps one per slot in an array that grows by doubling, so each byte here
 /// can cost two per connection. What few clients ever have (an away message, a refusal held
 /// back) shares one optional box, and the small counters and flags sit together at the end.
-struct ClientState: Sendable {
+@usableFromInline struct ClientState: Sendable {
     /// Runs `body` on this client in place: one access through `clients[slot]?.`, where reading
     /// fields out of the optional one by one would copy the whole client for each.
     @inline(__always)
@@ -1372,7 +1373,7 @@ struct ClientState: Sendable {
     private var seldomSet: SeldomSet?
     private var storedRefusedInARow: UInt32 = 0
     /// The protocol version agreed in `welcome`; 1 until then.
-    var version: UInt16 = 1
+    @usableFromInline var version: UInt16 = 1
     var pinged = false
 
     /// Whether a password frame from this client may be looked at: it came over TLS or from a
