@@ -91,7 +91,7 @@ export SWIFT_BACKTRACE=enable=no
 
 codec=("$root"/Sources/ChatProtocol/*.swift "$root/Tests/ChatProtocolTests/FuzzProperties.swift")
 core_build="$root/.build-fuzz-core"
-# ChatServer needs eight modules of ours and two packages: SwiftPM builds them (from its local
+# ChatServer needs nine modules of ours and two packages: SwiftPM builds them (from its local
 # package copies), instrumented. `-sanitize=fuzzer,address` goes through -Xswiftc because
 # `--sanitize fuzzer --sanitize address` reaches swiftc as two flags, of which only the last
 # counts: no coverage. -enable-testing lets the properties read the core's internal state.

@@ -83,6 +83,8 @@ public struct AccountSettings: Sendable, Equatable {
         if loginWindow <= .zero || registrationWindow <= .zero { return "the account windows must be positive" }
         if !(1...8).contains(hashingWorkers) { return "the hashing workers must be 1...8" }
         if hashingQueue < 0 { return "the hashing queue must be 0 or more" }
+        // Argon2id's (libsodium's) least: one pass and 8 KiB.
+        if hashingPasses < 1 || hashingMemoryBytes < 8 << 10 { return "password hashing needs at least 1 pass and 8 KiB of memory" }
         if let bad = adminAccounts.first(where: { !ChatName.isValidNick($0) }) { return "admin account \(bad) is not a valid account name" }
         return nil
     }

@@ -14,7 +14,7 @@ import DequeModule
 /// cluster, a client that says goodbye, floods or breaks the protocol goes after the answers
 /// still to come to what it sent before (`endSession`), as it would on a server on its own.
 ///
-/// With a `RoomStore`, rooms outlive memory: every change of a room (its `seq`, topic, and each
+/// With a store (`StagingRoomLog`; the server's `RoomStore`), rooms outlive memory: every change of a room (its `seq`, topic, and each
 /// message, action and topic event) is staged in the store as it happens; an empty room leaves
 /// memory once its changes are committed, and a joiner reads it back with the same epoch, `seq`
 /// and topic; history pages older than memory holds are read from the store. Reads are asked

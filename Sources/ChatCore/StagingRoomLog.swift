@@ -5,7 +5,7 @@ import ChatProtocol
 /// room has changes not yet committed, and says when a room gains its first member or loses its
 /// last. The commit itself, and the reads, are the server's.
 ///
-/// Called on the core's queue only.
+/// Called only on the queue the core is used on (the server's).
 public protocol StagingRoomLog: AnyObject, Sendable {
     /// Adds to the next commit the room's new record and, if the change is a stored event, the event.
     func stage(_ record: RoomRecord, event: HistoryEntry?)

@@ -12,13 +12,16 @@ import Testing
         var addresses: [[UInt8]] = [
             Array(repeating: 0, count: 16), Array(repeating: 0, count: 15) + [1], Array(repeating: 0, count: 10) + [0xff, 0xff, 127, 0, 0, 1],
             Array(repeating: 0, count: 12) + [1, 2, 3, 4], Array(repeating: 0, count: 11) + [1] + [0, 0, 0, 0],
-            Array(repeating: 0, count: 10) + [0xff, 0xfe, 1, 2, 3, 4], [0, 0, 0, 0], [255, 255, 255, 255], [10, 0, 200, 1],
+            Array(repeating: 0, count: 10) + [0xff, 0xfe, 1, 2, 3, 4], Array(repeating: 0, count: 10) + [0xff, 0xff, 0, 0, 0, 0],
+            [0, 0, 0, 0], [255, 255, 255, 255], [10, 0, 200, 1],
         ]
         for _ in 0..<50_000 {
             var bytes: [UInt8] = []
             for _ in 0..<8 { bytes += random.next() % 2 == 0 ? [0, 0] : [UInt8(truncatingIfNeeded: random.next() % 3 == 0 ? 0 : random.next()), UInt8(truncatingIfNeeded: random.next())] }
             addresses.append(bytes)
             addresses.append(Array(bytes.prefix(4)))
+            // IPv4-mapped: the one form whose text ends dotted after a non-zero group.
+            addresses.append(Array(repeating: 0, count: 10) + [0xff, 0xff] + bytes.suffix(4))
         }
         for bytes in addresses {
             #expect(IPAddress(bytes: bytes).text == Self.inetNtop(bytes), "\(bytes)")
@@ -35,6 +38,7 @@ import Testing
             "::ffff:01.2.3.4", "::ffff:1.2.3", "1::", "1::2::3", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8:9", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8",
             "1:2:3:4:5:6:7:8::", "1:2:3:4:5:6:1.2.3.4", "1:2:3:4:5:6:7:1.2.3.4", "12345::", "01234::", "0000::", "fe80::1%eth0", "FE80::ABCD",
             ":1::", "1:", "1:::2", "::ffff:1.2.3.4:5", "1.2.3.4::", "::0.0.0.0", "2001:db8::", "2001:db8:0:0:1:0:0:1", "::ffff:255.255.255.256",
+            "1::1.2.3.4", "1:2:3:4:5:6::1.2.3.4", "::1:2:3:4:5:1.2.3.4", "::1:2:3:4:5:6:1.2.3.4", "1.2.3.4::1",
         ]
         var random = SplitMix64(seed: 0x5eed_0042)
         let alphabet = Array("0123456789abcdefABCDEFgx:.%/ ".utf8)
@@ -50,6 +54,7 @@ import Testing
             default: break
             }
             texts.append(String(decoding: text, as: UTF8.self))
+            texts.append(Self.dottedTail(&random))
             let length = Int(random.next() % 12)
             texts.append(String(decoding: (0..<length).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] }, as: UTF8.self))
         }
@@ -57,6 +62,19 @@ import Testing
             #expect(IPAddress(text)?.bytes == Self.inetPton(text), "\(text)")
             #expect(IPAddress(ipv4: text)?.bytes == Self.inetPton(text, family: AF_INET), "\(text)")
         }
+    }
+
+    /// IPv6 text ending in a dotted IPv4 address after up to seven groups, with or without a
+    /// `::` among them: the tails `inet_ntop` never writes, which `inet_pton` takes only where
+    /// exactly four bytes are left.
+    private static func dottedTail(_ random: inout SplitMix64) -> String {
+        var groups = (0..<Int(random.next() % 8)).map { _ in String(random.next() % 0x10000, radix: 16) }
+        if random.next() % 2 == 0 { groups.insert("", at: Int(random.next() % UInt64(groups.count + 1))) }
+        let quad = (0..<4).map { _ in String(random.next() % 2 == 0 ? random.next() % 256 : random.next() % 300) }.joined(separator: ".")
+        var text = groups.joined(separator: ":")
+        if text.isEmpty || text.hasSuffix(":") { text += quad } else { text += ":" + quad }
+        if text.hasPrefix(":"), !text.hasPrefix("::") { text = ":" + text }
+        return text
     }
 
     /// What `inet_pton` makes of `text`: IPv4 first, then IPv6, as `IPAddress(_:)` tries them.

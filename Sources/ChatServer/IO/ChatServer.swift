@@ -1682,7 +1682,8 @@ extension ChatServer {
             let ticket = work.ticket
             // A node's accounts are in Redis: all but the hashing is the cluster's.
             if let clusterNode, !work.job.isHashing {
-                clusterNode.carryOut(work, limits: configuration.accounts) { [weak self] answer in self?.accountAnswered(ticket, answer) }
+                // The live limits: a reload changes the login and registration windows.
+                clusterNode.carryOut(work, limits: liveSettings.accounts) { [weak self] answer in self?.accountAnswered(ticket, answer) }
                 continue
             }
             switch work.job {
