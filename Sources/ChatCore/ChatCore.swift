@@ -14,12 +14,13 @@ import DequeModule
 /// cluster, a client that says goodbye, floods or breaks the protocol goes after the answers
 /// still to come to what it sent before (`endSession`), as it would on a server on its own.
 ///
-/// With a store (`StagingRoomLog`; the server's `RoomStore`), rooms outlive memory: every change of a room (its `seq`, topic, and each
-/// message, action and topic event) is staged in the store as it happens; an empty room leaves
-/// memory once its changes are committed, and a joiner reads it back with the same epoch, `seq`
-/// and topic; history pages older than memory holds are read from the store. Reads are asked
-/// for and answered later, off the event loop (ChatCore+Reads.swift). While the store fails,
-/// room events are refused with `storageFailed`.
+/// In durable mode (`RoomLogMode.durable`), rooms outlive memory: every change of a room (its
+/// `seq`, topic, and each message, action and topic event) goes into the log batch that the
+/// server takes after each request and commits (`takeLogBatch()`); an empty room leaves memory
+/// once the server reports its changes committed (`logCommitted(through:)`), and a joiner reads
+/// it back with the same epoch, `seq` and topic; history pages older than memory holds are read
+/// from the log. Reads are asked for and answered later, off the event loop
+/// (ChatCore+Reads.swift). While the log fails, room events are refused with `storageFailed`.
 ///
 /// What it keeps is bounded by its `MemoryBudget`: history by entries and bytes per
 /// room and in all rooms together (the globally oldest entries go first), and every frame a
@@ -31,13 +32,19 @@ public struct ChatCore: Sendable {
     /// Makes each new room's epoch: a non-zero number a client compares to tell a room that
     /// started again from one it saw before.
     private let makeEpoch: @Sendable () -> UInt64
-    /// Where rooms are kept beyond memory; nil for a server that forgets them.
-    private let store: (any StagingRoomLog)?
+    /// Whether rooms are kept in a log the server commits (`RoomLogMode.durable`).
+    let isDurable: Bool
+    /// How many changes of rooms the core has made for the log: the number of the latest.
+    private var logAppends: UInt64 = 0
+    /// The rooms' changes for the log that the server has not taken yet (`takeLogBatch()`).
+    @usableFromInline var logBatch = LogBatch()
+    /// The number of the latest change a commit holds (`logCommitted(through:)`).
+    private var logCommittedThrough: UInt64 = 0
     /// Why the store's last commit failed, while no later one has succeeded; room events are
     /// refused meanwhile.
     public private(set) var storageFailure: String?
     /// Empty rooms kept in memory until their changes are committed: read back before that, the
-    /// store would give an older `seq`.
+    /// log would give an older `seq`.
     private var roomsAwaitingCommit: Set<String> = []
     /// The store reads asked for and who waits for them (ChatCore+Reads.swift).
     @usableFromInline var reads = LogReads()
@@ -73,28 +80,28 @@ public struct ChatCore: Sendable {
     /// for from the cluster (ChatCore+Cluster.swift); empty, and never asked, for a server on its
     /// own. Not optional: an answer from the cluster must never find it missing.
     @usableFromInline var cluster = ClusterState()
-    /// Whether this core is one node of a cluster (`init`'s `clustered`).
+    /// Whether this core is one node of a cluster (`RoomLogMode.cluster`).
     let isClustered: Bool
 
     /// Connections open, handshaking ones included.
     public private(set) var clientCount = 0
 
-    /// An empty chat with `limits`, keeping what grows within `budget`, and rooms in `store` if
-    /// there is one. New rooms take their epoch from `makeEpoch`, which must never return 0; by
-    /// default a random number.
+    /// An empty chat with `limits`, keeping what grows within `budget`, and rooms where `log`
+    /// says. New rooms take their epoch from `makeEpoch`, which must never return 0; by default a
+    /// random number.
     ///
-    /// `clustered` makes it one node of a cluster (docs/CLUSTER.md): rooms, nicks and history are
+    /// `.cluster` makes it one node of a cluster (docs/CLUSTER.md): rooms, nicks and history are
     /// the cluster's, and the core asks for them through `takeClusterRequests()` instead of
-    /// keeping them itself; `store` is then unused.
+    /// keeping them itself.
     public init(
-        limits: ChatLimits, budget: MemoryBudget, store: (any StagingRoomLog)? = nil, clustered: Bool = false,
+        limits: ChatLimits, budget: MemoryBudget, log: RoomLogMode = .memory,
         makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
     ) {
         self.limits = limits
-        self.store = clustered ? nil : store
         self.makeEpoch = makeEpoch
         self.budget = budget
-        isClustered = clustered
+        isDurable = log == .durable
+        isClustered = log == .cluster
     }
 
     /// Calls `body` with each room in memory here, its members here and its latest `seq` (on a
@@ -329,12 +336,6 @@ public struct ChatCore: Sendable {
                 clients[slot]?.pinged = true
                 actions.append(.send(.ping(token: nextPingToken), to: id))
                 nextPingToken += 1
-            }
-        }
-        if !roomsAwaitingCommit.isEmpty, let store {
-            for name in roomsAwaitingCommit where !store.hasUncommittedWrites(in: name) {
-                roomsAwaitingCommit.remove(name)
-                if rooms[name]?.members.isEmpty == true { removeRoom(name) }
             }
         }
         addresses = addresses.filter { _, state in
@@ -712,7 +713,7 @@ public struct ChatCore: Sendable {
             return
         }
         if rooms[name] == nil {
-            guard store == nil else {
+            guard !isDurable else {
                 // It may be stored: read back first (`roomRead` joins it then, checking again).
                 if let key { moderation.pendingKeys[id] = key }
                 awaitRoom(name, for: id)
@@ -728,12 +729,12 @@ public struct ChatCore: Sendable {
             return room.members.count
         }
         // Retention spares an occupied room however quiet it is.
-        if members == 1 { store?.occupancyChanged(of: name, occupied: true) }
+        if members == 1, isDurable { logBatch.occupancyChanged(of: name, occupied: true) }
         appendRoomEvent(.joined(room: name, seq: 0, time: 0, nick: nick), in: name, from: id, size: 0, at: now, into: &actions)
         guard let room = rooms[name] else { return }
         announceRolesTaken(in: name, by: id, nick: nick, rolesGivenBack: rolesGivenBack, at: now, into: &actions)
         let arrival = RoomArrival(
-            epoch: room.epoch, firstSeq: store == nil ? room.history.firstSeq ?? 0 : room.storedFirstSeq, lastSeq: room.lastSeq,
+            epoch: room.epoch, firstSeq: isDurable ? room.storedFirstSeq : room.history.firstSeq ?? 0, lastSeq: room.lastSeq,
             members: memberNicks(of: name), modes: roomModes(of: name),
             topic: room.topic.map { .topic(room: name, seq: $0.seq, time: $0.time, setBy: $0.setBy, text: $0.text) },
             history: .shared(replay(of: name, version: version)))
@@ -892,6 +893,8 @@ public struct ChatCore: Sendable {
         default: byRule = except != nil
         }
         var ruledTo: [ClientID] = []
+        // The number the log's change for this event takes (`appendToLog`), in durable mode.
+        let logNumber: UInt64 = isDurable ? logAppends + 1 : 0
         // In place (`withRoom`), and returning plain values: reading `rooms[name]!` would copy the
         // room, and returning the frame from the closure copied it through the runtime's generic
         // tuple witnesses — both on the per-message path (callgrind: 18 instructions a delivery).
@@ -899,14 +902,19 @@ public struct ChatCore: Sendable {
             let (seq, isEmpty) = withRoom(name, { room -> (UInt64, Bool) in
                 if departure == .gone {
                     room.removeMember(id)
-                    // Nobody hears it: it takes no seq.
-                    if room.members.isEmpty { return (0, true) }
+                    // Nobody hears it: it takes no seq. The log still learns when the room
+                    // emptied, which its retention counts the room's idle time from.
+                    if room.members.isEmpty {
+                        if logNumber != 0 { room.lastLogAppend = logNumber }
+                        return (0, true)
+                    }
                 }
                 let seq = room.nextSeq()
                 let frame = Self.stamped(event, seq: seq, time: time)!
                 if case .topic(_, _, _, let setBy, let text) = frame {
                     room.topic = text.isEmpty ? nil : ChatRoom.Topic(text: text, setBy: setBy, time: time, seq: seq)
                 }
+                if logNumber != 0 { room.lastLogAppend = logNumber }
                 if byRule {
                     ruledTo = except.map { except in room.members.filter { $0 != except } } ?? room.members
                 } else {
@@ -919,7 +927,7 @@ public struct ChatCore: Sendable {
         if byRule, seq != 0, let frame = Self.stamped(event, seq: seq, time: time) { deliverRoomEvent(frame, to: ruledTo, into: &actions) }
         let entry = seq == 0 ? nil : Self.historyEntry(of: event, seq: seq, time: time)
         if let entry { recordHistory(entry, in: name) }
-        persist(name, event: entry, at: now)
+        if logNumber != 0 { appendToLog(name, event: entry, at: time) }
         if isEmpty { removeEmptyRoom(name) }
     }
 
@@ -1028,25 +1036,6 @@ public struct ChatCore: Sendable {
         for entry in stored.recent { recordHistory(entry, in: name) }
     }
 
-    /// Stages `name`'s new state, and `event` if it is one that is stored, in the store.
-    mutating func persist(_ name: String, event: HistoryEntry?, at now: ServerTime) {
-        // Read in place (`withRoom` lends the room): `rooms.values[index].epoch` copies the whole
-        // room, retaining and releasing its members and history, once per field read.
-        guard let store else { return }
-        // A message or an action changes only the room's last seq and activity: with the room's
-        // record staged last, the store moves those in place, and the record is not built anew
-        // (a lookup of the room and copies of its name and topic, per message).
-        if let event, event.kind != .topic, store.stage(event, advancing: name, at: now.wallMillis) { return }
-        let record = withRoom(name) { room in
-            RoomRecord(
-                name: name, epoch: room.epoch, lastSeq: room.lastSeq,
-                topic: room.topic.map { RoomTopic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) },
-                lastActive: now.wallMillis)
-        }
-        guard let record else { return }
-        store.stage(record, event: event)
-    }
-
     /// Whether `id` is a member of `room`; false for a client that is gone.
     @inline(__always)
     func isMember(_ id: ClientID, of room: String) -> Bool { clients[id.slot]?.rooms.contains(room) == true }
@@ -1059,15 +1048,61 @@ public struct ChatCore: Sendable {
     @inline(__always)
     func address(of id: ClientID) -> String { clients[id.slot]?.address ?? "" }
 
-    /// Forgets the empty room `name` — with a store, once what it staged is committed (`tick`
-    /// looks again).
+    /// Adds `name`'s change to the log batch, with `event` if it is one kept as history, at
+    /// `time` (durable mode): numbered the core's next, as `appendRoomEvent` noted in the room.
+    private mutating func appendToLog(_ name: String, event: HistoryEntry?, at time: UInt64) {
+        logAppends += 1
+        // A message or an action changes only the room's last seq and activity: with the room's
+        // record changed last, the batch moves those in place, and the record is not built anew
+        // (a lookup of the room and copies of its name and topic, per message).
+        if let event, event.kind != .topic, logBatch.advance(name, to: event, at: time, number: logAppends) { return }
+        // In place (`withRoom`): `rooms[name]` would copy the room, its members and history.
+        guard let record = withRoom(name, { $0.record(at: time) }) else { return }
+        logBatch.add(record, event: event, number: logAppends)
+    }
+
+    /// Whether the rooms changed since the last `takeLogBatch()` (durable mode; never in the
+    /// others): every delivery the core made meanwhile must wait for the commit of those changes.
+    /// Inlinable: the server asks after every request, and a call across the module would copy
+    /// the whole core.
+    @inlinable
+    public var hasLogChanges: Bool { !logBatch.isEmpty }
+
+    /// The rooms' changes for their log since the last call (durable mode; always empty in the
+    /// others), for the server to stage for its next commit: every delivery the core made
+    /// meanwhile must wait until that commit lands.
+    public mutating func takeLogBatch() -> LogBatch {
+        var batch = LogBatch()
+        swap(&batch, &logBatch)
+        return batch
+    }
+
+    /// Forgets the empty room `name` — in durable mode, once its changes are committed
+    /// (`logCommitted(through:)` looks again).
     mutating func removeEmptyRoom(_ name: String) {
         resetModeration(of: name)
-        store?.occupancyChanged(of: name, occupied: false)
-        if let store, store.hasUncommittedWrites(in: name) {
+        guard isDurable else {
+            removeRoom(name)
+            return
+        }
+        logBatch.occupancyChanged(of: name, occupied: false)
+        if (withRoom(name) { $0.lastLogAppend } ?? 0) > logCommittedThrough {
             roomsAwaitingCommit.insert(name)
         } else {
             removeRoom(name)
+        }
+    }
+
+    /// The server's log committed every change up to the one numbered `number`
+    /// (`LogBatch.through`): the empty rooms that waited for their changes to be stored leave
+    /// memory, and a joiner reads them back from the log. A failed commit reports nothing; the
+    /// next one that succeeds holds its rooms' changes again and reports a number as high.
+    public mutating func logCommitted(through number: UInt64) {
+        guard number > logCommittedThrough else { return }
+        logCommittedThrough = number
+        for name in roomsAwaitingCommit where (withRoom(name) { $0.lastLogAppend } ?? 0) <= number {
+            roomsAwaitingCommit.remove(name)
+            if rooms[name]?.members.isEmpty == true { removeRoom(name) }
         }
     }
 
@@ -1146,7 +1181,7 @@ public struct ChatCore: Sendable {
         let limit = min(limit, limits.historySize)
         let (entries, complete) = room.history.page(
             direction, from: seq, limit: limit, budget: Self.listFrameBudget, cost: Self.cost)
-        if store != nil, room.olderStored, Self.pageReachesPastMemory(direction, from: seq, memory: room.history, complete: complete) {
+        if isDurable, room.olderStored, Self.pageReachesPastMemory(direction, from: seq, memory: room.history, complete: complete) {
             awaitPage(of: name, direction, from: seq, limit: limit, for: id)
             return
         }

@@ -34,6 +34,9 @@ struct ChatRoom: Sendable {
     var olderStored = false
     /// Modes, bans, roles and invitations (protocol version 4, ChatCore+Moderation.swift).
     var moderation = RoomModeration()
+    /// In durable mode: the number of the room's latest change for the log (`LogBatch.through`;
+    /// 0 for none). The room may leave memory once a commit holds it.
+    var lastLogAppend: UInt64 = 0
 
     init(name: String, epoch: UInt64, historySize: Int, historyBytes: Int) {
         precondition(epoch != 0, "epoch 0 is reserved")
@@ -50,6 +53,13 @@ struct ChatRoom: Sendable {
         topic = stored.record.topic.map { Topic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }
         storedFirstSeq = stored.firstSeq
         olderStored = stored.firstSeq != 0 && stored.firstSeq < (stored.recent.first?.seq ?? .max)
+    }
+
+    /// The room's record for its log, as it stands at `time`.
+    func record(at time: UInt64) -> RoomRecord {
+        RoomRecord(
+            name: name, epoch: epoch, lastSeq: lastSeq,
+            topic: topic.map { RoomTopic(text: $0.text, setBy: $0.setBy, time: $0.time, seq: $0.seq) }, lastActive: time)
     }
 
     /// Adds `entry` to the history; returns the bytes the history forgot to stay in its bounds.

@@ -75,3 +75,104 @@ public struct StoredEvent: Sendable, Equatable {
         self.entry = entry
     }
 }
+
+/// The changes of rooms for their log that the core made since the server last took them
+/// (`ChatCore.takeLogBatch()`), in durable mode: the latest record of each room changed, the
+/// events kept as history, and which rooms gained their first member or lost their last.
+///
+/// Kept as one value rather than as an action per change: a `ChatAction` big enough to carry a
+/// room's record made every action larger, and copying them cost 57 instructions a delivery
+/// (callgrind, docs/BENCHMARKS.md); a busy room's messages here move its record in place.
+public struct LogBatch: Sendable, Equatable {
+    /// The latest record of each room changed, at most one per room.
+    public private(set) var rooms: [RoomRecord] = []
+    /// The events kept as history (messages, actions, topics), each room's in `seq` order.
+    public private(set) var events: [StoredEvent] = []
+    /// Rooms that gained their first member or lost their last, in order: the log's retention
+    /// spares an occupied room however long it stays quiet.
+    public private(set) var occupancy: [RoomOccupancy] = []
+    /// The number of the batch's last change (the core numbers its changes 1, 2, 3 …); 0 when
+    /// it holds none. What the commit that holds it reports (`ChatCore.logCommitted(through:)`).
+    public private(set) var through: UInt64 = 0
+    /// Index of each room's record in `rooms`, once it holds more than one: a batch of one room
+    /// (the most common) hashes no name.
+    private var index: [String: Int] = [:]
+    /// The index in `rooms` of the room changed last: a busy room changes again and again, and
+    /// finds itself here without hashing its name.
+    private var last = 0
+
+    /// An empty batch.
+    public init() {}
+
+    /// Whether it holds nothing for the log.
+    @inlinable
+    public var isEmpty: Bool { rooms.isEmpty && occupancy.isEmpty }
+
+    /// Adds `event`, numbered `number` and `room`'s latest, moving the room's record's `lastSeq`
+    /// and `lastActive` to it — if that record is the one changed last. Otherwise adds nothing and
+    /// returns false, and the caller adds the whole record (`add`).
+    mutating func advance(_ room: String, to event: HistoryEntry, at time: UInt64, number: UInt64) -> Bool {
+        guard last < rooms.count, rooms[last].name == room else { return false }
+        rooms[last].lastSeq = event.seq
+        rooms[last].lastActive = time
+        events.append(StoredEvent(room: room, entry: event))
+        through = number
+        return true
+    }
+
+    /// Adds the room's new `record` and, if the change is one kept as history, its `event`.
+    mutating func add(_ record: RoomRecord, event: HistoryEntry?, number: UInt64) {
+        if last < rooms.count, rooms[last].name == record.name {
+            rooms[last] = record
+        } else if let known = position(of: record.name) {
+            rooms[known] = record
+            last = known
+        } else {
+            last = rooms.count
+            rooms.append(record)
+            if rooms.count == 2 { index[rooms[0].name] = 0 }
+            if rooms.count >= 2 { index[record.name] = last }
+        }
+        if let event { events.append(StoredEvent(room: record.name, entry: event)) }
+        through = number
+    }
+
+    /// The index of `room`'s record in `rooms`, if it has one.
+    private func position(of room: String) -> Int? {
+        switch rooms.count {
+        case 0: nil
+        case 1: rooms[0].name == room ? 0 : nil
+        default: index[room]
+        }
+    }
+
+    /// Notes that `room` gained its first member (`occupied`) or lost its last.
+    mutating func occupancyChanged(of room: String, occupied: Bool) {
+        occupancy.append(RoomOccupancy(room: room, occupied: occupied))
+    }
+}
+
+/// A room that gained its first member (`occupied`) or lost its last.
+public struct RoomOccupancy: Sendable, Equatable {
+    /// The room's name.
+    public var room: String
+    /// Whether it has members now.
+    public var occupied: Bool
+
+    /// Describes a change of occupancy.
+    public init(room: String, occupied: Bool) {
+        self.room = room
+        self.occupied = occupied
+    }
+}
+
+/// Where the chat's rooms live beyond memory, which decides when a room event may be delivered.
+public enum RoomLogMode: Sendable {
+    /// Nowhere: an empty room is forgotten, and an event is delivered as it is numbered.
+    case memory
+    /// In a log the server commits (journal and SQLite): the server takes the rooms' changes
+    /// (`ChatCore.takeLogBatch()`), and an empty room stays in memory until they are committed.
+    case durable
+    /// In the cluster's Redis, which numbers every event (ChatCore+Cluster.swift).
+    case cluster
+}

@@ -29,7 +29,7 @@ private struct AccountHarness {
         var configuration = ChatServerConfiguration()
         configuration.turnOffRateLimits()
         adjust(&configuration)
-        core = ChatCore(configuration: configuration, clustered: clustered)
+        core = ChatCore(configuration: configuration, log: clustered ? .cluster : .memory)
         if clustered { core.clusterAvailability(true) }
     }
 

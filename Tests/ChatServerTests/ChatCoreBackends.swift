@@ -55,6 +55,8 @@ struct Harness {
     private let store: (any RoomStore)?
     /// The cluster's Redis, for `.cluster`.
     private var redis: SingleNodeRedis?
+    /// The number of the last change of a room staged in `store` (`LogBatch.through`).
+    private var lastStagedChange: UInt64 = 0
 
     /// A chat on `backend` with `adjust`ed limits (no rate limits unless `adjust` sets them)
     /// whose rooms take the epochs 1, 2, 3 … in order of creation.
@@ -70,14 +72,14 @@ struct Harness {
             let sqlite = try SQLiteBackend()
             self.sqlite = sqlite
             store = sqlite.store
-            core = ChatCore(configuration: configuration, store: sqlite.store, makeEpoch: { epochs.next() })
+            core = ChatCore(configuration: configuration, log: .durable, makeEpoch: { epochs.next() })
         case .cluster:
             sqlite = nil
             store = nil
             // Redis gives a room its epoch when the first joiner's snapshot is read; the node
             // proposes one, and the same counter keeps the numbers those of the other modes.
             redis = SingleNodeRedis(makeEpoch: { epochs.next() })
-            core = ChatCore(configuration: configuration, clustered: true)
+            core = ChatCore(configuration: configuration, log: .cluster)
             core.clusterAvailability(true)
         }
     }
@@ -89,7 +91,7 @@ struct Harness {
         let epochs = EpochCounter()
         sqlite = nil
         self.store = store
-        core = ChatCore(configuration: Self.configuration(adjust), store: store, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: Self.configuration(adjust), log: .durable, makeEpoch: { epochs.next() })
     }
 
     /// A chat whose rooms are kept in `sqlite`, committed after every event as on `.sqlite`:
@@ -99,7 +101,7 @@ struct Harness {
         let epochs = EpochCounter()
         self.sqlite = sqlite
         store = sqlite.store
-        core = ChatCore(configuration: Self.configuration(adjust), store: sqlite.store, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: Self.configuration(adjust), log: .durable, makeEpoch: { epochs.next() })
     }
 
     /// The default limits without rate limits, then `adjust`ed.
@@ -165,22 +167,33 @@ struct Harness {
     /// The nicks in `room`, in joining order, as the mode knows them (see `roomNames`).
     func memberNicks(of room: String) -> [String] { redis?.memberNicks(of: room) ?? core.memberNicks(of: room) }
 
-    /// What the server does at the end of a turn before `actions` leave: answers the reads the
-    /// core asked of its store and commits what the turn staged (SQLite), or carries out what the
-    /// core asked of the cluster until it asks no more.
+    /// What the server does at the end of a turn before `actions` leave: stages the rooms'
+    /// changes in its store, answers the reads the core asked of it and commits what the turn
+    /// staged (a `MemoryRoomStore` has nothing to commit), or carries out what the core asked of
+    /// the cluster until it asks no more.
     private mutating func finishTurn(_ actions: inout [ChatAction]) {
-        if let sqlite { sqlite.commit(&core, actions: &actions) }
         if let store {
+            commitChanges(&actions, in: store)
             var reads = core.takeLogReads()
             while !reads.isEmpty {
                 for read in reads {
                     core.logReadAnswered(read.ticket, Self.readNow(read.request, from: store).mapError(\.logError), at: now, into: &actions)
                 }
-                if let sqlite { sqlite.commit(&core, actions: &actions) }
+                commitChanges(&actions, in: store)
                 reads = core.takeLogReads()
             }
         }
         if redis != nil { redis!.answer(&core, at: now, into: &actions) }
+    }
+
+    /// Stages the rooms' changes the core made in `store`, commits them and reports the commit
+    /// to the core, as the server does at the end of a turn.
+    private mutating func commitChanges(_ actions: inout [ChatAction], in store: any RoomStore) {
+        let batch = core.takeLogBatch()
+        store.stage(batch)
+        if batch.through != 0 { lastStagedChange = batch.through }
+        // A failed commit's rooms are staged again: the next commit that succeeds holds them.
+        if sqlite?.commit(&core, actions: &actions) ?? true { core.logCommitted(through: lastStagedChange) }
     }
 
     /// What `store` answers to `request`, waited for as the server's queue would not.
@@ -247,9 +260,11 @@ final class SQLiteBackend {
     /// Commits what the turn staged, if anything, and waits for the completion, wherever the
     /// store runs it (inside the call, or on `queue`); then does what the server does with the
     /// outcome: a success lets room events in again, a failure takes the failed events'
-    /// deliveries out of `actions` and tells the core (`storageFailed`).
-    func commit(_ core: inout ChatCore, actions: inout [ChatAction]) {
-        guard store.hasStagedChanges else { return }
+    /// deliveries out of `actions` and tells the core (`storageFailed`). Returns whether it
+    /// committed (true with nothing to commit).
+    @discardableResult
+    func commit(_ core: inout ChatCore, actions: inout [ChatAction]) -> Bool {
+        guard store.hasStagedChanges else { return true }
         let done = DispatchSemaphore(value: 0)
         let outcome = CommitOutcome()
         store.commitStaged(on: queue) { result in
@@ -264,6 +279,7 @@ final class SQLiteBackend {
         switch outcome.result {
         case .success?:
             if core.storageFailure != nil { core.storageRecovered() }
+            return true
         case .failure(let failure)?:
             let failed = Set(failure.events.map { "\($0.room) \($0.entry.seq)" })
             actions.removeAll { action in
@@ -273,8 +289,10 @@ final class SQLiteBackend {
                 }
             }
             core.storageFailed(failure, into: &actions)
+            return false
         case nil:
             Issue.record("a commit completed without a result")
+            return false
         }
     }
 
@@ -531,7 +549,7 @@ struct CoreBackendTests {
         let alice = chat.connect("alice", version: 2)
         chat.send(.join(room: "r"), from: alice)  // seq 1
         chat.send(.say(room: "r", text: "kept"), from: alice)  // seq 2
-        #expect(!store.hasStagedChanges && !store.hasUncommittedWrites(in: "r"), "committed at the end of the turn")
+        #expect(!store.hasStagedChanges, "committed at the end of the turn")
         let stored = try #require(try store.loadRoom(named: "r", recent: 10))
         #expect(stored.record.lastSeq == 2 && stored.recent.map(\.text) == ["kept"], "in SQLite: \(stored)")
         chat.send(.part(room: "r"), from: alice)  // seq 3

@@ -24,7 +24,7 @@ private struct FakeCluster {
     init(nodes count: Int) {
         var configuration = ChatServerConfiguration()
         configuration.turnOffRateLimits()
-        nodes = (0..<count).map { _ in ChatCore(configuration: configuration, clustered: true) }
+        nodes = (0..<count).map { _ in ChatCore(configuration: configuration, log: .cluster) }
         for index in nodes.indices { nodes[index].clusterAvailability(true) }
         sent = Array(repeating: [], count: count)
         nextSlot = Array(repeating: 0, count: count)
@@ -155,7 +155,7 @@ private func clusteredCore(_ adjust: (inout ChatServerConfiguration) -> Void = {
     var configuration = ChatServerConfiguration()
     configuration.turnOffRateLimits()
     adjust(&configuration)
-    var core = ChatCore(configuration: configuration, clustered: true)
+    var core = ChatCore(configuration: configuration, log: .cluster)
     core.clusterAvailability(true)
     return core
 }

@@ -252,6 +252,10 @@ struct Scenario {
     private let results = CommitResults()
     /// Commits submitted and not yet completed: at most one, as in the server.
     private var commitInFlight = false
+    /// The number of the last change of a room staged, and of the last one the commit in flight
+    /// holds (`LogBatch.through`).
+    private var lastStagedChange: UInt64 = 0
+    private var commitThrough: UInt64 = 0
     /// The first broken invariant seen while carrying out actions.
     private(set) var violation: String?
 
@@ -268,7 +272,7 @@ struct Scenario {
         let start: [UInt64] = [1_000, 0, 1, 1 << 63]
         now = ServerTime(wallMillis: clock == 0 ? 1_767_225_600_000 : start[clock], uptimeMillis: start[clock])
         let epochs = epochs
-        core = ChatCore(configuration: configuration, store: store.roomStore, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: configuration, log: .durable, makeEpoch: { epochs.next() })
     }
 
     // MARK: Events
@@ -391,6 +395,7 @@ struct Scenario {
         guard case .sqlite(let store) = store else { return "no commit: the memory store commits as it stages" }
         guard !commitInFlight else { return "a commit is already in flight" }
         commitInFlight = true
+        commitThrough = lastStagedChange
         let results = results
         if failing { try? store.capFileSize(bytes: 0) }
         store.commitStaged(on: ChatCoreFuzzProperties.queue) { result in results.results.append(result) }
@@ -417,6 +422,7 @@ struct Scenario {
         commitInFlight = false
         switch results.results.removeFirst() {
         case .success:
+            core.logCommitted(through: commitThrough)
             if core.storageFailure != nil { core.storageRecovered() }
             return "commit completes"
         case .failure(let failure):
@@ -443,13 +449,20 @@ struct Scenario {
         }
         connections.removeAll()
         let epochs = epochs
-        core = ChatCore(configuration: configuration, store: store.roomStore, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: configuration, log: .durable, makeEpoch: { epochs.next() })
     }
 
     // MARK: Actions
 
-    /// Carries out `actions` in order, as the server would, checking each.
+    /// Stages the rooms' changes in the store (the memory store commits them as it stages
+    /// them), then carries out `actions` in order, as the server would, checking each.
     private mutating func carryOut(_ actions: [ChatAction]) {
+        let batch = core.takeLogBatch()
+        store.roomStore.stage(batch)
+        if batch.through != 0 {
+            lastStagedChange = batch.through
+            if case .memory = store { core.logCommitted(through: batch.through) }
+        }
         for action in actions {
             switch action {
             case .send(let frame, let id):

@@ -357,8 +357,7 @@ extension TestClient {
 }
 
 /// The real SQLite store with a gate in front of its commits: while the gate is shut, commits
-/// wait (a disk that has stopped answering), and the events staged meanwhile are counted. Its
-/// reads have a gate of their own (`shutReads`), and can be made to fail (`failReads`).
+/// wait (a disk that has stopped answering). Its reads have a gate of their own (`shutReads`), and can be made to fail (`failReads`).
 ///
 /// `@unchecked Sendable`: everything it keeps is behind `lock`; `inner` is used on the server's
 /// queue, as a store must be.
@@ -367,8 +366,6 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
     private let lock = NSLock()
     private var pending: [(DispatchQueue, @Sendable (Result<Void, CommitFailure>) -> Void)] = []
     private var isShut = false
-    private var stagedWhileShut = 0
-    private var waiter: (count: Int, continuation: CheckedContinuation<Void, Never>)?
     private var readsShut = false
     private var readFailure: StorageError?
     private var parkedReads: [@Sendable () -> Void] = []
@@ -398,20 +395,8 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
     /// How many reads wait behind the shut gate.
     var readsWaiting: Int { lock.withLock { parkedReads.count } }
 
-    /// Events staged while the gate was shut.
-    var eventsStagedWhileShut: Int { lock.withLock { stagedWhileShut } }
-
     /// Makes the following commits wait.
     func shut() { lock.withLock { isShut = true } }
-
-    /// Returns once `count` events have been staged behind the shut gate.
-    func waitForStaged(_ count: Int) async {
-        await withCheckedContinuation { continuation in
-            lock.withLock {
-                if stagedWhileShut >= count { continuation.resume() } else { waiter = (count, continuation) }
-            }
-        }
-    }
 
     /// Lets the waiting commits through, in order, on the queue each was asked on.
     func open() {
@@ -443,20 +428,7 @@ final class GatedRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
-    func stage(_ record: RoomRecord, event: HistoryEntry?) {
-        inner.stage(record, event: event)
-        guard event != nil else { return }
-        lock.withLock {
-            guard isShut else { return }
-            stagedWhileShut += 1
-            if let (count, continuation) = waiter, stagedWhileShut >= count {
-                waiter = nil
-                continuation.resume()
-            }
-        }
-    }
-
-    func hasUncommittedWrites(in room: String) -> Bool { inner.hasUncommittedWrites(in: room) }
+    func stage(_ batch: LogBatch) { inner.stage(batch) }
 
     var hasStagedChanges: Bool { inner.hasStagedChanges }
 
@@ -487,6 +459,18 @@ func withGatedServer(
     let server = try ChatServer(configuration: configuration, store: store, logger: quietLogger)
     server.start()
     try await body(store, server)
+}
+
+extension ChatServer {
+    /// The `seq` of `room`'s latest event, from the status page's snapshot (0 if it is not
+    /// listed): how many of its events the server has read and numbered, committed or not.
+    func lastSeq(of room: String) async -> UInt64 {
+        await withCheckedContinuation { continuation in
+            snapshot { snapshot in
+                continuation.resume(returning: snapshot.busiestRooms.first { $0.name == room }?.lastSeq ?? 0)
+            }
+        }
+    }
 }
 
 /// How many of this process's descriptors are open read-only on `path`.
@@ -540,6 +524,7 @@ extension DurabilityTests {
             _ = try await flooder.joinRoom("r")
             _ = try await reader.joinRoom("r")
             store.shut()
+            let before = await server.lastSeq(of: "r")
 
             // A message of 1,000 bytes to a room of two costs about 1.1 KB held until its commit;
             // the server may hold an eighth of its output share, then must stop reading.
@@ -558,13 +543,13 @@ extension DurabilityTests {
                     do { try await flooder.send(.say(room: "r", text: text)) } catch { return }
                 }
             }
-            try await withTimeout(waitingFor: "half the bound staged") { await store.waitForStaged(bound / 2) }
-            // The pause gives a server that kept reading the time to stage far more; one that stops
-            // stages nothing more however long it lasts, so the test cannot fail for being slow.
+            #expect(await eventually { await server.lastSeq(of: "r") >= before + UInt64(bound / 2) }, "half the bound read")
+            // The pause gives a server that kept reading the time to read far more; one that stops
+            // reads nothing more however long it lasts, so the test cannot fail for being slow.
             try await Task.sleep(for: .seconds(1))
-            let staged = store.eventsStagedWhileShut
-            #expect(staged <= bound + 200, "the server stopped reading once it held its share: \(staged) staged, bound about \(bound)")
-            #expect(staged < count, "it did not read the whole flood")
+            let read = Int(await server.lastSeq(of: "r")) - Int(before)
+            #expect(read <= bound + 200, "the server stopped reading once it held its share: \(read) read, bound about \(bound)")
+            #expect(read < count, "it did not read the whole flood")
             store.open()
 
             let received = try await reader.collect(count, "the flood", limit: .seconds(120)) { frame -> String? in
@@ -589,12 +574,13 @@ extension DurabilityTests {
             let alice = try await Self.rawMember("alice", of: "r", port: server.port, seenBy: bob)
             defer { alice.close() }
             store.shut()
+            let before = await server.lastSeq(of: "r")
 
             // bob's line to bob and alice waits for its commit; then alice's connection is reset.
             // The server closes it at once (no goodbye to wait for), and alice's slot — the lowest
             // free one — would be the next newcomer's if it were free before that commit.
             try await bob.send(.say(room: "r", text: "for alice and bob"))
-            try await withTimeout(waitingFor: "the line staged") { await store.waitForStaged(1) }
+            #expect(await eventually { await server.lastSeq(of: "r") == before + 1 }, "the line read")
             var reset = linger(l_onoff: 1, l_linger: 0)
             setsockopt(alice.descriptor, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
             alice.close()
@@ -645,9 +631,10 @@ extension DurabilityTests {
             }
             // Lines whose commit does not land yet: queued behind the committed ones, and held.
             store.shut()
+            let seqBefore = await server.lastSeq(of: "r")
             let held = (0..<20).map { "held \($0)" }
             for text in held { try await sender.send(.say(room: "r", text: text)) }
-            try await withTimeout(waitingFor: "the held lines staged") { await store.waitForStaged(held.count) }
+            #expect(await eventually { await server.lastSeq(of: "r") == seqBefore + UInt64(held.count) }, "the held lines read")
 
             func lines(in frames: [Frame]) -> [String] {
                 frames.compactMap { frame in

@@ -199,8 +199,9 @@ struct LogReadTests {
     }
 }
 
-/// A `ChatCore` with a store whose reads the test answers by hand: `takeLogReads` shows what
-/// the core asked, `answer` hands back what the test chose.
+/// A durable `ChatCore` whose reads the test answers by hand: `takeLogReads` shows what the core
+/// asked, `answer` hands back what the test chose. Its rooms' changes count as committed at
+/// once, as a log that commits what it is given would have them (`committed`).
 private struct CoreWithStore {
     var core: ChatCore
     let now = ServerTime(wallMillis: 1_767_225_600_000, uptimeMillis: 1_000)
@@ -216,7 +217,7 @@ private struct CoreWithStore {
         var configuration = ChatServerConfiguration()
         configuration.turnOffRateLimits()
         adjust(&configuration)
-        core = ChatCore(configuration: configuration, store: MemoryRoomStore())
+        core = ChatCore(configuration: configuration, log: .durable)
     }
 
     /// Connects `nick` (protocol version 2) in the lowest free slot.
@@ -232,18 +233,25 @@ private struct CoreWithStore {
     mutating func send(_ frame: Frame, from id: ClientID) -> [ChatAction] {
         var actions: [ChatAction] = []
         core.received(frame, size: FrameEncoder.encode(frame).count, from: id, at: now, into: &actions)
-        return actions
+        return committed(actions)
     }
 
     mutating func disconnect(_ id: ClientID) {
         var actions: [ChatAction] = []
         core.disconnect(id, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        _ = committed(actions)
         freeSlots.append(id.slot)
     }
 
     mutating func answer(_ read: LogRead, with answer: Result<RoomReadAnswer, StorageError>) -> [ChatAction] {
         var actions: [ChatAction] = []
         core.logReadAnswered(read.ticket, answer.mapError(\.logError), at: now, into: &actions)
+        return committed(actions)
+    }
+
+    /// `actions`, once the core has heard that its rooms' changes are committed.
+    private mutating func committed(_ actions: [ChatAction]) -> [ChatAction] {
+        core.logCommitted(through: core.takeLogBatch().through)
         return actions
     }
 }

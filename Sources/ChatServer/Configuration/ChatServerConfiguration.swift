@@ -102,9 +102,9 @@ extension AccountSettings {
 extension ChatCore {
     /// An empty chat with the limits and memory budget of `configuration` (`init(limits:budget:…)`).
     public init(
-        configuration: ChatServerConfiguration, store: (any RoomStore)? = nil, clustered: Bool = false,
+        configuration: ChatServerConfiguration, log: RoomLogMode = .memory,
         makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
     ) {
-        self.init(limits: configuration.limits, budget: configuration.memoryBudget, store: store, clustered: clustered, makeEpoch: makeEpoch)
+        self.init(limits: configuration.limits, budget: configuration.memoryBudget, log: log, makeEpoch: makeEpoch)
     }
 }

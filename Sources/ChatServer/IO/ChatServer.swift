@@ -145,6 +145,9 @@ public final class ChatServer: @unchecked Sendable {
     /// What the frames held for the commit in flight cost: their encoded bytes (also counted by
     /// `chunkMeter`, as queued frames are) and their recipient lists.
     @exclusivity(unchecked) private var heldCost = 0
+    /// The number of the last change of a room staged in the store (`LogBatch.through`): what
+    /// the next commit holds.
+    @exclusivity(unchecked) private var lastStagedChange: UInt64 = 0
     /// Whether a commit is in flight; there is at most one, and what arrives meanwhile goes into
     /// the next (group commit: the busier the server, the more each commit holds).
     @exclusivity(unchecked) private var commitInFlight = false
@@ -217,7 +220,7 @@ public final class ChatServer: @unchecked Sendable {
         self.store = store
         budget = configuration.memoryBudget
         readBuffer = ReadBuffer(capacity: MemoryBudget.readBytes)
-        core = ChatCore(configuration: configuration, store: store, clustered: cluster != nil)
+        core = ChatCore(configuration: configuration, log: cluster != nil ? .cluster : store != nil ? .durable : .memory)
         accountStore = accounts ?? MemoryAccountStore()
         do {
             core.loadAccounts(try accountStore.loadAll())
@@ -371,7 +374,7 @@ public final class ChatServer: @unchecked Sendable {
             }
             // Armed first: a store that commits on this queue completes inside `submitCommit`.
             goodbyeAfterCommit = (lastCommit, reason, Self.now().uptimeMillis + configuration.drainTimeout.milliseconds)
-            if !commitInFlight, store.hasStagedChanges || performed > 0 { submitCommit() }
+            if !commitInFlight, hasChangesToCommit(in: store) || performed > 0 { submitCommit() }
         }
     }
 
@@ -813,8 +816,9 @@ public final class ChatServer: @unchecked Sendable {
 
     // MARK: Carrying out actions
 
-    /// Carries out the actions the core appended, in order. Without a store, or with nothing
-    /// staged or waiting for a commit, they go out now and the list is emptied; otherwise their
+    /// Carries out the actions the core appended, in order. Without a store, or with no change
+    /// of a room to commit (`hasChangesToCommit`) and none waiting for a commit, they go out now
+    /// and the list is emptied; otherwise their
     /// frames are queued at once but held in their recipients' queues until the commit of the
     /// changes staged with them lands (`carryOutHeld`), and the list keeps them until then.
     private func perform() {
@@ -828,7 +832,7 @@ public final class ChatServer: @unchecked Sendable {
         carryOutAccountWork()
         writeModeration()
         guard actions.count > performed else { return }
-        if let store, commitInFlight || performed > 0 || store.hasStagedChanges {
+        if let store, commitInFlight || performed > 0 || hasChangesToCommit(in: store) {
             carryOutHeld()
             if store.commitsOnCallersQueue {
                 // Committed at the end of the turn, just before the flush that sends what it
@@ -921,19 +925,27 @@ public final class ChatServer: @unchecked Sendable {
         queue.async { [weak self] in
             guard let self else { return }
             commitScheduled = false
-            guard let store, performed > 0 || store.hasStagedChanges else { return }
+            guard let store, performed > 0 || hasChangesToCommit(in: store) else { return }
             submitCommit()
         }
     }
 
-    /// Commits everything staged; the frames held for it wait in their queues until it is done.
+    /// Whether the next commit has changes of rooms to store: the core's not yet taken
+    /// (`ChatCore.takeLogBatch()`), or the store's staged (a failed commit's rooms, staged again).
+    @inline(__always)
+    private func hasChangesToCommit(in store: any RoomStore) -> Bool {
+        core.hasLogChanges || store.hasStagedChanges
+    }
+
+    /// Stages the rooms' changes the core made since the last commit and commits everything
+    /// staged; the frames held for it wait in their queues until it is done.
     private func submitCommit() {
         guard let store, !commitInFlight else { return }
         // Everything a queue holds now is this commit's: the last one's was released or dropped.
         let held = holding.map { HeldBytes(connection: $0, bytes: $0.channel.heldBytes, replies: $0.heldReplyBytes) }
         let commit = PendingCommit(
             actions: actions, performedAtOnce: performedAtOnce, departures: departuresAfterCommit, held: held,
-            cost: uncommittedCost)
+            cost: uncommittedCost, changesThrough: lastStagedChange)
         for connection in holding { connection.channel.holdsNewBytes = false }
         holding.removeAll(keepingCapacity: true)
         actions = []
@@ -945,6 +957,13 @@ public final class ChatServer: @unchecked Sendable {
         uncommittedCost = 0
         commitInFlight = true
         submittedCommits += 1
+        // Taken from the core only now, so that a busy room's changes since the last commit are
+        // one record and a run of events (`LogBatch`), however many requests they came from.
+        let batch = core.takeLogBatch()
+        if !batch.isEmpty {
+            store.stage(batch)
+            if batch.through != 0 { lastStagedChange = batch.through }
+        }
         metrics?.commitStarted(events: (store as? SQLiteRoomStore)?.stagedEventCount ?? 0)
         store.commitStaged(on: queue) { [weak self] result in self?.committed(commit, result) }
     }
@@ -961,7 +980,7 @@ public final class ChatServer: @unchecked Sendable {
             while let first = slotsAwaitingCommit.first, first.after <= completedCommits {
                 freeSlots.append(slotsAwaitingCommit.removeFirst().slot)
             }
-            if let store, performed > 0 || (store.hasStagedChanges && core.storageFailure == nil) {
+            if let store, performed > 0 || (hasChangesToCommit(in: store) && core.storageFailure == nil) {
                 // A store that commits on this queue commits at the end of a turn, but this
                 // completion may have come late (a commit it handed to its writer): what was
                 // held meanwhile needs a turn's end to be committed at.
@@ -974,6 +993,7 @@ public final class ChatServer: @unchecked Sendable {
         }
         switch result {
         case .success:
+            core.logCommitted(through: commit.changesThrough)
             if core.storageFailure != nil {
                 core.storageRecovered()
                 // Logged there: "storage works again", with the count of failures.
@@ -1266,7 +1286,7 @@ public final class ChatServer: @unchecked Sendable {
     private func commitAtEndOfTurn() {
         guard let store, store.commitsOnCallersQueue else { return }
         for _ in 0..<2 {
-            guard !commitInFlight, performed > 0 || (store.hasStagedChanges && core.storageFailure == nil) else { return }
+            guard !commitInFlight, performed > 0 || (hasChangesToCommit(in: store) && core.storageFailure == nil) else { return }
             submitCommit()
         }
     }
@@ -1361,7 +1381,7 @@ public final class ChatServer: @unchecked Sendable {
             perform()
             // After a failed commit its rooms' records are staged again: retry them even when no
             // one speaks, so room events are accepted again once there is room.
-            if let store, store.hasStagedChanges, !commitInFlight { submitCommit() }
+            if let store, hasChangesToCommit(in: store), !commitInFlight { submitCommit() }
         }
         if let (_, reason, deadline) = goodbyeAfterCommit, now.uptimeMillis >= deadline {
             goodbyeAfterCommit = nil
@@ -1498,6 +1518,8 @@ private struct PendingCommit: @unchecked Sendable {
     var held: [HeldBytes]
     /// What its held frames cost against `budget.held`.
     var cost: Int
+    /// The number of the last change of a room it holds (`ChatCore.logCommitted(through:)`).
+    var changesThrough: UInt64
 }
 
 /// What a connection's queue holds for a commit: its `bytes` (`SocketChannel.heldBytes`), and of
@@ -1622,7 +1644,7 @@ extension ChatServer {
             memberships += members
             let before = metrics?.lastSeqs.updateValue(seq, forKey: name) ?? seq
             let rate = elapsed > 0 && seq >= before ? Double(seq - before) / elapsed : 0
-            let room = ServerSnapshot.Room(name: name, members: members, eventsPerSecond: rate)
+            let room = ServerSnapshot.Room(name: name, members: members, eventsPerSecond: rate, lastSeq: seq)
             busiest.offer(room)
             if rate > 0 { liveliest.offer(room) }
         }

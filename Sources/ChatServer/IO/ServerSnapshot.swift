@@ -39,6 +39,8 @@ public struct ServerSnapshot: Sendable {
         public var members: Int
         /// Events per second since the previous snapshot.
         public var eventsPerSecond: Double
+        /// The `seq` of its latest event (on a cluster node, the latest delivered here).
+        public var lastSeq: UInt64
     }
 
     /// The memory budget's parts (`--max-memory`) and how much of each is in use.

@@ -5,18 +5,24 @@ import Dispatch
 
 /// Where rooms outlive memory: their identity (epoch), numbering (`seq`), topic and history.
 ///
-/// `ChatCore` stages every change of a room as it happens (`StagingRoomLog`, the part of a store
-/// the core sees) and asks for a room back when someone joins it after it left memory; the
-/// server commits what was staged once per event-loop turn and delivers the turn's events only
-/// after the commit (docs/SERVER.md, "Durability"). Reads run off the server's queue and answer
-/// later (`read`), so no read of the disk stalls the loop.
+/// `ChatCore` in durable mode notes how each room changes as it happens (`ChatCore.takeLogBatch()`)
+/// and asks for a room back when someone joins it after it left memory; the server stages the
+/// changes after each request (`stage`), commits what was staged once per event-loop turn and
+/// delivers the turn's events only after the commit (docs/SERVER.md, "Durability"). Reads run off the
+/// server's queue and answer later (`read`), so no read of the disk stalls the loop.
 ///
 /// Every method is called on the server's queue.
-public protocol RoomStore: StagingRoomLog {
+public protocol RoomStore: AnyObject, Sendable {
+    /// Adds the rooms' changes to the next commit: their records (newer ones replace those
+    /// staged before), their events, and their occupancy (retention never deletes an occupied
+    /// room, however long its members stay quiet; an empty one is deleted once it has been idle
+    /// for the store's empty-room time).
+    func stage(_ batch: LogBatch)
+
     /// Reads what `request` asks for off the caller's queue, then calls `completion` on `queue`
-    /// with the answer; answers come in the order of the calls. A room is asked for only while
-    /// it has nothing uncommitted (`hasUncommittedWrites` false), and a page holds only what is
-    /// committed.
+    /// with the answer; answers come in the order of the calls. A room is asked for only once
+    /// its changes are committed (the core keeps an empty room until then), and a page holds
+    /// only what is committed.
     func read(
         _ request: RoomRead, on queue: DispatchQueue,
         completion: @escaping @Sendable (Result<RoomReadAnswer, StorageError>) -> Void)
@@ -45,12 +51,6 @@ public protocol RoomStore: StagingRoomLog {
 }
 
 extension RoomStore {
-    /// Stages nothing: the caller stages the whole record.
-    public func stage(_ event: HistoryEntry, advancing room: String, at time: UInt64) -> Bool { false }
-
-    /// Does nothing: a store without retention deletes no room.
-    public func occupancyChanged(of room: String, occupied: Bool) {}
-
     /// False: a store commits on a thread of its own unless it says otherwise.
     public var commitsOnCallersQueue: Bool { false }
 }
@@ -134,16 +134,19 @@ public final class MemoryRoomStore: RoomStore, @unchecked Sendable {
         queue.async { completion(answer) }
     }
 
-    /// See `RoomStore.stage(_:event:)`.
+    /// See `RoomStore.stage(_:)`: committed at once, without retention.
+    public func stage(_ batch: LogBatch) {
+        for record in batch.rooms { stage(record, event: nil) }
+        for event in batch.events { rooms[event.room]?.events.append(event.entry) }
+    }
+
+    /// Stores the room's `record` and, if given, its `event`.
     public func stage(_ record: RoomRecord, event: HistoryEntry?) {
         var room = rooms[record.name] ?? (record, [])
         room.record = record
         if let event { room.events.append(event) }
         rooms[record.name] = room
     }
-
-    /// Always false: staging is committing.
-    public func hasUncommittedWrites(in room: String) -> Bool { false }
 
     /// Always false: staging is committing.
     public var hasStagedChanges: Bool { false }

@@ -55,7 +55,7 @@ public enum CommitPlacement: String, Sendable, CaseIterable {
 /// Retention and the log's background sync are `upkeep`'s, an object of its own (see
 /// `StoreUpkeep` for why).
 ///
-/// `@unchecked Sendable`: `staged`, `uncommitted`, `runningFinished` and `handedOff` are used on
+/// `@unchecked Sendable`: `staged`, `runningFinished` and `handedOff` are used on
 /// the server's queue only; `writer` on `writerQueue` only; `reader` on `readQueue` only;
 /// `finished` and `journaled` are behind their locks.
 public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
@@ -85,8 +85,6 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// The index in `staged.rooms` of the room staged last: a busy room stages event after event,
     /// and finds itself here without hashing its name.
     @exclusivity(unchecked) private var lastStaged = 0
-    /// Per room, how many commits in flight (or staged) hold a change of it.
-    @exclusivity(unchecked) private var uncommitted: [String: Int] = [:]
     /// Commits the writer has finished, oldest first, each with what to run for it on the
     /// server's queue: handed over through a lock, so the server can take them between requests
     /// (`runFinishedCommits`) rather than after everything already queued.
@@ -298,8 +296,27 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
-    /// See `RoomStore.stage(_:event:)`.
+    /// See `RoomStore.stage(_:)`.
+    public func stage(_ batch: LogBatch) {
+        for record in batch.rooms { stage(record) }
+        // The first batch of a commit is taken as it is, not copied event by event.
+        if staged.events.isEmpty {
+            staged.events = batch.events
+        } else {
+            staged.events.append(contentsOf: batch.events)
+        }
+        for change in batch.occupancy { upkeep.occupancyChanged(of: change.room, occupied: change.occupied) }
+    }
+
+    /// Adds to the next commit the room's new `record` and, if given, its `event`: the single
+    /// writes `stage(_:)` is made of, for tests that fill a store without a chat.
     public func stage(_ record: RoomRecord, event: HistoryEntry?) {
+        stage(record)
+        if let event { staged.events.append(StoredEvent(room: record.name, entry: event)) }
+    }
+
+    /// Stages `record`, replacing the room's record staged before, if any.
+    private func stage(_ record: RoomRecord) {
         if isStagedLast(record.name) {
             staged.rooms[lastStaged] = record
         } else if let index = stagedIndex[record.name] {
@@ -309,19 +326,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
             lastStaged = staged.rooms.count
             stagedIndex[record.name] = lastStaged
             staged.rooms.append(record)
-            uncommitted[record.name, default: 0] += 1
         }
-        if let event { staged.events.append(StoredEvent(room: record.name, entry: event)) }
-    }
-
-    /// See `RoomStore.stage(_:advancing:at:)`: a busy room's messages, one after another in a
-    /// commit, update its staged record in place.
-    public func stage(_ event: HistoryEntry, advancing room: String, at time: UInt64) -> Bool {
-        guard isStagedLast(room) else { return false }
-        staged.rooms[lastStaged].lastSeq = event.seq
-        staged.rooms[lastStaged].lastActive = time
-        staged.events.append(StoredEvent(room: room, entry: event))
-        return true
     }
 
     /// Whether `room`'s record is the one staged last (`lastStaged`), found without hashing.
@@ -329,13 +334,10 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         lastStaged < staged.rooms.count && staged.rooms[lastStaged].name == room
     }
 
-    /// See `RoomStore.occupancyChanged(of:occupied:)`.
+    /// Says that `room` has members now (`occupied`) or has none left (see `stage(_:)`).
     public func occupancyChanged(of room: String, occupied: Bool) {
         upkeep.occupancyChanged(of: room, occupied: occupied)
     }
-
-    /// See `RoomStore.hasUncommittedWrites(in:)`.
-    public func hasUncommittedWrites(in room: String) -> Bool { uncommitted[room] != nil }
 
     /// See `RoomStore.hasStagedChanges`.
     public var hasStagedChanges: Bool { !staged.isEmpty }
@@ -697,18 +699,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
         }
     }
 
-    /// After a commit (on the server's queue): its rooms are settled, unless it failed; then their
-    /// records are staged again, newer staged records winning, so the next commit retries them.
+    /// After a commit (on the server's queue): if it failed, its rooms' records are staged again,
+    /// newer staged records winning, so the next commit retries them.
     private func settle(_ batch: RoomBatch, failed: Bool) {
-        for record in batch.rooms {
-            if failed, stagedIndex[record.name] == nil {
-                // Staged again, it keeps this commit's count in `uncommitted`.
-                stagedIndex[record.name] = staged.rooms.count
-                staged.rooms.append(record)
-                continue
-            }
-            uncommitted[record.name, default: 1] -= 1
-            if uncommitted[record.name] == 0 { uncommitted[record.name] = nil }
+        guard failed else { return }
+        for record in batch.rooms where stagedIndex[record.name] == nil {
+            stagedIndex[record.name] = staged.rooms.count
+            staged.rooms.append(record)
         }
     }
 }
