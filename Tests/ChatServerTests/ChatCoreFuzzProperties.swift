@@ -448,6 +448,9 @@ struct Scenario {
             finishCommits()
         }
         connections.removeAll()
+        // The new core numbers its changes from 1 again.
+        lastStagedChange = 0
+        commitThrough = 0
         let epochs = epochs
         core = ChatCore(configuration: configuration, log: .durable, makeEpoch: { epochs.next() })
     }

@@ -461,7 +461,41 @@ func withGatedServer(
     try await body(store, server)
 }
 
+extension DurabilityTests {
+    /// An emptied room leaves memory once the commit that holds its last change lands, even on
+    /// a server with nothing else to commit: a commit that reported the number of the one before
+    /// it (`changesThrough` read before the batch was taken) kept the room, its history and
+    /// membership bookkeeping in memory until some unrelated commit came.
+    @Test func anEmptiedRoomLeavesMemoryOnceItsLastChangeIsCommittedOnAQuietServer() async throws {
+        try await withGatedServer { _, server in
+            let alice = try await TestClient.connect(port: server.port, nick: "alice", version: 2)
+            _ = try await alice.joinRoom("parted")
+            try await alice.send(.part(room: "parted"))
+            _ = try await alice.waitFor("alice's part") { frame -> Bool? in
+                if case .left("parted", _, _, "alice") = frame { return true }
+                return nil
+            }
+            #expect(await eventually(timeout: .seconds(10)) { await server.roomsInMemory() == 0 }, "left by a part")
+
+            let bob = try await TestClient.connect(port: server.port, nick: "bob", version: 2)
+            _ = try await bob.joinRoom("quit")
+            #expect(await server.roomsInMemory() == 1)
+            bob.close()
+            #expect(await eventually(timeout: .seconds(10)) { await server.roomsInMemory() == 0 }, "left by a quit")
+            alice.close()
+            await server.shutdown()
+        }
+    }
+}
+
 extension ChatServer {
+    /// How many rooms the server holds in memory, from the status page's snapshot.
+    func roomsInMemory() async -> Int {
+        await withCheckedContinuation { continuation in
+            snapshot { continuation.resume(returning: $0.rooms) }
+        }
+    }
+
     /// The `seq` of `room`'s latest event, from the status page's snapshot (0 if it is not
     /// listed): how many of its events the server has read and numbered, committed or not.
     func lastSeq(of room: String) async -> UInt64 {

@@ -941,6 +941,14 @@ public final class ChatServer: @unchecked Sendable {
     /// staged; the frames held for it wait in their queues until it is done.
     private func submitCommit() {
         guard let store, !commitInFlight else { return }
+        // Taken from the core only now, so that a busy room's changes since the last commit are
+        // one record and a run of events (`LogBatch`), however many requests they came from; and
+        // before the commit is described, whose `changesThrough` must count them.
+        let batch = core.takeLogBatch()
+        if !batch.isEmpty {
+            store.stage(batch)
+            if batch.through != 0 { lastStagedChange = batch.through }
+        }
         // Everything a queue holds now is this commit's: the last one's was released or dropped.
         let held = holding.map { HeldBytes(connection: $0, bytes: $0.channel.heldBytes, replies: $0.heldReplyBytes) }
         let commit = PendingCommit(
@@ -957,13 +965,6 @@ public final class ChatServer: @unchecked Sendable {
         uncommittedCost = 0
         commitInFlight = true
         submittedCommits += 1
-        // Taken from the core only now, so that a busy room's changes since the last commit are
-        // one record and a run of events (`LogBatch`), however many requests they came from.
-        let batch = core.takeLogBatch()
-        if !batch.isEmpty {
-            store.stage(batch)
-            if batch.through != 0 { lastStagedChange = batch.through }
-        }
         metrics?.commitStarted(events: (store as? SQLiteRoomStore)?.stagedEventCount ?? 0)
         store.commitStaged(on: queue) { [weak self] result in self?.committed(commit, result) }
     }
