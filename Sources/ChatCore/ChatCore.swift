@@ -16,10 +16,10 @@ import DequeModule
 ///
 /// In durable mode (`RoomLogMode.durable`), rooms outlive memory: every change of a room (its
 /// `seq`, topic, and each message, action and topic event) goes into the log batch that the
-/// server takes after each request and commits (`takeLogBatch()`); an empty room leaves memory
-/// once the server reports its changes committed (`logCommitted(through:)`), and a joiner reads
-/// it back with the same epoch, `seq` and topic; history pages older than memory holds are read
-/// from the log. Reads are asked for and answered later, off the event loop
+/// server takes when it starts a commit (`takeLogBatch()`); an empty room leaves memory once the
+/// server reports its changes committed (`logCommitted(through:)`), and a joiner reads it back
+/// with the same epoch, `seq` and topic; history pages older than memory holds are read from
+/// the log. Reads are asked for and answered later, off the event loop
 /// (ChatCore+Reads.swift). While the log fails, room events are refused with `storageFailed`.
 ///
 /// What it keeps is bounded by its `MemoryBudget`: history by entries and bytes per
@@ -927,7 +927,7 @@ public struct ChatCore: Sendable {
         if byRule, seq != 0, let frame = Self.stamped(event, seq: seq, time: time) { deliverRoomEvent(frame, to: ruledTo, into: &actions) }
         let entry = seq == 0 ? nil : Self.historyEntry(of: event, seq: seq, time: time)
         if let entry { recordHistory(entry, in: name) }
-        if logNumber != 0 { appendToLog(name, event: entry, at: time) }
+        if logNumber != 0 { appendToLog(name, event: entry, number: logNumber, at: time) }
         if isEmpty { removeEmptyRoom(name) }
     }
 
@@ -1049,16 +1049,23 @@ public struct ChatCore: Sendable {
     func address(of id: ClientID) -> String { clients[id.slot]?.address ?? "" }
 
     /// Adds `name`'s change to the log batch, with `event` if it is one kept as history, at
-    /// `time` (durable mode): numbered the core's next, as `appendRoomEvent` noted in the room.
-    private mutating func appendToLog(_ name: String, event: HistoryEntry?, at time: UInt64) {
-        logAppends += 1
+    /// `time` (durable mode), as change `number`: the core's next, which `appendRoomEvent`
+    /// noted in the room.
+    private mutating func appendToLog(_ name: String, event: HistoryEntry?, number: UInt64, at time: UInt64) {
+        logAppends = number
         // A message or an action changes only the room's last seq and activity: with the room's
         // record changed last, the batch moves those in place, and the record is not built anew
         // (a lookup of the room and copies of its name and topic, per message).
-        if let event, event.kind != .topic, logBatch.advance(name, to: event, at: time, number: logAppends) { return }
+        if let event, event.kind != .topic, logBatch.advance(name, to: event, at: time, number: number) { return }
         // In place (`withRoom`): `rooms[name]` would copy the room, its members and history.
         guard let record = withRoom(name, { $0.record(at: time) }) else { return }
-        logBatch.add(record, event: event, number: logAppends)
+        logBatch.add(record, event: event, number: number)
+    }
+
+    /// The number of `name`'s latest change for the log (0 for none, or no such room).
+    private mutating func lastLogChange(of name: String) -> UInt64 {
+        // In place (`withRoom`), as above.
+        withRoom(name) { $0.lastLogAppend } ?? 0
     }
 
     /// Whether the rooms changed since the last `takeLogBatch()` (durable mode; never in the
@@ -1086,7 +1093,7 @@ public struct ChatCore: Sendable {
             return
         }
         logBatch.occupancyChanged(of: name, occupied: false)
-        if (withRoom(name) { $0.lastLogAppend } ?? 0) > logCommittedThrough {
+        if lastLogChange(of: name) > logCommittedThrough {
             roomsAwaitingCommit.insert(name)
         } else {
             removeRoom(name)
@@ -1100,7 +1107,7 @@ public struct ChatCore: Sendable {
     public mutating func logCommitted(through number: UInt64) {
         guard number > logCommittedThrough else { return }
         logCommittedThrough = number
-        for name in roomsAwaitingCommit where (withRoom(name) { $0.lastLogAppend } ?? 0) <= number {
+        for name in roomsAwaitingCommit where lastLogChange(of: name) <= number {
             roomsAwaitingCommit.remove(name)
             if rooms[name]?.members.isEmpty == true { removeRoom(name) }
         }

@@ -7,8 +7,8 @@ import Dispatch
 ///
 /// `ChatCore` in durable mode notes how each room changes as it happens (`ChatCore.takeLogBatch()`)
 /// and asks for a room back when someone joins it after it left memory; the server stages the
-/// changes after each request (`stage`), commits what was staged once per event-loop turn and
-/// delivers the turn's events only after the commit (docs/SERVER.md, "Durability"). Reads run off the
+/// changes when it starts a commit (`stage`), commits once per event-loop turn and delivers the
+/// turn's events only after the commit (docs/SERVER.md, "Durability"). Reads run off the
 /// server's queue and answer later (`read`), so no read of the disk stalls the loop.
 ///
 /// Every method is called on the server's queue.
