@@ -441,6 +441,8 @@ struct ServeCommand: ParsableCommand {
         // against 74–85 MiB with two, at the same throughput (docs/SECURITY.md, "The memory
         // budget"). Before any thread starts.
         limitMallocArenas(to: 2)
+        // Also before any thread starts: the signals are blocked in every thread (ServerSignals).
+        let signals = ServerSignals()
         ServerLogHandler.setLevel(logLevel)
         let format = logFormat
         let journald = ServerLogHandler.underJournald()
@@ -478,7 +480,7 @@ struct ServeCommand: ParsableCommand {
             throw ExitCode(ExitStatus.startupRefused)
         }
         // Handlers before the first line: "listening on" tells a supervisor or a test it may
-        // signal the server, and a SIGTERM between the line and the handlers would be lost.
+        // signal the server, and a SIGTERM after the line must shut it down cleanly.
         let stopped = DispatchSemaphore(value: 0)
         let exitStatus = Locked(ExitStatus.success)
         server.start()
@@ -487,8 +489,7 @@ struct ServeCommand: ParsableCommand {
             startedArguments: try ServerInvocation.effectiveArguments(), logger: logger)
         // SIGHUP reloads, with a terminal too: ending the server when its terminal closes (the
         // signal's default) lost every client without a goodbye or a line in the log.
-        let signalSources = installShutdownHandlers(server: server, logger: logger, notifier: notifier) { stopped.signal() }
-            + installReloadHandler(server: server, reloader: reloader, logger: logger, notifier: notifier)
+        signals.serve(signalHandlers(server: server, reloader: reloader, logger: logger, notifier: notifier) { stopped.signal() })
         // The loop's own beat: the lag histogram, and systemd's watchdog (at most every half of
         // its interval, from the loop, so a stuck loop misses it).
         let step = notifier?.watchdogBeat.map { min(100_000_000, max(1_000_000, $0 / 2)) } ?? 100_000_000
@@ -517,7 +518,7 @@ struct ServeCommand: ParsableCommand {
         // The clients' quits reach the other nodes before the node's link closes.
         server.leaveCluster { stopped.signal() }
         stopped.wait()
-        withExtendedLifetime(signalSources) {}
+        withExtendedLifetime(signals) {}
         directoryWatch?.cancel()
         endpoint?.close()
         store?.close()
@@ -639,43 +640,28 @@ private func limitMallocArenas(to count: Int32) {
     _ = unsafeBitCast(symbol, to: MallOpt.self)(arenaMax, count)
 }
 
-/// Shuts `server` down on SIGINT or SIGTERM and calls `stopped` when it has.
+/// What the server does on a signal: shuts `server` down on SIGINT or SIGTERM and calls `stopped`
+/// when it has; reloads on SIGHUP (`ConfigReloader`: the config file's live settings, the TLS
+/// files), telling systemd it is reloading meanwhile.
 ///
 /// Nonisolated on purpose: a handler closure formed in a main-actor context would be inferred
 /// main-actor isolated and trap when Dispatch runs it on another queue.
-private func installShutdownHandlers(
-    server: ChatServer, logger: Logger, notifier: SystemdNotifier?, stopped: @escaping @Sendable () -> Void
-) -> [DispatchSourceSignal] {
-    [SIGINT, SIGTERM].map { signalNumber in
-        // The default action would kill the process before the source sees the signal.
-        signal(signalNumber, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-        let name = signalNumber == SIGINT ? "SIGINT" : "SIGTERM"
-        source.setEventHandler { @Sendable in
+private func signalHandlers(
+    server: ChatServer, reloader: ConfigReloader, logger: Logger, notifier: SystemdNotifier?,
+    stopped: @escaping @Sendable () -> Void
+) -> ServerSignals.Handlers {
+    ServerSignals.Handlers(
+        stop: { name in
             logger.info("shutting down", metadata: ["signal": "\(name)"])
             notifier?.notify("STOPPING=1\nSTATUS=shutting down (\(name))")
             server.shutdown(reason: "the server is shutting down (\(name))", completion: stopped)
-        }
-        source.activate()
-        return source
-    }
-}
-
-/// Reloads on SIGHUP (`ConfigReloader`: the config file's live settings, the TLS files), telling
-/// systemd it is reloading meanwhile. Nonisolated for the same reason as `installShutdownHandlers`.
-private func installReloadHandler(
-    server: ChatServer, reloader: ConfigReloader, logger: Logger, notifier: SystemdNotifier?
-) -> [DispatchSourceSignal] {
-    signal(SIGHUP, SIG_IGN)
-    let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
-    source.setEventHandler { @Sendable in
-        logger.info("reloading", metadata: ["signal": "SIGHUP"])
-        notifier?.reloading()
-        reloader.reload(server)
-        notifier?.notify("READY=1")
-    }
-    source.activate()
-    return [source]
+        },
+        reload: {
+            logger.info("reloading", metadata: ["signal": "SIGHUP"])
+            notifier?.reloading()
+            reloader.reload(server)
+            notifier?.notify("READY=1")
+        })
 }
 
 /// Checks every second that `directory` is still the one at its path; when it is not (deleted,

@@ -95,6 +95,37 @@ struct ServiceContractTests {
         #expect(await script.waitForExit() == 0, "and stops cleanly on SIGTERM:\n\(script.output)")
     }
 
+    /// libdispatch reads a signal source's signal only once its manager thread has registered a
+    /// signalfd, some time after the source's `activate()`. A signal sent before that, as the
+    /// server starts, must neither be lost nor do what it does by default.
+    @Test func aSignalWhileTheServerStartsIsNeitherLostNorLeftToItsDefault() async throws {
+        let executable = try Operations.executable()
+        let data = try TemporaryDirectory(prefix: "chat-start-signal")
+        defer { data.remove() }
+        // SIGHUP's default would end the server; it is handled once the server serves.
+        let hungUp = try ChildProcess(executable, ["--port", "0", "--data-dir", data.path])
+        defer { hungUp.stop() }
+        #expect(await hungUp.waitForOutput("rooms stored"), "the store opens first:\n\(hungUp.output)")
+        hungUp.signal(SIGHUP)
+        #expect(await hungUp.waitForOutput("listening on"), "the server starts all the same:\n\(hungUp.output)")
+        #expect(await hungUp.waitForOutput("signal=SIGHUP"), "and then handles the SIGHUP:\n\(hungUp.output)")
+        let port = try #require(Self.listeningPort(in: hungUp.output))
+        let client = try await TestClient.connect(port: port, nick: "afterHangUp")
+        client.close()
+        hungUp.signal(SIGTERM)
+        #expect(await hungUp.waitForExit() == 0, "and stops cleanly on SIGTERM:\n\(hungUp.output)")
+        // SIGTERM while starting ends the server: at once if it is still starting (the status
+        // names the signal), else by the clean shutdown. Either way the data directory is free.
+        let stopped = try ChildProcess(executable, ["--port", "0", "--data-dir", data.path])
+        defer { stopped.stop() }
+        #expect(await stopped.waitForOutput("rooms stored"), "the store opens first:\n\(stopped.output)")
+        stopped.signal(SIGTERM)
+        let status = await stopped.waitForExit()
+        #expect(status == 128 + SIGTERM || status == 0, "SIGTERM stops a starting server:\n\(stopped.output)")
+        let next = try await ChatServerProcess(arguments: ["--data-dir", data.path, "--log-level", "warning"])
+        next.stop()
+    }
+
     @Test func installShipsTheGuidesItLinksToAndExampleFiles() async throws {
         let directory = try TemporaryDirectory(prefix: "chat-install")
         defer { directory.remove() }
