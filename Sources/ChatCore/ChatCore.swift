@@ -29,9 +29,8 @@ import DequeModule
 public struct ChatCore: Sendable {
     /// The limits in force.
     public private(set) var limits: ChatLimits
-    /// Makes each new room's epoch: a non-zero number a client compares to tell a room that
-    /// started again from one it saw before.
-    private let makeEpoch: @Sendable () -> UInt64
+    /// Where each new room's epoch comes from.
+    private(set) var epochs: EpochSource
     /// Whether rooms are kept in a log the server commits (`RoomLogMode.durable`).
     let isDurable: Bool
     /// How many changes of rooms the core has made for the log: the number of the latest.
@@ -87,18 +86,16 @@ public struct ChatCore: Sendable {
     public private(set) var clientCount = 0
 
     /// An empty chat with `limits`, keeping what grows within `budget`, and rooms where `log`
-    /// says. New rooms take their epoch from `makeEpoch`, which must never return 0; by default a
-    /// random number.
+    /// says. New rooms take their epochs from `epochs`.
     ///
     /// `.cluster` makes it one node of a cluster (docs/CLUSTER.md): rooms, nicks and history are
     /// the cluster's, and the core asks for them through `takeClusterRequests()` instead of
     /// keeping them itself.
     public init(
-        limits: ChatLimits, budget: MemoryBudget, log: RoomLogMode = .memory,
-        makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
+        limits: ChatLimits, budget: MemoryBudget, log: RoomLogMode = .memory, epochs: EpochSource = .random()
     ) {
         self.limits = limits
-        self.makeEpoch = makeEpoch
+        self.epochs = epochs
         self.budget = budget
         isDurable = log == .durable
         isClustered = log == .cluster
@@ -1027,7 +1024,7 @@ public struct ChatCore: Sendable {
         let historySize = limits.historySize
         guard rooms[name] == nil else { return }
         guard let stored else {
-            rooms[name] = ChatRoom(name: name, epoch: makeEpoch(), historySize: historySize, historyBytes: budget.historyPerRoom)
+            rooms[name] = ChatRoom(name: name, epoch: epochs.next(), historySize: historySize, historyBytes: budget.historyPerRoom)
             applyRegisteredSettings(to: name)
             return
         }

@@ -3,7 +3,7 @@ import ChatProtocol
 import Testing
 
 /// The core's one seam to a durable room log: every room event goes into the log batch the
-/// server takes after each request (`takeLogBatch()`), with the room's record as it stands after
+/// server takes when a commit starts (`takeLogBatch()`), with the room's record as it stands after
 /// the event, and an emptied room stays in memory until the server reports its changes committed
 /// (`logCommitted(through:)`). Tested on the core alone, with no store: what the server does
 /// with the batch is `ChatServerTests`' business.
@@ -154,7 +154,7 @@ private struct CoreDriver {
         var limits = ChatLimits()
         limits.turnOffRateLimits()
         let budget = MemoryBudget(total: 256 << 20, maxClients: limits.maxClients, maxFrameSize: limits.maxFrameSize)
-        core = ChatCore(limits: limits, budget: budget, log: mode, makeEpoch: { 7 })
+        core = ChatCore(limits: limits, budget: budget, log: mode, epochs: .sequential(from: 7))
     }
 
     /// Connects `nick`, speaking `version`, in the next slot.

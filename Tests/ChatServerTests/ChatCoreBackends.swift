@@ -62,23 +62,22 @@ struct Harness {
     /// whose rooms take the epochs 1, 2, 3 … in order of creation.
     init(_ backend: CoreBackend, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) throws {
         let configuration = Self.configuration(adjust)
-        let epochs = EpochCounter()
         switch backend {
         case .memory:
             sqlite = nil
             store = nil
-            core = ChatCore(configuration: configuration, makeEpoch: { epochs.next() })
+            core = ChatCore(configuration: configuration, epochs: .sequential())
         case .sqlite:
             let sqlite = try SQLiteBackend()
             self.sqlite = sqlite
             store = sqlite.store
-            core = ChatCore(configuration: configuration, log: .durable, makeEpoch: { epochs.next() })
+            core = ChatCore(configuration: configuration, log: .durable, epochs: .sequential())
         case .cluster:
             sqlite = nil
             store = nil
-            // Redis gives a room its epoch when the first joiner's snapshot is read; the node
-            // proposes one, and the same counter keeps the numbers those of the other modes.
-            redis = SingleNodeRedis(makeEpoch: { epochs.next() })
+            // Redis gives a room its epoch when the first joiner's snapshot is read: 1, 2, 3 …
+            // as the other modes' cores do.
+            redis = SingleNodeRedis(epochs: .sequential())
             core = ChatCore(configuration: configuration, log: .cluster)
             core.clusterAvailability(true)
         }
@@ -88,20 +87,18 @@ struct Harness {
     /// `MemoryRoomStore`, which has nothing to commit (the harness commits only its own SQLite
     /// store). Limits and epochs as above.
     init(store: any RoomStore, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
-        let epochs = EpochCounter()
         sqlite = nil
         self.store = store
-        core = ChatCore(configuration: Self.configuration(adjust), log: .durable, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: Self.configuration(adjust), log: .durable, epochs: .sequential())
     }
 
     /// A chat whose rooms are kept in `sqlite`, committed after every event as on `.sqlite`:
     /// for a test that starts a second chat on the same store, as a server restarted on its
     /// data directory. Limits and epochs as above (a restarted chat counts epochs from 1 again).
     init(sqlite: SQLiteBackend, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
-        let epochs = EpochCounter()
         self.sqlite = sqlite
         store = sqlite.store
-        core = ChatCore(configuration: Self.configuration(adjust), log: .durable, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: Self.configuration(adjust), log: .durable, epochs: .sequential())
     }
 
     /// The default limits without rate limits, then `adjust`ed.
@@ -209,18 +206,6 @@ struct Harness {
             done.wait()
         }
         return outcome.answer!
-    }
-}
-
-/// Hands out 1, 2, 3 …; the harness's rooms take their epochs from it.
-final class EpochCounter: @unchecked Sendable {
-    // `@unchecked Sendable`: only the core (or the fake Redis) calls it, from the test's own thread.
-    private var last: UInt64 = 0
-
-    /// The next epoch.
-    func next() -> UInt64 {
-        last += 1
-        return last
     }
 }
 
@@ -355,15 +340,15 @@ struct SingleNodeRedis {
     private var aways: [String: (nick: String, text: String)] = [:]
     /// Rooms the node follows (subscribed to), from its `join` until its `unfollow`.
     private var followed: Set<String> = []
-    private let makeEpoch: () -> UInt64
+    private var epochs: EpochSource
 
     /// Events of a room's log read per command, as the node reads them
     /// (`ClusterReplies.eventsPerRead`).
     private static let eventsPerRead = 64
 
-    /// An empty Redis that gives a room without an epoch the next of `makeEpoch`.
-    init(makeEpoch: @escaping () -> UInt64) {
-        self.makeEpoch = makeEpoch
+    /// An empty Redis that gives a room without an epoch the next of `epochs`.
+    init(epochs: EpochSource) {
+        self.epochs = epochs
     }
 
     /// The rooms with members, sorted (`chat:rooms`).
@@ -426,7 +411,7 @@ struct SingleNodeRedis {
             publish(room, seq: seq, to: &core, into: &actions)
             if let sender { core.clusterAppended(room: room, seq: seq, sender: sender, into: &actions) }
         case .snapshot(let name, let id, let seq, let read):
-            if rooms[name]?.epoch == nil { rooms[name, default: Room()].epoch = makeEpoch() }
+            if rooms[name]?.epoch == nil { rooms[name, default: Room()].epoch = epochs.next() }
             let room = rooms[name]!
             let topic = room.topic.flatMap { event -> Frame? in
                 guard case .topic(_, _, _, let setBy, let text)? = try? Frame(decoding: event.payload) else { return nil }

@@ -218,17 +218,6 @@ private final class CommitResults: @unchecked Sendable {
     var results: [Result<Void, CommitFailure>] = []
 }
 
-/// Epochs 1, 2, 3 … for new rooms, across restarts of the core. Called by the core on the
-/// scenario's queue only.
-private final class FuzzEpochs: @unchecked Sendable {
-    private var last: UInt64 = 0
-
-    func next() -> UInt64 {
-        last += 1
-        return last
-    }
-}
-
 /// A chat core, its store and what the server around it knows of each connection.
 struct Scenario {
     /// What the server knows of one open connection.
@@ -245,7 +234,6 @@ struct Scenario {
     let configuration: ChatServerConfiguration
     let store: FuzzStore
     var core: ChatCore
-    private let epochs = FuzzEpochs()
     var now: ServerTime
     /// Open connections by slot.
     var connections: [Int: Connection] = [:]
@@ -271,8 +259,7 @@ struct Scenario {
         self.store = store
         let start: [UInt64] = [1_000, 0, 1, 1 << 63]
         now = ServerTime(wallMillis: clock == 0 ? 1_767_225_600_000 : start[clock], uptimeMillis: start[clock])
-        let epochs = epochs
-        core = ChatCore(configuration: configuration, log: .durable, makeEpoch: { epochs.next() })
+        core = ChatCore(configuration: configuration, log: .durable, epochs: .sequential())
     }
 
     // MARK: Events
@@ -451,8 +438,8 @@ struct Scenario {
         // The new core numbers its changes from 1 again.
         lastStagedChange = 0
         commitThrough = 0
-        let epochs = epochs
-        core = ChatCore(configuration: configuration, log: .durable, makeEpoch: { epochs.next() })
+        // Epochs go on from the old core's: a room made again must not take one a client saw.
+        core = ChatCore(configuration: configuration, log: .durable, epochs: core.epochs)
     }
 
     // MARK: Actions

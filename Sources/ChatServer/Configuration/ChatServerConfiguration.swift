@@ -102,9 +102,8 @@ extension AccountSettings {
 extension ChatCore {
     /// An empty chat with the limits and memory budget of `configuration` (`init(limits:budget:…)`).
     public init(
-        configuration: ChatServerConfiguration, log: RoomLogMode = .memory,
-        makeEpoch: @escaping @Sendable () -> UInt64 = { UInt64.random(in: 1...UInt64.max) }
+        configuration: ChatServerConfiguration, log: RoomLogMode = .memory, epochs: EpochSource = .random()
     ) {
-        self.init(limits: configuration.limits, budget: configuration.memoryBudget, log: log, makeEpoch: makeEpoch)
+        self.init(limits: configuration.limits, budget: configuration.memoryBudget, log: log, epochs: epochs)
     }
 }
