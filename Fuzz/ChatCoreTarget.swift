@@ -1,6 +1,6 @@
 // libFuzzer target: bytes as a scenario of connections, frames, time steps and commits driven
 // through ChatCore (see ChatCoreFuzzProperties). Built by Scripts/fuzz.sh against a
-// .build-fuzz-core build of ChatServer; not part of the SwiftPM package.
+// .build-fuzz-roomlog build of RoomLog; not part of the SwiftPM package.
 
 /// libFuzzer's entry point: traps when a scenario breaks an invariant of the chat core.
 @_cdecl("LLVMFuzzerTestOneInput")

@@ -11,7 +11,7 @@ Usage: Scripts/fuzz.sh [SECONDS]
 
 Fuzzes the ChatProtocol codec (Sources/ChatProtocol), SocketTLS's record path
 (Sources/SocketTLS), the RESP parser (Sources/RedisProtocol) and the chat logic
-(ChatCore, Sources/ChatServer) with libFuzzer for SECONDS (default 60) per target; all
+(ChatCore, on the room log of Sources/RoomLog) with libFuzzer for SECONDS (default 60) per target; all
 targets run at once, so the wall time is about SECONDS plus a minute or two of building.
 
 Targets (Fuzz/*.swift, checking Tests/ChatProtocolTests/FuzzProperties.swift,
@@ -36,8 +36,8 @@ and Tests/ChatServerTests/ChatCoreFuzzProperties.swift):
              protocol and suits the client's version.
 
 Builds with `swiftc -sanitize=fuzzer,address` into .build-fuzz/; chatcore links against
-ChatServer and its dependencies built by SwiftPM with the same sanitizers into
-.build-fuzz-core/ (about 30 s in a fresh clone, seconds after). Seeds come from
+RoomLog and its dependencies built by SwiftPM with the same sanitizers into
+.build-fuzz-roomlog/ (a minute or two in a fresh clone, seconds after). Seeds come from
 Fuzz/corpus/<target>/ and Fuzz/regressions/<target>/; inputs the fuzzer finds
 interesting go to Fuzz/corpus-work/<target>/ (not committed). A crash is saved as
 Fuzz/crash-<target>-*; copy it into Fuzz/regressions/<target>/ with a descriptive
@@ -90,16 +90,16 @@ mkdir -p "$build"
 export SWIFT_BACKTRACE=enable=no
 
 codec=("$root"/Sources/ChatProtocol/*.swift "$root/Tests/ChatProtocolTests/FuzzProperties.swift")
-core_build="$root/.build-fuzz-core"
-# ChatServer needs nine modules of ours and two packages: SwiftPM builds them (from its local
+core_build="$root/.build-fuzz-roomlog"
+# RoomLog needs five Swift modules of ours and two packages: SwiftPM builds them (from its local
 # package copies), instrumented. `-sanitize=fuzzer,address` goes through -Xswiftc because
 # `--sanitize fuzzer --sanitize address` reaches swiftc as two flags, of which only the last
 # counts: no coverage. -enable-testing lets the properties read the core's internal state.
-echo "building ChatServer for chatcore (log: .build-fuzz/chatcore-build.log) ..."
-swift build -c release --target ChatServer --scratch-path "$core_build" \
+echo "building RoomLog for chatcore (log: .build-fuzz/chatcore-build.log) ..."
+swift build -c release --target RoomLog --scratch-path "$core_build" \
     -Xswiftc -sanitize=fuzzer,address -Xswiftc -enable-testing >"$build/chatcore-build.log" 2>&1 ||
     { tail -n 40 "$build/chatcore-build.log" >&2; exit 1; }
-# Only ChatServer and what it depends on are ever built in this scratch path, so every target's
+# Only RoomLog and what it depends on are ever built in this scratch path, so every target's
 # objects link: a Swift target's as its output file map names them (an object of a source file
 # since moved or deleted stays in the directory, and would define its symbols twice or name
 # ones that are gone), a C target's all.
@@ -117,6 +117,7 @@ done
 shopt -u nullglob
 
 tls_tests="$root/Tests/SocketTLSTests"
+builds=()
 for target in "${targets[@]}"; do
     case $target in
         decode) sources=("${codec[@]}" "$root/Fuzz/DecodeTarget.swift") module=ChatProtocolFuzz links=() ;;
@@ -134,13 +135,19 @@ for target in "${targets[@]}"; do
             module=ChatCoreFuzz
             links=(-I "$core_build/release/Modules" -Xcc "-fmodule-map-file=$core_build/release/CSocketShims.build/module.modulemap"
                 -Xcc -I -Xcc "$root/Sources/CSocketShims/include" -Xcc "-fmodule-map-file=$root/Sources/COpenSSL/module.modulemap"
-                -Xcc "-fmodule-map-file=$root/Sources/CSQLite/module.modulemap" -Xcc "-fmodule-map-file=$root/Sources/CSodium/module.modulemap"
-                "${core_objects[@]}" -lsqlite3 -lsodium -lssl -lcrypto) ;;
+                -Xcc "-fmodule-map-file=$root/Sources/CSQLite/module.modulemap"
+                "${core_objects[@]}" -lsqlite3 -lssl -lcrypto) ;;
     esac
+    # Two at a time, one per core: each whole-module -O compile is single-threaded.
+    while (($(jobs -rp | wc -l) >= 2)); do sleep 0.5; done
     echo "building $target ..."
     swiftc -sanitize=fuzzer,address -parse-as-library -O -g -D FUZZING \
         -module-name "$module" "${links[@]}" "${sources[@]}" \
-        -o "$build/fuzz-$target" 2> >(grep -v 'Cannot export local symbol' >&2)
+        -o "$build/fuzz-$target" 2> >(grep -v 'Cannot export local symbol' >&2) &
+    builds+=($!)
+done
+for pid in "${builds[@]}"; do
+    wait "$pid" || { echo "fuzz.sh: a target did not build (its errors are above)" >&2; exit 1; }
 done
 
 pids=()

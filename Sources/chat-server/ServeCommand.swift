@@ -7,6 +7,7 @@ import Dispatch
 import Glibc
 import Logging
 import Prometheus
+import RoomLog
 import SocketCore
 import SocketTLS
 

@@ -7,6 +7,7 @@ import TestSupport
 import Testing
 
 @testable import ChatServer
+@testable import RoomLog
 
 // MARK: - The three places a room can live
 //

@@ -1,5 +1,5 @@
 // Compiled twice: into this test target, and by Scripts/fuzz.sh into the `chatcore` libFuzzer
-// target (Fuzz/ChatCoreTarget.swift), against a build of ChatServer made with -enable-testing.
+// target (Fuzz/ChatCoreTarget.swift), against a build of RoomLog made with -enable-testing.
 // So the fuzzer and the regression tests check exactly the same invariants.
 import ChatProtocol
 import ChatStorage
@@ -7,7 +7,7 @@ import Dispatch
 import Glibc
 
 @testable import ChatCore
-@testable import ChatServer
+@testable import RoomLog
 
 /// Drives a `ChatCore` through a sequence of events read from fuzzer bytes — connections from
 /// several addresses, valid frames of every type, raw and broken bytes through a
@@ -16,7 +16,7 @@ import Glibc
 ///
 /// The input's first byte sets the scene: bit 0 the store (`MemoryRoomStore` or a
 /// `SQLiteRoomStore` in a new temporary directory), bits 1–2 one of four limit profiles
-/// (`configuration(profile:)`), bits 3–4 where the clocks start. Every following byte
+/// (`FuzzSetup(profile:)`), bits 3–4 where the clocks start. Every following byte
 /// pair or run is one event (`Scenario.step`); input past its end reads as zeros. The
 /// environment variable `CHATCORE_FUZZ_STORE` (`memory` or `sqlite`) overrides bit 0, to
 /// measure or fuzz one store alone; `CHATCORE_FUZZ_TRACE` (set to anything) prints every event,
@@ -48,7 +48,7 @@ enum ChatCoreFuzzProperties {
             } catch {
                 return "cannot open the SQLite store: \(error)"
             }
-            let violation = run(&bytes, configuration: configuration(profile: Int(setup >> 1) & 3), store: store, clock: Int(setup >> 3) & 3)
+            let violation = run(&bytes, setup: FuzzSetup(profile: Int(setup >> 1) & 3), store: store, clock: Int(setup >> 3) & 3)
             store.close()
             return violation
         }
@@ -59,8 +59,8 @@ enum ChatCoreFuzzProperties {
     }
 
     /// Runs the events of `bytes` on a new core; returns the first broken invariant, or nil.
-    private static func run(_ bytes: inout FuzzBytes, configuration: ChatServerConfiguration, store: FuzzStore, clock: Int) -> String? {
-        var scenario = Scenario(configuration: configuration, store: store, clock: clock)
+    private static func run(_ bytes: inout FuzzBytes, setup: FuzzSetup, store: FuzzStore, clock: Int) -> String? {
+        var scenario = Scenario(setup: setup, store: store, clock: clock)
         if let problem = scenario.problems() { return "at the start: \(problem)" }
         let trace = getenv("CHATCORE_FUZZ_TRACE") != nil
         var steps = 0
@@ -79,57 +79,63 @@ enum ChatCoreFuzzProperties {
 
     /// Where scenarios run, one at a time, and where commits hand their completions to.
     static let queue = DispatchQueue(label: "ChatCoreFuzzProperties")
+}
 
-    /// Limits small enough that every bound is reached within a few events. `maxMemory` is far
-    /// below what `ChatServerConfiguration.problem()` accepts, on purpose: the history budget
-    /// (an eighth of what is left after the connections) is then kilobytes, not megabytes.
+/// A scenario's limits and memory budget, small enough that every bound is reached within a few
+/// events. The budget's total is far below what `ChatServerConfiguration.problem()` accepts, on
+/// purpose: the history budget (an eighth of what is left after the connections) is then
+/// kilobytes, not megabytes.
+struct FuzzSetup {
+    var limits = ChatLimits()
+    let budget: MemoryBudget
+
     /// - 0: no rate limits, 4 history entries per room, 12 KiB of history in all;
     /// - 1: the default rate limits and history size, 12 KiB of history in all;
     /// - 2: a password (2 wrong ones lock an address out), no history;
     /// - 3: tight rates per connection and per address, short timeouts, 1 MiB of history in
     ///   all but 64 KiB per room.
-    static func configuration(profile: Int) -> ChatServerConfiguration {
-        var configuration = ChatServerConfiguration()
-        configuration.maxClients = 4
-        configuration.maxClientsPerAddress = 3
-        configuration.maxRoomsPerClient = 3
-        configuration.maxFrameSize = 4096
+    init(profile: Int) {
+        limits.maxClients = 4
+        limits.maxClientsPerAddress = 3
+        limits.maxRoomsPerClient = 3
+        limits.maxFrameSize = 4096
         var historyRemainder = 96 << 10
         switch profile {
         case 0:
-            configuration.turnOffRateLimits()
-            configuration.historySize = 4
+            limits.turnOffRateLimits()
+            limits.historySize = 4
         case 1:
-            configuration.maxFrameSize = WireProtocol.defaultServerMaxFrameSize
+            limits.maxFrameSize = WireProtocol.defaultServerMaxFrameSize
         case 2:
-            configuration.turnOffRateLimits()
-            configuration.password = "secret"
-            configuration.passwordAttempts = 2
-            configuration.historySize = 0
-            configuration.maxFrameSize = 1024
+            limits.turnOffRateLimits()
+            limits.password = "secret"
+            limits.passwordAttempts = 2
+            limits.historySize = 0
+            limits.maxFrameSize = 1024
         default:
-            configuration.messageRate = 2
-            configuration.messageBurst = 4
-            configuration.byteRate = 4096
-            configuration.byteBurst = 4096
-            configuration.addressMessageRate = 4
-            configuration.addressMessageBurst = 8
-            configuration.addressByteRate = 8192
-            configuration.addressByteBurst = 8192
-            configuration.addressFanoutRate = 8192
-            configuration.addressFanoutBurst = 8192
-            configuration.addressConnectionRate = 1
-            configuration.addressConnectionBurst = 2
-            configuration.rateAbuseLimit = 3
-            configuration.historySize = 16
-            configuration.handshakeTimeout = .seconds(1)
-            configuration.idlePingInterval = .seconds(2)
-            configuration.idleTimeout = .seconds(5)
+            limits.messageRate = 2
+            limits.messageBurst = 4
+            limits.byteRate = 4096
+            limits.byteBurst = 4096
+            limits.addressMessageRate = 4
+            limits.addressMessageBurst = 8
+            limits.addressByteRate = 8192
+            limits.addressByteBurst = 8192
+            limits.addressFanoutRate = 8192
+            limits.addressFanoutBurst = 8192
+            limits.addressConnectionRate = 1
+            limits.addressConnectionBurst = 2
+            limits.rateAbuseLimit = 3
+            limits.historySize = 16
+            limits.handshakeTimeout = .seconds(1)
+            limits.idlePingInterval = .seconds(2)
+            limits.idleTimeout = .seconds(5)
             historyRemainder = 8 << 20
         }
-        let perConnection = MemoryBudget.connectionStateBytes + configuration.maxFrameSize
-        configuration.maxMemory = MemoryBudget.baselineBytes + perConnection * configuration.maxClients + historyRemainder
-        return configuration
+        let perConnection = MemoryBudget.connectionStateBytes + limits.maxFrameSize
+        budget = MemoryBudget(
+            total: MemoryBudget.baselineBytes + perConnection * limits.maxClients + historyRemainder, maxClients: limits.maxClients,
+            maxFrameSize: limits.maxFrameSize, accounts: limits.accounts.memoryReserve)
     }
 }
 
@@ -231,7 +237,8 @@ struct Scenario {
         var rooms: [String: (epoch: UInt64, seq: UInt64, member: Bool)] = [:]
     }
 
-    let configuration: ChatServerConfiguration
+    let limits: ChatLimits
+    let budget: MemoryBudget
     let store: FuzzStore
     var core: ChatCore
     var now: ServerTime
@@ -254,12 +261,13 @@ struct Scenario {
     /// reaches the core and is refused there.
     static let slots = 6
 
-    init(configuration: ChatServerConfiguration, store: FuzzStore, clock: Int) {
-        self.configuration = configuration
+    init(setup: FuzzSetup, store: FuzzStore, clock: Int) {
+        limits = setup.limits
+        budget = setup.budget
         self.store = store
         let start: [UInt64] = [1_000, 0, 1, 1 << 63]
         now = ServerTime(wallMillis: clock == 0 ? 1_767_225_600_000 : start[clock], uptimeMillis: start[clock])
-        core = ChatCore(configuration: configuration, log: .durable, epochs: .sequential())
+        core = ChatCore(limits: limits, budget: budget, log: .durable, epochs: .sequential())
     }
 
     // MARK: Events
@@ -333,7 +341,7 @@ struct Scenario {
         if let refusal = core.clientConnected(ClientID(slot), address: address, at: now) {
             return "connection from \(address) refused: \(refusal.reason)"
         }
-        connections[slot] = Connection(decoder: FrameDecoder(maxFrameSize: configuration.maxFrameSize))
+        connections[slot] = Connection(decoder: FrameDecoder(maxFrameSize: limits.maxFrameSize))
         return "client \(slot) connects from \(address)"
     }
 
@@ -439,7 +447,7 @@ struct Scenario {
         lastStagedChange = 0
         commitThrough = 0
         // Epochs go on from the old core's: a room made again must not take one a client saw.
-        core = ChatCore(configuration: configuration, log: .durable, epochs: core.epochs)
+        core = ChatCore(limits: limits, budget: budget, log: .durable, epochs: core.epochs)
     }
 
     // MARK: Actions
@@ -544,8 +552,8 @@ struct Scenario {
     /// The first invariant of the core's state that does not hold, or nil.
     func problems() -> String? {
         if let problem = core.accountingProblems().first { return problem }
-        for (name, room) in core.rooms where room.history.count > max(0, configuration.historySize) {
-            return "#\(name) keeps \(room.history.count) history entries, over the history size \(configuration.historySize)"
+        for (name, room) in core.rooms where room.history.count > max(0, limits.historySize) {
+            return "#\(name) keeps \(room.history.count) history entries, over the history size \(limits.historySize)"
         }
         if core.clientCount != connections.count {
             return "the core counts \(core.clientCount) connections, the server holds \(connections.count)"
@@ -625,7 +633,7 @@ struct Scenario {
     /// A text of a length at an edge: empty, short, multi-byte, long, just under the frame
     /// limit, or over it (the decoder then refuses the frame).
     private func makeText(_ bytes: inout FuzzBytes) -> String {
-        let limit = configuration.maxFrameSize
+        let limit = limits.maxFrameSize
         switch bytes.byte() % 8 {
         case 0: return ""
         case 1: return "hi"

@@ -4,6 +4,7 @@ import ChatStorage
 import Testing
 
 @testable import ChatServer
+@testable import RoomLog
 
 /// The `roomState` `actions` send to `id`.
 private func roomState(to id: ClientID, in actions: [ChatAction]) -> (epoch: UInt64, firstSeq: UInt64, lastSeq: UInt64)? {

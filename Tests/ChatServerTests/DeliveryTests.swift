@@ -1,6 +1,7 @@
 import ChatClient
 import ChatProtocol
 import ChatServer
+import RoomLog
 import TestSupport
 import Testing
 

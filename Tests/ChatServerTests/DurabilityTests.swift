@@ -5,6 +5,7 @@ import Dispatch
 import Foundation
 import ChatStorage
 import Glibc
+import RoomLog
 import TestSupport
 import Testing
 

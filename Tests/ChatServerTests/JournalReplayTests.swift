@@ -5,6 +5,7 @@ import ChatStorage
 import Dispatch
 import Foundation
 import Glibc
+import RoomLog
 import SocketCore
 import TestSupport
 import Testing

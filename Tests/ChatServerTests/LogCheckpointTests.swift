@@ -6,6 +6,7 @@ import Dispatch
 import Foundation
 import Glibc
 import Logging
+import RoomLog
 import SocketCore
 import TestSupport
 import Testing

@@ -5,6 +5,7 @@ import Testing
 import TestSupport
 
 @testable import ChatServer
+@testable import RoomLog
 
 /// Reads of the room log run off the event loop (ChatCore+Reads.swift): a room that left memory
 /// is read back for its joiner, and a page older than memory holds is read for its asker, while

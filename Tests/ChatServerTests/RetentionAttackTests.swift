@@ -4,6 +4,7 @@ import ChatServer
 import ChatStorage
 import Dispatch
 import Glibc
+import RoomLog
 import SocketCore
 import TestSupport
 import Testing

@@ -1,5 +1,6 @@
 import ChatServer
 import Logging
+import RoomLog
 import SocketCore
 import Testing
 

@@ -3,6 +3,7 @@ import Glibc
 import ChatProtocol
 import ChatServer
 import Logging
+import RoomLog
 import SocketCore
 import Testing
 import TestSupport

@@ -260,9 +260,14 @@ public final class ChildProcess: @unchecked Sendable {
 
     // MARK: Finding executables
 
-    /// The executable `name` that `swift build` put next to the test bundle.
+    /// The executable `name` that `swift build` put next to the test bundle, or in
+    /// `$CHAT_EXECUTABLES_DIR` when that is set: Scripts/test.sh's ThreadSanitizer run builds the
+    /// socket layer alone, and its tests run the servers of the plain build.
     public static func builtExecutable(named name: String) throws -> URL {
         var directories: [URL] = []
+        if let elsewhere = ProcessInfo.processInfo.environment["CHAT_EXECUTABLES_DIR"] {
+            directories.append(URL(fileURLWithPath: elsewhere, isDirectory: true))
+        }
         if let bundle = Bundle.main.executableURL?.deletingLastPathComponent() { directories.append(bundle) }
         directories.append(URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
         // The test bundle may be a directory (…xctest/…) inside the products directory.

@@ -6,6 +6,7 @@ import DequeModule
 import Dispatch
 import Glibc
 import Logging
+import RoomLog
 import SocketCore
 import SocketTLS
 

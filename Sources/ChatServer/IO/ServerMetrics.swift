@@ -2,6 +2,7 @@ import ChatCore
 import ChatProtocol
 import CoreMetrics
 import Dispatch
+import RoomLog
 import SocketCore
 
 /// What the server counts for its operators, kept as plain integers on the server's queue and

@@ -1,3 +1,5 @@
+import RoomLog
+
 /// What a running server looks like at one moment: the numbers behind `/metrics`'s gauges and
 /// the status page (`ChatServer.snapshot`). Taken on the server's queue, at most once a second.
 public struct ServerSnapshot: Sendable {

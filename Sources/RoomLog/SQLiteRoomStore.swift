@@ -711,7 +711,8 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 }
 
 extension Result {
-    var isFailure: Bool {
+    /// Whether this is a failure (the server counts failed commits by it).
+    package var isFailure: Bool {
         if case .failure = self { return true }
         return false
     }

@@ -88,12 +88,12 @@ public struct CommitFailure: Error, Sendable {
 
 extension StorageError {
     /// The error as the core takes it (`LogError`): the message, without SQLite's details.
-    var logError: LogError { LogError(message) }
+    public var logError: LogError { LogError(message) }
 }
 
 extension ChatCore {
     /// `storageFailed(_:unstored:into:)` for a store's failed commit.
-    mutating func storageFailed(_ failure: CommitFailure, into actions: inout [ChatAction]) {
+    public mutating func storageFailed(_ failure: CommitFailure, into actions: inout [ChatAction]) {
         storageFailed(failure.error.logError, unstored: failure.events, into: &actions)
     }
 }
