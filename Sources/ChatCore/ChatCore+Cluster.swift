@@ -17,14 +17,14 @@ import DequeModule
 public enum ClusterRequest: Sendable, Equatable {
     /// Claim `nick` for this node as `claimant` → `clusterNickClaimed`, or `clusterNickReserved`
     /// when it is a registered nick and the claimant a guest.
-    case claimNick(ClientID, nick: String, claimant: NickClaimant = .guest)
+    case claimNick(ClusterAsker, nick: String, claimant: NickClaimant = .guest)
     /// Let `nick` go (its holder left, or changed it).
     case releaseNick(String)
     /// Follow `room` (if not yet) and append `joined` for `nick` with the membership, if the
     /// room's moderation admits it (`admission`) → `clusterJoinAppended`; the event itself comes
     /// back through `clusterDeliver`. With `charge`, the room's member count that Redis reports
     /// settles it → `clusterFanoutCounted`.
-    case join(room: String, ClientID, nick: String, charge: FanoutCharge?, admission: ModerationCheck)
+    case join(room: String, ClusterAsker, nick: String, charge: FanoutCharge?, admission: ModerationCheck)
     /// Append `event` (its `seq` and time 0: Redis numbers and stamps it) to `room`'s log with
     /// `change`; if it fails, `clusterAppendFailed` tells `sender`. A quit (no sender) or a nick
     /// change that fails for want of Redis is appended again once the cluster is back: the room
@@ -33,7 +33,7 @@ public enum ClusterRequest: Sendable, Equatable {
     case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?, moderation: ModerationCheck?)
     /// Read what a joiner of `room` is told — epoch, members, topic, and `history` (before its
     /// own `joined` at `seq`) → `clusterSnapshotRead`.
-    case snapshot(room: String, ClientID, seq: UInt64, history: ClusterHistoryRead)
+    case snapshot(room: String, ClusterAsker, seq: UInt64, history: ClusterHistoryRead)
     /// Read `room`'s members, and its modes `withModes` (a version 4 asker) → `clusterMembersRead`.
     case members(room: String, ClusterAsker, withModes: Bool)
     /// Invite `nick` into `room` as `by` (`admin`: a server operator), then tell `nick` through
@@ -521,6 +521,12 @@ extension ChatCore {
         ClusterAsker(id: id, session: cluster.sessions[id.slot] ?? 0)
     }
 
+    /// Whether `asker`'s session is the one in its slot now: a nick claim is answered before its
+    /// client is welcomed, so `resolve` would not find it.
+    private func isSameSession(_ asker: ClusterAsker) -> Bool {
+        cluster.sessions[asker.id.slot] == asker.session
+    }
+
     /// The client an answer is for, if it is still there.
     private func resolve(_ asker: ClusterAsker) -> ClientID? {
         guard cluster.sessions[asker.id.slot] == asker.session, clients.indices.contains(asker.id.slot),
@@ -850,7 +856,7 @@ extension ChatCore {
         cluster.awaiting[id] = .hello(nick: nick, version: version)
         cluster.sessions[id.slot] = cluster.nextSession
         cluster.nextSession += 1
-        ask(.claimNick(id, nick: nick, claimant: claimant))
+        ask(.claimNick(asker(id), nick: nick, claimant: claimant))
     }
 
     /// `changeNick` on a cluster node, for a nick no client of this node holds: claimed in the
@@ -877,7 +883,7 @@ extension ChatCore {
         }
         nicks[newKey] = id
         cluster.awaiting[id] = .nickChange(newNick)
-        ask(.claimNick(id, nick: newNick, claimant: claimant))
+        ask(.claimNick(asker(id), nick: newNick, claimant: claimant))
     }
 
     /// `join` on a cluster node, once `joinRefusal` let it through: Redis appends the `joined`
@@ -912,7 +918,7 @@ extension ChatCore {
         cluster.awaiting[id] = .join(room)
         if key != nil { cluster.keyedJoins.insert(id) }
         // Owed until its `joined` is delivered (then its snapshot is, until it is read).
-        ask(.join(room: room, id, nick: nick, charge: charge, admission: admission), owing: id)
+        ask(.join(room: room, asker(id), nick: nick, charge: charge, admission: admission), owing: id)
     }
 
     /// Charges `id`'s address, now, for its frame of `size` bytes delivered to every member of
@@ -1045,13 +1051,15 @@ extension ChatCore {
 
     // MARK: Answers from the cluster
 
-    /// The cluster answered `id`'s nick claim: `claimed` true (it is this node's now), false (a
-    /// client of another node holds it), or an error (Redis could not say).
+    /// The cluster answered `asker`'s nick claim: `claimed` true (it is this node's now), false
+    /// (a client of another node holds it), or an error (Redis could not say).
     public mutating func clusterNickClaimed(
-        _ id: ClientID, nick: String, _ outcome: Result<Bool, ClusterFailure>, at now: ServerTime, into actions: inout [ChatAction]
+        _ asker: ClusterAsker, nick: String, _ outcome: Result<Bool, ClusterFailure>, at now: ServerTime,
+        into actions: inout [ChatAction]
     ) {
+        let id = asker.id
         let key = ChatName.nickKey(nick)
-        let awaited = cluster.awaiting[id]
+        let awaited = isSameSession(asker) ? cluster.awaiting[id] : nil
         let stillWanted: Bool
         switch awaited {
         case .hello(let wanted, _), .nickChange(let wanted): stillWanted = ChatName.nickKey(wanted) == key
@@ -1111,9 +1119,10 @@ extension ChatCore {
     /// version 3 `hello` waits for the login its client sends with it (`helloForReservedNick`
     /// decides that on a server on its own, which knows its accounts); any other is refused
     /// `nickReserved`.
-    public mutating func clusterNickReserved(_ id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+    public mutating func clusterNickReserved(_ asker: ClusterAsker, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
+        let id = asker.id
         let key = ChatName.nickKey(nick)
-        guard let awaited = cluster.awaiting[id] else { return }
+        guard isSameSession(asker), let awaited = cluster.awaiting[id] else { return }
         switch awaited {
         case .hello(let wanted, let version) where ChatName.nickKey(wanted) == key:
             cluster.awaiting[id] = nil
@@ -1147,12 +1156,13 @@ extension ChatCore {
         disconnect(holder, Disconnection(code: .ghosted, reason: reason), at: now, into: &actions)
     }
 
-    /// The append of `id`'s `joined` in `room` is done: nil, or why it failed (it is not in the
-    /// room then, and is told so: the room's moderation kept it out, or Redis could not be asked).
+    /// The append of `asker`'s `joined` in `room` is done: nil, or why it failed (it is not in
+    /// the room then, and is told so: the room's moderation kept it out, or Redis could not be
+    /// asked).
     public mutating func clusterJoinAppended(
-        _ id: ClientID, room: String, failure: ClusterFailure?, at now: ServerTime, into actions: inout [ChatAction]
+        _ asker: ClusterAsker, room: String, failure: ClusterFailure?, at now: ServerTime, into actions: inout [ChatAction]
     ) {
-        guard cluster.awaiting[id] == .join(room) else { return }
+        guard let id = resolve(asker), cluster.awaiting[id] == .join(room) else { return }
         cluster.awaiting[id] = nil
         let keyed = cluster.keyedJoins.remove(id) != nil
         if keyed, failure?.code != .badRoomKey { giveBackKeyGuess(from: id, room: room) }
@@ -1291,7 +1301,7 @@ extension ChatCore {
                 version >= 2
                 ? ClusterHistoryRead.page(.before, from: seq, limit: limits.historySize)
                 : recentMessages(before: seq, count: limits.historySize)
-            ask(.snapshot(room: name, newMember, seq: seq, history: history))
+            ask(.snapshot(room: name, asker(newMember), seq: seq, history: history))
         }
         if case .left(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.leaving.contains(id),
             let index = room.members.firstIndex(of: id)
@@ -1343,11 +1353,13 @@ extension ChatCore {
         }
     }
 
-    /// The snapshot of `room` that `id` waited for since its `joined`, or why it could not be read.
+    /// The snapshot of `room` that `asker` waited for since its `joined`, or why it could not be
+    /// read.
     public mutating func clusterSnapshotRead(
-        room name: String, _ id: ClientID, _ result: Result<ClusterRoomSnapshot, ClusterFailure>, into actions: inout [ChatAction]
+        room name: String, _ asker: ClusterAsker, _ result: Result<ClusterRoomSnapshot, ClusterFailure>,
+        into actions: inout [ChatAction]
     ) {
-        guard let held = cluster.rooms[name]?.snapshotting[id], clients[id.slot] != nil else { return }
+        guard let id = resolve(asker), let held = cluster.rooms[name]?.snapshotting[id] else { return }
         cluster.rooms[name]!.snapshotting[id] = nil
         let ordinal = cluster.rooms[name]!.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count

@@ -131,7 +131,7 @@ struct ClusterLinkTests {
             // 1.5 s of its sending, while the queue is still stalled.
             #expect(try await redisCommand(port: redis.port, "CLIENT", "PAUSE", "900", "ALL") == .simpleString("OK"))
             try await Task.sleep(for: .milliseconds(700))
-            node.queue.sync { usleep(2_000_000) }
+            node.queue.sync { _ = usleep(2_000_000) }
             try await Task.sleep(for: .milliseconds(500))
         }
         #expect(node.state == .up)

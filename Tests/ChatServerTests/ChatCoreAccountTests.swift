@@ -419,8 +419,8 @@ struct ChatCoreAccountTests {
         let id = chat.open()
         var actions: [ChatAction] = []
         chat.core.received(.hello(version: version, nick: nick, password: nil), size: 10, from: id, at: chat.now, into: &actions)
-        #expect(chat.core.takeClusterRequests() == [.claimNick(id, nick: nick)])
-        chat.core.clusterNickClaimed(id, nick: nick, .success(true), at: chat.now, into: &actions)
+        #expect(chat.core.takeClusterRequests() == [.claimNick(chat.core.asker(id), nick: nick)])
+        chat.core.clusterNickClaimed(chat.core.asker(id), nick: nick, .success(true), at: chat.now, into: &actions)
         #expect(chat.core.nick(of: id) == nick)
         return id
     }
@@ -444,21 +444,21 @@ struct ChatCoreAccountTests {
         var actions: [ChatAction] = []
         chat.core.received(.hello(version: 1, nick: "alice", password: nil), size: 10, from: old, at: chat.now, into: &actions)
         _ = chat.core.takeClusterRequests()
-        chat.core.clusterNickReserved(old, nick: "alice", at: chat.now, into: &actions)
+        chat.core.clusterNickReserved(chat.core.asker(old), nick: "alice", at: chat.now, into: &actions)
         #expect(disconnected(old, in: actions)?.code == .nickReserved)
 
         let owner = chat.open()
         actions = []
         chat.core.received(.hello(version: 3, nick: "alice", password: nil), size: 10, from: owner, at: chat.now, into: &actions)
         _ = chat.core.takeClusterRequests()
-        chat.core.clusterNickReserved(owner, nick: "alice", at: chat.now, into: &actions)
+        chat.core.clusterNickReserved(chat.core.asker(owner), nick: "alice", at: chat.now, into: &actions)
         #expect(actions.isEmpty, "waits for the login sent with the hello: \(actions)")
         actions = chat.send(.login(account: "alice", password: "pw"), from: owner)
         #expect(chat.redisGuesses["alice"] == 0, "counted in Redis, and given back for the right password")
         // The nick is claimed as its owner's, which ghosts a holder on another node.
-        #expect(chat.core.takeClusterRequests() == [.claimNick(owner, nick: "alice", claimant: .ghost)])
+        #expect(chat.core.takeClusterRequests() == [.claimNick(chat.core.asker(owner), nick: "alice", claimant: .ghost)])
         actions = []
-        chat.core.clusterNickClaimed(owner, nick: "alice", .success(true), at: chat.now, into: &actions)
+        chat.core.clusterNickClaimed(chat.core.asker(owner), nick: "alice", .success(true), at: chat.now, into: &actions)
         let sent = frames(to: owner, in: actions)
         #expect(sent.first.map { if case .welcome(3, "alice", _, _) = $0 { true } else { false } } == true, "\(sent)")
         #expect(sent.last == .loggedIn(account: "Alice"), "\(sent)")
@@ -478,10 +478,10 @@ struct ChatCoreAccountTests {
         chat.redisAccounts["gina"] = AccountRecord(name: "Gina", key: "gina", passwordHash: chat.hashing.hash("pw")!, created: 0)
         let guest = welcomeOnNode(&chat, "guest")
         var actions = chat.send(.login(account: "GINA", password: "pw"), from: guest)
-        #expect(chat.core.takeClusterRequests() == [.claimNick(guest, nick: "Gina", claimant: .ghost)])
+        #expect(chat.core.takeClusterRequests() == [.claimNick(chat.core.asker(guest), nick: "Gina", claimant: .ghost)])
         #expect(frames(to: guest, in: actions).isEmpty, "loggedIn waits for the claim")
         actions = []
-        chat.core.clusterNickClaimed(guest, nick: "Gina", .success(true), at: chat.now, into: &actions)
+        chat.core.clusterNickClaimed(chat.core.asker(guest), nick: "Gina", .success(true), at: chat.now, into: &actions)
         let sent = frames(to: guest, in: actions)
         #expect(sent.first == .nickAccepted(nick: "Gina") && sent.last == .loggedIn(account: "Gina"), "\(sent)")
         #expect(frames(to: guest, in: chat.send(.changePassword(old: "pw", new: "new"), from: guest)) == [.passwordChanged(account: "Gina")])
@@ -493,7 +493,7 @@ struct ChatCoreAccountTests {
         chat.redisAccounts["hal"] = AccountRecord(name: "hal", key: "hal", passwordHash: chat.hashing.hash("pw")!, created: 0)
         let leaver = welcomeOnNode(&chat, "guest")
         _ = chat.send(.login(account: "hal", password: "pw"), from: leaver)
-        #expect(chat.core.takeClusterRequests() == [.claimNick(leaver, nick: "hal", claimant: .ghost)])
+        #expect(chat.core.takeClusterRequests() == [.claimNick(chat.core.asker(leaver), nick: "hal", claimant: .ghost)])
         var actions: [ChatAction] = []
         chat.core.disconnect(leaver, Disconnection(code: nil, reason: "connection lost"), at: chat.now, into: &actions)
         _ = chat.core.takeClusterRequests()
@@ -502,7 +502,7 @@ struct ChatCoreAccountTests {
         let newcomer = chat.open()
         actions = []
         chat.core.received(.hello(version: 3, nick: "hal", password: nil), size: 10, from: newcomer, at: chat.now, into: &actions)
-        chat.core.clusterNickClaimed(newcomer, nick: "hal", .success(true), at: chat.now, into: &actions)
+        chat.core.clusterNickClaimed(chat.core.asker(newcomer), nick: "hal", .success(true), at: chat.now, into: &actions)
         #expect(!frames(to: newcomer, in: actions).contains(.loggedIn(account: "hal")), "\(actions)")
     }
 

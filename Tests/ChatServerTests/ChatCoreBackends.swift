@@ -370,18 +370,18 @@ struct SingleNodeRedis {
 
     private mutating func carryOut(_ request: ClusterRequest, for core: inout ChatCore, at now: ServerTime, into actions: inout [ChatAction]) {
         switch request {
-        case .claimNick(let id, let nick, _):
+        case .claimNick(let asker, let nick, _):
             // One node: a claim fails only against another node's holder, and there is none.
             nicks.insert(ChatName.nickKey(nick))
-            core.clusterNickClaimed(id, nick: nick, .success(true), at: now, into: &actions)
+            core.clusterNickClaimed(asker, nick: nick, .success(true), at: now, into: &actions)
         case .releaseNick(let nick):
             nicks.remove(ChatName.nickKey(nick))
             aways[ChatName.nickKey(nick)] = nil
-        case .join(let room, let id, let nick, let charge, _):
+        case .join(let room, let asker, let nick, let charge, _):
             // The room's moderation is not emulated here: the append script's checks are tested
             // against a real Redis (RoomModerationTests, ClusterModerationTests).
             followed.insert(room)
-            core.clusterJoinAppended(id, room: room, failure: nil, at: now, into: &actions)
+            core.clusterJoinAppended(asker, room: room, failure: nil, at: now, into: &actions)
             let seq = append(.joined(room: room, seq: 0, time: 0, nick: nick), to: room, at: now) { room in
                 // ZADD: a nick that joins again moves to the end.
                 room.members.removeAll { $0 == nick }
@@ -411,7 +411,7 @@ struct SingleNodeRedis {
             settle(charge, in: room, audience: rooms[room]!.members.count + leaver, core: &core)
             publish(room, seq: seq, to: &core, into: &actions)
             if let sender { core.clusterAppended(room: room, seq: seq, sender: sender, into: &actions) }
-        case .snapshot(let name, let id, let seq, let read):
+        case .snapshot(let name, let asker, let seq, let read):
             if rooms[name]?.epoch == nil { rooms[name, default: Room()].epoch = epochs.next() }
             let room = rooms[name]!
             let topic = room.topic.flatMap { event -> Frame? in
@@ -422,7 +422,7 @@ struct SingleNodeRedis {
             let snapshot = ClusterRoomSnapshot(
                 epoch: room.epoch!, firstSeq: room.log.first?.seq ?? 0, lastSeq: seq, topic: topic, members: room.members,
                 history: history, complete: complete)
-            core.clusterSnapshotRead(room: name, id, .success(snapshot), into: &actions)
+            core.clusterSnapshotRead(room: name, asker, .success(snapshot), into: &actions)
         case .members(let room, let asker, _):
             core.clusterMembersRead(room: room, asker, .success(memberNicks(of: room)), into: &actions)
         case .invite(let room, let nick, _, _, let asker):

@@ -82,7 +82,7 @@ private struct FakeCluster {
         defer { sent[node] += actions }
         let failure = ClusterFailure(reason: "Redis is down")
         switch request {
-        case .claimNick(let id, let nick, _):
+        case .claimNick(let asker, let nick, _):
             let key = ChatName.nickKey(nick)
             let outcome: Result<Bool, ClusterFailure>
             if !available {
@@ -93,13 +93,13 @@ private struct FakeCluster {
                 nickOwners[key] = node
                 outcome = .success(true)
             }
-            nodes[node].clusterNickClaimed(id, nick: nick, outcome, at: now, into: &actions)
+            nodes[node].clusterNickClaimed(asker, nick: nick, outcome, at: now, into: &actions)
         case .releaseNick(let nick):
             if nickOwners[ChatName.nickKey(nick)] == node { nickOwners[ChatName.nickKey(nick)] = nil }
-        case .join(let room, let id, let nick, _, _):
-            guard available else { return nodes[node].clusterJoinAppended(id, room: room, failure: failure, at: now, into: &actions) }
+        case .join(let room, let asker, let nick, _, _):
+            guard available else { return nodes[node].clusterJoinAppended(asker, room: room, failure: failure, at: now, into: &actions) }
             members[room, default: []].append(nick)
-            nodes[node].clusterJoinAppended(id, room: room, failure: nil, at: now, into: &actions)
+            nodes[node].clusterJoinAppended(asker, room: room, failure: nil, at: now, into: &actions)
             append(.joined(room: room, seq: 0, time: 0, nick: nick), to: room)
         case .append(let room, let event, let change, let sender, _, _):
             guard available else {
@@ -112,14 +112,14 @@ private struct FakeCluster {
             }
             append(event, to: room)
             if let sender { nodes[node].clusterAppended(room: room, seq: seqs[room]!, sender: sender, into: &actions) }
-        case .snapshot(let room, let id, let seq, _):
+        case .snapshot(let room, let asker, let seq, _):
             let history = (logs[room] ?? []).filter { $0.seq <= seq }.compactMap {
                 ChatCore.historyEntry(payload: $0.payload, seq: $0.seq, time: 7)
             }
             let snapshot = ClusterRoomSnapshot(
                 epoch: 42, firstSeq: logs[room]?.first?.seq ?? 0, lastSeq: seq, topic: nil, members: members[room] ?? [],
                 history: history, complete: true)
-            nodes[node].clusterSnapshotRead(room: room, id, .success(snapshot), into: &actions)
+            nodes[node].clusterSnapshotRead(room: room, asker, .success(snapshot), into: &actions)
         case .members(let room, let id, _):
             nodes[node].clusterMembersRead(room: room, id, .success(members[room] ?? []), into: &actions)
         case .listRooms(let id):
@@ -166,8 +166,28 @@ private func welcome(_ nick: String, in slot: ClientID, of core: inout ChatCore,
     var actions: [ChatAction] = []
     #expect(core.clientConnected(slot, address: address, at: now) == nil)
     core.received(.hello(version: 2, nick: nick, password: nil), size: 10, from: slot, at: now, into: &actions)
-    #expect(core.takeClusterRequests().last == .claimNick(slot, nick: nick))
-    core.clusterNickClaimed(slot, nick: nick, .success(true), at: now, into: &actions)
+    #expect(core.takeClusterRequests().last == .claimNick(core.asker(slot), nick: nick))
+    core.clusterNickClaimed(core.asker(slot), nick: nick, .success(true), at: now, into: &actions)
+}
+
+/// Welcomes `nick` in `slot`, joins it to `#r` and delivers its `joined` at `seq`; returns who
+/// the snapshot it is then owed was asked for (nil, recorded as an issue, if none was).
+private func joinedAndAskedForSnapshot(_ nick: String, at seq: UInt64, in slot: ClientID, of core: inout ChatCore) -> ClusterAsker? {
+    var actions: [ChatAction] = []
+    welcome(nick, in: slot, of: &core)
+    core.received(.join(room: "r"), size: 10, from: slot, at: now, into: &actions)
+    guard case .join(_, let joiner, _, _, _)? = core.takeClusterRequests().first else {
+        Issue.record("expected \(nick)'s join")
+        return nil
+    }
+    core.clusterJoinAppended(joiner, room: "r", failure: nil, at: now, into: &actions)
+    let joined = Frame.joined(room: "r", seq: seq, time: 9, nick: nick)
+    core.clusterDeliver(room: "r", seq: seq, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
+    guard case .snapshot(_, let asker, _, _)? = core.takeClusterRequests().first else {
+        Issue.record("expected \(nick)'s snapshot")
+        return nil
+    }
+    return asker
 }
 
 @Suite("ChatCore in cluster mode, against an in-memory cluster")
@@ -246,6 +266,69 @@ struct ChatCoreClusterTests {
         #expect(actions.isEmpty, "bob never asked: \(actions)")
     }
 
+    /// A connection that drops while its snapshot is read, and a newcomer in its slot (the
+    /// server hands out the slot freed last) who joins the same room: the late answer is the
+    /// leaver's, and must not reach the newcomer as its view of the room.
+    @Test func aSnapshotForAClientThatLeftDoesNotReachTheNextClientInItsSlot() {
+        var core = clusteredCore()
+        let slot = ClientID(0)
+        var actions: [ChatAction] = []
+        let annsSnapshot = joinedAndAskedForSnapshot("ann", at: 5, in: slot, of: &core)
+        core.disconnect(slot, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        let bobsSnapshot = joinedAndAskedForSnapshot("bob", at: 7, in: slot, of: &core)
+        actions.removeAll()
+        let annsView = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
+        if let annsSnapshot { core.clusterSnapshotRead(room: "r", annsSnapshot, .success(annsView), into: &actions) }
+        #expect(actions.isEmpty, "bob never asked for #r as of seq 5: \(actions)")
+        let bobsView = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 7, topic: nil, members: ["bob"], history: [], complete: true)
+        if let bobsSnapshot { core.clusterSnapshotRead(room: "r", bobsSnapshot, .success(bobsView), into: &actions) }
+        #expect(actions.first == .send(.roomState(room: "r", epoch: 7, firstSeq: 1, lastSeq: 7), to: slot), "his own: \(actions)")
+    }
+
+    /// As above for the append of a `joined`: the leaver's answer, refused by the room, must not
+    /// refuse the newcomer's join, which is still under way.
+    @Test func aJoinAnswerForAClientThatLeftDoesNotAnswerTheNextClientInItsSlot() {
+        var core = clusteredCore()
+        let slot = ClientID(0)
+        var actions: [ChatAction] = []
+        welcome("ann", in: slot, of: &core)
+        core.received(.join(room: "r"), size: 10, from: slot, at: now, into: &actions)
+        guard case .join(_, let annsJoin, _, _, _)? = core.takeClusterRequests().first else { Issue.record("expected ann's join"); return }
+        core.disconnect(slot, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        welcome("bob", in: slot, of: &core)
+        core.received(.join(room: "r"), size: 10, from: slot, at: now, into: &actions)
+        guard case .join(_, let bobsJoin, _, _, _)? = core.takeClusterRequests().first else { Issue.record("expected bob's join"); return }
+        actions.removeAll()
+        core.clusterJoinAppended(annsJoin, room: "r", failure: ClusterFailure(code: .banned, reason: "ann is banned"), at: now, into: &actions)
+        #expect(actions.isEmpty, "ann's refusal is not bob's: \(actions)")
+        #expect(core.isAwaitingCluster(slot), "bob's join is still under way")
+        core.clusterJoinAppended(bobsJoin, room: "r", failure: nil, at: now, into: &actions)
+        #expect(!core.isAwaitingCluster(slot), "until its own answer")
+    }
+
+    /// A `hello` whose nick claim is in flight when its connection drops, and the same user back
+    /// at once in the same slot: the first claim's failure is not the second's.
+    @Test func aNickClaimForAClientThatLeftDoesNotAnswerTheNextClientInItsSlot() {
+        var core = clusteredCore()
+        let slot = ClientID(0)
+        var actions: [ChatAction] = []
+        #expect(core.clientConnected(slot, address: "127.0.0.1", at: now) == nil)
+        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: slot, at: now, into: &actions)
+        guard case .claimNick(let firstClaim, _, _)? = core.takeClusterRequests().last else { Issue.record("expected a claim"); return }
+        core.disconnect(slot, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
+        _ = core.takeClusterRequests()
+        #expect(core.clientConnected(slot, address: "127.0.0.1", at: now) == nil)
+        core.received(.hello(version: 2, nick: "ann", password: nil), size: 10, from: slot, at: now, into: &actions)
+        guard case .claimNick(let secondClaim, _, _)? = core.takeClusterRequests().last else { Issue.record("expected a claim"); return }
+        actions.removeAll()
+        core.clusterNickClaimed(firstClaim, nick: "ann", .failure(ClusterFailure(reason: "Redis restarted")), at: now, into: &actions)
+        #expect(actions.isEmpty, "the first connection's failure does not end the second: \(actions)")
+        core.clusterNickClaimed(secondClaim, nick: "ann", .success(true), at: now, into: &actions)
+        #expect(actions.contains { if case .send(.welcome, to: slot) = $0 { true } else { false } }, "welcomed by its own claim: \(actions)")
+    }
+
     @Test func clusterAddressesAreRedisURLsAndAnythingElseIsExplained() throws {
         let plain = try ClusterConfiguration(url: "redis://127.0.0.1:6380", nodeID: "n")
         #expect(plain.host == "127.0.0.1" && plain.port == 6380)
@@ -268,16 +351,16 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
-        #expect(core.takeClusterRequests() == [.join(room: "r", ann, nick: "ann", charge: nil, admission: Self.admission(of: "ann"))])
+        #expect(core.takeClusterRequests() == [.join(room: "r", core.asker(ann), nick: "ann", charge: nil, admission: Self.admission(of: "ann"))])
         #expect(core.isAwaitingCluster(ann), "its next requests wait for the join")
-        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
+        core.clusterJoinAppended(core.asker(ann), room: "r", failure: nil, at: now, into: &actions)
         #expect(!core.isAwaitingCluster(ann))
         actions.removeAll()
 
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         #expect(actions == [.broadcast(joined, to: [ann])], "its own joined first")
-        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, history: .page(.before, from: 5, limit: 100))])
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", core.asker(ann), seq: 5, history: .page(.before, from: 5, limit: 100))])
         actions.removeAll()
         let line = Frame.message(room: "r", seq: 6, time: 10, sender: "bob", text: "hi")
         core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: line), into: &actions)
@@ -286,7 +369,7 @@ struct ChatCoreClusterTests {
         let old = HistoryEntry(kind: .message, seq: 3, time: 2, sender: "bob", text: "earlier")
         let snapshot = ClusterRoomSnapshot(
             epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["bob", "ann"], history: [old], complete: true)
-        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        core.clusterSnapshotRead(room: "r", core.asker(ann), .success(snapshot), into: &actions)
         #expect(actions == [
             .send(.roomState(room: "r", epoch: 7, firstSeq: 1, lastSeq: 5), to: ann),
             .send(.membersPage(room: "r", complete: true, nicks: ["bob", "ann"]), to: ann),
@@ -315,10 +398,10 @@ struct ChatCoreClusterTests {
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
         _ = core.takeClusterRequests()
-        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
+        core.clusterJoinAppended(core.asker(ann), room: "r", failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
-        #expect(core.takeClusterRequests() == [.snapshot(room: "r", ann, seq: 5, history: .page(.before, from: 5, limit: 100))])
+        #expect(core.takeClusterRequests() == [.snapshot(room: "r", core.asker(ann), seq: 5, history: .page(.before, from: 5, limit: 100))])
         // Its part, pipelined behind the join, is appended and delivered before the snapshot is read.
         core.received(.part(room: "r"), size: 10, from: ann, at: now, into: &actions)
         _ = core.takeClusterRequests()
@@ -329,7 +412,7 @@ struct ChatCoreClusterTests {
         #expect(core.takeClusterRequests().isEmpty, "the room is still followed for it")
 
         let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
-        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        core.clusterSnapshotRead(room: "r", core.asker(ann), .success(snapshot), into: &actions)
         #expect(actions == [
             .send(.roomState(room: "r", epoch: 7, firstSeq: 1, lastSeq: 5), to: ann),
             .send(.membersPage(room: "r", complete: true, nicks: ["ann"]), to: ann),
@@ -354,9 +437,9 @@ struct ChatCoreClusterTests {
         let joinCharge = FanoutCharge(address: "10.0.0.1", bytesPerDelivery: 34, deliveries: 1, memberCount: 0)
         #expect(
             core.takeClusterRequests()
-                == [.join(room: "r", ann, nick: "ann", charge: joinCharge, admission: Self.admission(of: "ann", address: "10.0.0.1"))])
+                == [.join(room: "r", core.asker(ann), nick: "ann", charge: joinCharge, admission: Self.admission(of: "ann", address: "10.0.0.1"))])
         core.clusterFanoutCounted(room: "r", memberCount: 50, audience: 50, charge: joinCharge)
-        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
+        core.clusterJoinAppended(core.asker(ann), room: "r", failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         _ = core.takeClusterRequests()
@@ -384,11 +467,11 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
-        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
+        core.clusterJoinAppended(core.asker(ann), room: "r", failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: "r", seq: 5, time: 9, nick: "ann")
         core.clusterDeliver(room: "r", seq: 5, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
-        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        core.clusterSnapshotRead(room: "r", core.asker(ann), .success(snapshot), into: &actions)
         _ = core.takeClusterRequests()
         return ann
     }
@@ -448,7 +531,7 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         welcome("ann", in: ann, of: &core)
         core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
-        core.clusterJoinAppended(ann, room: "r", failure: nil, at: now, into: &actions)
+        core.clusterJoinAppended(core.asker(ann), room: "r", failure: nil, at: now, into: &actions)
         core.received(.say(room: "r", text: "bye now"), size: 20, from: ann, at: now, into: &actions)
         guard let asker = Self.appendAsker(core.takeClusterRequests()) else {
             Issue.record("expected the line's append")
@@ -463,7 +546,7 @@ struct ChatCoreClusterTests {
         core.clusterDeliver(room: "r", seq: 6, time: 10, payload: ChatCore.clusterPayload(of: echo), into: &actions)
         #expect(actions == [.broadcast(joined, to: [ann])], "its echo waits for its snapshot, and so does its end: \(actions)")
         let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: 5, topic: nil, members: ["ann"], history: [], complete: true)
-        core.clusterSnapshotRead(room: "r", ann, .success(snapshot), into: &actions)
+        core.clusterSnapshotRead(room: "r", core.asker(ann), .success(snapshot), into: &actions)
         #expect(Array(actions.suffix(2)) == [
             .send(echo, to: ann), .disconnect(ann, Disconnection(code: nil, reason: "connection closed by the client"), nick: "ann"),
         ], "the snapshot, the echo, then the end: \(actions)")
@@ -562,12 +645,12 @@ struct ChatCoreClusterTests {
         var actions: [ChatAction] = []
         core.received(.join(room: room), size: 10, from: id, at: now, into: &actions)
         _ = core.takeClusterRequests()
-        core.clusterJoinAppended(id, room: room, failure: nil, at: now, into: &actions)
+        core.clusterJoinAppended(core.asker(id), room: room, failure: nil, at: now, into: &actions)
         let joined = Frame.joined(room: room, seq: seq, time: 9, nick: nick)
         core.clusterDeliver(room: room, seq: seq, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
         _ = core.takeClusterRequests()
         let snapshot = ClusterRoomSnapshot(epoch: 7, firstSeq: 1, lastSeq: seq, topic: nil, members: members, history: [], complete: true)
-        core.clusterSnapshotRead(room: room, id, .success(snapshot), into: &actions)
+        core.clusterSnapshotRead(room: room, core.asker(id), .success(snapshot), into: &actions)
     }
 
     /// Delivers `event` of its room with `seq`, as Redis publishes it; returns what the core did.
@@ -649,7 +732,7 @@ struct ChatCoreClusterTests {
         // carol's node heard it before "one" came back: ann's copy waits for "one".
         let direct = Frame.direct(sender: "ann", recipient: "carol", time: now.wallMillis, text: "hi")
         core.clusterDirectSent(direct, sender: directAsker!, .success(true), into: &actions)
-        core.clusterJoinAppended(ann, room: "t", failure: ClusterFailure(reason: "Redis is down"), at: now, into: &actions)
+        core.clusterJoinAppended(core.asker(ann), room: "t", failure: ClusterFailure(reason: "Redis is down"), at: now, into: &actions)
         #expect(actions.isEmpty, "\(actions)")
         let one = Frame.message(room: "r", seq: 2, time: 9, sender: "ann", text: "one")
         let released = Self.deliver(one, seq: 2, to: &core)
@@ -709,8 +792,8 @@ struct ChatCoreClusterTests {
         core.clusterStandingsRead(
             core.asker(ann), .nickChange("anna"), .success(["r": ClusterRoomStanding(), "s": ClusterRoomStanding()]), at: now,
             into: &actions)
-        #expect(core.takeClusterRequests() == [.claimNick(ann, nick: "anna")])
-        core.clusterNickClaimed(ann, nick: "anna", .success(true), at: now, into: &actions)
+        #expect(core.takeClusterRequests() == [.claimNick(core.asker(ann), nick: "anna")])
+        core.clusterNickClaimed(core.asker(ann), nick: "anna", .success(true), at: now, into: &actions)
         #expect(actions == [.send(.nickAccepted(nick: "anna"), to: ann)], "accepted at once, before its events")
         var askers: [String: ClusterAsker] = [:]
         for case .append(let room, .nickChanged, _, let sender?, _, _) in core.takeClusterRequests() { askers[room] = sender }
@@ -793,7 +876,7 @@ struct ChatCoreClusterTests {
                 default: .say(room: "r", text: "one")
                 }
             core.received(first, size: 20, from: ann, at: now, into: &actions)
-            if behind == "join" { core.clusterJoinAppended(ann, room: "t", failure: nil, at: now, into: &actions) }
+            if behind == "join" { core.clusterJoinAppended(core.asker(ann), room: "t", failure: nil, at: now, into: &actions) }
             var directAsker: ClusterAsker?
             for case .direct(_, let sender) in core.takeClusterRequests() { directAsker = sender }
             core.received(.tell(recipient: "bob", text: "psst"), size: 20, from: ann, at: now, into: &actions)

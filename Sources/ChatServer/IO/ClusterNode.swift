@@ -316,16 +316,18 @@ final class ClusterNode: @unchecked Sendable {
 
     private func carryOut(_ request: ClusterRequest) {
         switch request {
-        case .claimNick(let id, let nick, let claimant):
-            guard let registry = link.nicks else { return later { $0.clusterNickClaimed(id, nick: nick, .failure(self.down), at: ChatServer.now(), into: &$1) } }
+        case .claimNick(let asker, let nick, let claimant):
+            guard let registry = link.nicks else {
+                return later { $0.clusterNickClaimed(asker, nick: nick, .failure(self.down), at: ChatServer.now(), into: &$1) }
+            }
             registry.claim(ChatName.nickKey(nick), as: claimant == .ghost ? .ghost : .guest) { [self] result in
                 answer { core, actions in
                     switch result {
-                    case .success(.reserved): core.clusterNickReserved(id, nick: nick, at: ChatServer.now(), into: &actions)
+                    case .success(.reserved): core.clusterNickReserved(asker, nick: nick, at: ChatServer.now(), into: &actions)
                     case .success(let claim):
-                        core.clusterNickClaimed(id, nick: nick, .success(claim == .claimed), at: ChatServer.now(), into: &actions)
+                        core.clusterNickClaimed(asker, nick: nick, .success(claim == .claimed), at: ChatServer.now(), into: &actions)
                     case .failure(let error):
-                        core.clusterNickClaimed(id, nick: nick, .failure(self.failure(error)), at: ChatServer.now(), into: &actions)
+                        core.clusterNickClaimed(asker, nick: nick, .failure(self.failure(error)), at: ChatServer.now(), into: &actions)
                     }
                 }
             }
@@ -336,11 +338,11 @@ final class ClusterNode: @unchecked Sendable {
             registry.release(ChatName.nickKey(nick)) { [self] result in
                 if case .failure(.redis) = result { retries.append(request) }
             }
-        case .join(let room, let id, let nick, let charge, let admission):
+        case .join(let room, let asker, let nick, let charge, let admission):
             link.follow(room) { [self] ready in
                 guard case .success = ready, let log = link.roomLog else {
                     let failure = ready.failure.map(self.failure) ?? down
-                    return answer { $0.clusterJoinAppended(id, room: room, failure: failure, at: ChatServer.now(), into: &$1) }
+                    return answer { $0.clusterJoinAppended(asker, room: room, failure: failure, at: ChatServer.now(), into: &$1) }
                 }
                 let joined = ChatCore.clusterPayload(of: .joined(room: room, seq: 0, time: 0, nick: nick))
                 log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID), moderation: admission) {
@@ -349,7 +351,7 @@ final class ClusterNode: @unchecked Sendable {
                         settle(charge, in: room, appended.memberCount, audience: appended.memberCount)
                     }
                     answer {
-                        $0.clusterJoinAppended(id, room: room, failure: result.failure.map(self.failure), at: ChatServer.now(), into: &$1)
+                        $0.clusterJoinAppended(asker, room: room, failure: result.failure.map(self.failure), at: ChatServer.now(), into: &$1)
                     }
                 }
             }
@@ -401,9 +403,9 @@ final class ClusterNode: @unchecked Sendable {
                     answer { $0.clusterAppendFailed(event, in: room, sender: sender, failure: self.failure(error), into: &$1) }
                 }
             }
-        case .snapshot(let room, let id, let seq, let history):
+        case .snapshot(let room, let asker, let seq, let history):
             readSnapshot(of: room, upTo: seq, history: history) { [self] result in
-                answer { $0.clusterSnapshotRead(room: room, id, result, into: &$1) }
+                answer { $0.clusterSnapshotRead(room: room, asker, result, into: &$1) }
             }
         case .members(let room, let id, let withModes):
             guard let commands = link.commands else { return later { $0.clusterMembersRead(room: room, id, .failure(self.down), into: &$1) } }
