@@ -455,20 +455,22 @@ public final class RoomLog: @unchecked Sendable {
     /// The keys of `room`. The braces make a Redis Cluster keep a room's keys in one slot.
     static func keys(of room: String) -> RoomKeys { RoomKeys(room) }
 
-    /// A publication: `seq`, a space, `time`, a space, the payload.
+    /// A publication: `seq`, a space, `time`, a space, the payload. A `seq` of 0 is none: the
+    /// append script numbers from 1, and the gap arithmetic (`deliverHeld`, `fill`) counts on it.
     public static func parsePublication(_ body: [UInt8]) -> LoggedEvent? {
         guard let firstSpace = body.firstIndex(of: UInt8(ascii: " ")),
             let secondSpace = body[(firstSpace + 1)...].firstIndex(of: UInt8(ascii: " ")),
-            let seq = UInt64(String(decoding: body[..<firstSpace], as: UTF8.self)),
+            let seq = UInt64(String(decoding: body[..<firstSpace], as: UTF8.self)), seq > 0,
             let time = UInt64(String(decoding: body[(firstSpace + 1)..<secondSpace], as: UTF8.self))
         else { return nil }
         return LoggedEvent(seq: seq, time: time, payload: Array(body[(secondSpace + 1)...]))
     }
 
-    /// A stream entry: `[ID, [field, value, …]]` with ID `seq-1` and fields `t` and `p`.
+    /// A stream entry: `[ID, [field, value, …]]` with ID `seq-1` and fields `t` and `p`; as for
+    /// a publication, `seq` 0 is none.
     public static func parseEntry(_ entry: RESPValue) -> LoggedEvent? {
         guard case .array(let parts?) = entry, parts.count == 2, let id = parts[0].text,
-            let seq = id.split(separator: "-").first.flatMap({ UInt64($0) }),
+            let seq = id.split(separator: "-").first.flatMap({ UInt64($0) }), seq > 0,
             case .array(let fields?) = parts[1], fields.count.isMultiple(of: 2)
         else { return nil }
         var time: UInt64?

@@ -1247,9 +1247,10 @@ public struct ChatCore: Sendable {
     /// `roomList`s to a version 1 client.
     private func appendRoomList(to id: ClientID, into actions: inout [ChatAction]) {
         let paged = version(of: id) >= 2
-        let list = roomNames.map { name in
-            let room = rooms[name]!
-            return RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic?.text ?? "")
+        // The rooms kept here: a cluster node answers `listRooms` from Redis (`clusterReceived`),
+        // and its `rooms` would list none.
+        let list = rooms.filter { !$0.value.members.isEmpty }.sorted { $0.key < $1.key }.map { name, room in
+            RoomInfo(name: name, memberCount: UInt32(room.members.count), topic: room.topic?.text ?? "")
         }
         Self.splitIntoFrames(list, cost: Self.cost) { part, isLast in
             actions.append(.send(paged ? .roomListPage(complete: isLast, rooms: part) : .roomList(rooms: part), to: id))

@@ -219,6 +219,16 @@ struct RoomLogTests {
         #expect(node.deliveredEvents(in: "r").map(\.seq) == [1, 2, 3])
     }
 
+    /// A Redis that publishes or stores `seq` 0 (corrupt, or not ours) gives no event: the
+    /// follower's gap arithmetic subtracts 1 from the lowest `seq` it holds.
+    @Test func aSeqOfZeroIsNoEvent() {
+        #expect(RoomLog.parsePublication(Array("0 1767225600000 x".utf8)) == nil)
+        #expect(RoomLog.parsePublication(Array("1 1767225600000 x".utf8))?.seq == 1)
+        let fields: RESPValue = .array([.bulkString(Array("t".utf8)), .integer(1), .bulkString(Array("p".utf8)), .bulkString(Array("x".utf8))])
+        #expect(RoomLog.parseEntry(.array([.bulkString(Array("0-1".utf8)), fields])) == nil)
+        #expect(RoomLog.parseEntry(.array([.bulkString(Array("1-1".utf8)), fields]))?.seq == 1)
+    }
+
     @Test func historyPagesForwardAndBackBySeq() async throws {
         let redis = try await RedisServerProcess()
         defer { redis.stop() }
