@@ -35,6 +35,7 @@ final class ServerSignals: @unchecked Sendable {
     /// One serial queue for every handler, so two reloads never run at once.
     private let queue = DispatchQueue(label: "chat-server.signals")
     private let phase = Locked(Phase.starting(reloadAsked: false))
+    /// Kept for the process's life: a source that is released stops reading its signal.
     private var sources: [any DispatchSourceSignal] = []
 
     /// Blocks SIGINT, SIGTERM and SIGHUP and starts reading them. Call it before any thread
