@@ -170,9 +170,9 @@ private func welcome(_ nick: String, in slot: ClientID, of core: inout ChatCore,
     core.clusterNickClaimed(core.asker(slot), nick: nick, .success(true), at: now, into: &actions)
 }
 
-/// Welcomes `nick` in `slot`, joins it to `#r` and delivers its `joined` at `seq`; returns who
-/// the snapshot it is then owed was asked for (nil, recorded as an issue, if none was).
-private func joinedAndAskedForSnapshot(_ nick: String, at seq: UInt64, in slot: ClientID, of core: inout ChatCore) -> ClusterAsker? {
+/// Welcomes `nick` in `slot` and has it ask to join `#r`; returns who the join's append was
+/// asked for (nil, recorded as an issue, if it was not).
+private func welcomedAndAskedToJoin(_ nick: String, in slot: ClientID, of core: inout ChatCore) -> ClusterAsker? {
     var actions: [ChatAction] = []
     welcome(nick, in: slot, of: &core)
     core.received(.join(room: "r"), size: 10, from: slot, at: now, into: &actions)
@@ -180,6 +180,14 @@ private func joinedAndAskedForSnapshot(_ nick: String, at seq: UInt64, in slot: 
         Issue.record("expected \(nick)'s join")
         return nil
     }
+    return joiner
+}
+
+/// `welcomedAndAskedToJoin`, then the append done and its `joined` delivered at `seq`; returns
+/// who the snapshot it is then owed was asked for (nil, recorded as an issue, if none was).
+private func joinedAndAskedForSnapshot(_ nick: String, at seq: UInt64, in slot: ClientID, of core: inout ChatCore) -> ClusterAsker? {
+    var actions: [ChatAction] = []
+    guard let joiner = welcomedAndAskedToJoin(nick, in: slot, of: &core) else { return nil }
     core.clusterJoinAppended(joiner, room: "r", failure: nil, at: now, into: &actions)
     let joined = Frame.joined(room: "r", seq: seq, time: 9, nick: nick)
     core.clusterDeliver(room: "r", seq: seq, time: 9, payload: ChatCore.clusterPayload(of: joined), into: &actions)
@@ -292,14 +300,10 @@ struct ChatCoreClusterTests {
         var core = clusteredCore()
         let slot = ClientID(0)
         var actions: [ChatAction] = []
-        welcome("ann", in: slot, of: &core)
-        core.received(.join(room: "r"), size: 10, from: slot, at: now, into: &actions)
-        guard case .join(_, let annsJoin, _, _, _)? = core.takeClusterRequests().first else { Issue.record("expected ann's join"); return }
+        let annsJoin = welcomedAndAskedToJoin("ann", in: slot, of: &core)
         core.disconnect(slot, Disconnection(code: nil, reason: "gone"), at: now, into: &actions)
         _ = core.takeClusterRequests()
-        welcome("bob", in: slot, of: &core)
-        core.received(.join(room: "r"), size: 10, from: slot, at: now, into: &actions)
-        guard case .join(_, let bobsJoin, _, _, _)? = core.takeClusterRequests().first else { Issue.record("expected bob's join"); return }
+        guard let annsJoin, let bobsJoin = welcomedAndAskedToJoin("bob", in: slot, of: &core) else { return }
         actions.removeAll()
         core.clusterJoinAppended(annsJoin, room: "r", failure: ClusterFailure(code: .banned, reason: "ann is banned"), at: now, into: &actions)
         #expect(actions.isEmpty, "ann's refusal is not bob's: \(actions)")
