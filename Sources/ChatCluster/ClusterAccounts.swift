@@ -138,11 +138,9 @@ public struct ClusterAccounts: Sendable {
     /// window never outlives its expiry, whichever node counts in it, so the limits hold across
     /// nodes.
     static let guessScript = """
-        local function count(key)
-            if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ARGV[4]) end
-        end
+        \(windowFunctions)
+        local function count(key) open(key, ARGV[4]) end
         local function level(key) return tonumber(redis.call('GET', key) or '0') end
-        local function wait(key) return math.max(0, redis.call('PTTL', key)) end
         if level(KEYS[4]) >= tonumber(ARGV[3]) then return {2, wait(KEYS[4])} end
         local fromAddress = level(KEYS[3])
         if fromAddress >= tonumber(ARGV[2]) then return {1, wait(KEYS[3])} end
@@ -222,15 +220,26 @@ public struct ClusterAccounts: Sendable {
     /// have room; otherwise counts nothing and returns {1 (the address's) or 2 (the cluster's),
     /// ms until that window ends}.
     static let registrationScript = """
+        \(windowFunctions)
         local function full(key, limit)
             return tonumber(redis.call('GET', key) or '0') >= tonumber(limit)
         end
-        if full(KEYS[1], ARGV[1]) then return {1, math.max(0, redis.call('PTTL', KEYS[1]))} end
-        if full(KEYS[2], ARGV[2]) then return {2, math.max(0, redis.call('PTTL', KEYS[2]))} end
-        for _, key in ipairs(KEYS) do
-            if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ARGV[3]) end
-        end
+        if full(KEYS[1], ARGV[1]) then return {1, wait(KEYS[1])} end
+        if full(KEYS[2], ARGV[2]) then return {2, wait(KEYS[2])} end
+        for _, key in ipairs(KEYS) do open(key, ARGV[3]) end
         return {0}
+        """
+
+    /// A window of the scripts above: a counter that `open` counts one in, giving a new one an
+    /// expiry `length` ms on, and `wait`, the ms until it ends. Redis keeps a key through the
+    /// millisecond its expiry names (it expires once the time is past it), while a server on its
+    /// own (`ChatCore.wait`) has ended a window `length` ms after it opened: the expiry is set a
+    /// millisecond short, so a window ends at the same instant in every mode.
+    private static let windowFunctions = """
+        local function open(key, length)
+            if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, math.max(1, tonumber(length) - 1)) end
+        end
+        local function wait(key) return math.max(0, redis.call('PTTL', key)) + 1 end
         """
 
     /// What counting a registration found.

@@ -47,6 +47,9 @@ public final class ClusterLink: @unchecked Sendable {
     public var onDirect: (([UInt8]) -> Void)?
     /// This node's own channel: what other nodes publish there reaches `onDirect`.
     public var directChannel: [UInt8] { Array("chat:node:\(nodeID):direct".utf8) }
+    /// How many commands the current connections have written (`RedisConnection.commandsWritten`):
+    /// unchanged across a turn of the queue, nothing was asked of Redis in it.
+    public var commandsWritten: Int { connections.reduce(0) { $0 + $1.commandsWritten } }
 
     /// This node's id in the cluster.
     public let nodeID: String

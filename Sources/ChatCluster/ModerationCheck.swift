@@ -93,7 +93,7 @@ extension ModerationCheck {
             local expiry = redis.call('HGET', KEYS[10], ARGV[14])
             if expiry then
                 redis.call('HDEL', KEYS[10], ARGV[14])
-                invited = tonumber(expiry) >= ms
+                invited = tonumber(expiry) > ms
             end
             if not granted and not invited then
                 if redis.call('HEXISTS', KEYS[7], 'i') == 1 then return refuse('INVITEONLY', '#' .. ARGV[7] .. ' is invite-only') end
@@ -127,11 +127,11 @@ extension ModerationCheck {
             end
         elseif check == 'mode' then
             local mode, on, argument = tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15]
+            if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
             if mode == 8 then
                 if on then
                     if account == '' then return refuse('NOTLOGGEDIN', 'log in to register #' .. ARGV[7]) end
                     if founder and founder ~= account then return refuse('REGISTERED', '#' .. ARGV[7] .. ' is registered to ' .. founder) end
-                    if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
                     if not founder then
                         if redis.call('SCARD', 'chat:registered') >= \(ModerationLimits.maxRegisteredRooms) then
                             return refuse('LISTFULL', 'the cluster holds \(ModerationLimits.maxRegisteredRooms) registered rooms, the most allowed')
@@ -158,7 +158,6 @@ extension ModerationCheck {
                     founder = false
                 end
             else
-                if not admin and not isOp(by) then return refuse('NOTOP', 'you are not an op of #' .. ARGV[7]) end
                 local flags = { [0] = 'i', [2] = 'm', [3] = 't' }
                 if flags[mode] then
                     if on then redis.call('HSET', KEYS[7], flags[mode], '1') else redis.call('HDEL', KEYS[7], flags[mode]) end
@@ -335,6 +334,23 @@ extension BanEntry {
 }
 
 extension ClusterDirectory {
+    /// KEYS: the room's members, its members' accounts. ARGV: the nick, the account.
+    static let recordAccountScript = """
+        if redis.call('ZSCORE', KEYS[1], ARGV[1]) then redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
+        return 1
+        """
+
+    /// Tells Redis that `room`'s member `nick` is logged in to `account`, if it is still a member:
+    /// the join of a member that logged in after joining recorded no account, and the append
+    /// script's founder and role rules read it (ModerationCheck.checks). Nothing is answered.
+    public func recordAccount(_ account: String, ofMember nick: String, in room: String) {
+        let keys = RoomKeys(room)
+        commands.send([
+            Array("EVAL".utf8), Array(Self.recordAccountScript.utf8), Array("2".utf8), keys.members, keys.memberAccounts,
+            Array(nick.utf8), Array(account.utf8),
+        ]) { _ in }
+    }
+
     /// Reads `room`'s standing: its founder, members' roles, bans and account roles, in one round
     /// trip.
     public func standing(of room: String, completion: @escaping (Result<ClusterRoomStanding, ClusterError>) -> Void) {

@@ -67,9 +67,11 @@ public enum ClusterRequest: Sendable, Equatable {
 /// Why a node reads a member's standing in its rooms (`ClusterRequest.standings`): who the member
 /// is changes, and each room judges it again by the rule a server on its own applies.
 public enum StandingCheck: Sendable, Equatable {
-    /// It logged in (or registered): a ban that matches it now kicks it, and a registered room
-    /// gives it its account's roles.
-    case login
+    /// It logged in (or registered) to `account`, as the member `nick`: a ban that matches it now
+    /// kicks it, and a registered room gives it its account's roles. Redis learns the member's
+    /// account in each room first, as a join would have told it: who founded a room, and whose
+    /// role a registered room keeps, is judged there by it.
+    case login(nick: String, account: String)
     /// It asks to be known as this nick: refused where a ban matches it under it.
     case nickChange(String)
 }

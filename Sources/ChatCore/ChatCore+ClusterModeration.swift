@@ -34,11 +34,9 @@ extension ChatCore {
         var canonical = parsed.announced
         let account = clients[id.slot]?.account
         if mode == .registered {
-            guard let account else {
-                refuse(.setMode, .notLoggedIn, "log in to register #\(room) to your account", to: id, into: &actions)
-                return
-            }
-            canonical = on ? accounts.name(of: account) : ""
+            // Redis judges who may (an op, then one logged in), in the order a server on its own
+            // does: a guest who is no op hears `notOperator` in every mode.
+            canonical = on ? account.map { accounts.name(of: $0) } ?? "" : ""
         }
         let event = Frame.modeChanged(room: room, seq: 0, time: 0, by: nick, mode: mode, on: on, argument: canonical)
         // Redis keeps a ban by its mask, with its reason in the ban's record.
@@ -199,9 +197,11 @@ extension ChatCore {
     /// from Redis (`clusterStandingsRead` judges it as a server on its own does), and `id` is not
     /// read meanwhile, so its next line cannot overtake a kick its login makes.
     mutating func clusterLoggedInAsMember(_ id: ClientID) {
-        guard let rooms = clients[id.slot]?.rooms, !rooms.isEmpty, cluster.awaiting[id] == nil else { return }
+        guard let client = clients[id.slot], !client.rooms.isEmpty, let nick = client.nick, let account = client.account,
+            cluster.awaiting[id] == nil
+        else { return }
         cluster.awaiting[id] = .read
-        ask(.standings(rooms: rooms, asker(id), check: .login), owing: id)
+        ask(.standings(rooms: client.rooms, asker(id), check: .login(nick: nick, account: account)), owing: id)
     }
 
     /// `changeNick` to `newNick` on a node by a member of rooms: their standing is read first, and

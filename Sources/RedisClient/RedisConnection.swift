@@ -78,6 +78,10 @@ public final class RedisConnection: @unchecked Sendable {
     /// How many commands are waiting for their reply.
     public var waitingCount: Int { waiting.count }
 
+    /// How many commands (subscriptions included) have been written so far: a caller that wants
+    /// to know whether a callback sent anything compares it before and after.
+    public private(set) var commandsWritten = 0
+
     /// Bytes queued for the server and not yet taken by the kernel.
     public var outboundBytes: Int { channel.outboundBytes }
 
@@ -133,6 +137,7 @@ public final class RedisConnection: @unchecked Sendable {
 
     private func write(_ arguments: [[UInt8]]) {
         guard channel.isOpen else { return }
+        commandsWritten += 1
         var bytes: [UInt8] = []
         RESPEncoder.encodeCommand(arguments, into: &bytes)
         channel.enqueue(ByteChunk(bytes))

@@ -5,45 +5,32 @@ import Testing
 @testable import ChatCore
 @testable import ChatServer
 
-/// A chat without sockets whose account work is carried out at the end of every turn, as the
-/// server does it later: hashes with cheap parameters (the rules, not Argon2id's cost, are
-/// under test), saves and deletes that succeed — or a pool that answers `busy`.
-private struct AccountHarness {
+/// A cluster node's chat without sockets, for the exact order of a node's account requests and
+/// their answers: the tests below send the cluster's answers by hand (a claim answered
+/// `reserved`, a client gone before its claim's answer), and its account work is answered by an
+/// account table kept here — hashes with cheap parameters, guesses and registrations counted
+/// without limit (the windows' figures are the real scripts', which the suite above runs against
+/// a real Redis on `CoreBackend.cluster`).
+private struct NodeAccountHarness {
     var core: ChatCore
     var now = ServerTime(wallMillis: 1_700_000_000_000, uptimeMillis: 1_000_000)
     var nextSlot = 0
-    /// Whether the hashing pool refuses every job, as a full one does.
-    var poolFull = false
-    /// Password checks (verify jobs) computed so far: the guesses that got through.
-    var verified = 0
-    /// Work asked for and not carried out when `holdWork` is set.
-    var holdWork = false
-    var held: [AccountWork] = []
-    /// Cluster mode: the accounts Redis holds, and the guesses it counted per account key (no
-    /// limit: the windows' figures are the real scripts', tested against a real Redis).
+    /// The accounts Redis holds, and the guesses it counted per account key.
     var redisAccounts: [String: AccountRecord] = [:]
     var redisGuesses: [String: Int] = [:]
     let hashing = PasswordHashing(passes: 1, memoryBytes: 8 << 10)
 
-    init(clustered: Bool = false, _ adjust: (inout ChatServerConfiguration) -> Void = { _ in }) {
+    init() {
         var configuration = ChatServerConfiguration()
         configuration.turnOffRateLimits()
-        adjust(&configuration)
-        core = ChatCore(configuration: configuration, log: clustered ? .cluster : .memory)
-        if clustered { core.clusterAvailability(true) }
+        core = ChatCore(configuration: configuration, log: .cluster)
+        core.clusterAvailability(true)
     }
 
-    mutating func open(from address: String = "127.0.0.1", encrypted: Bool = false) -> ClientID {
+    mutating func open() -> ClientID {
         let id = ClientID(nextSlot)
         nextSlot += 1
-        #expect(core.clientConnected(id, address: address, encrypted: encrypted, at: now) == nil)
-        return id
-    }
-
-    mutating func connect(_ nick: String, version: UInt16 = 3, from address: String = "127.0.0.1") -> ClientID {
-        let id = open(from: address)
-        let actions = send(.hello(version: version, nick: nick, password: nil), from: id)
-        #expect(frames(to: id, in: actions).first.map { if case .welcome = $0 { true } else { false } } == true, "a welcome for \(nick)")
+        #expect(core.clientConnected(id, address: "127.0.0.1", at: now) == nil)
         return id
     }
 
@@ -51,48 +38,22 @@ private struct AccountHarness {
     mutating func send(_ frame: Frame, from id: ClientID) -> [ChatAction] {
         var actions: [ChatAction] = []
         core.received(frame, size: FrameEncoder.encode(frame).count, from: id, at: now, into: &actions)
-        carryOut(&actions)
-        return actions
-    }
-
-    mutating func advance(_ milliseconds: UInt64) {
-        now.uptimeMillis += milliseconds
-        now.wallMillis += milliseconds
-        var actions: [ChatAction] = []
-        core.tick(at: now, into: &actions)
-    }
-
-    /// Carries out the work held back by `holdWork`.
-    mutating func release() -> [ChatAction] {
-        holdWork = false
-        var actions: [ChatAction] = []
-        let work = held
-        held = []
-        for item in work { answer(item, into: &actions) }
-        carryOut(&actions)
-        return actions
-    }
-
-    private mutating func carryOut(_ actions: inout [ChatAction]) {
         var work = core.takeAccountWork()
         while !work.isEmpty {
-            for item in work {
-                if holdWork { held.append(item) } else { answer(item, into: &actions) }
-            }
+            for item in work { answer(item, into: &actions) }
             work = core.takeAccountWork()
         }
+        return actions
     }
 
     private mutating func answer(_ work: AccountWork, into actions: inout [ChatAction]) {
         let answer: AccountAnswer
         switch work.job {
         case .hash(let password):
-            answer = poolFull ? .busy : .hashing(.hashed(hashing.hash(password)))
+            answer = .hashing(.hashed(hashing.hash(password)))
         case .verify(let password, let stored):
-            if !poolFull { verified += 1 }
             // No stored hash: the pool's dummy, which never matches.
-            let matched = stored.map { PasswordHashing.verify(password, against: $0) } ?? false
-            answer = poolFull ? .busy : .hashing(.verified(matched, rehashed: nil))
+            answer = .hashing(.verified(stored.map { PasswordHashing.verify(password, against: $0) } ?? false, rehashed: nil))
         case .save, .delete:
             answer = .stored(.success(()))
         case .guess(let key, _):
@@ -114,6 +75,15 @@ private struct AccountHarness {
     }
 }
 
+extension Harness {
+    /// Opens a connection from `address` that the server lets in (nothing refuses it); its id.
+    fileprivate mutating func opened(from address: String = "127.0.0.1", encrypted: Bool = false) -> ClientID {
+        let (id, refusal) = open(from: address, encrypted: encrypted)
+        #expect(refusal.isEmpty, "\(address) is let in: \(refusal)")
+        return id
+    }
+}
+
 private func errorCode(to id: ClientID, in actions: [ChatAction]) -> ErrorCode? {
     for frame in frames(to: id, in: actions) { if case .error(let code, _, _, _) = frame { return code } }
     for case .disconnect(id, let disconnection, _) in actions { return disconnection.code }
@@ -127,31 +97,31 @@ private func disconnected(_ id: ClientID, in actions: [ChatAction]) -> Disconnec
 
 @Suite("Account rules without sockets (ChatCore+Accounts)")
 struct ChatCoreAccountTests {
-    @Test func registeringReservesTheNickFromGuestsInEveryLetterCase() {
-        var chat = AccountHarness()
-        let alice = chat.connect("Alice")
-        #expect(frames(to: alice, in: chat.send(.register(password: "hunter2"), from: alice)) == [.registered(account: "Alice")])
+    @Test(arguments: CoreBackend.allCases) func registeringReservesTheNickFromGuestsInEveryLetterCase(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let alice = await chat.connect("Alice", version: 3)
+        #expect(frames(to: alice, in: await chat.send(.register(password: "hunter2"), from: alice)) == [.registered(account: "Alice")])
         #expect(chat.core.account(of: alice) == "Alice")
-        _ = chat.send(.goodbye(reason: ""), from: alice)
+        _ = await chat.send(.goodbye(reason: ""), from: alice)
         // A version 1 guest cannot log in, so it is refused at once.
-        let old = chat.open()
-        #expect(disconnected(old, in: chat.send(.hello(version: 1, nick: "aLICE", password: nil), from: old))?.code == .nickReserved)
-        let guest = chat.connect("bob")
-        #expect(errorCode(to: guest, in: chat.send(.changeNick(nick: "alice"), from: guest)) == .nickReserved)
+        let old = chat.opened()
+        #expect(disconnected(old, in: await chat.send(.hello(version: 1, nick: "aLICE", password: nil), from: old))?.code == .nickReserved)
+        let guest = await chat.connect("bob", version: 3)
+        #expect(errorCode(to: guest, in: await chat.send(.changeNick(nick: "alice"), from: guest)) == .nickReserved)
         #expect(chat.core.nick(of: guest) == "bob")
     }
 
-    @Test func aVersion3HelloForAReservedNickWaitsForItsLoginAndIsWelcomedThen() {
-        var chat = AccountHarness()
-        let first = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: first)
-        chat.send(.join(room: "general"), from: first)
-        let watcher = chat.connect("bob")
-        chat.send(.join(room: "general"), from: watcher)
+    @Test(arguments: CoreBackend.allCases) func aVersion3HelloForAReservedNickWaitsForItsLoginAndIsWelcomedThen(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let first = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: first)
+        await chat.send(.join(room: "general"), from: first)
+        let watcher = await chat.connect("bob", version: 3)
+        await chat.send(.join(room: "general"), from: watcher)
         // A second connection of the owner: the stale first one is ghosted.
-        let second = chat.open()
-        #expect(chat.send(.hello(version: 3, nick: "alice", password: nil), from: second).isEmpty, "nothing before the login")
-        let actions = chat.send(.login(account: "alice", password: "hunter2"), from: second)
+        let second = chat.opened()
+        #expect(await chat.send(.hello(version: 3, nick: "alice", password: nil), from: second).isEmpty, "nothing before the login")
+        let actions = await chat.send(.login(account: "alice", password: "hunter2"), from: second)
         let toSecond = frames(to: second, in: actions)
         #expect(toSecond.first == .welcome(version: 3, nick: "alice", maxFrameSize: 16_384, motd: ""))
         #expect(toSecond.last == .loggedIn(account: "alice"))
@@ -160,29 +130,29 @@ struct ChatCoreAccountTests {
         #expect(chat.core.nick(of: second) == "alice")
     }
 
-    @Test func aHelloForAReservedNickFollowedByAnythingButItsLoginIsRefused() {
-        var chat = AccountHarness()
-        let owner = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: owner)
-        let other = chat.open()
-        chat.send(.hello(version: 3, nick: "alice", password: nil), from: other)
-        #expect(disconnected(other, in: chat.send(.join(room: "general"), from: other))?.code == .nickReserved)
-        let wrongAccount = chat.open()
-        chat.send(.hello(version: 3, nick: "alice", password: nil), from: wrongAccount)
-        #expect(disconnected(wrongAccount, in: chat.send(.login(account: "bob", password: "x"), from: wrongAccount))?.code == .nickReserved)
-        let wrongPassword = chat.open()
-        chat.send(.hello(version: 3, nick: "alice", password: nil), from: wrongPassword)
-        let refusal = disconnected(wrongPassword, in: chat.send(.login(account: "alice", password: "nope"), from: wrongPassword))
+    @Test(arguments: CoreBackend.allCases) func aHelloForAReservedNickFollowedByAnythingButItsLoginIsRefused(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let owner = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: owner)
+        let other = chat.opened()
+        await chat.send(.hello(version: 3, nick: "alice", password: nil), from: other)
+        #expect(disconnected(other, in: await chat.send(.join(room: "general"), from: other))?.code == .nickReserved)
+        let wrongAccount = chat.opened()
+        await chat.send(.hello(version: 3, nick: "alice", password: nil), from: wrongAccount)
+        #expect(disconnected(wrongAccount, in: await chat.send(.login(account: "bob", password: "x"), from: wrongAccount))?.code == .nickReserved)
+        let wrongPassword = chat.opened()
+        await chat.send(.hello(version: 3, nick: "alice", password: nil), from: wrongPassword)
+        let refusal = disconnected(wrongPassword, in: await chat.send(.login(account: "alice", password: "nope"), from: wrongPassword))
         #expect(refusal?.code == .authenticationFailed)
         #expect(chat.core.nick(of: owner) == "alice", "the owner keeps its nick")
     }
 
-    @Test func aVersion3GuestForAReservedNickIsRefusedWhenNoLoginFollowsItsHello() {
-        var chat = AccountHarness()
-        let owner = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: owner)
-        let guest = chat.open()
-        #expect(chat.send(.hello(version: 3, nick: "alice", password: nil), from: guest).isEmpty)
+    @Test(arguments: CoreBackend.allCases) func aVersion3GuestForAReservedNickIsRefusedWhenNoLoginFollowsItsHello(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let owner = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: owner)
+        let guest = chat.opened()
+        #expect(await chat.send(.hello(version: 3, nick: "alice", password: nil), from: guest).isEmpty)
         var actions: [ChatAction] = []
         chat.now.uptimeMillis += chat.core.limits.accounts.loginWait.milliseconds - 1
         chat.core.tick(at: chat.now, into: &actions)
@@ -192,28 +162,37 @@ struct ChatCoreAccountTests {
         #expect(disconnected(guest, in: actions)?.code == .nickReserved)
     }
 
-    @Test func aLoginAfterWelcomeTakesTheAccountsNick() {
-        var chat = AccountHarness()
-        let owner = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: owner)
-        chat.send(.goodbye(reason: ""), from: owner)
-        let later = chat.connect("guest1")
-        chat.send(.join(room: "general"), from: later)
-        let actions = chat.send(.login(account: "ALICE", password: "hunter2"), from: later)
+    @Test(arguments: CoreBackend.allCases) func aLoginAfterWelcomeTakesTheAccountsNick(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let owner = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: owner)
+        await chat.send(.goodbye(reason: ""), from: owner)
+        let later = await chat.connect("guest1", version: 3)
+        await chat.send(.join(room: "general"), from: later)
+        let actions = await chat.send(.login(account: "ALICE", password: "hunter2"), from: later)
         let seen = frames(to: later, in: actions)
         #expect(seen.contains(.nickAccepted(nick: "alice")))
         #expect(seen.contains { if case .nickChanged(_, _, _, "guest1", "alice") = $0 { true } else { false } })
-        #expect(seen.last == .loggedIn(account: "alice"))
+        withKnownIssue(
+            """
+            A cluster node sends loggedIn before the nickChanged its rename appends to Redis comes \
+            back to it, where docs/PROTOCOL.md promises nickChanged first.
+            """
+        ) {
+            #expect(seen.last == .loggedIn(account: "alice"))
+        } when: {
+            backend == .cluster
+        }
         #expect(chat.core.nick(of: later) == "alice")
     }
 
-    @Test func wrongPasswordsAndUnknownAccountsGetTheSameAnswer() {
-        var chat = AccountHarness()
-        let owner = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: owner)
-        let guest = chat.connect("bob")
-        #expect(errorCode(to: guest, in: chat.send(.login(account: "alice", password: "wrong"), from: guest)) == .authenticationFailed)
-        #expect(errorCode(to: guest, in: chat.send(.login(account: "nobody", password: "wrong"), from: guest)) == .authenticationFailed)
+    @Test(arguments: CoreBackend.allCases) func wrongPasswordsAndUnknownAccountsGetTheSameAnswer(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let owner = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: owner)
+        let guest = await chat.connect("bob", version: 3)
+        #expect(errorCode(to: guest, in: await chat.send(.login(account: "alice", password: "wrong"), from: guest)) == .authenticationFailed)
+        #expect(errorCode(to: guest, in: await chat.send(.login(account: "nobody", password: "wrong"), from: guest)) == .authenticationFailed)
         #expect(chat.core.nick(of: guest) == "bob")
     }
 
@@ -221,169 +200,171 @@ struct ChatCoreAccountTests {
     /// guessed wrong at it is checked, so fifty addresses get one guess each, the account's window
     /// fills, their second and third guesses are refused — and the owner, from an address of its
     /// own, still gets in.
-    @Test func guessesFromFiftyAddressesGetOneEachPastTheAccountsWindowAndTheOwnerStillGetsIn() {
-        var chat = AccountHarness()
-        let owner = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: owner)
+    @Test(arguments: CoreBackend.allCases) func guessesFromFiftyAddressesGetOneEachPastTheAccountsWindowAndTheOwnerStillGetsIn(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let owner = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: owner)
         let limits = chat.core.limits.accounts
         #expect(limits.loginAttemptsPerAccount < 50, "the account's window fills in the first round")
         var guessers: [ClientID] = []
         for host in 2...51 {
-            let guesser = chat.connect("guess\(host)", from: "127.0.0.\(host)")
+            let guesser = await chat.connect("guess\(host)", version: 3, from: "127.0.0.\(host)")
             guessers.append(guesser)
-            #expect(errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "first"), from: guesser)) == .authenticationFailed)
+            #expect(errorCode(to: guesser, in: await chat.send(.login(account: "alice", password: "first"), from: guesser)) == .authenticationFailed)
         }
-        #expect(chat.verified == 50, "each address's first guess is checked")
+        #expect(chat.accounts.verified == 50, "each address's first guess is checked")
         for guesser in guessers {
             for attempt in 0..<2 {
-                let code = errorCode(to: guesser, in: chat.send(.login(account: "alice", password: "again \(attempt)"), from: guesser))
+                let code = errorCode(to: guesser, in: await chat.send(.login(account: "alice", password: "again \(attempt)"), from: guesser))
                 #expect(code == .throttled, "an address that guessed wrong, past the account's window")
             }
         }
-        #expect(chat.verified == 50)
-        let home = chat.connect("alice2", from: "127.0.0.200")
-        #expect(frames(to: home, in: chat.send(.login(account: "alice", password: "hunter2"), from: home)).last == .loggedIn(account: "alice"))
+        #expect(chat.accounts.verified == 50)
+        let home = await chat.connect("alice2", version: 3, from: "127.0.0.200")
+        #expect(frames(to: home, in: await chat.send(.login(account: "alice", password: "hunter2"), from: home)).last == .loggedIn(account: "alice"))
         // A typo from the owner's address makes it one that guessed wrong: then it waits like the others.
-        let typo = chat.connect("carol", from: "127.0.0.201")
-        #expect(errorCode(to: typo, in: chat.send(.login(account: "alice", password: "hunter3"), from: typo)) == .authenticationFailed)
-        #expect(errorCode(to: typo, in: chat.send(.login(account: "alice", password: "hunter2"), from: typo)) == .throttled)
+        let typo = await chat.connect("carol", version: 3, from: "127.0.0.201")
+        #expect(errorCode(to: typo, in: await chat.send(.login(account: "alice", password: "hunter3"), from: typo)) == .authenticationFailed)
+        #expect(errorCode(to: typo, in: await chat.send(.login(account: "alice", password: "hunter2"), from: typo)) == .throttled)
         // The window ends; every address is clean again.
-        chat.advance(limits.loginWindow.milliseconds)
-        #expect(frames(to: typo, in: chat.send(.login(account: "alice", password: "hunter2"), from: typo)).last == .loggedIn(account: "alice"))
+        _ = await chat.tick(advancingBy: limits.loginWindow.milliseconds)
+        #expect(frames(to: typo, in: await chat.send(.login(account: "alice", password: "hunter2"), from: typo)).last == .loggedIn(account: "alice"))
     }
 
     /// Finding 1 of issue 35: an address has the same budget for a name with an account and one
     /// without — the same answers, in the same number, each a check on the hashing pool.
-    @Test func aNameWithoutAnAccountHasTheBudgetOfOneWithAndCostsTheSameHash() {
-        var chat = AccountHarness()
-        let owner = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: owner)
+    @Test(arguments: CoreBackend.allCases) func aNameWithoutAnAccountHasTheBudgetOfOneWithAndCostsTheSameHash(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let owner = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: owner)
         var answers: [String: [ErrorCode?]] = [:]
         for (name, address) in [("alice", "127.0.0.2"), ("nobody", "127.0.0.3")] {
-            let guesser = chat.connect("g-\(name)", from: address)
-            let before = chat.verified
-            answers[name] = (0..<8).map { errorCode(to: guesser, in: chat.send(.login(account: name, password: "wrong \($0)"), from: guesser)) }
-            #expect(chat.verified - before == 5, "\(name): five checks on the pool")
+            let guesser = await chat.connect("g-\(name)", version: 3, from: address)
+            let before = chat.accounts.verified
+            for attempt in 0..<8 {
+                answers[name, default: []].append(errorCode(to: guesser, in: await chat.send(.login(account: name, password: "wrong \(attempt)"), from: guesser)))
+            }
+            #expect(chat.accounts.verified - before == 5, "\(name): five checks on the pool")
         }
         let budget = Array(repeating: ErrorCode?.some(.authenticationFailed), count: 5) + Array(repeating: .throttled, count: 3)
         #expect(answers["alice"] == budget)
         #expect(answers["nobody"] == budget)
     }
 
-    @Test func guessesFromOneIPv6Slash64AreHeldToTheAddressLimitAcrossAccounts() {
-        var chat = AccountHarness {
+    @Test(arguments: CoreBackend.allCases) func guessesFromOneIPv6Slash64AreHeldToTheAddressLimitAcrossAccounts(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend) {
             $0.accounts.loginAttemptsPerAddress = 4
             $0.accounts.registrationsPerAddress = 100
         }
         for name in ["a1", "a2", "a3"] {
-            let owner = chat.connect(name)
-            chat.send(.register(password: "right"), from: owner)
+            let owner = await chat.connect(name, version: 3)
+            await chat.send(.register(password: "right"), from: owner)
         }
         var checked = 0
         for host in 1...6 {
             // Different addresses in one /64: one host's.
-            let guesser = chat.open(from: "2001:db8:1:2::\(host)")
-            chat.send(.hello(version: 3, nick: "g\(host)", password: nil), from: guesser)
-            _ = chat.send(.login(account: "a\(host % 3 + 1)", password: "wrong"), from: guesser)
-            checked = chat.verified
+            let guesser = chat.opened(from: "2001:db8:1:2::\(host)")
+            await chat.send(.hello(version: 3, nick: "g\(host)", password: nil), from: guesser)
+            _ = await chat.send(.login(account: "a\(host % 3 + 1)", password: "wrong"), from: guesser)
+            checked = chat.accounts.verified
         }
         #expect(checked == 0, "passwords from a non-loopback address over plain TCP are not even checked")
-        var tls = AccountHarness {
+        var tls = try await Harness(backend) {
             $0.accounts.loginAttemptsPerAddress = 4
             $0.accounts.registrationsPerAddress = 100
         }
         for name in ["a1", "a2", "a3"] {
-            let owner = tls.connect(name)
-            tls.send(.register(password: "right"), from: owner)
+            let owner = await tls.connect(name, version: 3)
+            await tls.send(.register(password: "right"), from: owner)
         }
         var codes: [ErrorCode?] = []
         for host in 1...6 {
-            let guesser = tls.open(from: "2001:db8:1:2::\(host)", encrypted: true)
-            tls.send(.hello(version: 3, nick: "g\(host)", password: nil), from: guesser)
-            codes.append(errorCode(to: guesser, in: tls.send(.login(account: "a\(host % 3 + 1)", password: "wrong"), from: guesser)))
+            let guesser = tls.opened(from: "2001:db8:1:2::\(host)", encrypted: true)
+            await tls.send(.hello(version: 3, nick: "g\(host)", password: nil), from: guesser)
+            codes.append(errorCode(to: guesser, in: await tls.send(.login(account: "a\(host % 3 + 1)", password: "wrong"), from: guesser)))
         }
-        #expect(tls.verified == 4)
+        #expect(tls.accounts.verified == 4)
         #expect(codes == [.authenticationFailed, .authenticationFailed, .authenticationFailed, .authenticationFailed, .throttled, .throttled])
         #expect(ChatCore.throttleKey(of: "2001:db8:1:2::1") == ChatCore.throttleKey(of: "2001:db8:1:2:ffff::9"))
         #expect(ChatCore.throttleKey(of: "2001:db8:1:3::1") != ChatCore.throttleKey(of: "2001:db8:1:2::1"))
     }
 
-    @Test func registrationsAreRateLimitedPerAddressAndTheCapHolds() {
-        var chat = AccountHarness {
+    @Test(arguments: CoreBackend.allCases) func registrationsAreRateLimitedPerAddressAndTheCapHolds(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend) {
             $0.accounts.registrationsPerAddress = 3
             $0.accounts.maxAccounts = 4
         }
         var codes: [ErrorCode?] = []
         for index in 0..<5 {
-            let id = chat.connect("flood\(index)", from: "127.0.0.9")
-            codes.append(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)))
+            let id = await chat.connect("flood\(index)", version: 3, from: "127.0.0.9")
+            codes.append(errorCode(to: id, in: await chat.send(.register(password: "pw"), from: id)))
         }
         #expect(codes == [nil, nil, nil, .throttled, .throttled])
         var more: [ErrorCode?] = []
         for index in 0..<3 {
-            let id = chat.connect("other\(index)", from: "127.0.1.\(index)")
-            more.append(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)))
+            let id = await chat.connect("other\(index)", version: 3, from: "127.0.1.\(index)")
+            more.append(errorCode(to: id, in: await chat.send(.register(password: "pw"), from: id)))
         }
         #expect(more == [nil, .tooManyAccounts, .tooManyAccounts])
-        #expect(chat.core.accountCount == 4)
+        #expect(chat.accountCount == 4)
     }
 
-    @Test func aFullHashingPoolAnswersBusyAndCostsNoAttempt() {
-        var chat = AccountHarness { $0.accounts.loginAttemptsPerAccount = 1 }
-        let owner = chat.connect("alice")
-        chat.send(.register(password: "hunter2"), from: owner)
-        chat.send(.goodbye(reason: ""), from: owner)
-        let guest = chat.connect("bob")
-        chat.poolFull = true
-        #expect(errorCode(to: guest, in: chat.send(.login(account: "alice", password: "hunter2"), from: guest)) == .busy)
-        chat.poolFull = false
-        #expect(frames(to: guest, in: chat.send(.login(account: "alice", password: "hunter2"), from: guest)).last == .loggedIn(account: "alice"))
+    @Test(arguments: CoreBackend.allCases) func aFullHashingPoolAnswersBusyAndCostsNoAttempt(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend) { $0.accounts.loginAttemptsPerAccount = 1 }
+        let owner = await chat.connect("alice", version: 3)
+        await chat.send(.register(password: "hunter2"), from: owner)
+        await chat.send(.goodbye(reason: ""), from: owner)
+        let guest = await chat.connect("bob", version: 3)
+        chat.accounts.poolFull = true
+        #expect(errorCode(to: guest, in: await chat.send(.login(account: "alice", password: "hunter2"), from: guest)) == .busy)
+        chat.accounts.poolFull = false
+        #expect(frames(to: guest, in: await chat.send(.login(account: "alice", password: "hunter2"), from: guest)).last == .loggedIn(account: "alice"))
     }
 
-    @Test func theAskingClientWaitsForItsAnswerAndOthersGoOn() {
-        var chat = AccountHarness()
-        let alice = chat.connect("alice")
-        let bob = chat.connect("bob")
-        chat.send(.join(room: "general"), from: bob)
-        chat.holdWork = true
-        #expect(chat.send(.register(password: "pw"), from: alice).isEmpty)
+    @Test(arguments: CoreBackend.allCases) func theAskingClientWaitsForItsAnswerAndOthersGoOn(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let alice = await chat.connect("alice", version: 3)
+        let bob = await chat.connect("bob", version: 3)
+        await chat.send(.join(room: "general"), from: bob)
+        chat.accounts.holdWork = true
+        #expect(await chat.send(.register(password: "pw"), from: alice).isEmpty)
         #expect(chat.core.isAwaitingAccount(alice))
         #expect(!chat.core.isAwaitingAccount(bob))
-        #expect(frames(to: bob, in: chat.send(.say(room: "general", text: "hi"), from: bob)).count == 1)
-        #expect(frames(to: alice, in: chat.release()) == [.registered(account: "alice")])
+        #expect(frames(to: bob, in: await chat.send(.say(room: "general", text: "hi"), from: bob)).count == 1)
+        #expect(frames(to: alice, in: await chat.releaseAccountWork()) == [.registered(account: "alice")])
         #expect(!chat.core.isAwaitingAccount(alice))
     }
 
-    @Test func changingThePasswordAndDroppingTheAccountNeedTheLoginAndThePassword() {
-        var chat = AccountHarness()
-        let alice = chat.connect("alice")
-        #expect(errorCode(to: alice, in: chat.send(.changePassword(old: "a", new: "b"), from: alice)) == .notLoggedIn)
-        #expect(errorCode(to: alice, in: chat.send(.dropAccount(password: "a"), from: alice)) == .notLoggedIn)
-        chat.send(.register(password: "old-pw"), from: alice)
-        #expect(errorCode(to: alice, in: chat.send(.changePassword(old: "wrong", new: "new-pw"), from: alice)) == .authenticationFailed)
-        #expect(frames(to: alice, in: chat.send(.changePassword(old: "old-pw", new: "new-pw"), from: alice)) == [.passwordChanged(account: "alice")])
-        #expect(errorCode(to: alice, in: chat.send(.dropAccount(password: "old-pw"), from: alice)) == .authenticationFailed)
-        #expect(frames(to: alice, in: chat.send(.dropAccount(password: "new-pw"), from: alice)) == [.accountDropped(account: "alice")])
-        #expect(chat.core.accountCount == 0)
+    @Test(arguments: CoreBackend.allCases) func changingThePasswordAndDroppingTheAccountNeedTheLoginAndThePassword(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let alice = await chat.connect("alice", version: 3)
+        #expect(errorCode(to: alice, in: await chat.send(.changePassword(old: "a", new: "b"), from: alice)) == .notLoggedIn)
+        #expect(errorCode(to: alice, in: await chat.send(.dropAccount(password: "a"), from: alice)) == .notLoggedIn)
+        await chat.send(.register(password: "old-pw"), from: alice)
+        #expect(errorCode(to: alice, in: await chat.send(.changePassword(old: "wrong", new: "new-pw"), from: alice)) == .authenticationFailed)
+        #expect(frames(to: alice, in: await chat.send(.changePassword(old: "old-pw", new: "new-pw"), from: alice)) == [.passwordChanged(account: "alice")])
+        #expect(errorCode(to: alice, in: await chat.send(.dropAccount(password: "old-pw"), from: alice)) == .authenticationFailed)
+        #expect(frames(to: alice, in: await chat.send(.dropAccount(password: "new-pw"), from: alice)) == [.accountDropped(account: "alice")])
+        #expect(chat.accountCount == 0)
         #expect(chat.core.nick(of: alice) == "alice", "the nick stays, as a guest's")
-        let later = chat.connect("bob")
-        _ = chat.send(.goodbye(reason: ""), from: alice)
-        #expect(frames(to: later, in: chat.send(.changeNick(nick: "alice"), from: later)) == [.nickAccepted(nick: "alice")])
+        let later = await chat.connect("bob", version: 3)
+        _ = await chat.send(.goodbye(reason: ""), from: alice)
+        #expect(frames(to: later, in: await chat.send(.changeNick(nick: "alice"), from: later)) == [.nickAccepted(nick: "alice")])
     }
 
-    @Test func aPasswordOverPlainTCPFromAfarIsRefusedUnread() {
-        var chat = AccountHarness()
-        let far = chat.open(from: "203.0.113.5")
-        chat.send(.hello(version: 3, nick: "far", password: nil), from: far)
-        #expect(errorCode(to: far, in: chat.send(.register(password: "pw"), from: far)) == .plainPasswordRefused)
-        #expect(chat.core.accountCount == 0)
-        let farTLS = chat.open(from: "203.0.113.6", encrypted: true)
-        chat.send(.hello(version: 3, nick: "farTLS", password: nil), from: farTLS)
-        #expect(frames(to: farTLS, in: chat.send(.register(password: "pw"), from: farTLS)) == [.registered(account: "farTLS")])
-        var allowed = AccountHarness { $0.accounts.allowPlainPasswords = true }
-        let farAllowed = allowed.open(from: "203.0.113.5")
-        allowed.send(.hello(version: 3, nick: "far", password: nil), from: farAllowed)
-        #expect(frames(to: farAllowed, in: allowed.send(.register(password: "pw"), from: farAllowed)) == [.registered(account: "far")])
+    @Test(arguments: CoreBackend.allCases) func aPasswordOverPlainTCPFromAfarIsRefusedUnread(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let far = chat.opened(from: "203.0.113.5")
+        await chat.send(.hello(version: 3, nick: "far", password: nil), from: far)
+        #expect(errorCode(to: far, in: await chat.send(.register(password: "pw"), from: far)) == .plainPasswordRefused)
+        #expect(chat.accountCount == 0)
+        let farTLS = chat.opened(from: "203.0.113.6", encrypted: true)
+        await chat.send(.hello(version: 3, nick: "farTLS", password: nil), from: farTLS)
+        #expect(frames(to: farTLS, in: await chat.send(.register(password: "pw"), from: farTLS)) == [.registered(account: "farTLS")])
+        var allowed = try await Harness(backend) { $0.accounts.allowPlainPasswords = true }
+        let farAllowed = allowed.opened(from: "203.0.113.5")
+        await allowed.send(.hello(version: 3, nick: "far", password: nil), from: farAllowed)
+        #expect(frames(to: farAllowed, in: await allowed.send(.register(password: "pw"), from: farAllowed)) == [.registered(account: "far")])
     }
 
     @Test(arguments: [
@@ -397,25 +378,25 @@ struct ChatCoreAccountTests {
         #expect(ChatCore.acceptsPassword(from: address, encrypted: false, allowPlain: true))
     }
 
-    @Test func aVersion2SessionSkipsAccountFramesAsAVersion2ServerWould() {
-        var chat = AccountHarness()
-        let old = chat.connect("old", version: 2)
-        #expect(chat.send(.register(password: "pw"), from: old).isEmpty)
-        #expect(chat.core.accountCount == 0)
+    @Test(arguments: CoreBackend.allCases) func aVersion2SessionSkipsAccountFramesAsAVersion2ServerWould(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let old = await chat.connect("old", version: 2)
+        #expect(await chat.send(.register(password: "pw"), from: old).isEmpty)
+        #expect(chat.accountCount == 0)
     }
 
-    @Test func passwordsOfNoPlausibleLengthAreRefused() {
-        var chat = AccountHarness()
-        let alice = chat.connect("alice")
-        #expect(errorCode(to: alice, in: chat.send(.register(password: ""), from: alice)) == .badPassword)
+    @Test(arguments: CoreBackend.allCases) func passwordsOfNoPlausibleLengthAreRefused(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let alice = await chat.connect("alice", version: 3)
+        #expect(errorCode(to: alice, in: await chat.send(.register(password: ""), from: alice)) == .badPassword)
         let long = String(repeating: "x", count: PasswordHashing.maxPasswordBytes + 1)
-        #expect(errorCode(to: alice, in: chat.send(.register(password: long), from: alice)) == .badPassword)
+        #expect(errorCode(to: alice, in: await chat.send(.register(password: long), from: alice)) == .badPassword)
     }
 
     // MARK: Cluster mode: records in Redis, the claim decides reservations
 
     /// Welcomes `nick` on a node: its hello's claim, answered `claimed`.
-    private func welcomeOnNode(_ chat: inout AccountHarness, _ nick: String, version: UInt16 = 3) -> ClientID {
+    private func welcomeOnNode(_ chat: inout NodeAccountHarness, _ nick: String, version: UInt16 = 3) -> ClientID {
         let id = chat.open()
         var actions: [ChatAction] = []
         chat.core.received(.hello(version: version, nick: nick, password: nil), size: 10, from: id, at: chat.now, into: &actions)
@@ -426,7 +407,7 @@ struct ChatCoreAccountTests {
     }
 
     @Test func aNodeRegistersInRedisAndKeepsNoRecordOfItsOwn() {
-        var chat = AccountHarness(clustered: true)
+        var chat = NodeAccountHarness()
         let alice = welcomeOnNode(&chat, "alice")
         #expect(frames(to: alice, in: chat.send(.register(password: "pw"), from: alice)) == [.registered(account: "alice")])
         #expect(chat.redisAccounts["alice"]?.name == "alice")
@@ -438,7 +419,7 @@ struct ChatCoreAccountTests {
     }
 
     @Test func aReservedClaimHoldsAVersion3HelloForItsLoginAndRefusesOlderOnes() {
-        var chat = AccountHarness(clustered: true)
+        var chat = NodeAccountHarness()
         chat.redisAccounts["alice"] = AccountRecord(name: "Alice", key: "alice", passwordHash: chat.hashing.hash("pw")!, created: 0)
         let old = chat.open()
         var actions: [ChatAction] = []
@@ -465,7 +446,7 @@ struct ChatCoreAccountTests {
     }
 
     @Test func aWrongPasswordOnANodeCountsItsGuessAndClaimsNothing() {
-        var chat = AccountHarness(clustered: true)
+        var chat = NodeAccountHarness()
         chat.redisAccounts["carol"] = AccountRecord(name: "carol", key: "carol", passwordHash: chat.hashing.hash("pw")!, created: 0)
         let guest = welcomeOnNode(&chat, "guest")
         #expect(errorCode(to: guest, in: chat.send(.login(account: "carol", password: "no"), from: guest)) == .authenticationFailed)
@@ -474,7 +455,7 @@ struct ChatCoreAccountTests {
     }
 
     @Test func aLoginAfterWelcomeOnANodeTakesTheNickAsAGhostAndRepliesNameTheAccountAsRegistered() {
-        var chat = AccountHarness(clustered: true)
+        var chat = NodeAccountHarness()
         chat.redisAccounts["gina"] = AccountRecord(name: "Gina", key: "gina", passwordHash: chat.hashing.hash("pw")!, created: 0)
         let guest = welcomeOnNode(&chat, "guest")
         var actions = chat.send(.login(account: "GINA", password: "pw"), from: guest)
@@ -489,7 +470,7 @@ struct ChatCoreAccountTests {
     }
 
     @Test func aLoginWhoseClientLeftBeforeItsClaimTellsTheNextClientInItsSlotNothing() {
-        var chat = AccountHarness(clustered: true)
+        var chat = NodeAccountHarness()
         chat.redisAccounts["hal"] = AccountRecord(name: "hal", key: "hal", passwordHash: chat.hashing.hash("pw")!, created: 0)
         let leaver = welcomeOnNode(&chat, "guest")
         _ = chat.send(.login(account: "hal", password: "pw"), from: leaver)
@@ -507,7 +488,7 @@ struct ChatCoreAccountTests {
     }
 
     @Test func aGhostNoticeFromAnotherNodeDisconnectsOnlyAWelcomedHolder() {
-        var chat = AccountHarness(clustered: true)
+        var chat = NodeAccountHarness()
         let holder = welcomeOnNode(&chat, "dave")
         var actions: [ChatAction] = []
         chat.core.clusterGhost(nickKey: "erin", at: chat.now, into: &actions)
@@ -517,7 +498,7 @@ struct ChatCoreAccountTests {
     }
 
     @Test func aLocalHolderLoggedInToTheNickMakesItReservedOnItsNode() {
-        var chat = AccountHarness(clustered: true)
+        var chat = NodeAccountHarness()
         let owner = welcomeOnNode(&chat, "frank")
         _ = chat.send(.register(password: "pw"), from: owner)
         let guest = chat.open()
@@ -527,42 +508,42 @@ struct ChatCoreAccountTests {
 
     // MARK: Issue 40: a server operator's name, registrations from many addresses
 
-    @Test func aServerOperatorsNickIsReservedBeforeItsAccountExists() {
-        var chat = AccountHarness { $0.accounts.setAdminAccounts(["Root"]) }
+    @Test(arguments: [CoreBackend.memory, .sqlite]) func aServerOperatorsNickIsReservedBeforeItsAccountExists(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend) { $0.accounts.setAdminAccounts(["Root"]) }
         #expect(chat.core.missingAdminAccounts == ["root"])
-        let old = chat.open()
-        #expect(disconnected(old, in: chat.send(.hello(version: 1, nick: "ROOT", password: nil), from: old))?.code == .nickReserved)
-        let guest = chat.connect("mallory")
-        #expect(errorCode(to: guest, in: chat.send(.changeNick(nick: "root"), from: guest)) == .nickReserved)
+        let old = chat.opened()
+        #expect(disconnected(old, in: await chat.send(.hello(version: 1, nick: "ROOT", password: nil), from: old))?.code == .nickReserved)
+        let guest = await chat.connect("mallory", version: 3)
+        #expect(errorCode(to: guest, in: await chat.send(.changeNick(nick: "root"), from: guest)) == .nickReserved)
         // A login to it is checked like any (against the dummy hash) and fails like any.
-        let pretender = chat.open()
-        chat.send(.hello(version: 3, nick: "root", password: nil), from: pretender)
-        let before = chat.verified
-        #expect(disconnected(pretender, in: chat.send(.login(account: "root", password: "guess"), from: pretender))?.code == .authenticationFailed)
-        #expect(chat.verified == before + 1)
+        let pretender = chat.opened()
+        await chat.send(.hello(version: 3, nick: "root", password: nil), from: pretender)
+        let before = chat.accounts.verified
+        #expect(disconnected(pretender, in: await chat.send(.login(account: "root", password: "guess"), from: pretender))?.code == .authenticationFailed)
+        #expect(chat.accounts.verified == before + 1)
         // Made by the operator (chat-server account add), it is an account like any.
-        chat.core.loadAccounts([AccountRecord(name: "root", key: "root", passwordHash: chat.hashing.hash("op")!, created: 0)])
+        chat.core.loadAccounts([AccountRecord(name: "root", key: "root", passwordHash: chat.accounts.hashing.hash("op")!, created: 0)])
         #expect(chat.core.missingAdminAccounts.isEmpty)
-        let root = chat.open()
-        chat.send(.hello(version: 3, nick: "root", password: nil), from: root)
-        #expect(frames(to: root, in: chat.send(.login(account: "root", password: "op"), from: root)).last == .loggedIn(account: "root"))
+        let root = chat.opened()
+        await chat.send(.hello(version: 3, nick: "root", password: nil), from: root)
+        #expect(frames(to: root, in: await chat.send(.login(account: "root", password: "op"), from: root)).last == .loggedIn(account: "root"))
     }
 
-    @Test func registrationsFromManyAddressesAreHeldToTheServersWindowAndABusyPoolGivesTheirsBack() {
-        var chat = AccountHarness { $0.accounts.registrationsPerServer = 5 }
-        let first = chat.connect("early", from: "127.0.2.1")
-        chat.poolFull = true
-        #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == .busy)
-        chat.poolFull = false
+    @Test(arguments: CoreBackend.allCases) func registrationsFromManyAddressesAreHeldToTheServersWindowAndABusyPoolGivesTheirsBack(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend) { $0.accounts.registrationsPerServer = 5 }
+        let first = await chat.connect("early", version: 3, from: "127.0.2.1")
+        chat.accounts.poolFull = true
+        #expect(errorCode(to: first, in: await chat.send(.register(password: "pw"), from: first)) == .busy)
+        chat.accounts.poolFull = false
         var codes: [ErrorCode?] = []
         for index in 0..<10 {
-            let id = chat.connect("r\(index)", from: "127.0.3.\(index + 1)")
-            codes.append(errorCode(to: id, in: chat.send(.register(password: "pw"), from: id)))
+            let id = await chat.connect("r\(index)", version: 3, from: "127.0.3.\(index + 1)")
+            codes.append(errorCode(to: id, in: await chat.send(.register(password: "pw"), from: id)))
         }
         #expect(codes == Array(repeating: nil, count: 5) + Array(repeating: .throttled, count: 5), "the busy one cost nothing: \(codes)")
-        #expect(chat.core.accountCount == 5)
-        chat.advance(chat.core.limits.accounts.registrationWindow.milliseconds)
-        #expect(errorCode(to: first, in: chat.send(.register(password: "pw"), from: first)) == nil, "a new window")
+        #expect(chat.accountCount == 5)
+        _ = await chat.tick(advancingBy: chat.core.limits.accounts.registrationWindow.milliseconds)
+        #expect(errorCode(to: first, in: await chat.send(.register(password: "pw"), from: first)) == nil, "a new window")
     }
 
     // MARK: The windows themselves

@@ -61,20 +61,20 @@ enum RestartStore: String, CaseIterable, Sendable, CustomStringConvertible {
 
 @Suite("The chat logic with a room store")
 struct ChatCoreStorageTests {
-    @Test func anEmptyRoomLeavesMemoryButKeepsItsEpochSeqTopicAndHistory() throws {
+    @Test func anEmptyRoomLeavesMemoryButKeepsItsEpochSeqTopicAndHistory() async throws {
         let store = MemoryRoomStore()
         var chat = Harness(store: store)
-        let alice = chat.connect("alice", version: 2)
-        chat.send(.join(room: "general"), from: alice)  // seq 1
-        chat.send(.say(room: "general", text: "one"), from: alice)  // seq 2
-        chat.send(.setTopic(room: "general", text: "sockets"), from: alice)  // seq 3
-        chat.send(.part(room: "general"), from: alice)  // seq 4
+        let alice = await chat.connect("alice", version: 2)
+        await chat.send(.join(room: "general"), from: alice)  // seq 1
+        await chat.send(.say(room: "general", text: "one"), from: alice)  // seq 2
+        await chat.send(.setTopic(room: "general", text: "sockets"), from: alice)  // seq 3
+        await chat.send(.part(room: "general"), from: alice)  // seq 4
         #expect(chat.core.roomNames.isEmpty, "an empty room is no longer listed")
         #expect(chat.core.historyBytes == 0, "nor does its history take memory")
         #expect(store.stored("general")?.record.lastSeq == 4, "its seq is stored, presence events included")
 
-        let bob = chat.connect("bob", version: 2)
-        let actions = chat.send(.join(room: "general"), from: bob)
+        let bob = await chat.connect("bob", version: 2)
+        let actions = await chat.send(.join(room: "general"), from: bob)
         let state = try #require(roomState(to: bob, in: actions))
         #expect(state.epoch == 1, "the same room, not a new one")
         #expect(state.lastSeq == 5 && joinedSeq(to: bob, in: actions) == 5, "seq continues after the part's 4")
@@ -83,63 +83,63 @@ struct ChatCoreStorageTests {
         #expect(page(to: bob, in: actions)?.seqs == [2, 3], "the stored history is replayed")
     }
 
-    @Test(arguments: RestartStore.allCases) func aRestartedChatContinuesEveryRoomFromTheStore(_ kind: RestartStore) throws {
+    @Test(arguments: RestartStore.allCases) func aRestartedChatContinuesEveryRoomFromTheStore(_ kind: RestartStore) async throws {
         let start = try kind.make()
         var before = start { _ in }
-        let alice = before.connect("alice", version: 2)
-        before.send(.join(room: "general"), from: alice)
-        for text in ["a", "b", "c"] { before.send(.say(room: "general", text: text), from: alice) }
+        let alice = await before.connect("alice", version: 2)
+        await before.send(.join(room: "general"), from: alice)
+        for text in ["a", "b", "c"] { await before.send(.say(room: "general", text: text), from: alice) }
         // The process dies here: members never leave, their quit is never stored.
 
         var after = start { _ in }
         after.now.wallMillis += 60_000
-        let bob = after.connect("bob", version: 2)
-        let actions = after.send(.join(room: "general"), from: bob)
+        let bob = await after.connect("bob", version: 2)
+        let actions = await after.send(.join(room: "general"), from: bob)
         let state = try #require(roomState(to: bob, in: actions))
         #expect(state.epoch == 1 && state.lastSeq == 5, "epoch kept, seq continues after the last stored 4")
         let replay = try #require(page(to: bob, in: actions))
         #expect(replay.seqs == [2, 3, 4] && replay.complete)
-        let catchUp = after.send(.fetchHistory(room: "general", direction: .after, seq: 2, limit: 100), from: bob)
+        let catchUp = await after.send(.fetchHistory(room: "general", direction: .after, seq: 2, limit: 100), from: bob)
         #expect(page(to: bob, in: catchUp)?.seqs == [3, 4], "a client that saw seq 2 gets exactly what it missed")
     }
 
-    @Test(arguments: RestartStore.allCases) func pagesOlderThanMemoryHoldsAreReadFromTheStore(_ kind: RestartStore) throws {
+    @Test(arguments: RestartStore.allCases) func pagesOlderThanMemoryHoldsAreReadFromTheStore(_ kind: RestartStore) async throws {
         let start = try kind.make()
         var before = start { $0.historySize = 3 }
-        let alice = before.connect("alice", version: 2)
-        before.send(.join(room: "r"), from: alice)  // seq 1
-        for index in 1...10 { before.send(.say(room: "r", text: "m\(index)"), from: alice) }  // seq 2…11
+        let alice = await before.connect("alice", version: 2)
+        await before.send(.join(room: "r"), from: alice)  // seq 1
+        for index in 1...10 { await before.send(.say(room: "r", text: "m\(index)"), from: alice) }  // seq 2…11
 
         var after = start { $0.historySize = 3 }
-        let bob = after.connect("bob", version: 2)
-        let join = after.send(.join(room: "r"), from: bob)
+        let bob = await after.connect("bob", version: 2)
+        let join = await after.send(.join(room: "r"), from: bob)
         let replay = try #require(page(to: bob, in: join))
         #expect(replay.seqs == [9, 10, 11], "memory holds the newest three")
         #expect(!replay.complete, "older events are stored: the replay must not claim to be all")
-        let back = after.send(.fetchHistory(room: "r", direction: .before, seq: 9, limit: 100), from: bob)
+        let back = await after.send(.fetchHistory(room: "r", direction: .before, seq: 9, limit: 100), from: bob)
         #expect(page(to: bob, in: back)?.seqs == [6, 7, 8], "scrolling back past memory reads the store (limit 3)")
         #expect(page(to: bob, in: back)?.complete == false)
-        let oldest = after.send(.fetchHistory(room: "r", direction: .before, seq: 3, limit: 100), from: bob)
+        let oldest = await after.send(.fetchHistory(room: "r", direction: .before, seq: 3, limit: 100), from: bob)
         #expect(page(to: bob, in: oldest)?.seqs == [2])
         #expect(page(to: bob, in: oldest)?.complete == true)
-        let catchUp = after.send(.fetchHistory(room: "r", direction: .after, seq: 1, limit: 100), from: bob)
+        let catchUp = await after.send(.fetchHistory(room: "r", direction: .after, seq: 1, limit: 100), from: bob)
         #expect(page(to: bob, in: catchUp)?.seqs == [2, 3, 4])
         #expect(page(to: bob, in: catchUp)?.complete == false, "more follows: the client asks again after 4")
-        let fromMemory = after.send(.fetchHistory(room: "r", direction: .after, seq: 8, limit: 100), from: bob)
+        let fromMemory = await after.send(.fetchHistory(room: "r", direction: .after, seq: 8, limit: 100), from: bob)
         #expect(page(to: bob, in: fromMemory)?.seqs == [9, 10, 11])
         #expect(page(to: bob, in: fromMemory)?.complete == true)
     }
 
-    @Test func aFailedCommitIsNotDeliveredAndRoomEventsAreRefusedUntilOneSucceeds() throws {
+    @Test func aFailedCommitIsNotDeliveredAndRoomEventsAreRefusedUntilOneSucceeds() async throws {
         let store = MemoryRoomStore()
         var chat = Harness(store: store)
-        let alice = chat.connect("alice", version: 2)
-        let bob = chat.connect("bob", version: 2)
-        chat.send(.join(room: "r"), from: alice)
-        chat.send(.join(room: "r"), from: bob)
-        chat.send(.setTopic(room: "r", text: "kept"), from: alice)  // seq 3
-        chat.send(.say(room: "r", text: "lost"), from: alice)  // seq 4
-        chat.send(.setTopic(room: "r", text: "lost topic"), from: bob)  // seq 5
+        let alice = await chat.connect("alice", version: 2)
+        let bob = await chat.connect("bob", version: 2)
+        await chat.send(.join(room: "r"), from: alice)
+        await chat.send(.join(room: "r"), from: bob)
+        await chat.send(.setTopic(room: "r", text: "kept"), from: alice)  // seq 3
+        await chat.send(.say(room: "r", text: "lost"), from: alice)  // seq 4
+        await chat.send(.setTopic(room: "r", text: "lost topic"), from: bob)  // seq 5
         let failure = CommitFailure(
             error: StorageError("commit failed: database or disk is full"),
             events: [
@@ -158,13 +158,13 @@ struct ChatCoreStorageTests {
             "the sender learns its message was not delivered: \(actions)")
         #expect(actions.contains { if case .send(.error(.storageFailed, false, .setTopic, _), bob) = $0 { true } else { false } })
 
-        let refused = chat.send(.say(room: "r", text: "more"), from: bob)
+        let refused = await chat.send(.say(room: "r", text: "more"), from: bob)
         #expect(refused.count == 1)
         #expect(refused.first.map { if case .send(.error(.storageFailed, false, .say, _), bob) = $0 { true } else { false } } == true,
             "room events are refused while storage fails: \(refused)")
 
-        let carol = chat.connect("carol", version: 2)
-        let join = chat.send(.join(room: "r"), from: carol)
+        let carol = await chat.connect("carol", version: 2)
+        let join = await chat.send(.join(room: "r"), from: carol)
         #expect(page(to: carol, in: join)?.seqs == [3], "what was not stored is not in the history either")
         #expect(
             join.contains { if case .broadcast(.joined("r", 4, _, "carol"), _) = $0 { true } else { false } },
@@ -173,39 +173,39 @@ struct ChatCoreStorageTests {
             "the topic is the stored one")
 
         chat.core.storageRecovered()
-        let said = chat.send(.say(room: "r", text: "again"), from: bob)
+        let said = await chat.send(.say(room: "r", text: "again"), from: bob)
         #expect(said.contains { if case .broadcast(.message(_, 5, _, "bob", "again"), _) = $0 { true } else { false } })
     }
 
     /// A failed commit whose events are followed by one delivered (a join numbered after them in
     /// the same commit) cannot give their seqs back: the gap stays, as a presence event a
     /// member does not receive leaves one, and nothing is numbered twice.
-    @Test func seqsAFailedCommitCannotGiveBackStayGiven() throws {
+    @Test func seqsAFailedCommitCannotGiveBackStayGiven() async throws {
         let store = MemoryRoomStore()
         var chat = Harness(store: store)
-        let alice = chat.connect("alice", version: 2)
-        let bob = chat.connect("bob", version: 2)
-        chat.send(.join(room: "r"), from: alice)  // seq 1
-        chat.send(.say(room: "r", text: "lost"), from: alice)  // seq 2
-        chat.send(.join(room: "r"), from: bob)  // seq 3
+        let alice = await chat.connect("alice", version: 2)
+        let bob = await chat.connect("bob", version: 2)
+        await chat.send(.join(room: "r"), from: alice)  // seq 1
+        await chat.send(.say(room: "r", text: "lost"), from: alice)  // seq 2
+        await chat.send(.join(room: "r"), from: bob)  // seq 3
         let failure = CommitFailure(
             error: StorageError("commit failed: database or disk is full"),
             events: [StoredEvent(room: "r", entry: HistoryEntry(kind: .message, seq: 2, time: chat.now.wallMillis, sender: "alice", text: "lost"))])
         var actions: [ChatAction] = []
         chat.core.storageFailed(failure, into: &actions)
         chat.core.storageRecovered()
-        let said = chat.send(.say(room: "r", text: "next"), from: bob)
+        let said = await chat.send(.say(room: "r", text: "next"), from: bob)
         #expect(said.contains { if case .broadcast(.message(_, 4, _, "bob", "next"), _) = $0 { true } else { false } }, "\(said)")
     }
 
-    @Test func manyRoomsVisitedOnceLeaveNothingInMemory() {
+    @Test func manyRoomsVisitedOnceLeaveNothingInMemory() async {
         let store = MemoryRoomStore()
         var chat = Harness(store: store) { $0.maxRoomsPerClient = 2 }
-        let alice = chat.connect("alice", version: 2)
+        let alice = await chat.connect("alice", version: 2)
         for index in 0..<500 {
-            chat.send(.join(room: "room\(index)"), from: alice)
-            chat.send(.say(room: "room\(index)", text: String(repeating: "x", count: 200)), from: alice)
-            chat.send(.part(room: "room\(index)"), from: alice)
+            await chat.send(.join(room: "room\(index)"), from: alice)
+            await chat.send(.say(room: "room\(index)", text: String(repeating: "x", count: 200)), from: alice)
+            await chat.send(.part(room: "room\(index)"), from: alice)
         }
         #expect(chat.core.roomNames.isEmpty)
         #expect(chat.core.historyBytes == 0, "stored rooms cost no memory once empty")
@@ -215,18 +215,18 @@ struct ChatCoreStorageTests {
     /// An emptied room comes back as it was wherever it is kept — SQLite and Redis: its epoch,
     /// `seq` continuing, its topic and history — and starts again where it is not: memory
     /// (docs/PROTOCOL.md, "Rooms"; docs/SERVER.md, "Restart continuity"; docs/CLUSTER.md).
-    @Test(arguments: CoreBackend.allCases) func anEmptiedRoomComesBackAsItWasWhereverItIsKept(_ backend: CoreBackend) throws {
-        var chat = try Harness(backend)
-        let alice = chat.connect("alice", version: 2)
-        chat.send(.join(room: "general"), from: alice)  // seq 1
-        chat.send(.say(room: "general", text: "one"), from: alice)  // seq 2
-        chat.send(.setTopic(room: "general", text: "sockets"), from: alice)  // seq 3
-        chat.send(.part(room: "general"), from: alice)  // seq 4
+    @Test(arguments: CoreBackend.allCases) func anEmptiedRoomComesBackAsItWasWhereverItIsKept(_ backend: CoreBackend) async throws {
+        var chat = try await Harness(backend)
+        let alice = await chat.connect("alice", version: 2)
+        await chat.send(.join(room: "general"), from: alice)  // seq 1
+        await chat.send(.say(room: "general", text: "one"), from: alice)  // seq 2
+        await chat.send(.setTopic(room: "general", text: "sockets"), from: alice)  // seq 3
+        await chat.send(.part(room: "general"), from: alice)  // seq 4
         let then = chat.now.wallMillis
         // The server's timer ticks: a stored room whose changes are committed leaves memory.
-        _ = chat.tick(advancingBy: 1_000)
-        let bob = chat.connect("bob", version: 2)
-        let actions = chat.send(.join(room: "general"), from: bob)
+        _ = await chat.tick(advancingBy: 1_000)
+        let bob = await chat.connect("bob", version: 2)
+        let actions = await chat.send(.join(room: "general"), from: bob)
         let state = try #require(roomState(to: bob, in: actions))
         guard backend.keepsEmptyRooms else {
             #expect(state == (epoch: 2, firstSeq: 0, lastSeq: 1), "a new room: \(state)")
@@ -241,13 +241,13 @@ struct ChatCoreStorageTests {
         #expect(replay.seqs == [2, 3] && replay.complete, "\(backend): the kept history is replayed: \(replay)")
     }
 
-    @Test func withoutAStoreAnEmptyRoomStartsAgain() throws {
-        var chat = try Harness(.memory)
-        let alice = chat.connect("alice", version: 2)
-        chat.send(.join(room: "r"), from: alice)
-        chat.send(.say(room: "r", text: "gone"), from: alice)
-        chat.send(.part(room: "r"), from: alice)
-        let actions = chat.send(.join(room: "r"), from: alice)
+    @Test func withoutAStoreAnEmptyRoomStartsAgain() async throws {
+        var chat = try await Harness(.memory)
+        let alice = await chat.connect("alice", version: 2)
+        await chat.send(.join(room: "r"), from: alice)
+        await chat.send(.say(room: "r", text: "gone"), from: alice)
+        await chat.send(.part(room: "r"), from: alice)
+        let actions = await chat.send(.join(room: "r"), from: alice)
         let state = try #require(roomState(to: alice, in: actions))
         #expect(state.epoch == 2 && state.lastSeq == 1, "a new epoch: the room started again")
     }

@@ -31,14 +31,9 @@ public final class RedisServerProcess: Sendable {
         ownsDirectory = directory == nil
         for _ in 0..<5 {
             let port = try fixedPort ?? Self.freePort()
-            let child = try ChildProcess(executable, [
-                "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", scratch.path, "--loglevel", "notice",
-            ] + extraArguments)
-            _ = await child.waitFor(timeout: .seconds(30)) { output, status in
-                status != nil || output.contains("Ready to accept connections")
-            }
-            if child.exitStatus == nil, child.output.contains("Ready to accept connections") {
+            let child = try ChildProcess(executable, Self.arguments(port: port, directory: scratch) + extraArguments)
+            _ = await child.waitFor(timeout: .seconds(30), Self.startedOrEnded)
+            if Self.isReady(child) {
                 self.child = child
                 self.port = port
                 return
@@ -50,6 +45,45 @@ public final class RedisServerProcess: Sendable {
         }
         if directory == nil { scratch.remove() }
         throw RedisDidNotStart()
+    }
+
+    /// Starts `redis-server` on a free port, reading `wallClock` for the time, and waits for it
+    /// blocking the calling thread: for a synchronous test's fixture.
+    public init(wallClock: HandHeldWallClock) throws {
+        let executable = try Self.executable()
+        let scratch = try TemporaryDirectory(prefix: "redis-test")
+        self.scratch = scratch
+        ownsDirectory = true
+        let environment = try wallClock.environment
+        for _ in 0..<5 {
+            let port = try Self.freePort()
+            let child = try ChildProcess(executable, Self.arguments(port: port, directory: scratch), environment: environment)
+            _ = child.waitForBlocking(timeout: .seconds(30), Self.startedOrEnded)
+            if Self.isReady(child) {
+                self.child = child
+                self.port = port
+                return
+            }
+            child.stop()
+            guard child.output.contains("Address already in use") else { break }
+        }
+        scratch.remove()
+        throw RedisDidNotStart()
+    }
+
+    private static func arguments(port: Int, directory: TemporaryDirectory) -> [String] {
+        [
+            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", directory.path, "--loglevel", "notice",
+        ]
+    }
+
+    @Sendable private static func startedOrEnded(output: String, status: Int32?) -> Bool {
+        status != nil || output.contains("Ready to accept connections")
+    }
+
+    private static func isReady(_ child: ChildProcess) -> Bool {
+        child.exitStatus == nil && child.output.contains("Ready to accept connections")
     }
 
     /// Stops Redis (SIGTERM) and removes its directory.

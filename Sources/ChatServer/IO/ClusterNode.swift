@@ -97,9 +97,16 @@ final class ClusterNode: @unchecked Sendable {
     typealias Answer = ((inout ChatCore, inout [ChatAction]) -> Void) -> Void
 
     let configuration: ClusterConfiguration
-    private let link: ClusterLink
+    /// The link to Redis; tests read its connections to know when Redis has answered everything.
+    let link: ClusterLink
     private let queue: DispatchQueue
     private let logger: Logger
+    /// The time an answer is given at: the server's clock, or a test's.
+    private let now: () -> ServerTime
+    /// The epoch a room gets when its first joiner's snapshot finds none.
+    private var epochs: EpochSource
+    /// An epoch drawn for a snapshot whose room had one already, kept for the next.
+    private var spareEpoch: UInt64?
     private var answer: Answer = { _ in }
     /// Quits and releases to carry out once the link is up again.
     private var retries: [ClusterRequest] = []
@@ -133,11 +140,17 @@ final class ClusterNode: @unchecked Sendable {
     /// Why the link is down, or nil.
     var linkProblem: String? { if case .down(let error) = link.state { "\(error)" } else { nil } }
 
-    /// A node of the cluster `configuration` names, for a server configured as `chat`.
-    init(configuration: ClusterConfiguration, chat: ChatServerConfiguration, queue: DispatchQueue, logger: Logger) {
+    /// A node of the cluster `configuration` names, for a server configured as `chat`, whose
+    /// answers are given at the time `clock` tells and whose new rooms take `epochs`.
+    init(
+        configuration: ClusterConfiguration, chat: ChatServerConfiguration, queue: DispatchQueue, logger: Logger,
+        clock: @escaping () -> ServerTime = ChatServer.now, epochs: EpochSource = .random()
+    ) {
         self.configuration = configuration
         self.queue = queue
         self.logger = logger
+        now = clock
+        self.epochs = epochs
         adminAccounts = chat.accounts.adminAccounts.sorted()
         link = ClusterLink(
             host: configuration.host, port: configuration.port, nodeID: configuration.nodeID,
@@ -167,14 +180,14 @@ final class ClusterNode: @unchecked Sendable {
             logger.warning(
                 "cluster: this node's registration lapsed (it was out of touch for longer than the node timeout, so its nicks may be taken); its clients are disconnected to connect again",
                 metadata: ["cluster.node": "\(configuration.nodeID)"])
-            answer { core, actions in core.clusterReaped(at: ChatServer.now(), into: &actions) }
+            answer { core, actions in core.clusterReaped(at: self.now(), into: &actions) }
         }
         link.onDirect = { [self] payload in
             // A ghost claim's notice (`NickRegistry.claimScript`) is text no frame starts with.
             let ghost = Array("ghost ".utf8)
             if payload.starts(with: ghost) {
                 let key = String(decoding: payload.dropFirst(ghost.count), as: UTF8.self)
-                return self.answer { core, actions in core.clusterGhost(nickKey: key, at: ChatServer.now(), into: &actions) }
+                return self.answer { core, actions in core.clusterGhost(nickKey: key, at: self.now(), into: &actions) }
             }
             // A server operator's kill on another node (`ClusterRequest.kill`): `kill KEY REASON`.
             let kill = Array("kill ".utf8)
@@ -183,7 +196,7 @@ final class ClusterNode: @unchecked Sendable {
                 let parts = rest.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
                 let reason = parts.count > 1 ? String(parts[1]) : ""
                 return self.answer { core, actions in
-                    core.clusterKilled(nickKey: String(parts[0]), reason: reason, at: ChatServer.now(), into: &actions)
+                    core.clusterKilled(nickKey: String(parts[0]), reason: reason, at: self.now(), into: &actions)
                 }
             }
             self.answer { core, actions in core.clusterDirectReceived(payload, into: &actions) }
@@ -303,7 +316,7 @@ final class ClusterNode: @unchecked Sendable {
         guard let commands = link.commands else { return }
         ClusterServerBans(commands: commands).all { [self] result in
             guard case .success(let entries) = result else { return }
-            answer { core, actions in core.clusterServerBansRead(entries, at: ChatServer.now(), into: &actions) }
+            answer { core, actions in core.clusterServerBansRead(entries, at: self.now(), into: &actions) }
         }
     }
 
@@ -318,16 +331,16 @@ final class ClusterNode: @unchecked Sendable {
         switch request {
         case .claimNick(let asker, let nick, let claimant):
             guard let registry = link.nicks else {
-                return later { $0.clusterNickClaimed(asker, nick: nick, .failure(self.down), at: ChatServer.now(), into: &$1) }
+                return later { $0.clusterNickClaimed(asker, nick: nick, .failure(self.down), at: self.now(), into: &$1) }
             }
             registry.claim(ChatName.nickKey(nick), as: claimant == .ghost ? .ghost : .guest) { [self] result in
                 answer { core, actions in
                     switch result {
-                    case .success(.reserved): core.clusterNickReserved(asker, nick: nick, at: ChatServer.now(), into: &actions)
+                    case .success(.reserved): core.clusterNickReserved(asker, nick: nick, at: self.now(), into: &actions)
                     case .success(let claim):
-                        core.clusterNickClaimed(asker, nick: nick, .success(claim == .claimed), at: ChatServer.now(), into: &actions)
+                        core.clusterNickClaimed(asker, nick: nick, .success(claim == .claimed), at: self.now(), into: &actions)
                     case .failure(let error):
-                        core.clusterNickClaimed(asker, nick: nick, .failure(self.failure(error)), at: ChatServer.now(), into: &actions)
+                        core.clusterNickClaimed(asker, nick: nick, .failure(self.failure(error)), at: self.now(), into: &actions)
                     }
                 }
             }
@@ -342,7 +355,7 @@ final class ClusterNode: @unchecked Sendable {
             link.follow(room) { [self] ready in
                 guard case .success = ready, let log = link.roomLog else {
                     let failure = ready.failure.map(self.failure) ?? down
-                    return answer { $0.clusterJoinAppended(asker, room: room, failure: failure, at: ChatServer.now(), into: &$1) }
+                    return answer { $0.clusterJoinAppended(asker, room: room, failure: failure, at: self.now(), into: &$1) }
                 }
                 let joined = ChatCore.clusterPayload(of: .joined(room: room, seq: 0, time: 0, nick: nick))
                 log.append(to: room, payload: joined, change: .join(nick: nick, node: configuration.nodeID), moderation: admission) {
@@ -351,7 +364,7 @@ final class ClusterNode: @unchecked Sendable {
                         settle(charge, in: room, appended.memberCount, audience: appended.memberCount)
                     }
                     answer {
-                        $0.clusterJoinAppended(asker, room: room, failure: result.failure.map(self.failure), at: ChatServer.now(), into: &$1)
+                        $0.clusterJoinAppended(asker, room: room, failure: result.failure.map(self.failure), at: self.now(), into: &$1)
                     }
                 }
             }
@@ -453,22 +466,26 @@ final class ClusterNode: @unchecked Sendable {
             }
         case .standings(let rooms, let asker, let check):
             guard let commands = link.commands else {
-                return later { $0.clusterStandingsRead(asker, check, .failure(self.down), at: ChatServer.now(), into: &$1) }
+                return later { $0.clusterStandingsRead(asker, check, .failure(self.down), at: self.now(), into: &$1) }
             }
             // One read per room, answered together once the last has come (or the first failed).
             var standings: [String: ClusterRoomStanding] = [:]
             var failed = false
             for room in rooms {
+                if case .login(let nick, let account) = check {
+                    // Sent first on the same connection: the read finds it recorded.
+                    ClusterDirectory(commands: commands).recordAccount(account, ofMember: nick, in: room)
+                }
                 ClusterDirectory(commands: commands).standing(of: room) { [self] result in
                     guard !failed else { return }
                     switch result {
                     case .success(let standing):
                         standings[room] = standing
                         guard standings.count == rooms.count else { return }
-                        answer { $0.clusterStandingsRead(asker, check, .success(standings), at: ChatServer.now(), into: &$1) }
+                        answer { $0.clusterStandingsRead(asker, check, .success(standings), at: self.now(), into: &$1) }
                     case .failure(let error):
                         failed = true
-                        answer { $0.clusterStandingsRead(asker, check, .failure(self.failure(error)), at: ChatServer.now(), into: &$1) }
+                        answer { $0.clusterStandingsRead(asker, check, .failure(self.failure(error)), at: self.now(), into: &$1) }
                     }
                 }
             }
@@ -667,7 +684,7 @@ final class ClusterNode: @unchecked Sendable {
 
     /// A room's moderation as `roomModes` shows it to `members` (in joining order): its ops and
     /// voiced members among them.
-    private static func modes(_ moderation: ClusterRoomModeration, members: [String]) -> RoomModes {
+    static func modes(_ moderation: ClusterRoomModeration, members: [String]) -> RoomModes {
         RoomModes(
             founder: moderation.founder, inviteOnly: moderation.inviteOnly, moderated: moderation.moderated,
             topicLock: moderation.topicLock, key: moderation.key, memberLimit: UInt32(clamping: moderation.memberLimit),
@@ -683,7 +700,12 @@ final class ClusterNode: @unchecked Sendable {
     ) {
         guard let commands = link.commands else { return completion(.failure(down)) }
         let directory = ClusterDirectory(commands: commands)
-        directory.snapshot(of: room, newEpoch: UInt64.random(in: 1...UInt64.max)) { [self] result in
+        let candidate = spareEpoch ?? epochs.next()
+        spareEpoch = nil
+        directory.snapshot(of: room, newEpoch: candidate) { [self] result in
+            // A room that had an epoch leaves the candidate unused: the next new room takes it, so
+            // rooms take the source's epochs in the order they are created (1, 2, 3 … in tests).
+            if (try? result.get().epoch) != candidate, spareEpoch == nil { spareEpoch = candidate }
             switch result {
             case .failure(let error):
                 completion(.failure(self.failure(error)))
