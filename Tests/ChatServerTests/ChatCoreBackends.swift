@@ -479,10 +479,9 @@ final class RedisBackend: @unchecked Sendable {
     /// Set when the node is stopped because its link never came up.
     private var stopping = false
 
-    /// A Redis whose clock reads `now`, and a node of it whose new rooms take the epochs 1, 2, 3 …
-    /// Waits until the node's link is up and tells `core`, as the server does.
-    /// A Redis whose clock reads `now`, and a node of it, started off the test's thread (see
-    /// `awayFromTheTestsThread`); `core` is told the link is up.
+    /// A Redis whose clock reads `now`, and a node of it whose new rooms take the epochs 1, 2, 3 …,
+    /// started off the test's thread (see `awayFromTheTestsThread`); once the node's link is up,
+    /// `core` is told, as the server tells it.
     static func start(now: ServerTime, configuration: ChatServerConfiguration, core: inout ChatCore) async throws -> RedisBackend {
         let turn = Turn(core: core, accounts: AccountDesk())
         await busy.enter()
@@ -591,10 +590,10 @@ final class RedisBackend: @unchecked Sendable {
         recordProblems()
     }
 
-    /// How many backends start or end a turn at once, in the whole test process. Async, the
-    /// suites' cluster cases all run at once (as sync tests, the two cooperative threads had
-    /// bounded them): a hundred Redis round trips in flight starved a full run's CPU-bound
-    /// suites, and a slow-consumer test ran past its server's idle timeout.
+    /// How many backends start or end a turn at once, in the whole test process: the Redis work
+    /// in flight stays as bounded as the two cooperative threads kept it while these tests were
+    /// synchronous, whatever the run's width (a run that started every test at once had a
+    /// hundred cluster cases going, and CPU-bound suites beside them timed out).
     private static let busy = Gate(width: 2)
 
     /// What the test's thread hands a turn's end run elsewhere, and takes back.
