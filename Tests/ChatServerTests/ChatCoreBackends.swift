@@ -263,31 +263,14 @@ struct Harness {
             answer = hashed
         } else {
             switch work.job {
-            case .save(let record): answer = .stored(Self.waitFor { store.save(record, replyOn: $0, $1) })
-            case .delete(let key): answer = .stored(Self.waitFor { store.delete(key: key, replyOn: $0, $1) })
+            case .save(let record): answer = .stored(waitForAnswer("an account save") { store.save(record, replyOn: .global(), $0) })
+            case .delete(let key): answer = .stored(waitForAnswer("an account delete") { store.delete(key: key, replyOn: .global(), $0) })
             default:
                 Issue.record("a server on its own asked for \(work.job), which only a cluster node asks")
                 return
             }
         }
         core.accountAnswered(work.ticket, answer, at: now, into: &actions)
-    }
-
-    /// The result `body` hands its completion on a queue of its own, waited for.
-    private static func waitFor(
-        _ body: (DispatchQueue, @escaping @Sendable (Result<Void, AccountStoreError>) -> Void) -> Void
-    ) -> Result<Void, AccountStoreError> {
-        let done = DispatchSemaphore(value: 0)
-        let outcome = ReadValue<Result<Void, AccountStoreError>>()
-        body(DispatchQueue(label: "ChatCoreBackends.accounts")) { result in
-            outcome.value = result
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + .seconds(30)) == .success, let result = outcome.value else {
-            Issue.record("an account store did not answer within 30 s")
-            return .failure(AccountStoreError("no answer"))
-        }
-        return result
     }
 
     /// `id`, a member of rooms, has just logged in: each of its rooms judges it again, as the mode
@@ -332,17 +315,7 @@ struct Harness {
 
     /// What `store` answers to `request`, waited for as the server's queue would not.
     private static func readNow(_ request: RoomRead, from store: any RoomStore) -> Result<RoomReadAnswer, StorageError> {
-        let done = DispatchSemaphore(value: 0)
-        let outcome = ReadOutcome()
-        store.read(request, on: DispatchQueue.global()) { answer in
-            outcome.answer = answer
-            done.signal()
-        }
-        if done.wait(timeout: .now() + .seconds(30)) == .timedOut {
-            Issue.record("a store read was not answered within 30 s")
-            done.wait()
-        }
-        return outcome.answer!
+        waitForAnswer("a store read") { store.read(request, on: DispatchQueue.global(), completion: $0) }
     }
 }
 
@@ -390,22 +363,11 @@ final class SQLiteBackend {
     @discardableResult
     func commit(_ core: inout ChatCore, actions: inout [ChatAction]) -> Bool {
         guard store.hasStagedChanges else { return true }
-        let done = DispatchSemaphore(value: 0)
-        let outcome = CommitOutcome()
-        store.commitStaged(on: queue) { result in
-            outcome.result = result
-            done.signal()
-        }
-        if done.wait(timeout: .now() + .seconds(30)) == .timedOut {
-            Issue.record("a SQLite commit did not complete within 30 s")
-            // The store is this thread's again only once its completion has run.
-            done.wait()
-        }
-        switch outcome.result {
-        case .success?:
+        switch waitForAnswer("a SQLite commit", { store.commitStaged(on: queue, completion: $0) }) {
+        case .success:
             if core.storageFailure != nil { core.storageRecovered() }
             return true
-        case .failure(let failure)?:
+        case .failure(let failure):
             let failed = Set(failure.events.map { "\($0.room) \($0.entry.seq)" })
             actions.removeAll { action in
                 switch action {
@@ -414,9 +376,6 @@ final class SQLiteBackend {
                 }
             }
             core.storageFailed(failure, into: &actions)
-            return false
-        case nil:
-            Issue.record("a commit completed without a result")
             return false
         }
     }
@@ -433,16 +392,21 @@ final class SQLiteBackend {
     }
 }
 
-/// The answer to one read, handed from the store's completion to the waiting test thread.
-private final class ReadOutcome: @unchecked Sendable {
-    // Written by the completion before it signals the semaphore the reader waits on.
-    var answer: Result<RoomReadAnswer, StorageError>?
-}
-
-/// The result of one commit, handed from the store's completion to the waiting test thread.
-private final class CommitOutcome: @unchecked Sendable {
-    // Written by the completion before it signals the semaphore the reader waits on.
-    var result: Result<Void, CommitFailure>?
+/// What `body` hands the completion it is given, waited for on the test's thread: a store's read,
+/// commit or record. After 30 s an issue says `what` went unanswered, and the wait goes on: the
+/// store is the test's again only once its completion has run.
+private func waitForAnswer<Value>(_ what: String, _ body: (@escaping @Sendable (Value) -> Void) -> Void) -> Value {
+    let done = DispatchSemaphore(value: 0)
+    let outcome = ReadValue<Value>()
+    body { value in
+        outcome.value = value
+        done.signal()
+    }
+    if done.wait(timeout: .now() + .seconds(30)) == .timedOut {
+        Issue.record("\(what) was not answered within 30 s")
+        done.wait()
+    }
+    return outcome.value!
 }
 
 // MARK: - The cluster
@@ -483,24 +447,31 @@ final class RedisBackend: @unchecked Sendable {
     /// started off the test's thread (see `awayFromTheTestsThread`); once the node's link is up,
     /// `core` is told, as the server tells it.
     static func start(now: ServerTime, configuration: ChatServerConfiguration, core: inout ChatCore) async throws -> RedisBackend {
+        let wallClock = try HandHeldWallClock(millis: now.wallMillis)
+        let redis: RedisServerProcess
+        do {
+            redis = try await RedisServerProcess(wallClock: wallClock)
+        } catch {
+            wallClock.remove()
+            throw error
+        }
         let turn = Turn(core: core, accounts: AccountDesk())
         await busy.enter()
         let started = await awayFromTheTestsThread {
-            Result { try RedisBackend(now: now, configuration: configuration, core: &turn.core) }
+            Result { try RedisBackend(redis, wallClock: wallClock, now: now, configuration: configuration, core: &turn.core) }
         }
         await busy.leave()
         core = turn.core
         return try started.get()
     }
 
-    private init(now: ServerTime, configuration: ChatServerConfiguration, core: inout ChatCore) throws {
-        wallClock = try HandHeldWallClock(millis: now.wallMillis)
-        do {
-            redis = try RedisServerProcess(wallClock: wallClock)
-        } catch {
-            wallClock.remove()
-            throw error
-        }
+    /// A node of `redis`, waited for until its link is up.
+    private init(
+        _ redis: RedisServerProcess, wallClock: HandHeldWallClock, now: ServerTime, configuration: ChatServerConfiguration,
+        core: inout ChatCore
+    ) throws {
+        self.wallClock = wallClock
+        self.redis = redis
         self.now = now
         var cluster = ClusterConfiguration(host: "127.0.0.1", port: redis.port, nodeID: "harness-node")
         // No heartbeat lapses, and no reaping, while a test waits at a breakpoint.
@@ -840,7 +811,7 @@ private final class Problems: @unchecked Sendable {
     }
 }
 
-/// A value read on the backend's queue, handed to the waiting test thread.
+/// A value a completion hands the test's thread that waits for it.
 private final class ReadValue<Value>: @unchecked Sendable {
     // Written before the semaphore the reader waits on is signalled.
     var value: Value?

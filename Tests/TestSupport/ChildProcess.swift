@@ -180,34 +180,6 @@ public final class ChildProcess: @unchecked Sendable {
         return exitStatus
     }
 
-    /// Waits as `waitFor` does, blocking the calling thread: for a caller that cannot await (a
-    /// synchronous test's fixture). Returns whether `condition` held within `timeout`.
-    public func waitForBlocking(
-        timeout: Duration = .seconds(30), _ condition: @escaping @Sendable (_ output: String, _ status: Int32?) -> Bool
-    ) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        let satisfied = lock.withLock {
-            let check: (ChildProcess) -> Bool = { child in
-                guard condition(String(decoding: child.collected, as: UTF8.self), child.status) else { return false }
-                done.signal()
-                return true
-            }
-            if check(self) { return true }
-            waiters.append(check)
-            return false
-        }
-        if satisfied { return true }
-        let (seconds, attoseconds) = timeout.components
-        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
-        return done.wait(timeout: .now() + .nanoseconds(nanoseconds)) == .success
-    }
-
-    /// Waits for the child to exit, blocking the calling thread; its status, or nil after `timeout`.
-    public func waitForExitBlocking(timeout: Duration = .seconds(30)) -> Int32? {
-        guard waitForBlocking(timeout: timeout, { _, status in status != nil }) else { return nil }
-        return exitStatus
-    }
-
     /// Waits until `condition` holds of the child's state (called under `lock`).
     private func waitFor(timeout: Duration, _ condition: @escaping (ChildProcess) -> Bool) async -> Bool {
         await withCheckedContinuation { continuation in

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 
 /// A wall clock a test moves by hand, for a `redis-server` started with it
-/// (`RedisServerProcess(wallClock:)`): Redis's `TIME`, and so the stamps and windows of the
+/// (`RedisServerProcess(…, wallClock:)`): Redis's `TIME`, and so the stamps and windows of the
 /// cluster's scripts and its key expiries, read this clock instead of the real one, as a chat
 /// core's tests read a hand-held `ServerTime`. Redis's event loop keeps the kernel's monotonic
 /// clock, so its timers run as usual.
@@ -40,7 +40,7 @@ public final class HandHeldWallClock: @unchecked Sendable {
 
     /// What `redis-server`'s environment needs to read this clock.
     var environment: [String: String] {
-        get throws { ["LD_PRELOAD": try Self.library.get(), "CHAT_TEST_WALL_CLOCK": path] }
+        get async throws { ["LD_PRELOAD": try await WallClockLibrary.shared.path(), "CHAT_TEST_WALL_CLOCK": path] }
     }
 
     private func write(_ millis: UInt64) throws {
@@ -50,16 +50,27 @@ public final class HandHeldWallClock: @unchecked Sendable {
         defer { close(file) }
         guard pwrite(file, text, text.count, 0) == text.count else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
     }
+}
 
-    /// The preloaded library, compiled once per test run with the system's C compiler, next to
-    /// the test bundle (so a clean build compiles it again).
-    private static let library: Result<String, Error> = Result {
+/// The library Redis preloads, compiled once per test run with the system's C compiler, next to
+/// the test bundle (so a clean build compiles it again); callers wait for the one compile.
+private actor WallClockLibrary {
+    static let shared = WallClockLibrary()
+    private var compile: Task<String, Error>?
+
+    /// The library's path, once compiled.
+    func path() async throws -> String {
+        if compile == nil { compile = Task { try await Self.build() } }
+        return try await compile!.value
+    }
+
+    private static func build() async throws -> String {
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("WallClock/wall-clock.c").path
         let products = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
         let library = products + "/chat-test-wall-clock.so"
         let building = library + ".\(getpid())"
         let compiler = try ChildProcess(URL(fileURLWithPath: "/usr/bin/cc"), ["-shared", "-fPIC", "-O2", "-o", building, source])
-        let status = compiler.waitForExitBlocking(timeout: .seconds(120))
+        let status = await compiler.waitForExit(timeout: .seconds(120))
         guard status == 0 else { throw CompilerFailed(status: status, output: compiler.output) }
         guard rename(building, library) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         return library

@@ -23,15 +23,19 @@ public final class RedisServerProcess: Sendable {
     /// process takes it in between, another is tried.
     /// With `port`, on that port (to bring a Redis back where its clients expect it); with
     /// `directory`, in that directory (to bring it back with what it wrote there: its append-only
-    /// file), which is then the caller's to remove.
-    public init(port fixedPort: Int? = nil, directory: TemporaryDirectory? = nil, extraArguments: [String] = []) async throws {
+    /// file), which is then the caller's to remove. With `wallClock`, Redis reads the time from it.
+    public init(
+        port fixedPort: Int? = nil, directory: TemporaryDirectory? = nil, extraArguments: [String] = [],
+        wallClock: HandHeldWallClock? = nil
+    ) async throws {
         let executable = try Self.executable()
+        let environment = try await wallClock?.environment ?? [:]
         let scratch = try directory ?? TemporaryDirectory(prefix: "redis-test")
         self.scratch = scratch
         ownsDirectory = directory == nil
         for _ in 0..<5 {
             let port = try fixedPort ?? Self.freePort()
-            let child = try ChildProcess(executable, Self.arguments(port: port, directory: scratch) + extraArguments)
+            let child = try ChildProcess(executable, Self.arguments(port: port, directory: scratch) + extraArguments, environment: environment)
             _ = await child.waitFor(timeout: .seconds(30), Self.startedOrEnded)
             if Self.isReady(child) {
                 self.child = child
@@ -44,30 +48,6 @@ public final class RedisServerProcess: Sendable {
             if fixedPort != nil { try await Task.sleep(for: .milliseconds(200)) }
         }
         if directory == nil { scratch.remove() }
-        throw RedisDidNotStart()
-    }
-
-    /// Starts `redis-server` on a free port, reading `wallClock` for the time, and waits for it
-    /// blocking the calling thread: for a synchronous test's fixture.
-    public init(wallClock: HandHeldWallClock) throws {
-        let executable = try Self.executable()
-        let scratch = try TemporaryDirectory(prefix: "redis-test")
-        self.scratch = scratch
-        ownsDirectory = true
-        let environment = try wallClock.environment
-        for _ in 0..<5 {
-            let port = try Self.freePort()
-            let child = try ChildProcess(executable, Self.arguments(port: port, directory: scratch), environment: environment)
-            _ = child.waitForBlocking(timeout: .seconds(30), Self.startedOrEnded)
-            if Self.isReady(child) {
-                self.child = child
-                self.port = port
-                return
-            }
-            child.stop()
-            guard child.output.contains("Address already in use") else { break }
-        }
-        scratch.remove()
         throw RedisDidNotStart()
     }
 
