@@ -105,7 +105,8 @@ let package = Package(
             ]),
 
         // The strict TOML subset both config files are written in (the client's, and the server's
-        // --config), with errors that name the line; no Foundation, so chat-server stays without it.
+        // --config), with errors that name the line, and the password files both take (a pipe or a
+        // FIFO too); no Foundation, so chat-server stays without it.
         .target(name: "ConfigFormat"),
         // The terminal client's session logic: connection, commands, completion, rendering, reconnect.
         .target(
@@ -116,7 +117,7 @@ let package = Package(
         // libedit from Debian's libedit-dev, through its native API (histedit.h) only: shim.h wraps
         // the variadic calls Swift cannot make (docs/CLIENT.md says why not the readline layer).
         .systemLibrary(name: "CLibEdit", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
-        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "CLibEdit", "SocketTLS", argumentParser]),
+        .executableTarget(name: "chat-client", dependencies: ["ChatClient", "CLibEdit", "ConfigFormat", "SocketTLS", argumentParser]),
 
         // Load generation and exact delivery accounting.
         .target(

@@ -1074,8 +1074,29 @@ extension ChatCore {
         }
         cluster.awaiting[id] = nil
         let loggingIn = cluster.loggingIn.removeValue(forKey: id)
-        // A nick change's answer goes after the events of the requests before it, and before
-        // its own `nickChanged`s (their appends, asked below, take the next places).
+        if settleNickClaim(of: id, nick: nick, awaited: awaited, outcome, loggingIn: loggingIn, at: now, into: &actions),
+            let loggingIn
+        {
+            // After the welcome or the nick change, as on a server on its own: after the
+            // `nickChanged`s its rename appended too (docs/PROTOCOL.md), so in the place after
+            // every request sent so far.
+            let firstAction = actions.count
+            actions.append(.send(.loggedIn(account: loggingIn), to: id))
+            clusterOrder(&actions, from: firstAction, for: id)
+            clusterLoggedInAsMember(id)
+        }
+        departIfPaid(id, into: &actions)
+    }
+
+    /// What `clusterNickClaimed` tells `id` of its claim, `awaited`, of `nick`, in its order:
+    /// after the events of the requests before it, and before the `nickChanged`s of its own
+    /// rename (their appends, asked here, take the next places). Returns whether a login that
+    /// waited for the claim is done, its nick taken.
+    private mutating func settleNickClaim(
+        of id: ClientID, nick: String, awaited: ClusterState.Awaited, _ outcome: Result<Bool, ClusterFailure>, loggingIn: String?,
+        at now: ServerTime, into actions: inout [ChatAction]
+    ) -> Bool {
+        let key = ChatName.nickKey(nick)
         let firstAction = actions.count
         let place = cluster.gates[id]?.issued ?? 0
         defer { clusterOrder(&actions, from: firstAction, for: id, after: place) }
@@ -1083,8 +1104,7 @@ extension ChatCore {
             nicks[key] = nil
             clients[id.slot]?.account = nil
             refuse(.login, .unavailable, "cannot take the nick \(nick) now: \(failure.reason); try again", to: id, into: &actions)
-            departIfPaid(id, into: &actions)
-            return
+            return false
         }
         switch (awaited, outcome) {
         case (.hello(_, let version), .success(true)):
@@ -1098,7 +1118,7 @@ extension ChatCore {
                 code: .unavailable, frameType: .hello, reason: "cannot check the nick \(nick) now: \(failure.reason); try again")
             disconnect(id, refusal, at: now, into: &actions)
         case (.nickChange, .success(true)):
-            guard let oldNick = self.nick(of: id) else { return }
+            guard let oldNick = self.nick(of: id) else { return false }
             rename(id, from: oldNick, to: nick, at: now, into: &actions)
         case (.nickChange, .success(false)):
             nicks[key] = nil
@@ -1109,12 +1129,8 @@ extension ChatCore {
         case (.join, _), (.read, _):
             break
         }
-        if let loggingIn, case .success(true) = outcome {
-            // After the welcome or the nick change, as on a server on its own.
-            actions.append(.send(.loggedIn(account: loggingIn), to: id))
-            clusterLoggedInAsMember(id)
-        }
-        departIfPaid(id, into: &actions)
+        guard case .success(true) = outcome else { return false }
+        return true
     }
 
     /// The cluster refused `id`'s claim of `nick`: it is a registered nick and `id` a guest. A

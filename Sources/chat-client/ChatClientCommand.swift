@@ -1,6 +1,7 @@
 import ArgumentParser
 import ChatClient
 import ChatProtocol
+import ConfigFormat
 import Foundation
 import SocketCore
 import SocketTLS
@@ -145,6 +146,13 @@ struct ChatClientCommand: AsyncParsableCommand {
         guard pingInterval > 0, pingInterval <= 3600 else { throw ValidationError("--ping-interval must be more than 0 and at most 3600 seconds") }
     }
 
+    /// ArgumentParser's own `main`, once the signals `SignalTrap` acts on are caught: from the
+    /// first instruction, so that none that comes while the client starts is lost.
+    static func main() async {
+        SignalTrap.catchSignals()
+        await main(nil)
+    }
+
     func run() async throws {
         let configPath = config ?? ClientPaths.configFile()
         let settings = try Self.loadSettings(from: configPath, required: config != nil)
@@ -246,10 +254,9 @@ struct ChatClientCommand: AsyncParsableCommand {
 
     private static func readPassword(_ path: String, flag: String = "--password-file") throws -> String {
         do {
-            let contents = try String(contentsOfFile: path, encoding: .utf8)
-            return String(contents.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
+            return try PasswordFile.firstLine(of: path)
         } catch {
-            throw ValidationError("cannot read \(flag) \(path): \(error.localizedDescription)")
+            throw ValidationError("cannot read \(flag) \(path): \(error)")
         }
     }
 

@@ -5,6 +5,7 @@ import ChatCore
 import ChatProtocol
 import ChatServer
 import ChatStorage
+import ConfigFormat
 import Dispatch
 import Glibc
 import RedisClient
@@ -157,10 +158,16 @@ struct PasswordSource: ParsableArguments {
     func hashed(for name: String) throws -> String {
         let password: String
         if let passwordFile {
-            guard let line = passwordFile == "-" ? PasswordPrompt.firstLine(of: stdinDescriptor) : PasswordFile.firstLine(of: passwordFile) else {
-                throw AccountCommandError("cannot read the password from \(passwordFile)")
+            if passwordFile == "-" {
+                guard let line = PasswordPrompt.firstLine(of: stdinDescriptor) else { throw AccountCommandError("no password on standard input") }
+                password = line
+            } else {
+                do {
+                    password = try PasswordFile.firstLine(of: passwordFile)
+                } catch {
+                    throw AccountCommandError("cannot read the password from \(passwordFile): \(error)")
+                }
             }
-            password = line
         } else if isatty(stdinDescriptor) == 1 {
             password = try PasswordPrompt.askTwice(for: name)
         } else {

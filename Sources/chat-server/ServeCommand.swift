@@ -2,6 +2,7 @@ import ArgumentParser
 import ChatAccounts
 import ChatServer
 import ChatStorage
+import ConfigFormat
 import CoreMetrics
 import Dispatch
 import Glibc
@@ -616,10 +617,11 @@ struct ServeCommand: ParsableCommand {
 
     private func password() throws -> String? {
         if let passwordFile {
-            guard let contents = PasswordFile.firstLine(of: passwordFile) else {
-                throw ValidationError("cannot read the password file \(passwordFile)")
+            do {
+                return try PasswordFile.firstLine(of: passwordFile)
+            } catch {
+                throw ValidationError("cannot read the password file \(passwordFile): \(error)")
             }
-            return contents
         }
         return getenv("CHAT_SERVER_PASSWORD").map { String(cString: $0) }
     }
@@ -777,23 +779,6 @@ enum StandardError {
     static func write(_ text: String) {
         var bytes = Array(text.utf8)
         _ = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress, $0.count) }
-    }
-}
-
-/// Reads a password from a file without putting it on the command line.
-enum PasswordFile {
-    /// The file's first line without its line ending, or nil if the file cannot be read.
-    static func firstLine(of path: String) -> String? {
-        guard let file = fopen(path, "r") else { return nil }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        while true {
-            let byte = getc(file)
-            if byte == EOF || byte == 0x0A { break }
-            bytes.append(UInt8(truncatingIfNeeded: byte))
-        }
-        if bytes.last == 0x0D { bytes.removeLast() }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }
 

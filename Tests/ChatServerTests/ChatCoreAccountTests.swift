@@ -173,16 +173,7 @@ struct ChatCoreAccountTests {
         let seen = frames(to: later, in: actions)
         #expect(seen.contains(.nickAccepted(nick: "alice")))
         #expect(seen.contains { if case .nickChanged(_, _, _, "guest1", "alice") = $0 { true } else { false } })
-        withKnownIssue(
-            """
-            A cluster node sends loggedIn before the nickChanged its rename appends to Redis comes \
-            back to it, where docs/PROTOCOL.md promises nickChanged first.
-            """
-        ) {
-            #expect(seen.last == .loggedIn(account: "alice"))
-        } when: {
-            backend == .cluster
-        }
+        #expect(seen.last == .loggedIn(account: "alice"), "docs/PROTOCOL.md: nickChanged, then loggedIn")
         #expect(chat.core.nick(of: later) == "alice")
     }
 
