@@ -27,13 +27,17 @@ and Tests/ChatServerTests/ChatCoreFuzzProperties.swift):
   resp       arbitrary bytes as a Redis server's replies into RESPParser, whole and in
              chunks, with default and tight limits: no crash, the same values and error
              either way, every value encodes to bytes that parse back to it.
-  chatcore   arbitrary bytes as a scenario driven through ChatCore, on the memory store or
-             SQLite in a temporary directory: connections, valid frames of every type with
-             integers at their edges, broken bytes through FrameDecoder, time steps,
-             disconnects, commits that succeed or fail, restarts. After every step the
-             core's accounting agrees with what it holds and stays within a small memory
-             budget, each member's seq only grows per room, every frame sent fits the
-             protocol and suits the client's version.
+  chatcore   arbitrary bytes as a scenario driven through ChatCore, on the memory store,
+             SQLite in a temporary directory, or as a cluster node answered by a model of
+             Redis: connections, valid frames of every type with integers at their edges,
+             broken bytes through FrameDecoder, time steps, disconnects, commits that
+             succeed or fail, restarts; on a cluster node, answers in any order that succeed,
+             fail or refuse, room events between them, other nodes' events, ghosts and
+             kills, Redis going away. After every step the core's accounting agrees with
+             what it holds and stays within a small memory budget, each member's seq only
+             grows per room, every frame sent fits the protocol and suits the client's
+             version; a node's held frames are counted right, and once Redis has answered
+             everything no client still waits.
 
 Builds with `swiftc -sanitize=fuzzer,address` into .build-fuzz/; chatcore links against
 RoomLog and its dependencies built by SwiftPM with the same sanitizers into
@@ -43,8 +47,10 @@ interesting go to Fuzz/corpus-work/<target>/ (not committed). A crash is saved a
 Fuzz/crash-<target>-*; copy it into Fuzz/regressions/<target>/ with a descriptive
 name, and the test suite replays it from then on.
 
-Environment for chatcore: CHATCORE_FUZZ_STORE=memory or sqlite runs every input on that
-store; CHATCORE_FUZZ_TRACE=1 prints each event of an input, to read a crash:
+FUZZ_TARGETS="chatcore resp" runs only those targets.
+
+Environment for chatcore: CHATCORE_FUZZ_STORE=memory, sqlite or cluster runs every input on
+that backend; CHATCORE_FUZZ_TRACE=1 prints each event of an input and each frame sent, to read a crash:
   CHATCORE_FUZZ_TRACE=1 .build-fuzz/fuzz-chatcore Fuzz/crash-chatcore-...
 
   --refresh-seeds  rewrite Fuzz/corpus/decode/spec-*.bin from the ```hex examples of
@@ -54,7 +60,7 @@ EOF
 }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-targets=(decode roundtrip tls resp chatcore)
+read -ra targets <<<"${FUZZ_TARGETS:-decode roundtrip tls resp chatcore}"
 seconds=60
 
 refresh_seeds() {
@@ -131,7 +137,8 @@ for target in "${targets[@]}"; do
                 "$root/Fuzz/RESPTarget.swift")
             module=RedisProtocolFuzz links=() ;;
         chatcore)
-            sources=("$root/Tests/ChatServerTests/ChatCoreFuzzProperties.swift" "$root/Fuzz/ChatCoreTarget.swift")
+            sources=("$root/Tests/ChatServerTests/ChatCoreFuzzProperties.swift" "$root/Tests/ChatServerTests/ChatCoreFuzzCluster.swift"
+                "$root/Fuzz/ChatCoreTarget.swift")
             module=ChatCoreFuzz
             links=(-I "$core_build/release/Modules" -Xcc "-fmodule-map-file=$core_build/release/CSocketShims.build/module.modulemap"
                 -Xcc -I -Xcc "$root/Sources/CSocketShims/include" -Xcc "-fmodule-map-file=$root/Sources/COpenSSL/module.modulemap"

@@ -32,6 +32,12 @@ extension ChatCore {
         }
 
         for (key, id) in nicks {
+            // A node holds a nick for the client that claims it while the cluster's answer is
+            // on its way: before its welcome, or besides its old nick, and after the client was
+            // let go, until the answer comes (`clusterNickClaimed` releases it then).
+            if isClustered, id.slot < clients.count, clients[id.slot] != nil, isClaiming(key, id) || cluster.departures[id] != nil {
+                continue
+            }
             guard id.slot < clients.count, let nick = clients[id.slot]?.nick else {
                 problems.append("nick \(key) names slot \(id.slot), which has no welcomed client")
                 continue
@@ -55,5 +61,13 @@ extension ChatCore {
             if Set(room.members).count != room.members.count { problems.append("#\(name) lists a member twice") }
         }
         return problems
+    }
+
+    /// Whether `id` waits for the cluster's answer to its claim of the nick `key`.
+    private func isClaiming(_ key: String, _ id: ClientID) -> Bool {
+        switch cluster.awaiting[id] {
+        case .hello(let nick, _), .nickChange(let nick): ChatName.nickKey(nick) == key
+        default: false
+        }
     }
 }

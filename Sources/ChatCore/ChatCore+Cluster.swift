@@ -260,12 +260,17 @@ package struct ClusterHistoryCut: Sendable {
     struct Room: Sendable {
         /// Local members in the order their `joined` arrived: who gets the room's events.
         var members: [ClientID] = []
-        /// Clients whose `joined` was asked for and has not arrived.
-        var joining: Set<ClientID> = []
+        /// Clients whose `joined` was asked for and has not arrived, with the nick key it names:
+        /// their nick may change while it travels (`arriving`).
+        var joining: [ClientID: String] = [:]
         /// Members whose snapshot is being read, with the events held for them meanwhile.
         var snapshotting: [ClientID: [Frame]] = [:]
         /// Members who asked to leave and whose `left` has not arrived: they get it, then go.
         var leaving: Set<ClientID> = []
+        /// Members by the nick key the room's log knows them by, from their `joined` on, as its
+        /// `nickChanged`s come: a member's rename reaches the log after the node renamed it, so
+        /// an event that names a member (its `left`, a kick) is matched here, not by its nick.
+        var logNicks: [String: ClientID] = [:]
         /// The room's members on all nodes, as the last append of this node's reported them (0:
         /// not known yet): what a line's deliveries are charged by.
         var memberCount = 0
@@ -278,6 +283,26 @@ package struct ClusterHistoryCut: Sendable {
         /// The place in its client's order (`OrderGate`) of each join under way: its `joined`
         /// and the snapshot after it, or its refusal, go there.
         var joinOrdinals: [ClientID: UInt64] = [:]
+        /// Members for whom the room's events wait in their gate behind the answers of their
+        /// earlier requests — their arrival (the snapshot's frames), or their own event — by the
+        /// place they wait at: the room's later events wait there too, or a member would hear of
+        /// the room before it is told it joined, or get its own line after later ones.
+        var heldEvents: [ClientID: UInt64] = [:]
+        /// The clients owed the delivery of their own event (`Owed.echoes`), by its `seq`: found
+        /// by number when it comes, as its author's nick may have changed since.
+        var owedEchoes: [UInt64: ClientID] = [:]
+
+        /// Which joiner the `joined` naming `nickKey` is for. Two may name one nick: a client
+        /// that renamed away from it, and one that took it after. The first asked first, so its
+        /// `joined` comes first.
+        func joiner(_ nickKey: String, nick: (ClientID) -> String?) -> ClientID? {
+            var found: ClientID?
+            for (id, key) in joining where key == nickKey {
+                if nick(id).map(ChatName.nickKey) != nickKey { return id }
+                found = id
+            }
+            return found
+        }
 
         /// The first pending echo sent as `author`, taken off the list if `event` is it; one
         /// lookup of the author, on every delivery of an event of this node.
@@ -301,6 +326,10 @@ package struct ClusterHistoryCut: Sendable {
         case nickChange(String)
         /// The append of its `joined`.
         case join(String)
+        /// The delivery of its `left`: a join to the room right after must not overtake it, or
+        /// the node would see that join's `joined` and the earlier one's, and this `left`
+        /// between them, all under way for one client at once.
+        case leave(String)
         /// The answer to its read (the room list, a room's members, history). A read costs Redis
         /// up to a page of 64 events — a megabyte of long lines — for a reply of a frame or so;
         /// pipelined by the thousand from clients that never read, they filled the node's link to
@@ -822,8 +851,9 @@ extension ChatCore {
         var moderation = moderation
         switch event {
         case .left(_, _, _, let nick):
-            // A member for the room until its `left` arrives.
+            // A member for the room until its `left` arrives; its next requests wait for it.
             cluster.rooms[room]?.leaving.insert(id)
+            cluster.awaiting[id] = .leave(room)
             change = .leave(nick: nick)
         case .topic(_, _, _, let setBy, _):
             change = .topic
@@ -914,7 +944,7 @@ extension ChatCore {
         // The joiner hears its own `joined` too.
         let charge = chargeFanout(of: id, size: size, in: room, joining: true)
         clients[id.slot]?.rooms.append(room)
-        cluster.rooms[room, default: ClusterState.Room()].joining.insert(id)
+        cluster.rooms[room, default: ClusterState.Room()].joining[id] = ChatName.nickKey(nick)
         // Its `joined` and what it is told of the room come from Redis; what it is sent next waits.
         cluster.rooms[room]!.joinOrdinals[id] = issueOrdinal(for: id)
         cluster.awaiting[id] = .join(room)
@@ -983,10 +1013,14 @@ extension ChatCore {
         var emptied: [String] = []
         for name in cluster.rooms.keys {
             guard var room = cluster.rooms[name] else { continue }
-            room.joining.remove(id)
+            room.joining[id] = nil
             room.snapshotting[id] = nil
             room.leaving.remove(id)
             room.joinOrdinals[id] = nil
+            if !room.logNicks.isEmpty { room.logNicks = room.logNicks.filter { $0.value != id } }
+            room.heldEvents[id] = nil
+            // A next client in its slot must not have its echoes taken for these.
+            if !room.owedEchoes.isEmpty { room.owedEchoes = room.owedEchoes.filter { $0.value != id } }
             // Its events still come, and wait for nothing — unless frames for others wait for
             // them: a next holder of its nick must not wait behind them (it does not while they
             // stay listed either: they come first, being appended first).
@@ -1044,6 +1078,12 @@ extension ChatCore {
         guard let room = cluster.rooms[name], room.isEmpty else { return }
         cluster.rooms[name] = nil
         ask(.unfollow(room: name))
+        // Echoes of it still owed will not come: a later follow of the name numbers anew.
+        for id in Set(room.owedEchoes.values) where cluster.owed[id]?.echoes[name] != nil {
+            cluster.owed[id]!.echoes[name] = nil
+            if cluster.owed[id]!.answers <= 0, cluster.owed[id]!.echoes.isEmpty { cluster.owed[id] = nil }
+            departIfPaid(id, into: &actions)
+        }
         // Its events are heard here no more: what clients that left hold behind them goes now.
         guard !cluster.orphanedGates.isEmpty else { return }
         for echoes in room.pendingEchoes.values {
@@ -1126,7 +1166,7 @@ extension ChatCore {
         case (.nickChange, .failure(let failure)):
             nicks[key] = nil
             refuse(.changeNick, .unavailable, "cannot change your nick now: \(failure.reason); try again", to: id, into: &actions)
-        case (.join, _), (.read, _):
+        case (.join, _), (.leave, _), (.read, _):
             break
         }
         guard case .success(true) = outcome else { return false }
@@ -1186,7 +1226,7 @@ extension ChatCore {
         if keyed, failure?.code != .badRoomKey { giveBackKeyGuess(from: id, room: room) }
         guard let failure else { return }
         clients[id.slot]?.rooms.removeAll { $0 == room }
-        cluster.rooms[room]?.joining.remove(id)
+        cluster.rooms[room]?.joining[id] = nil
         let ordinal = cluster.rooms[room]?.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count
         let reason = failure.code == .unavailable ? "cannot join #\(room) now: \(failure.reason); try again" : failure.reason
@@ -1230,6 +1270,7 @@ extension ChatCore {
         case .left:
             request = .part
             // Still a member as far as the cluster knows: a member for its requests again too.
+            if cluster.awaiting[sender] == .leave(room) { cluster.awaiting[sender] = nil }
             if cluster.rooms[room]?.leaving.remove(sender) != nil, !isMember(sender, of: room) {
                 clients[sender.slot]?.rooms.append(room)
             }
@@ -1255,6 +1296,7 @@ extension ChatCore {
         if let delivered = cluster.rooms[room]?.lastDelivered, delivered < seq {
             let owed = cluster.owed[sender]?.echoes[room] ?? 0
             cluster.owed[sender, default: ClusterState.Owed()].echoes[room] = max(owed, seq)
+            cluster.rooms[room]!.owedEchoes[seq] = sender
         }
         paid(sender, into: &actions)
     }
@@ -1270,13 +1312,20 @@ extension ChatCore {
         let echo = cluster.rooms[name]!.pendingEchoes.isEmpty ? nil : takeEcho(decoded, in: name)
         var room = cluster.rooms[name]!
         room.lastDelivered = seq
+        let echoOwner = room.owedEchoes.isEmpty ? nil : room.owedEchoes.removeValue(forKey: seq)
         var newMember: ClientID?
-        if case .joined(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.joining.contains(id),
-            self.nick(of: id) == nick, !room.members.contains(id)
+        if case .joined(_, _, _, let nick) = frame, !room.joining.isEmpty,
+            let id = room.joiner(ChatName.nickKey(nick), nick: { self.nick(of: $0) }), !room.members.contains(id)
         {
-            room.joining.remove(id)
+            room.joining[id] = nil
             room.members.append(id)
+            room.logNicks[ChatName.nickKey(nick)] = id
             newMember = id
+        }
+        if case .nickChanged(_, _, _, let old, let new) = frame, !room.logNicks.isEmpty,
+            let id = room.logNicks.removeValue(forKey: ChatName.nickKey(old))
+        {
+            room.logNicks[ChatName.nickKey(new)] = id
         }
         // Members whose snapshot is being read get the event after it; the rest get it now, the
         // member list itself (no copy) when no one waits.
@@ -1296,18 +1345,30 @@ extension ChatCore {
         var ownCopy: (id: ClientID, place: UInt64)?
         if let echo, let id = resolve(echo.sender) { ownCopy = (id, echo.ordinal - 1) }
         if let newMember, let ordinal = room.joinOrdinals[newMember] { ownCopy = (newMember, ordinal - 1) }
-        if let own = ownCopy, let gate = cluster.gates[own.id], !gate.isClear(upTo: own.place),
-            let index = recipients.firstIndex(of: own.id)
-        {
-            recipients.remove(at: index)
-        } else {
-            ownCopy = nil
+        // Where a member's copy waits in its gate, if it must: its own event behind its earlier
+        // requests, or any event behind one of this room's that waits there already, so that
+        // each member gets the room's events in `seq` order.
+        var waiting: [ClientID: UInt64] = [:]
+        if let own = ownCopy, let gate = cluster.gates[own.id], !gate.isClear(upTo: own.place) { waiting[own.id] = own.place }
+        for (member, place) in room.heldEvents {
+            if let gate = cluster.gates[member], !gate.isClear(upTo: place) {
+                waiting[member] = max(waiting[member] ?? 0, place)
+            } else {
+                room.heldEvents[member] = nil
+            }
+        }
+        var held: [ClientID] = []
+        if !waiting.isEmpty {
+            held = recipients.filter { waiting[$0] != nil }
+            if !held.isEmpty { recipients.removeAll { waiting[$0] != nil } }
         }
         if !recipients.isEmpty { deliverRoomEvent(frame, to: recipients, into: &actions) }
-        if let own = ownCopy {
+        for id in held {
+            let place = waiting[id]!
             let firstAction = actions.count
-            actions.append(.send(frame, to: own.id))
-            clusterOrder(&actions, from: firstAction, for: own.id, after: own.place)
+            actions.append(.send(frame, to: id))
+            clusterOrder(&actions, from: firstAction, for: id, after: place)
+            room.heldEvents[id] = place
         }
         if let newMember, let version = clients[newMember.slot]?.version {
             // What it is told of the room waits for a read; what happens meanwhile waits for it.
@@ -1321,19 +1382,28 @@ extension ChatCore {
                 : recentMessages(before: seq, count: limits.historySize)
             ask(.snapshot(room: name, asker(newMember), seq: seq, history: history))
         }
-        if case .left(_, _, _, let nick) = frame, let id = nicks[ChatName.nickKey(nick)], room.leaving.contains(id),
+        if case .left(_, _, _, let nick) = frame, let id = room.logNicks[ChatName.nickKey(nick)], room.leaving.contains(id),
             let index = room.members.firstIndex(of: id)
         {
             room.leaving.remove(id)
+            room.logNicks[ChatName.nickKey(nick)] = nil
+            room.heldEvents[id] = nil
+            // Its next join waits for its snapshot too, if that is still being read: the two
+            // joins' places in its order would be one.
+            if cluster.awaiting[id] == .leave(name), room.snapshotting[id] == nil { cluster.awaiting[id] = nil }
             // The leaver got its own `left` as the acknowledgement above — or, if its snapshot is
             // still being read, gets it after the snapshot, with what was held for it.
             room.members.remove(at: index)
         }
-        if case .kicked(_, _, _, let nick, _, _) = frame, let id = nicks[ChatName.nickKey(nick)], let index = room.members.firstIndex(of: id) {
+        if case .kicked(_, _, _, let nick, _, _) = frame, let id = room.logNicks.removeValue(forKey: ChatName.nickKey(nick)),
+            let index = room.members.firstIndex(of: id)
+        {
             // Kicked, from whichever node: it got the kick as its last event of the room above
             // (or behind its snapshot), and gets nothing of the room after it.
             room.members.remove(at: index)
             room.leaving.remove(id)
+            room.heldEvents[id] = nil
+            if cluster.awaiting[id] == .leave(name), room.snapshotting[id] == nil { cluster.awaiting[id] = nil }
             clients[id.slot]?.rooms.removeAll { $0 == name }
         }
         if case .modeChanged(_, _, _, let by, .ban, true, let text) = frame, case .success(let ban) = Self.modeArgument(.ban, on: true, argument: text),
@@ -1361,9 +1431,7 @@ extension ChatCore {
             }
         }
         unfollowIfEmpty(name, into: &actions)
-        if !cluster.owed.isEmpty, let author = Self.author(of: frame), let id = nicks[ChatName.nickKey(author)],
-            let echo = cluster.owed[id]?.echoes[name], echo <= seq
-        {
+        if let id = echoOwner, let echo = cluster.owed[id]?.echoes[name], echo <= seq {
             // Its own event, delivered above (or held for it behind its snapshot, which it is owed).
             cluster.owed[id]!.echoes[name] = nil
             if cluster.owed[id]!.answers == 0, cluster.owed[id]!.echoes.isEmpty { cluster.owed[id] = nil }
@@ -1379,6 +1447,8 @@ extension ChatCore {
     ) {
         guard let id = resolve(asker), let held = cluster.rooms[name]?.snapshotting[id] else { return }
         cluster.rooms[name]!.snapshotting[id] = nil
+        // It left while the snapshot was read, and its `left` came: its next join may go now.
+        if cluster.awaiting[id] == .leave(name), cluster.rooms[name]!.leaving.contains(id) == false { cluster.awaiting[id] = nil }
         let ordinal = cluster.rooms[name]!.joinOrdinals.removeValue(forKey: id)
         let firstAction = actions.count
         switch result {
@@ -1397,6 +1467,7 @@ extension ChatCore {
         // It goes after its `joined`, where the join was asked; then what waited for it.
         if let ordinal {
             clusterOrder(&actions, from: firstAction, for: id, after: ordinal - 1)
+            if cluster.gates[id]?.isClear(upTo: ordinal - 1) == false { cluster.rooms[name]!.heldEvents[id] = ordinal - 1 }
             resolveOrdinal(ordinal, of: id, into: &actions)
         }
         // A client that left before its snapshot came was the room's last one here.

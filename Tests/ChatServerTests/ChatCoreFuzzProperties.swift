@@ -16,11 +16,13 @@ import Glibc
 ///
 /// The input's first byte sets the scene: bit 0 the store (`MemoryRoomStore` or a
 /// `SQLiteRoomStore` in a new temporary directory), bits 1–2 one of four limit profiles
-/// (`FuzzSetup(profile:)`), bits 3–4 where the clocks start. Every following byte
+/// (`FuzzSetup(profile:)`), bits 3–4 where the clocks start, and bit 5, set, makes the core a
+/// cluster node instead, whose requests a model of Redis answers in the order the input picks
+/// (`FuzzRedis`, ChatCoreFuzzCluster.swift). Every following byte
 /// pair or run is one event (`Scenario.step`); input past its end reads as zeros. The
-/// environment variable `CHATCORE_FUZZ_STORE` (`memory` or `sqlite`) overrides bit 0, to
-/// measure or fuzz one store alone; `CHATCORE_FUZZ_TRACE` (set to anything) prints every event,
-/// to read what a crash input does.
+/// environment variable `CHATCORE_FUZZ_STORE` (`memory`, `sqlite` or `cluster`) overrides bits
+/// 0 and 5, to measure or fuzz one backend alone; `CHATCORE_FUZZ_TRACE` (set to anything) prints
+/// every event and every frame sent, to read what a crash input does.
 ///
 /// Checked after every event (`Scenario.problems`) and for every action:
 /// - `accountingProblems()` is empty: history bytes and entries as counted equal what rooms
@@ -30,7 +32,10 @@ import Glibc
 /// - every frame sent goes to a connected client and fits the protocol's frame limit;
 /// - a version 1 client is sent no version 2 frame;
 /// - a room event is broadcast only to members of its room, and the `seq`s a member is sent
-///   for one room only grow while the room keeps its epoch.
+///   for one room only grow while the room keeps its epoch;
+/// - on a cluster node, what its gates hold is counted right and within the budget, and once
+///   every request is answered and every event delivered, no client waits for the cluster
+///   (`Scenario.clusterProblems`, `Scenario.settleCluster`).
 enum ChatCoreFuzzProperties {
     /// Runs the scenario `input` describes; returns the first broken invariant, or nil.
     static func check(_ input: [UInt8]) -> String? {
@@ -40,11 +45,15 @@ enum ChatCoreFuzzProperties {
         let violation: String? = queue.sync {
             var bytes = FuzzBytes(input)
             let setup = bytes.byte()
-            var useSQLite = setup & 1 == 1
-            if let forced = getenv("CHATCORE_FUZZ_STORE").map({ String(cString: $0) }) { useSQLite = forced == "sqlite" }
+            var backend = setup & 0x20 != 0 ? "cluster" : setup & 1 == 1 ? "sqlite" : "memory"
+            if let forced = getenv("CHATCORE_FUZZ_STORE").map({ String(cString: $0) }) { backend = forced }
             let store: FuzzStore
             do {
-                store = useSQLite ? try .sqlite(FuzzStore.temporarySQLite()) : .memory(MemoryRoomStore())
+                switch backend {
+                case "sqlite": store = try .sqlite(FuzzStore.temporarySQLite())
+                case "cluster": store = .cluster
+                default: store = .memory(MemoryRoomStore())
+                }
             } catch {
                 return "cannot open the SQLite store: \(error)"
             }
@@ -62,7 +71,7 @@ enum ChatCoreFuzzProperties {
     private static func run(_ bytes: inout FuzzBytes, setup: FuzzSetup, store: FuzzStore, clock: Int) -> String? {
         var scenario = Scenario(setup: setup, store: store, clock: clock)
         if let problem = scenario.problems() { return "at the start: \(problem)" }
-        let trace = getenv("CHATCORE_FUZZ_TRACE") != nil
+        let trace = tracing
         var steps = 0
         while !bytes.isAtEnd, steps < maxSteps {
             steps += 1
@@ -71,8 +80,13 @@ enum ChatCoreFuzzProperties {
             if let problem = scenario.violation ?? scenario.problems() { return "step \(steps) (\(event())): \(problem)" }
         }
         scenario.finishCommits()
-        return scenario.violation ?? scenario.problems().map { "after the last commit: \($0)" }
+        if let problem = scenario.violation ?? scenario.problems() { return "after the last commit: \(problem)" }
+        scenario.settleCluster()
+        return scenario.violation ?? scenario.problems().map { "once the cluster has answered everything: \($0)" }
     }
+
+    /// Whether `CHATCORE_FUZZ_TRACE` asks for every event, and every frame sent, on stderr.
+    static let tracing = getenv("CHATCORE_FUZZ_TRACE") != nil
 
     /// Events in one input, at most: keeps every input's run short.
     static let maxSteps = 400
@@ -177,15 +191,18 @@ struct FuzzBytes {
     }
 }
 
-/// The store a scenario runs on, as the server would hold it.
+/// The store a scenario runs on, as the server would hold it: a cluster node has none, its
+/// room log is Redis (`FuzzRedis`).
 enum FuzzStore {
     case memory(MemoryRoomStore)
     case sqlite(SQLiteRoomStore)
+    case cluster
 
-    var roomStore: any RoomStore {
+    var roomStore: (any RoomStore)? {
         switch self {
         case .memory(let store): store
         case .sqlite(let store): store
+        case .cluster: nil
         }
     }
 
@@ -204,7 +221,7 @@ enum FuzzStore {
 
     /// Waits for the commits in flight, closes the store and, for SQLite, deletes its directory.
     func close() {
-        roomStore.close()
+        roomStore?.close()
         guard case .sqlite(let store) = self else { return }
         let path = store.directory.path
         if let directory = opendir(path) {
@@ -233,8 +250,9 @@ struct Scenario {
         var nick: String?
         var version: UInt16 = 1
         /// Per room: the epoch the room had when this client last joined it, the highest `seq`
-        /// broadcast to it there, and whether it is a member now.
-        var rooms: [String: (epoch: UInt64, seq: UInt64, member: Bool)] = [:]
+        /// broadcast to it there, whether it is a member now, and the nick the room knows it by
+        /// (a rename reaches the room after the client heard of it).
+        var rooms: [String: (epoch: UInt64, seq: UInt64, member: Bool, name: String)] = [:]
     }
 
     let limits: ChatLimits
@@ -253,6 +271,8 @@ struct Scenario {
     private var commitThrough: UInt64 = 0
     /// The first broken invariant seen while carrying out actions.
     private(set) var violation: String?
+    /// On a cluster node: Redis, and the requests it has not answered yet.
+    var redis: FuzzRedis?
 
     static let addresses = ["192.0.2.1", "192.0.2.2", "2001:db8::1"]
     static let rooms = ["r", "a", "b", String(repeating: "z", count: ChatName.maxRoomLength)]
@@ -267,7 +287,13 @@ struct Scenario {
         self.store = store
         let start: [UInt64] = [1_000, 0, 1, 1 << 63]
         now = ServerTime(wallMillis: clock == 0 ? 1_767_225_600_000 : start[clock], uptimeMillis: start[clock])
-        core = ChatCore(limits: limits, budget: budget, log: .durable, epochs: .sequential())
+        if case .cluster = store {
+            core = ChatCore(limits: limits, budget: budget, log: .cluster)
+            core.clusterAvailability(true)
+            redis = FuzzRedis()
+        } else {
+            core = ChatCore(limits: limits, budget: budget, log: .durable, epochs: .sequential())
+        }
     }
 
     // MARK: Events
@@ -312,6 +338,9 @@ struct Scenario {
             core.disconnect(ClientID(slot), Disconnection(code: nil, reason: "connection closed by the client"), at: now, into: &actions)
             carryOut(actions)
             return { "client \(slot) closes its connection" }
+        case 25...28 where redis != nil:
+            let outcome = clusterStep(bytes.byte() % 4, &bytes)
+            return { outcome }
         case 25, 26:
             let outcome = startCommit(failing: false)
             return { outcome }
@@ -329,7 +358,7 @@ struct Scenario {
 
     /// The slot of one of the open connections, picked by `byte`; -1 when there is none. Events
     /// name open connections only, so that none is wasted on a slot nobody holds.
-    private func client(_ byte: UInt8) -> Int {
+    func client(_ byte: UInt8) -> Int {
         let open = connections.keys.sorted()
         return open.isEmpty ? -1 : open[Int(byte) % open.count]
     }
@@ -352,12 +381,13 @@ struct Scenario {
     }
 
     /// Hands the frames waiting in `slot`'s decoder to the core, as `ChatServer.serveRequests`
-    /// does: one at a time, none while its address must wait, and a decoding error ends the
-    /// connection.
-    private mutating func serve(_ slot: Int) {
+    /// does: one at a time, none while its address must wait or (on a cluster node) while it
+    /// waits for the cluster, and a decoding error ends the connection.
+    mutating func serve(_ slot: Int) {
         let id = ClientID(slot)
         while let connection = connections[slot], connection.decoder.bufferedByteCount > 0 {
             if core.addressWait(for: id, at: now) > 0 { return }
+            if redis != nil, core.isAwaitingCluster(id) { return }
             var decoder = connection.decoder
             var actions: [ChatAction] = []
             do {
@@ -446,6 +476,14 @@ struct Scenario {
         // The new core numbers its changes from 1 again.
         lastStagedChange = 0
         commitThrough = 0
+        if redis != nil {
+            // A new process: its requests' answers are gone with the old one, and Redis reaps
+            // the members it had.
+            redis!.nodeRestarted()
+            core = ChatCore(limits: limits, budget: budget, log: .cluster)
+            core.clusterAvailability(true)
+            return
+        }
         // Epochs go on from the old core's: a room made again must not take one a client saw.
         core = ChatCore(limits: limits, budget: budget, log: .durable, epochs: core.epochs)
     }
@@ -454,9 +492,10 @@ struct Scenario {
 
     /// Stages the rooms' changes in the store (the memory store commits them as it stages
     /// them), then carries out `actions` in order, as the server would, checking each.
-    private mutating func carryOut(_ actions: [ChatAction]) {
+    mutating func carryOut(_ actions: [ChatAction]) {
         let batch = core.takeLogBatch()
-        store.roomStore.stage(batch)
+        store.roomStore?.stage(batch)
+        if redis != nil { redis!.take(core.takeClusterRequests()) }
         if batch.through != 0 {
             lastStagedChange = batch.through
             if case .memory = store { core.logCommitted(through: batch.through) }
@@ -475,7 +514,11 @@ struct Scenario {
                     note("client \(id.slot) is disconnected but has no connection")
                     continue
                 }
-                if nick != connection.nick { note("client \(id.slot) is disconnected as \(nick ?? "nil"), not \(connection.nick ?? "nil")") }
+                // A node's disconnection overtakes the frames it held for the client (a rename's
+                // `nickAccepted` among them), which the client is never told.
+                if nick != connection.nick, redis == nil {
+                    note("client \(id.slot) is disconnected as \(nick ?? "nil"), not \(connection.nick ?? "nil")")
+                }
             }
         }
     }
@@ -485,6 +528,9 @@ struct Scenario {
         guard var connection = connections[id.slot] else {
             note("\(Self.describe(frame)) is sent to client \(id.slot), which is not connected")
             return
+        }
+        if ChatCoreFuzzProperties.tracing {
+            _ = "  -> client \(id.slot)\(broadcast ? " (broadcast)" : ""): \(Self.describe(frame))\n".withCString { write(STDERR_FILENO, $0, strlen($0)) }
         }
         let size = FrameEncoder.encode(frame).count
         if size > WireProtocol.maxFrameSize + WireProtocol.maxVarintLength {
@@ -502,8 +548,11 @@ struct Scenario {
         default:
             break
         }
-        if broadcast, let (room, seq) = Self.roomEvent(frame) {
-            let epoch = core.rooms[room]?.epoch
+        // A node also sends a client's own events, and what it held for it, one by one; a
+        // `topic` sent alone may be the room's state on arrival, older than the `joined`.
+        let eventSentAlone: Bool = if case .topic = frame { false } else { redis != nil }
+        if broadcast || eventSentAlone, let (room, seq) = Self.roomEvent(frame) {
+            let epoch = redis.map { $0.deliveringEpoch ?? $0.latestEpochs[room] } ?? core.rooms[room]?.epoch
             var state = connection.rooms[room]
             let ownJoin = if case .joined(_, _, _, let nick) = frame { nick == connection.nick } else { false }
             if ownJoin {
@@ -511,15 +560,22 @@ struct Scenario {
                     note("client \(id.slot) joins #\(room), which the core does not hold")
                     return
                 }
-                if state == nil || state!.epoch != epoch { state = (epoch, 0, true) }
+                // A node may send a rejoiner's held events of the room's old epoch and its new
+                // `joined` at once: the epoch known here is the newer one for both.
+                if state == nil || state!.epoch != epoch || (redis != nil && !state!.member) { state = (epoch, 0, true, "") }
                 state!.member = true
+                state!.name = connection.nick ?? ""
             }
             if var known = state, known.member {
                 if seq <= known.seq {
                     note("client \(id.slot) is sent \(Self.describe(frame)) after seq \(known.seq) of #\(room) (epoch \(known.epoch))")
                 }
                 known.seq = max(known.seq, seq)
-                if case .left(_, _, _, let nick) = frame, nick == connection.nick { known.member = false }
+                switch frame {
+                case .left(_, _, _, let nick), .kicked(_, _, _, let nick, _, _): if nick == known.name { known.member = false }
+                case .nickChanged(_, _, _, let old, let new): if old == known.name { known.name = new }
+                default: break
+                }
                 connection.rooms[room] = known
             } else {
                 note("client \(id.slot) is sent \(Self.describe(frame)) but is not in #\(room)")
@@ -528,7 +584,7 @@ struct Scenario {
         connections[id.slot] = connection
     }
 
-    private mutating func note(_ problem: String) {
+    mutating func note(_ problem: String) {
         if violation == nil { violation = problem }
     }
 
@@ -540,7 +596,7 @@ struct Scenario {
         switch frame {
         case .message(let room, let seq, _, _, _), .action(let room, let seq, _, _, _), .joined(let room, let seq, _, _),
             .left(let room, let seq, _, _), .quit(let room, let seq, _, _, _), .nickChanged(let room, let seq, _, _, _),
-            .topic(let room, let seq, _, _, _):
+            .topic(let room, let seq, _, _, _), .kicked(let room, let seq, _, _, _, _), .modeChanged(let room, let seq, _, _, _, _, _):
             (room, seq)
         default:
             nil
@@ -552,13 +608,17 @@ struct Scenario {
     /// The first invariant of the core's state that does not hold, or nil.
     func problems() -> String? {
         if let problem = core.accountingProblems().first { return problem }
+        if redis != nil, let problem = clusterProblems() { return problem }
         for (name, room) in core.rooms where room.history.count > max(0, limits.historySize) {
             return "#\(name) keeps \(room.history.count) history entries, over the history size \(limits.historySize)"
         }
         if core.clientCount != connections.count {
             return "the core counts \(core.clientCount) connections, the server holds \(connections.count)"
         }
+        // A node may hold what tells the client its new nick behind the events of its earlier
+        // requests: the client knows it once nothing is held for it.
         for (slot, connection) in connections where core.nick(of: ClientID(slot)) != connection.nick {
+            if redis != nil, core.heldReplyBytes(for: ClientID(slot)) > 0 || core.cluster.departures[ClientID(slot)] != nil { continue }
             return "client \(slot) is \(core.nick(of: ClientID(slot)) ?? "nil") in the core but was welcomed as \(connection.nick ?? "nil")"
         }
         return nil

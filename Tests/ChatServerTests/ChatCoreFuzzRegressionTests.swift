@@ -21,10 +21,12 @@ struct ChatCoreFuzzRegressionTests {
         }
     }
 
-    @Test func everySeedRunsOnBothStores() throws {
-        // Bit 0 of the first byte picks the store: the seeds come in pairs, one for each.
-        let seeds = try Self.inputs("corpus").map { try Data(contentsOf: $0) }
-        #expect(seeds.contains { $0.first.map { $0 & 1 == 0 } == true }, "a seed runs on the memory store")
-        #expect(seeds.contains { $0.first.map { $0 & 1 == 1 } == true }, "a seed runs on SQLite")
+    @Test func everySeedRunsOnEveryBackend() throws {
+        // Bit 5 of the first byte makes the core a cluster node, else bit 0 picks the store: the
+        // seeds come in threes, one for each.
+        let setups = try Self.inputs("corpus").compactMap { try Data(contentsOf: $0).first }
+        #expect(setups.contains { $0 & 0x21 == 0 }, "a seed runs on the memory store")
+        #expect(setups.contains { $0 & 0x21 == 1 }, "a seed runs on SQLite")
+        #expect(setups.contains { $0 & 0x20 != 0 }, "a seed runs on a cluster node")
     }
 }
