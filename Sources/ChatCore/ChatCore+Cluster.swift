@@ -261,7 +261,7 @@ package struct ClusterHistoryCut: Sendable {
         /// Local members in the order their `joined` arrived: who gets the room's events.
         var members: [ClientID] = []
         /// Clients whose `joined` was asked for and has not arrived, with the nick key it names:
-        /// their nick may change while it travels (`arriving`).
+        /// their nick may change while it travels (`joiner`).
         var joining: [ClientID: String] = [:]
         /// Members whose snapshot is being read, with the events held for them meanwhile.
         var snapshotting: [ClientID: [Frame]] = [:]
@@ -269,7 +269,9 @@ package struct ClusterHistoryCut: Sendable {
         var leaving: Set<ClientID> = []
         /// Members by the nick key the room's log knows them by, from their `joined` on, as its
         /// `nickChanged`s come: a member's rename reaches the log after the node renamed it, so
-        /// an event that names a member (its `left`, a kick) is matched here, not by its nick.
+        /// an event that names a member (its `left`, a kick) is matched here first, and by its
+        /// nick only when the log's name is not known (a rename appended again after an outage
+        /// can come after the member's `left`).
         var logNicks: [String: ClientID] = [:]
         /// The room's members on all nodes, as the last append of this node's reported them (0:
         /// not known yet): what a line's deliveries are charged by.
@@ -328,7 +330,8 @@ package struct ClusterHistoryCut: Sendable {
         case join(String)
         /// The delivery of its `left`: a join to the room right after must not overtake it, or
         /// the node would see that join's `joined` and the earlier one's, and this `left`
-        /// between them, all under way for one client at once.
+        /// between them, all under way for one client at once. It comes: a node whose link to
+        /// Redis broke resumes each room's events where they stopped (`RoomLog.follow(after:)`).
         case leave(String)
         /// The answer to its read (the room list, a room's members, history). A read costs Redis
         /// up to a page of 64 events — a megabyte of long lines — for a reply of a frame or so;
@@ -928,6 +931,13 @@ extension ChatCore {
             refuse(request, .unavailable, unavailableText("cannot join #\(room) now"), to: id, into: &actions)
             return
         }
+        if let state = cluster.rooms[room], state.joinOrdinals[id] != nil || state.leaving.contains(id) {
+            // Kicked while what it is told of the room was still being read (a part waits for its
+            // `left` instead, `Awaited.leave`): a second join's place in its order would be the
+            // first's, whose arrival then never goes.
+            refuse(request, .unavailable, "cannot join #\(room) yet: your last join there is still on its way; try again", to: id, into: &actions)
+            return
+        }
         // Keys count in the room's and the address's windows here, as on a server on its own
         // (per node: a guesser that spreads over nodes gets each node's allowance) — counted
         // before Redis compares the key, and given back unless it was wrong (`clusterJoinAppended`).
@@ -1084,10 +1094,16 @@ extension ChatCore {
             if cluster.owed[id]!.answers <= 0, cluster.owed[id]!.echoes.isEmpty { cluster.owed[id] = nil }
             departIfPaid(id, into: &actions)
         }
-        // Its events are heard here no more: what clients that left hold behind them goes now.
-        guard !cluster.orphanedGates.isEmpty else { return }
+        // Its events are heard here no more: what waits behind this node's appends to it goes
+        // now — a member kicked just as it renamed has its `nickChanged` still on the way.
         for echoes in room.pendingEchoes.values {
-            for echo in echoes { resolveOrphaned(echo.ordinal, of: echo.sender, into: &actions) }
+            for echo in echoes {
+                if let id = resolve(echo.sender) {
+                    resolveOrdinal(echo.ordinal, of: id, into: &actions)
+                } else {
+                    resolveOrphaned(echo.ordinal, of: echo.sender, into: &actions)
+                }
+            }
         }
     }
 
@@ -1382,11 +1398,11 @@ extension ChatCore {
                 : recentMessages(before: seq, count: limits.historySize)
             ask(.snapshot(room: name, asker(newMember), seq: seq, history: history))
         }
-        if case .left(_, _, _, let nick) = frame, let id = room.logNicks[ChatName.nickKey(nick)], room.leaving.contains(id),
-            let index = room.members.firstIndex(of: id)
+        if case .left(_, _, _, let nick) = frame, let id = room.logNicks[ChatName.nickKey(nick)] ?? nicks[ChatName.nickKey(nick)],
+            room.leaving.contains(id), let index = room.members.firstIndex(of: id)
         {
             room.leaving.remove(id)
-            room.logNicks[ChatName.nickKey(nick)] = nil
+            room.logNicks = room.logNicks.filter { $0.value != id }
             room.heldEvents[id] = nil
             // Its next join waits for its snapshot too, if that is still being read: the two
             // joins' places in its order would be one.
@@ -1395,9 +1411,10 @@ extension ChatCore {
             // still being read, gets it after the snapshot, with what was held for it.
             room.members.remove(at: index)
         }
-        if case .kicked(_, _, _, let nick, _, _) = frame, let id = room.logNicks.removeValue(forKey: ChatName.nickKey(nick)),
+        if case .kicked(_, _, _, let nick, _, _) = frame, let id = room.logNicks[ChatName.nickKey(nick)] ?? nicks[ChatName.nickKey(nick)],
             let index = room.members.firstIndex(of: id)
         {
+            room.logNicks = room.logNicks.filter { $0.value != id }
             // Kicked, from whichever node: it got the kick as its last event of the room above
             // (or behind its snapshot), and gets nothing of the room after it.
             room.members.remove(at: index)

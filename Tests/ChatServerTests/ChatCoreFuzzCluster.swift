@@ -371,7 +371,7 @@ extension Scenario {
         for slot in connections.keys.sorted() {
             let id = ClientID(slot)
             if core.isAwaitingCluster(id) {
-                let why = core.cluster.departures[id] != nil ? "let go, owed \(String(describing: core.cluster.owed[id]))" : "\(String(describing: core.cluster.awaiting[id]))"
+                let why = "let go: \(core.cluster.departures[id] != nil), awaiting \(String(describing: core.cluster.awaiting[id])), owed \(String(describing: core.cluster.owed[id])), ordinals unresolved \(Array(core.cluster.gates[id]?.unresolved ?? []))"
                 note("client \(slot) still waits for the cluster once everything is answered: \(why)")
             }
             if let gate = core.cluster.gates[id], !gate.held.isEmpty {
