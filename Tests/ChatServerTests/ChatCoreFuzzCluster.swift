@@ -14,9 +14,11 @@ import Glibc
 /// moderation says no); when each followed room's next event arrives, between any two answers;
 /// events of other nodes' clients — joins, lines, leaves, topics, renames, kicks of anyone — and
 /// another node ghosting or killing a client of this one; Redis going away and coming back.
-/// What it keeps, as ClusterNode and RoomLog promise the core: each request is answered at most
-/// once (a restarted node's never), and a room's events arrive in `seq` order, each once, from
-/// when the node starts following it.
+/// What it keeps, as ClusterNode, RoomLog and the append script promise the core: each request
+/// is answered at most once (a restarted node's never); appends and joins are numbered and
+/// answered in the order asked (one connection); a room's events arrive in `seq` order, each
+/// once, from when the node starts following it; an event by, or a kick of, someone who is not a
+/// member is refused; a room whose last member goes is forgotten.
 struct FuzzRedis {
     struct Room {
         var epoch: UInt64
@@ -199,7 +201,7 @@ extension Scenario {
             }
         let said = failure.map { "fails (\($0.code.rawValue))" } ?? "succeeds"
         var actions: [ChatAction] = []
-        var what: String
+        let what: String
         switch request {
         case .claimNick(let asker, let nick, _):
             what = "claim of \(nick)"
