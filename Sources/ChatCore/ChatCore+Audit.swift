@@ -8,7 +8,8 @@ extension ChatCore {
     /// Checked: the history's byte and entry totals equal the sum over the rooms, and stay within
     /// the budget; the connection counts agree per address and in all; every nick names a
     /// welcomed client that holds it; a room's members and the clients' room lists agree
-    /// (for a server on its own; a cluster node's rooms are the cluster's).
+    /// (for a server on its own; a cluster node's rooms are the cluster's, and its held frames
+    /// are checked instead: `clusterProblems`).
     public func accountingProblems() -> [String] {
         var problems: [String] = []
         let roomBytes = rooms.values.reduce(0) { $0 + $1.history.bytes }
@@ -44,7 +45,7 @@ extension ChatCore {
             }
             if ChatName.nickKey(nick) != key { problems.append("nick \(key) names slot \(id.slot), which holds \(nick)") }
         }
-        guard !isClustered else { return problems }
+        guard !isClustered else { return problems + clusterProblems() }
         let welcomed = live.filter { clients[$0]?.nick != nil }
         if welcomed.count != nicks.count {
             problems.append("\(welcomed.count) welcomed clients but \(nicks.count) nicks held")
@@ -57,6 +58,28 @@ extension ChatCore {
         for (name, room) in rooms {
             for member in room.members where member.slot >= clients.count || clients[member.slot]?.rooms.contains(name) != true {
                 problems.append("#\(name) lists slot \(member.slot) as a member, which is not in it")
+            }
+            if Set(room.members).count != room.members.count { problems.append("#\(name) lists a member twice") }
+        }
+        return problems
+    }
+
+    /// A node's own counts: what each gate holds is counted right, what orphaned gates hold is
+    /// within the budget's `held`, and only clients still here have gates or are members of the
+    /// rooms it follows.
+    private func clusterProblems() -> [String] {
+        var problems: [String] = []
+        for (id, gate) in cluster.gates {
+            if id.slot >= clients.count || clients[id.slot] == nil { problems.append("slot \(id.slot) has a gate but no client") }
+            let held = gate.held.reduce(0) { $0 + $1.cost }
+            if held != gate.heldBytes { problems.append("slot \(id.slot)'s gate counts \(gate.heldBytes) bytes but holds \(held)") }
+        }
+        let orphaned = cluster.orphanedGates.values.reduce(0) { $0 + $1.heldBytes }
+        if orphaned != cluster.orphanedBytes { problems.append("orphaned gates count \(cluster.orphanedBytes) bytes but hold \(orphaned)") }
+        if orphaned > budget.held { problems.append("orphaned gates hold \(orphaned) bytes, over the budget's \(budget.held)") }
+        for (name, room) in cluster.rooms {
+            for member in room.members where member.slot >= clients.count || clients[member.slot] == nil {
+                problems.append("#\(name) lists slot \(member.slot) as a member, which has no client")
             }
             if Set(room.members).count != room.members.count { problems.append("#\(name) lists a member twice") }
         }

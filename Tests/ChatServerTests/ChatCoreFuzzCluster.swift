@@ -383,25 +383,4 @@ extension Scenario {
         }
         if !core.cluster.orphanedGates.isEmpty { note("\(core.cluster.orphanedGates.count) orphaned gates hold frames once everything is answered") }
     }
-
-    /// The cluster state's own accounting: what the gates hold is counted right and within the
-    /// budget, and only clients still there have gates or are members of followed rooms.
-    func clusterProblems() -> String? {
-        let cluster = core.cluster
-        for (id, gate) in cluster.gates {
-            if id.slot >= core.clients.count || core.clients[id.slot] == nil { return "slot \(id.slot) has a gate but no client" }
-            let held = gate.held.reduce(0) { $0 + $1.cost }
-            if held != gate.heldBytes { return "slot \(id.slot)'s gate counts \(gate.heldBytes) bytes but holds \(held)" }
-        }
-        let orphaned = cluster.orphanedGates.values.reduce(0) { $0 + $1.heldBytes }
-        if orphaned != cluster.orphanedBytes { return "orphaned gates count \(cluster.orphanedBytes) bytes but hold \(orphaned)" }
-        if orphaned > core.budget.held { return "orphaned gates hold \(orphaned) bytes, over the budget's \(core.budget.held)" }
-        for (name, room) in cluster.rooms {
-            for member in room.members where member.slot >= core.clients.count || core.clients[member.slot] == nil {
-                return "#\(name) lists slot \(member.slot) as a member, which has no client"
-            }
-            if Set(room.members).count != room.members.count { return "#\(name) lists a member twice" }
-        }
-        return nil
-    }
 }
