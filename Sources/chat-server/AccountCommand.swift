@@ -159,7 +159,7 @@ struct PasswordSource: ParsableArguments {
         let password: String
         if let passwordFile {
             if passwordFile == "-" {
-                guard let line = PasswordPrompt.firstLine(of: stdinDescriptor) else { throw AccountCommandError("no password on standard input") }
+                guard let line = PasswordFile.firstLine(readingFrom: stdinDescriptor) else { throw AccountCommandError("no password on standard input") }
                 password = line
             } else {
                 do {
@@ -171,7 +171,7 @@ struct PasswordSource: ParsableArguments {
         } else if isatty(stdinDescriptor) == 1 {
             password = try PasswordPrompt.askTwice(for: name)
         } else {
-            guard let line = PasswordPrompt.firstLine(of: stdinDescriptor) else { throw AccountCommandError("no password on standard input") }
+            guard let line = PasswordFile.firstLine(readingFrom: stdinDescriptor) else { throw AccountCommandError("no password on standard input") }
             password = line
         }
         guard !password.isEmpty, password.utf8.count <= PasswordHashing.maxPasswordBytes else {
@@ -216,7 +216,7 @@ enum PasswordPrompt {
     private static func ask(_ prompt: String, on descriptor: Int32) -> String? {
         guard tcgetattr(descriptor, &saved) == 0 else {
             write(prompt, to: descriptor)
-            return firstLine(of: descriptor)
+            return PasswordFile.firstLine(readingFrom: descriptor)
         }
         terminal = descriptor
         let handlers = [SIGINT, SIGTERM, SIGHUP].map { number in
@@ -233,31 +233,12 @@ enum PasswordPrompt {
         // Asked only once echo is off and the handlers are in: a key typed at the prompt is
         // never shown, and a Ctrl-C at it always finds the handler that gives echo back.
         write(prompt, to: descriptor)
-        let line = firstLine(of: descriptor)
+        let line = PasswordFile.firstLine(readingFrom: descriptor)
         _ = tcsetattr(descriptor, TCSAFLUSH, &saved)
         for (number, handler) in handlers { signal(number, handler) }
         // The Enter the user typed was not echoed either.
         write("\n", to: descriptor)
         return line
-    }
-
-    /// One line from `descriptor` without its line ending, read a byte at a time so nothing
-    /// after it is consumed; nil at end of input before any byte.
-    static func firstLine(of descriptor: Int32) -> String? {
-        var bytes: [UInt8] = []
-        var byte: UInt8 = 0
-        while true {
-            let count = read(descriptor, &byte, 1)
-            if count < 0, errno == EINTR { continue }
-            if count <= 0 {
-                if bytes.isEmpty { return nil }
-                break
-            }
-            if byte == 0x0A { break }
-            bytes.append(byte)
-        }
-        if bytes.last == 0x0D { bytes.removeLast() }
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     private static func write(_ text: String, to descriptor: Int32) {
