@@ -403,7 +403,7 @@ struct Scenario {
         }
     }
 
-    private mutating func tick(advancingBy milliseconds: UInt64) {
+    mutating func tick(advancingBy milliseconds: UInt64) {
         now.uptimeMillis += milliseconds
         now.wallMillis += milliseconds
         var actions: [ChatAction] = []
