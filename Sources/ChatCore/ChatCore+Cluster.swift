@@ -30,7 +30,7 @@ public enum ClusterRequest: Sendable, Equatable {
     /// change that fails for want of Redis is appended again once the cluster is back: the room
     /// must not keep a member that left or a name that changed. With `charge`, as for `join`.
     /// `moderation`: what the room's moderation checks (and changes) with it.
-    case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAsker?, charge: FanoutCharge?, moderation: ModerationCheck?)
+    case append(room: String, event: Frame, change: ClusterChange, sender: ClusterAppender?, charge: FanoutCharge?, moderation: ModerationCheck?)
     /// Read what a joiner of `room` is told — epoch, members, topic, and `history` (before its
     /// own `joined` at `seq`) → `clusterSnapshotRead`.
     case snapshot(room: String, ClusterAsker, seq: UInt64, history: ClusterHistoryRead)
@@ -90,6 +90,22 @@ public struct ClusterAsker: Sendable, Hashable {
     /// The client that asked.
     public let id: ClientID
     let session: UInt64
+}
+
+/// Who asked for an append to a room, the append's place in its order, and in which of this
+/// node's follows of the room it was sent.
+public struct ClusterAppender: Sendable, Equatable {
+    /// The client that asked.
+    public let asker: ClusterAsker
+    /// The follow the append was sent in (`ClusterState.Room.follow`). The answer to an append
+    /// sent before the room was last followed anew owes its sender no echo: Redis answers the
+    /// node's commands in the order sent, so it numbered that event before the new follow read
+    /// the room's `seq`, and the new follow delivers only events after it.
+    let follow: UInt64
+    /// Its place in the sender's order (`ClusterState.PendingEcho.ordinal`; 0: no echo is
+    /// expected): which of the sender's pending echoes a failure takes off the list, when
+    /// several are the same line.
+    let ordinal: UInt64
 }
 
 /// What a client's address was charged, when its frame was read, for the deliveries the event it
@@ -258,6 +274,8 @@ package struct ClusterHistoryCut: Sendable {
 @usableFromInline struct ClusterState: Sendable {
     /// A room with clients of this node in it (or on their way in).
     struct Room: Sendable {
+        /// Which of this node's follows of the room this is: a room followed anew is another.
+        let follow: UInt64
         /// Local members in the order their `joined` arrived: who gets the room's events.
         var members: [ClientID] = []
         /// Clients whose `joined` was asked for and has not arrived, with the nick key it names:
@@ -479,6 +497,8 @@ package struct ClusterHistoryCut: Sendable {
     /// so an answer for one that left is not taken for its successor's.
     var sessions: [Int: UInt64] = [:]
     var nextSession: UInt64 = 1
+    /// The number of the next room followed (`Room.follow`).
+    var nextFollow: UInt64 = 1
     var outbox: [ClusterRequest] = []
     /// What each client is owed; only clients owed something are listed.
     var owed: [ClientID: Owed] = [:]
@@ -654,13 +674,14 @@ extension ChatCore {
     }
 
     /// `id` asked to append `event` to `room`: until it comes back (or fails), what `id` is sent
-    /// next waits for it.
-    private mutating func expectEcho(of event: Frame, in room: String, from id: ClientID) {
+    /// next waits for it. Returns the echo's place in `id`'s order; nil when none is expected.
+    private mutating func expectEcho(of event: Frame, in room: String, from id: ClientID) -> UInt64? {
         // Only a followed room's events come back.
         guard cluster.rooms[room] != nil, let author = Self.author(of: event), let logged = Self.stamped(event, seq: 1, time: 0)
-        else { return }
+        else { return nil }
         let echo = ClusterState.PendingEcho(event: logged, sender: asker(id), ordinal: issueOrdinal(for: id))
         cluster.rooms[room]!.pendingEchoes[author, default: []].append(echo)
+        return echo.ordinal
     }
 
     /// The pending echo that a delivered `event` of `room` is, taken off the list: the first
@@ -671,11 +692,11 @@ extension ChatCore {
     }
 
     /// The pending echo of `sender`'s append of `event` to `room`, which failed, taken off the
-    /// list.
-    private mutating func takeFailedEcho(_ event: Frame, in room: String, sender: ClusterAsker) -> ClusterState.PendingEcho? {
-        guard let author = Self.author(of: event), let logged = Self.stamped(event, seq: 1, time: 0),
-            let echoes = cluster.rooms[room]?.pendingEchoes[author],
-            let index = echoes.firstIndex(where: { $0.sender == sender && $0.event == logged }) ?? echoes.firstIndex(where: { $0.sender == sender })
+    /// list: found by its place in the sender's order, as a client may send one line many
+    /// times. An append of an earlier follow of the room has none: the unfollow resolved it.
+    private mutating func takeFailedEcho(_ event: Frame, in room: String, sender: ClusterAppender) -> ClusterState.PendingEcho? {
+        guard sender.ordinal > 0, cluster.rooms[room]?.follow == sender.follow, let author = Self.author(of: event),
+            let index = cluster.rooms[room]!.pendingEchoes[author]?.firstIndex(where: { $0.sender == sender.asker && $0.ordinal == sender.ordinal })
         else { return nil }
         let echo = cluster.rooms[room]!.pendingEchoes[author]!.remove(at: index)
         if cluster.rooms[room]!.pendingEchoes[author]!.isEmpty { cluster.rooms[room]!.pendingEchoes[author] = nil }
@@ -871,8 +892,9 @@ extension ChatCore {
             break
         }
         let charge = chargeFanout(of: id, size: size, in: room)
-        ask(.append(room: room, event: event, change: change, sender: asker(id), charge: charge, moderation: moderation), owing: id)
-        expectEcho(of: event, in: room, from: id)
+        let ordinal = expectEcho(of: event, in: room, from: id)
+        let sender = ClusterAppender(asker: asker(id), follow: cluster.rooms[room]?.follow ?? 0, ordinal: ordinal ?? 0)
+        ask(.append(room: room, event: event, change: change, sender: sender, charge: charge, moderation: moderation), owing: id)
     }
 
     /// Claims `nick` for the handshaking `id` in the cluster; it is reserved here meanwhile, so two
@@ -954,7 +976,11 @@ extension ChatCore {
         // The joiner hears its own `joined` too.
         let charge = chargeFanout(of: id, size: size, in: room, joining: true)
         clients[id.slot]?.rooms.append(room)
-        cluster.rooms[room, default: ClusterState.Room()].joining[id] = ChatName.nickKey(nick)
+        if cluster.rooms[room] == nil {
+            cluster.rooms[room] = ClusterState.Room(follow: cluster.nextFollow)
+            cluster.nextFollow += 1
+        }
+        cluster.rooms[room]!.joining[id] = ChatName.nickKey(nick)
         // Its `joined` and what it is told of the room come from Redis; what it is sent next waits.
         cluster.rooms[room]!.joinOrdinals[id] = issueOrdinal(for: id)
         cluster.awaiting[id] = .join(room)
@@ -1269,11 +1295,12 @@ extension ChatCore {
 
     /// An append `sender` asked for failed: it is told its request was not carried out.
     public mutating func clusterAppendFailed(
-        _ event: Frame, in room: String, sender asker: ClusterAsker, failure: ClusterFailure, into actions: inout [ChatAction]
+        _ event: Frame, in room: String, sender appender: ClusterAppender, failure: ClusterFailure, into actions: inout [ChatAction]
     ) {
+        let asker = appender.asker
         // Off the list even if its sender left: a stale first entry would hold up the next
         // holder of the nick.
-        let echo = takeFailedEcho(event, in: room, sender: asker)
+        let echo = takeFailedEcho(event, in: room, sender: appender)
         guard let sender = resolve(asker) else {
             if let echo { resolveOrphaned(echo.ordinal, of: asker, into: &actions) }
             return
@@ -1306,10 +1333,10 @@ extension ChatCore {
     }
 
     /// Redis numbered `seq` the event `sender` asked to append to `room`: it is owed that event's
-    /// delivery here (its echo), unless that came first.
-    public mutating func clusterAppended(room: String, seq: UInt64, sender asker: ClusterAsker, into actions: inout [ChatAction]) {
-        guard let sender = resolve(asker) else { return }
-        if let delivered = cluster.rooms[room]?.lastDelivered, delivered < seq {
+    /// delivery here (its echo), unless that came first or the room was followed anew since.
+    public mutating func clusterAppended(room: String, seq: UInt64, sender appender: ClusterAppender, into actions: inout [ChatAction]) {
+        guard let sender = resolve(appender.asker) else { return }
+        if let followed = cluster.rooms[room], followed.follow == appender.follow, followed.lastDelivered < seq {
             let owed = cluster.owed[sender]?.echoes[room] ?? 0
             cluster.owed[sender, default: ClusterState.Owed()].echoes[room] = max(owed, seq)
             cluster.rooms[room]!.owedEchoes[seq] = sender

@@ -480,8 +480,8 @@ struct ChatCoreClusterTests {
         return ann
     }
 
-    /// The asker of the one append among `requests`.
-    private static func appendAsker(_ requests: [ClusterRequest]) -> ClusterAsker? {
+    /// The sender of the one append among `requests`.
+    private static func appendAsker(_ requests: [ClusterRequest]) -> ClusterAppender? {
         for case .append(_, _, _, let sender?, _, _) in requests { return sender }
         return nil
     }
@@ -529,6 +529,63 @@ struct ChatCoreClusterTests {
         }
     }
 
+    @Test func anAppendAnsweredAfterItsRoomWasFollowedAnewOwesNoEcho() {
+        // The reply to an append and the event's publication come on two connections. ann's
+        // line and part are published first: her `left` empties the room here, and the node
+        // stops following it; bob joins it, and the node follows it anew. Only then do the
+        // replies come. Redis answers one connection in order, so it numbered both before the
+        // new follow read the room's `seq`: the new follow never delivers them again.
+        var core = clusteredCore()
+        let (ann, bob) = (Self.member(of: &core), ClientID(1))
+        welcome("bob", in: bob, of: &core)
+        var actions: [ChatAction] = []
+        core.received(.say(room: "r", text: "last"), size: 20, from: ann, at: now, into: &actions)
+        core.received(.part(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        var senders: [ClusterAppender] = []
+        for case .append(_, _, _, let sender?, _, _) in core.takeClusterRequests() { senders.append(sender) }
+        #expect(senders.count == 2, "the line and the part are appended")
+        _ = Self.deliver(.message(room: "r", seq: 6, time: 9, sender: "ann", text: "last"), seq: 6, to: &core)
+        _ = Self.deliver(.left(room: "r", seq: 7, time: 9, nick: "ann"), seq: 7, to: &core)
+        #expect(core.takeClusterRequests() == [.unfollow(room: "r")], "no one is left in #r here")
+
+        core.received(.join(room: "r"), size: 10, from: bob, at: now, into: &actions)
+        #expect(core.takeClusterRequests().count == 1, "bob's join follows #r anew")
+        for (seq, sender) in zip([UInt64(6), 7], senders) { core.clusterAppended(room: "r", seq: seq, sender: sender, into: &actions) }
+        actions.removeAll()
+        let disconnection = Disconnection(code: nil, reason: "connection closed by the client")
+        core.endSession(ann, disconnection, at: now, into: &actions)
+        #expect(actions == [.disconnect(ann, disconnection, nick: "ann")], "nothing is owed her: she goes at once")
+    }
+
+    @Test func aLineThatFailsAmongLinesAlikeTakesItsOwnPlaceInItsSendersOrder() {
+        // ann says "hi", "yo", "hi"; Redis refuses the second "hi". Its error goes after the
+        // echoes of the lines before it, and the echoes of those take their own places: the
+        // failure must not take the first "hi"'s place, or the first echo would find "yo"
+        // first on the list, and the pong would wait behind an echo that never comes.
+        var core = clusteredCore()
+        let ann = Self.member(of: &core)
+        var actions: [ChatAction] = []
+        var senders: [ClusterAppender] = []
+        for text in ["hi", "yo", "hi"] {
+            core.received(.say(room: "r", text: text), size: 20, from: ann, at: now, into: &actions)
+            for case .append(_, _, _, let sender?, _, _) in core.takeClusterRequests() { senders.append(sender) }
+        }
+        core.received(.ping(token: 1), size: 8, from: ann, at: now, into: &actions)
+        #expect(senders.count == 3 && actions.isEmpty, "three lines appended, the pong waits: \(actions)")
+        core.clusterAppended(room: "r", seq: 6, sender: senders[0], into: &actions)
+        core.clusterAppended(room: "r", seq: 7, sender: senders[1], into: &actions)
+        let failure = ClusterFailure(code: .moderated, reason: "refused")
+        core.clusterAppendFailed(
+            .message(room: "r", seq: 0, time: 0, sender: "ann", text: "hi"), in: "r", sender: senders[2], failure: failure, into: &actions)
+        let hi = Frame.message(room: "r", seq: 6, time: 9, sender: "ann", text: "hi")
+        let yo = Frame.message(room: "r", seq: 7, time: 9, sender: "ann", text: "yo")
+        actions += Self.deliver(hi, seq: 6, to: &core)
+        actions += Self.deliver(yo, seq: 7, to: &core)
+        let refusal = Frame.error(code: .moderated, fatal: false, frameType: .say, reason: "#r: not done: refused")
+        #expect(frames(to: ann, in: actions) == [hi, yo, refusal, .pong(token: 1)], "each in the order ann asked")
+        #expect(!core.isAwaitingCluster(ann) && core.heldReplyBytes(for: ann) == 0, "nothing waits")
+    }
+
     @Test func aHalfClosedJoinerGetsItsJoinSequenceAndEchoBeforeItsDisconnection() {
         var core = clusteredCore()
         let ann = ClientID(0)
@@ -564,7 +621,7 @@ struct ChatCoreClusterTests {
         }
         let ann = Self.member(of: &core)
         var actions: [ChatAction] = []
-        var askers: [ClusterAsker] = []
+        var askers: [ClusterAppender] = []
         for number in 0..<4 {
             core.received(.say(room: "r", text: "spam \(number)"), size: 20, from: ann, at: now, into: &actions)
             if let asker = Self.appendAsker(core.takeClusterRequests()) { askers.append(asker) }
@@ -684,7 +741,7 @@ struct ChatCoreClusterTests {
         for request in requests { core.received(request, size: 20, from: ann, at: now, into: &actions) }
         #expect(actions.isEmpty, "nothing goes before the echo of ann's first line: \(actions)")
         #expect(core.heldReplyBytes(for: ann) > 0, "what waits is counted")
-        var askers: [String: ClusterAsker] = [:]
+        var askers: [String: ClusterAppender] = [:]
         for case .append(_, .message(_, _, _, _, let text), _, let sender?, _, _) in core.takeClusterRequests() { askers[text] = sender }
         #expect(askers.count == 3, "three lines are appended: \(askers.keys)")
 
@@ -799,7 +856,7 @@ struct ChatCoreClusterTests {
         #expect(core.takeClusterRequests() == [.claimNick(core.asker(ann), nick: "anna")])
         core.clusterNickClaimed(core.asker(ann), nick: "anna", .success(true), at: now, into: &actions)
         #expect(actions == [.send(.nickAccepted(nick: "anna"), to: ann)], "accepted at once, before its events")
-        var askers: [String: ClusterAsker] = [:]
+        var askers: [String: ClusterAppender] = [:]
         for case .append(let room, .nickChanged, _, let sender?, _, _) in core.takeClusterRequests() { askers[room] = sender }
         #expect(askers.keys.sorted() == ["r", "s"], "one nickChanged per room, each answered to ann")
         actions.removeAll()

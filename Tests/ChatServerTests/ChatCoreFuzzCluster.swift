@@ -17,8 +17,9 @@ import Glibc
 /// What it keeps, as ClusterNode, RoomLog and the append script promise the core: each request
 /// is answered at most once (a restarted node's never); appends and joins are numbered and
 /// answered in the order asked (one connection); a room's events arrive in `seq` order, each
-/// once, from when the node starts following it; an event by, or a kick of, someone who is not a
-/// member is refused; a room whose last member goes is forgotten.
+/// once, from when the node starts following it (not an event Redis numbered before, though
+/// answered after); an event by, or a kick of, someone who is not a member is refused; a room
+/// whose last member goes keeps its epoch, numbering and topic, as the append script keeps them.
 struct FuzzRedis {
     struct Room {
         var epoch: UInt64
@@ -30,7 +31,6 @@ struct FuzzRedis {
 
     /// An event numbered in a room's log, on its way to the node.
     struct Delivery {
-        var epoch: UInt64
         var seq: UInt64
         var time: UInt64
         var payload: [UInt8]
@@ -41,13 +41,11 @@ struct FuzzRedis {
     var streams: [String: [Delivery]] = [:]
     /// Requests waiting for their answer, in the order the node asked.
     var pending: [ClusterRequest] = []
+    /// By followed room, how many of the node's pending appends to it were asked before the
+    /// follow began. Redis numbers them first, on the one connection, and only then reads the
+    /// room's `seq` for the follow (`RoomLog.follow`): their events are not this follow's.
+    var appendsBeforeFollow: [String: Int] = [:]
     var available = true
-    /// The epoch of the event being delivered, for the scenario's checks: the room may have
-    /// emptied and been made anew since it was appended.
-    var deliveringEpoch: UInt64?
-    /// Each room's latest epoch, kept after the room is forgotten: for events a node held for
-    /// a client and sends later.
-    var latestEpochs: [String: UInt64] = [:]
     private var nextEpoch: UInt64 = 1
 
     /// Nicks of clients on other nodes.
@@ -62,9 +60,13 @@ struct FuzzRedis {
                 continue
             case .unfollow(let room):
                 streams[room] = nil
+                appendsBeforeFollow[room] = nil
                 continue
             case .join(let room, _, _, _, _):
-                if streams[room] == nil { streams[room] = [] }
+                if streams[room] == nil {
+                    streams[room] = []
+                    appendsBeforeFollow[room] = pending.count { if case .append(room, _, _, _, _, _) = $0 { true } else { false } }
+                }
             default:
                 break
             }
@@ -85,19 +87,25 @@ struct FuzzRedis {
     mutating func nodeRestarted() {
         pending.removeAll()
         streams.removeAll()
-        for name in rooms.keys {
-            rooms[name]!.members.removeAll { $0.here }
-            if rooms[name]!.members.isEmpty { rooms[name] = nil }
-        }
+        appendsBeforeFollow.removeAll()
+        for name in rooms.keys { rooms[name]!.members.removeAll { $0.here } }
         available = true
     }
 
+    /// Whether the node asked for its oldest pending append to `room` before it last began to
+    /// follow the room; called as that append is answered, whatever the answer.
+    mutating func answeringAppendBeforeFollow(to room: String) -> Bool {
+        guard let earlier = appendsBeforeFollow[room], earlier > 0 else { return false }
+        appendsBeforeFollow[room] = earlier - 1
+        return true
+    }
+
     /// Appends `event` to its room's log as the append script does: numbers it, applies its
-    /// change to the members and topic, and sends it to the node if it follows the room. Returns
-    /// its `seq` and the room's member count after it; nil when the script refuses it: an event
-    /// other than a `joined` of someone who is not a member (a member kicked meanwhile, of a room
-    /// forgotten since).
-    mutating func append(_ event: Frame, here: Bool, at time: UInt64) -> (seq: UInt64, memberCount: Int)? {
+    /// change to the members and topic, and sends it to the node if it follows the room (unless
+    /// `beforeFollow`: see `appendsBeforeFollow`). Returns its `seq` and the room's member count
+    /// after it; nil when the script refuses it: an event other than a `joined` of someone who
+    /// is not a member (a member kicked meanwhile).
+    mutating func append(_ event: Frame, here: Bool, beforeFollow: Bool = false, at time: UInt64) -> (seq: UInt64, memberCount: Int)? {
         guard let name = ChatCore.room(of: event) else { return nil }
         if let concerned = Self.member(concerned: event) {
             guard let room = rooms[name], room.members.contains(where: { ChatName.nickKey($0.nick) == ChatName.nickKey(concerned) })
@@ -105,7 +113,6 @@ struct FuzzRedis {
         }
         if rooms[name] == nil {
             rooms[name] = Room(epoch: nextEpoch)
-            latestEpochs[name] = nextEpoch
             nextEpoch += 1
         }
         var room = rooms[name]!
@@ -127,11 +134,9 @@ struct FuzzRedis {
         default:
             break
         }
-        streams[name]?.append(Delivery(epoch: room.epoch, seq: room.lastSeq, time: time, payload: ChatCore.clusterPayload(of: event)))
-        let result = (room.lastSeq, room.members.count)
-        // The script forgets an unregistered room its last member left: a later join makes it anew.
-        rooms[name] = room.members.isEmpty ? nil : room
-        return result
+        if !beforeFollow { streams[name]?.append(Delivery(seq: room.lastSeq, time: time, payload: ChatCore.clusterPayload(of: event))) }
+        rooms[name] = room
+        return (room.lastSeq, room.members.count)
     }
 
     /// The member an event other than a `joined` is by or, for a kick, about.
@@ -227,7 +232,8 @@ extension Scenario {
             // What no client waits for (a quit, a ban's kick) the node appends again until Redis
             // takes it, and drops when the script refuses it.
             let refused = ClusterFailure(code: .notInRoom, reason: "not a member")
-            if failure == nil || sender == nil, let appended = redis!.append(event, here: true, at: now.wallMillis) {
+            let beforeFollow = redis!.answeringAppendBeforeFollow(to: room)
+            if failure == nil || sender == nil, let appended = redis!.append(event, here: true, beforeFollow: beforeFollow, at: now.wallMillis) {
                 if let charge { core.clusterFanoutCounted(room: room, memberCount: appended.memberCount, audience: appended.memberCount, charge: charge) }
                 if let sender { core.clusterAppended(room: room, seq: appended.seq, sender: sender, into: &actions) }
             } else if let sender {
@@ -286,9 +292,7 @@ extension Scenario {
         let delivery = redis!.streams[room]!.removeFirst()
         var actions: [ChatAction] = []
         core.clusterDeliver(room: room, seq: delivery.seq, time: delivery.time, payload: delivery.payload, into: &actions)
-        redis!.deliveringEpoch = delivery.epoch
         carryOut(actions)
-        redis!.deliveringEpoch = nil
         return "Redis delivers #\(room) seq \(delivery.seq)"
     }
 
@@ -372,12 +376,6 @@ extension Scenario {
         if rounds == 10_000 { note("the cluster's answers still bring requests after 10,000 rounds") }
         for slot in connections.keys.sorted() {
             let id = ClientID(slot)
-            // A client let go waits at most until its linger deadline, by design; it must be gone
-            // once that passes (below). Two inputs show such a client waiting it out for an echo
-            // or an ordinal that no answer resolves (`regressions/chatcore/cluster-a-late-*`,
-            // `cluster-a-client-let-go-*`; the closing note of stop 45): a latency, not a leak,
-            // left to look into. A client still connected may not wait at all.
-            if core.cluster.departures[id] != nil { continue }
             if core.isAwaitingCluster(id) {
                 let why = "let go: \(core.cluster.departures[id] != nil), awaiting \(String(describing: core.cluster.awaiting[id])), owed \(String(describing: core.cluster.owed[id])), ordinals unresolved \(Array(core.cluster.gates[id]?.unresolved ?? []))"
                 note("client \(slot) still waits for the cluster once everything is answered: \(why)")

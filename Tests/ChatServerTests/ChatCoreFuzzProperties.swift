@@ -552,7 +552,7 @@ struct Scenario {
         // `topic` sent alone may be the room's state on arrival, older than the `joined`.
         let eventSentAlone: Bool = if case .topic = frame { false } else { redis != nil }
         if broadcast || eventSentAlone, let (room, seq) = Self.roomEvent(frame) {
-            let epoch = redis.map { $0.deliveringEpoch ?? $0.latestEpochs[room] } ?? core.rooms[room]?.epoch
+            let epoch = redis.map { $0.rooms[room]?.epoch } ?? core.rooms[room]?.epoch
             var state = connection.rooms[room]
             let ownJoin = if case .joined(_, _, _, let nick) = frame { nick == connection.nick } else { false }
             if ownJoin {
