@@ -104,9 +104,20 @@ public struct LogBatch: Sendable, Equatable {
     /// An empty batch.
     public init() {}
 
+    /// A batch of the latest `rooms` (at most one record per room) and `events`, each room's in
+    /// `seq` order, numbered 0: what a store's tests commit without a chat.
+    public init(rooms: [RoomRecord], events: [StoredEvent] = []) {
+        for record in rooms { place(record) }
+        self.events = events
+    }
+
     /// Whether it holds nothing for the log.
     @inlinable
     public var isEmpty: Bool { rooms.isEmpty && occupancy.isEmpty }
+
+    /// Whether it holds nothing to write: no record and no event (what a store commits; the
+    /// occupancy is the store's upkeep's, told as the batch is staged).
+    public var hasNothingToWrite: Bool { rooms.isEmpty && events.isEmpty }
 
     /// Adds `event`, numbered `number` and `room`'s latest, moving the room's record's `lastSeq`
     /// and `lastActive` to it — if that record is the one changed last. Otherwise adds nothing and
@@ -122,6 +133,31 @@ public struct LogBatch: Sendable, Equatable {
 
     /// Adds the room's new `record` and, if the change is one kept as history, its `event`.
     mutating func add(_ record: RoomRecord, event: HistoryEntry?, number: UInt64) {
+        place(record)
+        if let event { events.append(StoredEvent(room: record.name, entry: event)) }
+        through = number
+    }
+
+    /// Adds what `later`, a batch taken after this one, holds: its records replace this one's of
+    /// the same rooms, and its events and occupancy follow. A store stages the batches of one
+    /// commit so.
+    public mutating func append(contentsOf later: LogBatch) {
+        // The first batch of a commit is taken as it is, not copied record by record.
+        guard !isEmpty || !events.isEmpty else { return self = later }
+        for record in later.rooms { place(record) }
+        events.append(contentsOf: later.events)
+        occupancy.append(contentsOf: later.occupancy)
+        through = max(through, later.through)
+    }
+
+    /// Adds `record`, of a batch taken before this one, unless this one holds its room's (newer)
+    /// record: a store stages again the records of a commit that failed.
+    public mutating func addUnlessNewer(_ record: RoomRecord) {
+        if position(of: record.name) == nil { place(record) }
+    }
+
+    /// Puts `record` in `rooms`, in place of the room's record there, if any.
+    private mutating func place(_ record: RoomRecord) {
         if last < rooms.count, rooms[last].name == record.name {
             rooms[last] = record
         } else if let known = position(of: record.name) {
@@ -133,8 +169,6 @@ public struct LogBatch: Sendable, Equatable {
             if rooms.count == 2 { index[rooms[0].name] = 0 }
             if rooms.count >= 2 { index[record.name] = last }
         }
-        if let event { events.append(StoredEvent(room: record.name, entry: event)) }
-        through = number
     }
 
     /// The index of `room`'s record in `rooms`, if it has one.

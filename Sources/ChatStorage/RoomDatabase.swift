@@ -279,7 +279,7 @@ public final class RoomDatabase: @unchecked Sendable {
     /// events per room, each split as `EventChunk.split` splits (`EventChunk.chunkEnd`), the
     /// events read from the batch itself, not copied out.
     private static func forEachChunk<Failure: Error>(
-        of batch: RoomBatch, _ body: (_ room: String, _ events: ArraySlice<StoredEvent>) throws(Failure) -> Void
+        of batch: LogBatch, _ body: (_ room: String, _ events: ArraySlice<StoredEvent>) throws(Failure) -> Void
     ) throws(Failure) {
         var start = batch.events.startIndex
         while start < batch.events.endIndex {
@@ -303,8 +303,8 @@ public final class RoomDatabase: @unchecked Sendable {
     /// must come after what the room has stored (SQLITE_CONSTRAINT otherwise). Returns what it
     /// changed.
     @discardableResult
-    public func commit(_ batch: RoomBatch) throws(SQLiteError) -> CommittedChanges {
-        guard !batch.isEmpty else { return CommittedChanges() }
+    public func commit(_ batch: LogBatch) throws(SQLiteError) -> CommittedChanges {
+        guard !batch.hasNothingToWrite else { return CommittedChanges() }
         let grown = try database.transaction(using: transactionStatements) { () throws(SQLiteError) -> Int in
             var added: [String: (count: Int64, bytes: Int64)] = [:]
             var stored: [String: UInt64] = [:]
@@ -358,7 +358,7 @@ public final class RoomDatabase: @unchecked Sendable {
 
     /// `batch`'s events as the chunks `commit` would write, for a journal record
     /// (`RoomJournal.Record`): each event encoded once, here.
-    public static func encodedChunks(of batch: RoomBatch) -> [EncodedChunk] {
+    public static func encodedChunks(of batch: LogBatch) -> [EncodedChunk] {
         var chunks: [EncodedChunk] = []
         forEachChunk(of: batch) { room, events in chunks.append(encodedChunk(of: events, room: room)) }
         return chunks

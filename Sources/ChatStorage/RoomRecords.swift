@@ -34,25 +34,6 @@ extension StoredEvent {
     }
 }
 
-/// What one commit writes: the new state of every room touched, and the events to add.
-///
-/// Every room an event belongs to must be among `rooms`.
-public struct RoomBatch: Sendable, Equatable {
-    /// The latest record of each room touched, at most one per room.
-    public var rooms: [RoomRecord]
-    /// New events, each in its room's `seq` order.
-    public var events: [StoredEvent]
-
-    /// Describes a batch.
-    public init(rooms: [RoomRecord] = [], events: [StoredEvent] = []) {
-        self.rooms = rooms
-        self.events = events
-    }
-
-    /// Whether there is nothing to write.
-    public var isEmpty: Bool { rooms.isEmpty && events.isEmpty }
-}
-
 /// How much the database keeps: each bound applies when it is above 0.
 ///
 /// What counts is what a room stores: each event's `StoredEvent.storedBytes` and the room's row,

@@ -79,12 +79,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     private let reader: RoomDatabase
     // The fields the server's queue uses skip run-time exclusivity checks: no access overlaps
     // another, and `stage` runs once per stored event (as in `ChatServer`).
-    @exclusivity(unchecked) private var staged = RoomBatch()
-    /// Index of each room's record in `staged.rooms`.
-    @exclusivity(unchecked) private var stagedIndex: [String: Int] = [:]
-    /// The index in `staged.rooms` of the room staged last: a busy room stages event after event,
-    /// and finds itself here without hashing its name.
-    @exclusivity(unchecked) private var lastStaged = 0
+    @exclusivity(unchecked) private var staged = LogBatch()
     /// Commits the writer has finished, oldest first, each with what to run for it on the
     /// server's queue: handed over through a lock, so the server can take them between requests
     /// (`runFinishedCommits`) rather than after everything already queued.
@@ -298,40 +293,14 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// See `RoomStore.stage(_:)`.
     public func stage(_ batch: LogBatch) {
-        for record in batch.rooms { stage(record) }
-        // The first batch of a commit is taken as it is, not copied event by event.
-        if staged.events.isEmpty {
-            staged.events = batch.events
-        } else {
-            staged.events.append(contentsOf: batch.events)
-        }
+        staged.append(contentsOf: batch)
         for change in batch.occupancy { upkeep.occupancyChanged(of: change.room, occupied: change.occupied) }
     }
 
     /// Adds to the next commit the room's new `record` and, if given, its `event`: the single
     /// writes `stage(_:)` is made of, for tests that fill a store without a chat.
     public func stage(_ record: RoomRecord, event: HistoryEntry?) {
-        stage(record)
-        if let event { staged.events.append(StoredEvent(room: record.name, entry: event)) }
-    }
-
-    /// Stages `record`, replacing the room's record staged before, if any.
-    private func stage(_ record: RoomRecord) {
-        if isStagedLast(record.name) {
-            staged.rooms[lastStaged] = record
-        } else if let index = stagedIndex[record.name] {
-            staged.rooms[index] = record
-            lastStaged = index
-        } else {
-            lastStaged = staged.rooms.count
-            stagedIndex[record.name] = lastStaged
-            staged.rooms.append(record)
-        }
-    }
-
-    /// Whether `room`'s record is the one staged last (`lastStaged`), found without hashing.
-    private func isStagedLast(_ room: String) -> Bool {
-        lastStaged < staged.rooms.count && staged.rooms[lastStaged].name == room
+        stage(LogBatch(rooms: [record], events: event.map { [StoredEvent(room: record.name, entry: $0)] } ?? []))
     }
 
     /// Says that `room` has members now (`occupied`) or has none left (see `stage(_:)`).
@@ -340,14 +309,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     }
 
     /// See `RoomStore.hasStagedChanges`.
-    public var hasStagedChanges: Bool { !staged.isEmpty }
+    public var hasStagedChanges: Bool { !staged.hasNothingToWrite }
 
     /// See `RoomStore.commitStaged(on:completion:)`. With `.eventLoop`, the batch is committed
     /// and `completion` called before this returns, on the caller's queue (`queue` is not used).
     public func commitStaged(on queue: DispatchQueue, completion: @escaping @Sendable (Result<Void, CommitFailure>) -> Void) {
         let batch = staged
-        staged = RoomBatch()
-        stagedIndex.removeAll(keepingCapacity: true)
+        staged = LogBatch()
         if journal != nil {
             let record = RoomJournal.Record(rooms: batch.rooms, chunks: RoomDatabase.encodedChunks(of: batch))
             if handedOff == 0, let result = appendToJournal(record, of: batch, under: Self.journalHoldBytes) {
@@ -401,7 +369,7 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     /// `limit` bytes of records the database has not taken in (nil then, nothing written), and
     /// has a hand-off follow within `journalBatchInterval`, or at once past `journalBatchBytes`.
     /// From the server's queue, or from the writer queue for a commit waiting there.
-    private func appendToJournal(_ record: RoomJournal.Record, of batch: RoomBatch, under limit: Int) -> Result<Void, CommitFailure>? {
+    private func appendToJournal(_ record: RoomJournal.Record, of batch: LogBatch, under limit: Int) -> Result<Void, CommitFailure>? {
         guard let journal else { preconditionFailure("commits are journaled only with .eventLoop") }
         let appended: Result<Bool, StorageError>? = journaled.withLock { state in
             guard state.bytes < limit else { return nil }
@@ -669,13 +637,13 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
     // MARK: Internals
 
     /// Why `batch` was not stored, with its events, whose senders are told.
-    private static func failure(of batch: RoomBatch, _ error: SQLiteError) -> CommitFailure {
+    private static func failure(of batch: LogBatch, _ error: SQLiteError) -> CommitFailure {
         CommitFailure(error: StorageError("commit failed: \(error.message)", sqlite: error), events: batch.events)
     }
 
     /// Why `batch` was not journaled: the database stayed `bytes` of records behind the journal
     /// (its disk full, or its lock held elsewhere) for longer than `backPressureLockWait`.
-    private static func failure(of batch: RoomBatch, behindBy bytes: Int) -> CommitFailure {
+    private static func failure(of batch: LogBatch, behindBy bytes: Int) -> CommitFailure {
         CommitFailure(
             error: StorageError("commit failed: the database is \(bytes) bytes behind the journal and is not taking them in"),
             events: batch.events)
@@ -701,12 +669,9 @@ public final class SQLiteRoomStore: RoomStore, @unchecked Sendable {
 
     /// After a commit (on the server's queue): if it failed, its rooms' records are staged again,
     /// newer staged records winning, so the next commit retries them.
-    private func settle(_ batch: RoomBatch, failed: Bool) {
+    private func settle(_ batch: LogBatch, failed: Bool) {
         guard failed else { return }
-        for record in batch.rooms where stagedIndex[record.name] == nil {
-            stagedIndex[record.name] = staged.rooms.count
-            staged.rooms.append(record)
-        }
+        for record in batch.rooms { staged.addUnlessNewer(record) }
     }
 }
 

@@ -61,6 +61,28 @@ struct LogBatchTests {
         #expect(chat.core.takeLogBatch() == LogBatch(), "taken once")
     }
 
+    @Test func aStoreStagesTheBatchesOfOneCommitAsOneTheLaterRecordWinning() {
+        var chat = CoreDriver(.durable)
+        let alice = chat.connect("alice")
+        var taken: [LogBatch] = []
+        for (room, text) in [("a", "join"), ("b", "join"), ("a", "1"), ("b", "2")] {
+            chat.send(text == "join" ? .join(room: room) : .say(room: room, text: text), from: alice)
+            taken.append(chat.core.takeLogBatch())
+        }
+        var staged = LogBatch()
+        for batch in taken { staged.append(contentsOf: batch) }
+        #expect(staged.rooms.map(\.name) == ["a", "b"] && staged.rooms.map(\.lastSeq) == [2, 2], "the latest record of each: \(staged.rooms)")
+        #expect(staged.events.map { "\($0.room) \($0.entry.text)" } == ["a 1", "b 2"])
+        #expect(staged.occupancy.map(\.room) == ["a", "b"] && staged.through == taken.last?.through)
+
+        // A failed commit's records are staged again behind newer ones, which win.
+        var next = LogBatch()
+        next.addUnlessNewer(RoomRecord(name: "b", epoch: 7, lastSeq: 9, topic: nil, lastActive: 0))
+        for record in staged.rooms { next.addUnlessNewer(record) }
+        #expect(next.rooms.map(\.name) == ["b", "a"] && next.rooms.map(\.lastSeq) == [9, 2], "\(next.rooms)")
+        #expect(!next.hasNothingToWrite && LogBatch().hasNothingToWrite)
+    }
+
     @Test func theClientsSeeTheSameInEveryModeAndOnlyTheDurableOneLogs() {
         var memory = CoreDriver(.memory)
         var durable = CoreDriver(.durable)

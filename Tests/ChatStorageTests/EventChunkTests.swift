@@ -87,9 +87,10 @@ struct EventChunkTests {
             }
             all += entries
             // The other room's events interleave as whole runs in the same batch.
-            var mixed = batch("r", entries)
-            mixed.rooms.append(RoomRecord(name: "other", epoch: 3, lastSeq: seq, topic: nil, lastActive: 0))
-            mixed.events.append(StoredEvent(room: "other", entry: message(seq, "o", time: seq)))
+            let own = batch("r", entries)
+            let mixed = LogBatch(
+                rooms: own.rooms + [RoomRecord(name: "other", epoch: 3, lastSeq: seq, topic: nil, lastActive: 0)],
+                events: own.events + [StoredEvent(room: "other", entry: message(seq, "o", time: seq))])
             try database.commit(mixed)
         }
         for limit in [1, 7, 128, 129, 1_000] {

@@ -11,9 +11,9 @@ func message(_ seq: UInt64, _ text: String, time: UInt64 = 1_000, sender: String
 }
 
 /// A batch that adds `entries` to `room` and sets its last `seq` to the last entry's.
-func batch(_ room: String, epoch: UInt64 = 7, _ entries: [HistoryEntry], lastSeq: UInt64? = nil) -> RoomBatch {
+func batch(_ room: String, epoch: UInt64 = 7, _ entries: [HistoryEntry], lastSeq: UInt64? = nil) -> LogBatch {
     let last = lastSeq ?? entries.last?.seq ?? 0
-    return RoomBatch(
+    return LogBatch(
         rooms: [RoomRecord(name: room, epoch: epoch, lastSeq: last, topic: nil, lastActive: entries.last?.time ?? 0)],
         events: entries.map { StoredEvent(room: room, entry: $0) })
 }
@@ -29,7 +29,7 @@ struct RoomDatabaseTests {
             try database.commit(batch("general", [message(1, "one"), message(3, "three")], lastSeq: 4))
             let topic = RoomTopic(text: "sockets", setBy: "bob", time: 2_000, seq: 5)
             try database.commit(
-                RoomBatch(
+                LogBatch(
                     rooms: [RoomRecord(name: "general", epoch: 7, lastSeq: 5, topic: topic, lastActive: 2_000)],
                     events: [StoredEvent(room: "general", entry: HistoryEntry(kind: .topic, seq: 5, time: 2_000, sender: "bob", text: "sockets"))]))
         }
@@ -209,7 +209,7 @@ struct RoomDatabaseTests {
         let topic = RoomTopic(text: String(repeating: "t", count: 16_000), setBy: "mallory", time: 1_000, seq: 2)
         for name in ["oneshot", "quiet"] {
             try database.commit(
-                RoomBatch(
+                LogBatch(
                     rooms: [RoomRecord(name: name, epoch: 7, lastSeq: 3, topic: topic, lastActive: 1_500)],
                     events: [StoredEvent(room: name, entry: HistoryEntry(kind: .topic, seq: 2, time: 1_000, sender: "mallory", text: topic.text))]))
         }
@@ -260,7 +260,7 @@ struct RoomDatabaseTests {
         // talks at times 5 to 14: rooms older than its first event go before it.
         for index in 0..<10 {
             try database.commit(
-                RoomBatch(rooms: [RoomRecord(name: "r\(index)", epoch: 1, lastSeq: 2, topic: topic, lastActive: UInt64(index))]))
+                LogBatch(rooms: [RoomRecord(name: "r\(index)", epoch: 1, lastSeq: 2, topic: topic, lastActive: UInt64(index))]))
         }
         try database.commit(batch("chat", (1...10).map { message($0, "hello", time: 4 + $0) }))
         let roomBytes = RoomRecord.storedBytes(name: "r0", topic: topic)
@@ -288,11 +288,11 @@ struct RoomDatabaseTests {
         // think the room over the bound and delete it.
         #expect(try database.applyRetention(policy, now: 10, maxDeletions: 10) == 0)
         let topic = RoomTopic(text: String(repeating: "t", count: 10_000), setBy: "ann", time: 1, seq: 1)
-        try database.commit(RoomBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 1, topic: topic, lastActive: 1)]))
-        try database.commit(RoomBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 2, topic: nil, lastActive: 2)]))
+        try database.commit(LogBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 1, topic: topic, lastActive: 1)]))
+        try database.commit(LogBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 2, topic: nil, lastActive: 2)]))
         #expect(try database.applyRetention(policy, now: 10, maxDeletions: 10) == 0)
         #expect(try database.loadRoom(named: "room", recent: 0) != nil)
-        try database.commit(RoomBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 3, topic: topic, lastActive: 3)]))
+        try database.commit(LogBatch(rooms: [RoomRecord(name: "room", epoch: 1, lastSeq: 3, topic: topic, lastActive: 3)]))
         #expect(try database.applyRetention(policy, now: 10, maxDeletions: 10) == 1, "and one that missed the growth would keep it")
         #expect(try database.totalBytes() == 0)
     }

@@ -100,10 +100,10 @@ struct RoomJournalTests {
         defer { directory.remove() }
         let committed = try RoomDatabase(path: directory.path + "/committed.sqlite3", durability: .off, create: true)
         let applied = try RoomDatabase(path: directory.path + "/applied.sqlite3", durability: .off, create: true)
-        var batches: [RoomBatch] = []
+        var batches: [LogBatch] = []
         var seq: [String: UInt64] = ["a": 0, "b": 0]
         for round in 0..<3 {
-            var batch = RoomBatch()
+            var batch = (rooms: [RoomRecord](), events: [StoredEvent]())
             for room in ["a", "b"] {
                 // 150 events in room a's second batch: two chunks.
                 let count = room == "a" && round == 1 ? 150 : 5 + round
@@ -117,7 +117,7 @@ struct RoomJournalTests {
                 let topic = round == 2 ? RoomTopic(text: "new topic", setBy: "ann", time: 500, seq: seq[room]!) : nil
                 batch.rooms.append(RoomRecord(name: room, epoch: 9, lastSeq: seq[room]!, topic: topic, lastActive: 100 + seq[room]!))
             }
-            batches.append(batch)
+            batches.append(LogBatch(rooms: batch.rooms, events: batch.events))
         }
         for batch in batches { try committed.commit(batch) }
         let records = batches.map { RoomJournal.Record(rooms: $0.rooms, chunks: RoomDatabase.encodedChunks(of: $0)) }
