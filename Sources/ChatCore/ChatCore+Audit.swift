@@ -82,6 +82,9 @@ extension ChatCore {
                 problems.append("#\(name) lists slot \(member.slot) as a member, which has no client")
             }
             if Set(room.members).count != room.members.count { problems.append("#\(name) lists a member twice") }
+            for departed in room.departedJoins where cluster.sessions[departed.asker.id.slot] == departed.asker.session {
+                problems.append("#\(name) keeps the join of slot \(departed.asker.id.slot) as a departed one's, but its session goes on")
+            }
         }
         return problems
     }

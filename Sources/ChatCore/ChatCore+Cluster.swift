@@ -311,15 +311,26 @@ package struct ClusterHistoryCut: Sendable {
         /// The clients owed the delivery of their own event (`Owed.echoes`), by its `seq`: found
         /// by number when it comes, as its author's nick may have changed since.
         var owedEchoes: [UInt64: ClientID] = [:]
+        /// Joins asked by clients that left before their `joined` came, oldest first, by who
+        /// asked and the nick key the `joined` names: Redis may still number one (or has, and
+        /// its event is on the way). The next `joined` of that nick is the one that left's and
+        /// makes no one a member; until it comes, or the join fails, a join of the nick here
+        /// waits ("try again"), or a next session of the nick would be taken for the one gone.
+        var departedJoins: [(asker: ClusterAsker, nickKey: String)] = []
 
-        /// Which joiner the `joined` naming `nickKey` is for. Two may name one nick: a client
-        /// that renamed away from it, and one that took it after. The first asked first, so its
-        /// `joined` comes first.
-        func joiner(_ nickKey: String, nick: (ClientID) -> String?) -> ClientID? {
+        /// Which joiner the `joined` naming `nickKey` is for, if any, taken off `departedJoins`
+        /// if it is a join of a client that left. Up to three may name one nick, in the order
+        /// they asked: a client that renamed away from it; a client that held it after and left
+        /// (a next holder's join waits for its `joined`); and one that holds it now.
+        mutating func takeJoiner(_ nickKey: String, nick: (ClientID) -> String?) -> ClientID? {
             var found: ClientID?
             for (id, key) in joining where key == nickKey {
                 if nick(id).map(ChatName.nickKey) != nickKey { return id }
                 found = id
+            }
+            if let departed = departedJoins.firstIndex(where: { $0.nickKey == nickKey }) {
+                departedJoins.remove(at: departed)
+                return nil
             }
             return found
         }
@@ -960,6 +971,13 @@ extension ChatCore {
             refuse(request, .unavailable, "cannot join #\(room) yet: your last join there is still on its way; try again", to: id, into: &actions)
             return
         }
+        if let state = cluster.rooms[room], !state.departedJoins.isEmpty,
+            state.departedJoins.contains(where: { $0.nickKey == ChatName.nickKey(nick) })
+        {
+            // An earlier session of the nick left with its join on the way (`departedJoins`).
+            refuse(request, .unavailable, "cannot join #\(room) yet: an earlier join as \(nick) is still on its way; try again", to: id, into: &actions)
+            return
+        }
         // Keys count in the room's and the address's windows here, as on a server on its own
         // (per node: a guesser that spreads over nodes gets each node's allowance) — counted
         // before Redis compares the key, and given back unless it was wrong (`clusterJoinAppended`).
@@ -1049,7 +1067,7 @@ extension ChatCore {
         var emptied: [String] = []
         for name in cluster.rooms.keys {
             guard var room = cluster.rooms[name] else { continue }
-            room.joining[id] = nil
+            if let key = room.joining.removeValue(forKey: id) { room.departedJoins.append((departed, key)) }
             room.snapshotting[id] = nil
             room.leaving.remove(id)
             room.joinOrdinals[id] = nil
@@ -1262,6 +1280,11 @@ extension ChatCore {
     public mutating func clusterJoinAppended(
         _ asker: ClusterAsker, room: String, failure: ClusterFailure?, at now: ServerTime, into actions: inout [ChatAction]
     ) {
+        if failure != nil, let departed = cluster.rooms[room]?.departedJoins.firstIndex(where: { $0.asker == asker }) {
+            // No `joined` comes for a client that left: a next session of its nick may join.
+            cluster.rooms[room]!.departedJoins.remove(at: departed)
+            return
+        }
         guard let id = resolve(asker), cluster.awaiting[id] == .join(room) else { return }
         cluster.awaiting[id] = nil
         let keyed = cluster.keyedJoins.remove(id) != nil
@@ -1357,8 +1380,8 @@ extension ChatCore {
         room.lastDelivered = seq
         let echoOwner = room.owedEchoes.isEmpty ? nil : room.owedEchoes.removeValue(forKey: seq)
         var newMember: ClientID?
-        if case .joined(_, _, _, let nick) = frame, !room.joining.isEmpty,
-            let id = room.joiner(ChatName.nickKey(nick), nick: { self.nick(of: $0) }), !room.members.contains(id)
+        if case .joined(_, _, _, let nick) = frame, !room.joining.isEmpty || !room.departedJoins.isEmpty,
+            let id = room.takeJoiner(ChatName.nickKey(nick), nick: { self.nick(of: $0) }), !room.members.contains(id)
         {
             room.joining[id] = nil
             room.members.append(id)

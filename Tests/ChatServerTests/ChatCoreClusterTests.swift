@@ -586,6 +586,47 @@ struct ChatCoreClusterTests {
         #expect(!core.isAwaitingCluster(ann) && core.heldReplyBytes(for: ann) == 0, "nothing waits")
     }
 
+    @Test func aJoinedOfASessionThatLeftIsNotTakenForTheNextSessionOfItsNick() {
+        // ann's join is on its way when her session ends (another node's login ghosts it); bob
+        // keeps #r followed here. A next session called ann must not be taken for the one that
+        // left: its join waits until the first one's `joined` has come, which makes no one a
+        // member, and then the next `joined` of ann is its own.
+        var core = clusteredCore()
+        let (bob, ann, next) = (ClientID(0), ClientID(1), ClientID(2))
+        welcome("bob", in: bob, of: &core)
+        Self.join(bob, "bob", to: "r", seq: 1, members: ["bob"], of: &core)
+        welcome("ann", in: ann, of: &core)
+        var actions: [ChatAction] = []
+        core.received(.join(room: "r"), size: 10, from: ann, at: now, into: &actions)
+        let first = core.asker(ann)
+        core.clusterGhost(nickKey: "ann", at: now, into: &actions)
+        _ = core.takeClusterRequests()
+
+        welcome("ann", in: next, of: &core)
+        actions.removeAll()
+        core.received(.join(room: "r"), size: 10, from: next, at: now, into: &actions)
+        #expect(core.takeClusterRequests().isEmpty, "no join is asked yet")
+        guard case .error(.unavailable, false, .join, _)? = frames(to: next, in: actions).first else {
+            Issue.record("expected a refusal, try again: \(actions)")
+            return
+        }
+        core.clusterJoinAppended(first, room: "r", failure: nil, at: now, into: &actions)
+        actions.removeAll()
+        let gone = Frame.joined(room: "r", seq: 2, time: 9, nick: "ann")
+        #expect(Self.deliver(gone, seq: 2, to: &core) == [.broadcast(gone, to: [bob])], "the first ann's joined goes to bob alone")
+        let quit = Frame.quit(room: "r", seq: 3, time: 9, nick: "ann", reason: "ghosted")
+        #expect(Self.deliver(quit, seq: 3, to: &core) == [.broadcast(quit, to: [bob])])
+
+        core.received(.join(room: "r"), size: 10, from: next, at: now, into: &actions)
+        guard case .join(_, let asker, "ann", _, _)? = core.takeClusterRequests().first else {
+            Issue.record("expected the next ann's join now")
+            return
+        }
+        core.clusterJoinAppended(asker, room: "r", failure: nil, at: now, into: &actions)
+        let own = Frame.joined(room: "r", seq: 4, time: 9, nick: "ann")
+        #expect(Self.deliver(own, seq: 4, to: &core) == [.broadcast(own, to: [bob, next])], "its own joined makes the next ann a member")
+    }
+
     @Test func aHalfClosedJoinerGetsItsJoinSequenceAndEchoBeforeItsDisconnection() {
         var core = clusteredCore()
         let ann = ClientID(0)

@@ -303,12 +303,7 @@ extension Scenario {
         defer { carryOut(actions) }
         switch kind % 8 {
         case 6:
-            // Not a client whose join is under way: a joined event names a nick, not a session,
-            // and one of a session ended here while the next session of its nick joins the same
-            // room is taken for the new one's (a limit of the payload, left as it is).
-            let nicks = connections.keys.sorted().filter { slot in
-                !core.cluster.rooms.values.contains { $0.joining[ClientID(slot)] != nil || $0.snapshotting[ClientID(slot)] != nil }
-            }.compactMap { connections[$0]?.nick }
+            let nicks = connections.keys.sorted().compactMap { connections[$0]?.nick }
             guard !nicks.isEmpty else { return "no client to ghost or kill" }
             let nick = nicks[Int(pick >> 1) % nicks.count]
             if pick & 1 == 0 {
