@@ -448,6 +448,17 @@ public final class ChatClientDriver {
                         closeConnection()
                         continue
                     }
+                    if code == .nickReserved, login == nil, let own = configuration.account, !own.withHello,
+                        ChatName.nickKey(own.name) == ChatName.nickKey(session.nick)
+                    {
+                        // Registered, and this client holds the password of the nick's own
+                        // account (--account-password-file, as when it ran /register): log in
+                        // to it behind the next hello. A wrong password is refused then.
+                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) is registered: logging in to it with the account password"))
+                        rememberedLogin = AccountLogin(name: own.name, password: own.password)
+                        closeConnection()
+                        continue
+                    }
                     let mayFallBack = code == .nickReserved ? hasConnected || configuration.account == nil : code == .nickTaken && !hasConnected
                     if mayFallBack {
                         // Someone holds our nick at the start, or it is an account whose password

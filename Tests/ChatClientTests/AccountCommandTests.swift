@@ -47,6 +47,39 @@ import TestSupport
         #expect(await third.waitForExit() == 0)
     }
 
+    @Test func theSameCommandAfterRegisteringLogsInToTheNicksAccount() async throws {
+        // Register with --nick and --account-password-file, quit, and start the same command
+        // again: the nick is registered now, and the client holds its password. It logs in,
+        // rather than give up (as it did) or fall back to ann_ as a guest would.
+        let server = try await ChatServerProcess(arguments: ["--handshake-timeout", "60"])
+        defer { server.stop() }
+        let directory = try TemporaryDirectory(prefix: "chat-client-account")
+        defer { directory.remove() }
+        let passwordFile = directory.path + "/password"
+        try "hunter2\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let command = ["--nick", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile]
+        let first = try pipeClient(command)
+        defer { first.stop() }
+        first.send("/register")
+        #expect(await first.waitForOutput("registered the account ann"), "\(first.output)")
+        first.send("/quit")
+        #expect(await first.waitForExit() == 0)
+
+        let again = try pipeClient(command)
+        defer { again.stop() }
+        #expect(await again.waitForOutput("logged in as ann"), "\(again.output)")
+        again.send("/quit")
+        #expect(await again.waitForExit() == 0, "\(again.output)")
+
+        // A password file with the wrong password: refused, and said so; no retry, no guest.
+        let wrongFile = directory.path + "/wrong"
+        try "hunter3\n".write(toFile: wrongFile, atomically: true, encoding: .utf8)
+        let wrong = try pipeClient(["--nick", "ann", "--port", "\(server.port)", "--account-password-file", wrongFile])
+        defer { wrong.stop() }
+        #expect(await wrong.waitForExit() == 1, "\(wrong.output)")
+        #expect(wrong.output.contains("the server refused us") && !wrong.output.contains("as ann_"), "\(wrong.output)")
+    }
+
     @Test func parsesTheAccountCommands() throws {
         #expect(try CommandParser.parse("/register") == .register)
         #expect(try CommandParser.parse("/login") == .login(account: nil))
