@@ -67,11 +67,16 @@ extension ChatClientDriver {
         switch request {
         case .register: name = session.nick
         case .login(let account): name = account ?? defaultLoginName
+        case .changePassword, .drop:
+            guard let account = session.account else {
+                return show(.error(time: ClientClock.now(), text: "you are not logged in to an account (/login first)"))
+            }
+            return request == .drop ? confirmDrop(of: account) : changePassword(of: account)
         }
         if let login = configuration.account {
             return sendAccount(request, name: name, password: login.password)
         }
-        let cancel = "(not shown; Enter sends, Ctrl-C cancels): "
+        let cancel = Self.secretHint
         askSecret("password for \(name) \(cancel)") { [weak self] password in
             guard let self else { return }
             guard let password, !password.isEmpty else {
@@ -91,6 +96,68 @@ extension ChatClientDriver {
         }
     }
 
+    /// What every hidden prompt says after its question.
+    static let secretHint = "(not shown; Enter sends, Ctrl-C cancels): "
+
+    /// The password of `account`: the account password file's, if it is that account's, else
+    /// typed at the hidden prompt; when none is typed it says so, and `then` is not called.
+    private func accountPassword(of account: String, then: @escaping (String) -> Void) {
+        if let login = configuration.account, ChatName.nickKey(login.name) == ChatName.nickKey(account) { return then(login.password) }
+        askSecret("password for \(account) \(Self.secretHint)") { [weak self] password in
+            guard let password, !password.isEmpty else {
+                self?.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
+                return
+            }
+            then(password)
+        }
+    }
+
+    /// `/password`: the current password, then the new one (twice where the display asks twice).
+    private func changePassword(of account: String) {
+        accountPassword(of: account) { [weak self] old in
+            guard let self else { return }
+            self.askSecret("new password for \(account) \(Self.secretHint)") { [weak self] new in
+                guard let self else { return }
+                guard let new, !new.isEmpty else {
+                    return self.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
+                }
+                guard self.confirmsSecrets else { return self.sendPasswordChange(of: account, old: old, new: new) }
+                self.askSecret("the same new password again, to be sure \(Self.secretHint)") { [weak self] again in
+                    guard let self else { return }
+                    guard again == new else {
+                        return self.show(.error(time: ClientClock.now(), text: "the two passwords differ: nothing was sent (/password to try again)"))
+                    }
+                    self.sendPasswordChange(of: account, old: old, new: new)
+                }
+            }
+        }
+    }
+
+    private func sendPasswordChange(of account: String, old: String, new: String) {
+        guard session.isConnected else {
+            return show(.error(time: ClientClock.now(), text: "not connected; the password was not sent"))
+        }
+        if let host = serverHost { warnIfPlain(to: host, encrypted: configuration.tls != nil) }
+        pendingAccount = AccountLogin(name: account, password: new)
+        send([.changePassword(old: old, new: new)], fromUser: true)
+    }
+
+    /// `/unregister`: a yes first, then the password; the server deletes the account.
+    private func confirmDrop(of account: String) {
+        ask("delete the account \(account) for good? Its rooms are unregistered and its roles forgotten (y/n) ") { [weak self] (yes: Bool) in
+            guard let self else { return }
+            guard yes else { return self.show(.notice(time: ClientClock.now(), text: "the account \(account) is kept")) }
+            self.accountPassword(of: account) { [weak self] password in
+                guard let self else { return }
+                guard self.session.isConnected else {
+                    return self.show(.error(time: ClientClock.now(), text: "not connected; the password was not sent"))
+                }
+                if let host = self.serverHost { self.warnIfPlain(to: host, encrypted: self.configuration.tls != nil) }
+                self.send([.dropAccount(password: password)], fromUser: true)
+            }
+        }
+    }
+
     /// Sends `/register` or `/login` with `password` for the account `name`, and remembers it
     /// until the server answers.
     private func sendAccount(_ request: AccountRequest, name: String, password: String) {
@@ -104,6 +171,9 @@ extension ChatClientDriver {
             send([.register(password: password)], fromUser: true)
         case .login:
             send([.login(account: name, password: password)], fromUser: true)
+        case .changePassword, .drop:
+            // Sent by `changePassword(of:)` and `confirmDrop(of:)`, which ask more than this.
+            break
         }
     }
 
@@ -116,7 +186,17 @@ extension ChatClientDriver {
             guard let pending = pendingAccount, ChatName.nickKey(pending.name) == ChatName.nickKey(name) else { return }
             rememberedLogin = AccountLogin(name: name, password: pending.password)
             pendingAccount = nil
-        case .error(_, _, let type, _) where type == .login || type == .register:
+        case .passwordChanged(let name):
+            // Logged in again with the new one; a password file still holds the old one.
+            guard let pending = pendingAccount, ChatName.nickKey(pending.name) == ChatName.nickKey(name) else { return }
+            if rememberedLogin.map({ ChatName.nickKey($0.name) == ChatName.nickKey(name) }) == true {
+                rememberedLogin?.password = pending.password
+            }
+            pendingAccount = nil
+            if let file = configuration.account, ChatName.nickKey(file.name) == ChatName.nickKey(name) {
+                show(.notice(time: ClientClock.now(), text: "the account password file still holds the old password: put the new one in it"))
+            }
+        case .error(_, _, let type, _) where type == .login || type == .register || type == .changePassword:
             pendingAccount = nil
         case .accountDropped:
             rememberedLogin = nil

@@ -336,6 +336,12 @@ public final class ChatClientDriver {
         display.askSecret(prompt, answer: answer)
     }
 
+    /// Asks the display a yes/no question (AccountCommands.swift); no when there is no display.
+    func ask(_ question: String, answer: @escaping (Bool) -> Void) {
+        guard let display else { return answer(false) }
+        display.ask(question, answer: answer)
+    }
+
     private func now() -> Duration { ContinuousClock.now - started }
 
     private static func encodedSize(of frame: Frame) -> Int {

@@ -68,6 +68,11 @@ public enum ClientCommand: Equatable, Sendable {
     case register
     /// `/login [account]`: log in to an account (version 3) and take its nick.
     case login(account: String?)
+    /// `/password`: change the password of the account the client is logged in to (version 3).
+    case changePassword
+    /// `/unregister`: delete the account the client is logged in to (version 3); the nick stays,
+    /// a guest's.
+    case dropAccount
     /// A room moderation command (version 4): `/kick`, `/mode`, `/op`, `/kill` …
     /// (ModerationCommands.swift).
     case moderate(ModerationCommand)
@@ -167,6 +172,8 @@ public struct CommandSpec: Sendable, Equatable {
         CommandSpec(name: "save", usage: "/save", summary: "write the settings to the config file", argument: .text),
         CommandSpec(name: "register", usage: "/register", summary: "make your nick an account (the password asked twice at a hidden prompt, or from the account password file); logged in again at every reconnect", argument: .text),
         CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account and take its nick (default: the last one, else --account, else the nick you started with)", argument: .nick),
+        CommandSpec(name: "password", usage: "/password", summary: "change your account's password: the current one, then the new one twice, at a hidden prompt", argument: .text),
+        CommandSpec(name: "unregister", usage: "/unregister", summary: "delete your account, after its password and a yes; you keep the nick as a guest", argument: .text),
     ] + moderation + [
         CommandSpec(name: "reconnect", usage: "/reconnect", summary: "connect again now", argument: .text),
         CommandSpec(name: "server", usage: "/server HOST:PORT", summary: "move to another server", argument: .text),
@@ -196,7 +203,7 @@ public enum CommandParser {
         let words = line.split(whereSeparator: \.isWhitespace)
         guard let first = words.first, first.hasPrefix("/"), !first.hasPrefix("//") else { return false }
         switch first.dropFirst().lowercased() {
-        case "register": return words.count > 1
+        case "register", "password", "unregister": return words.count > 1
         case "login": return words.count > 2
         default: return false
         }
@@ -293,6 +300,12 @@ public enum CommandParser {
         case "register":
             guard rest.isEmpty else { throw usage }
             return .register
+        case "password":
+            guard rest.isEmpty else { throw usage }
+            return .changePassword
+        case "unregister":
+            guard rest.isEmpty else { throw usage }
+            return .dropAccount
         case "login":
             if rest.isEmpty { return .login(account: nil) }
             guard let account = singleWord(rest) else { throw usage }

@@ -57,6 +57,10 @@ public enum AccountRequest: Equatable, Sendable {
     case register
     /// Log in to `account` (nil: the configured `--account`, else the current nick).
     case login(account: String?)
+    /// Change the password of the account logged in to.
+    case changePassword
+    /// Delete the account logged in to.
+    case drop
 }
 
 /// The client's view of the chat, as a value: who we are, which rooms and direct-message
@@ -506,6 +510,10 @@ public struct ClientSession: Sendable {
             return [.account(.register)]
         case .login(let account):
             return [.account(.login(account: account))]
+        case .changePassword:
+            return [.account(.changePassword)]
+        case .dropAccount:
+            return [.account(.drop)]
         case .moderate(let command):
             return performModeration(command)  // ClientSession+Moderation.swift
         case .whois(let other):

@@ -22,7 +22,8 @@ struct ChatClientCommand: AsyncParsableCommand {
             config file.
 
             Accounts (protocol version 3): /register (the password asked twice at a hidden \
-            prompt, or from the account password file) and /login [account]. The password the \
+            prompt, or from the account password file) and /login [account]; /password changes \
+            the account's password and /unregister deletes the account. The password the \
             server accepted is held in memory, never on disk, and logs the client in again at \
             every reconnect: after a server restart, or /reconnect after being ghosted.
 

@@ -80,12 +80,71 @@ import TestSupport
         #expect(wrong.output.contains("the server refused us") && !wrong.output.contains("as ann_"), "\(wrong.output)")
     }
 
+    @Test func changesItsPasswordThenDeletesItsAccount() async throws {
+        let server = try await ChatServerProcess(arguments: ["--handshake-timeout", "60"])
+        defer { server.stop() }
+        let directory = try TemporaryDirectory(prefix: "chat-client-account")
+        defer { directory.remove() }
+        // In pipe mode a script types each password on the line after the command.
+        let first = try pipeClient(["--nick", "ann", "--port", "\(server.port)"])
+        defer { first.stop() }
+        #expect(await first.waitForOutput("joined"), "\(first.output)")
+        first.send("/password")
+        #expect(await first.waitForOutput("you are not logged in to an account"), "a guest has no password to change: \(first.output)")
+        first.send("/register")
+        first.send("old-secret")
+        #expect(await first.waitForOutput("registered the account ann"), "\(first.output)")
+        first.send("/password")
+        first.send("wrong-secret")
+        first.send("new-secret")
+        #expect(await first.waitForOutput("wrong password"), "the wrong current password is refused: \(first.output)")
+        first.send("/password")
+        first.send("old-secret")
+        first.send("new-secret")
+        #expect(await first.waitForOutput("the password of ann is changed"), "\(first.output)")
+        #expect(!first.output.contains("secret"), "no password is ever shown: \(first.output)")
+        first.send("/quit")
+        #expect(await first.waitForExit() == 0)
+
+        // The old password no longer logs in; the new one does, and deletes the account.
+        let oldFile = directory.path + "/old"
+        try "old-secret\n".write(toFile: oldFile, atomically: true, encoding: .utf8)
+        let stale = try pipeClient(["--account", "ann", "--port", "\(server.port)", "--account-password-file", oldFile])
+        defer { stale.stop() }
+        #expect(await stale.waitForExit() == 1, "\(stale.output)")
+        let newFile = directory.path + "/new"
+        try "new-secret\n".write(toFile: newFile, atomically: true, encoding: .utf8)
+        let owner = try pipeClient(["--account", "ann", "--port", "\(server.port)", "--account-password-file", newFile])
+        defer { owner.stop() }
+        #expect(await owner.waitForOutput("logged in as ann"), "\(owner.output)")
+        owner.send("/unregister")
+        #expect(await owner.waitForOutput("the account ann is deleted; you keep the nick as a guest"), "\(owner.output)")
+        owner.send("/quit")
+        #expect(await owner.waitForExit() == 0)
+
+        // The nick is anyone's again: a guest takes it as it is, not ann_.
+        let guest = try pipeClient(["--nick", "ann", "--port", "\(server.port)"])
+        defer { guest.stop() }
+        #expect(await guest.waitForOutput("connected to 127.0.0.1:\(server.port) as ann"), "\(guest.output)")
+        #expect(!guest.output.contains("ann_"), "\(guest.output)")
+        guest.send("/quit")
+        #expect(await guest.waitForExit() == 0)
+    }
+
     @Test func parsesTheAccountCommands() throws {
         #expect(try CommandParser.parse("/register") == .register)
         #expect(try CommandParser.parse("/login") == .login(account: nil))
         #expect(try CommandParser.parse("/login Ann") == .login(account: "Ann"))
         #expect(throws: CommandError.usage("/register")) { try CommandParser.parse("/register secret") }
         #expect(throws: CommandError.invalidNick("9ann")) { try CommandParser.parse("/login 9ann") }
+        #expect(try CommandParser.parse("/password") == .changePassword)
+        #expect(try CommandParser.parse("/unregister") == .dropAccount)
+        #expect(throws: CommandError.usage("/password")) { try CommandParser.parse("/password old new") }
+        #expect(throws: CommandError.usage("/unregister")) { try CommandParser.parse("/unregister secret") }
+        for line in ["/password old new", "/unregister secret", "/register secret", "/login ann secret"] {
+            #expect(CommandParser.holdsSecret(line), "\(line) stays out of the history file")
+        }
+        #expect(!CommandParser.holdsSecret("/password") && !CommandParser.holdsSecret("/unregister"))
     }
 
     @Test func onlyLoopbackHostsAreSparedThePlainTextWarning() {

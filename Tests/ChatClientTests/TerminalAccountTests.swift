@@ -252,6 +252,43 @@ extension TerminalTests {
                     "no password is drawn")
         }
 
+        /// `/password` asks the current password, then the new one twice, at the hidden prompt;
+        /// `/unregister` asks a yes first, and a no keeps the account.
+        @Test func passwordAndUnregisterAskAtTheHiddenPromptAndUnregisterAsksFirst() async throws {
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            try await Self.registerAccount("alice", password: "first-secret", port: server.port)
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "carol", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("-!- carol joined")
+            try await tmux.type("/login alice")
+            try await tmux.press("Enter")
+            try await Self.answer(tmux, prompt: "password for alice (not shown", with: "first-secret")
+            try await tmux.waitFor("logged in as alice")
+
+            try await tmux.type("/password")
+            try await tmux.press("Enter")
+            try await Self.answer(tmux, prompt: "password for alice (not shown", with: "first-secret")
+            try await Self.answer(tmux, prompt: "new password for alice", with: "second-secret")
+            try await Self.answer(tmux, prompt: "the same new password again", with: "second-secret")
+            try await tmux.waitFor("the password of alice is changed")
+
+            try await tmux.type("/unregister")
+            try await tmux.press("Enter")
+            try await tmux.waitFor("delete the account alice for good?")
+            try await tmux.type("n")
+            try await tmux.waitFor("the account alice is kept")
+            try await tmux.type("/unregister")
+            try await tmux.press("Enter")
+            try await tmux.waitFor("delete the account alice for good?")
+            try await tmux.type("y")
+            try await Self.answer(tmux, prompt: "password for alice (not shown", with: "second-secret")
+            try await tmux.waitFor("the account alice is deleted; you keep the nick as a guest")
+            #expect(try await !tmux.screen().contains { $0.contains("first-secret") || $0.contains("second-secret") }, "no password is drawn")
+        }
+
         /// `/login` with no account offers the nick the client was started with, not the `_`
         /// fallback it got because that nick is registered.
         @Test func loginWithNoAccountOffersTheConfiguredNick() async throws {
