@@ -56,54 +56,44 @@ extension ChatClientDriver {
         rememberedLogin?.name ?? configuration.account?.name ?? startNick
     }
 
-    /// Carries out `/register` or `/login` with the configured password, or without one with
-    /// the password typed at a hidden prompt (a new one twice, where the display asks twice).
+    /// Carries out an account command: `/register` and `/login` with the configured password,
+    /// or one typed at a hidden prompt (a new one twice, where the display asks twice);
+    /// `/password` and `/unregister` for the account the client is logged in to.
     func performAccount(_ request: AccountRequest) {
         guard session.version >= 3 else {
             show(.error(time: ClientClock.now(), text: "this server speaks protocol version \(session.version): it has no accounts"))
             return
         }
-        let name: String
         switch request {
-        case .register: name = session.nick
-        case .login(let account): name = account ?? defaultLoginName
+        case .register:
+            let name = session.nick
+            let register = { [weak self] (password: String) -> Void in
+                self?.sendWithPassword(.register(password: password), remembering: AccountLogin(name: name, password: password))
+            }
+            if let login = configuration.account { return register(login.password) }
+            askNewPassword("password for \(name)", again: "the same password again, to be sure", retry: "/register", then: register)
+        case .login(let account):
+            let name = account ?? defaultLoginName
+            password(for: name, fromFile: configuration.account?.password) { [weak self] password in
+                self?.sendWithPassword(.login(account: name, password: password), remembering: AccountLogin(name: name, password: password))
+            }
         case .changePassword, .drop:
             guard let account = session.account else {
                 return show(.error(time: ClientClock.now(), text: "you are not logged in to an account (/login first)"))
             }
-            return request == .drop ? confirmDrop(of: account) : changePassword(of: account)
-        }
-        if let login = configuration.account {
-            return sendAccount(request, name: name, password: login.password)
-        }
-        let cancel = Self.secretHint
-        askSecret("password for \(name) \(cancel)") { [weak self] password in
-            guard let self else { return }
-            guard let password, !password.isEmpty else {
-                return self.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
-            }
-            guard case .register = request, self.confirmsSecrets else { return self.sendAccount(request, name: name, password: password) }
-            self.askSecret("the same password again, to be sure \(cancel)") { [weak self] again in
-                guard let self else { return }
-                guard let again, !again.isEmpty else {
-                    return self.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
-                }
-                guard again == password else {
-                    return self.show(.error(time: ClientClock.now(), text: "the two passwords differ: nothing was sent (/register to try again)"))
-                }
-                self.sendAccount(request, name: name, password: password)
-            }
+            request == .drop ? confirmDrop(of: account) : changePassword(of: account)
         }
     }
 
     /// What every hidden prompt says after its question.
-    static let secretHint = "(not shown; Enter sends, Ctrl-C cancels): "
+    private static let secretHint = "(not shown; Enter sends, Ctrl-C cancels): "
 
-    /// The password of `account`: the account password file's, if it is that account's, else
-    /// typed at the hidden prompt; when none is typed it says so, and `then` is not called.
-    private func accountPassword(of account: String, then: @escaping (String) -> Void) {
-        if let login = configuration.account, ChatName.nickKey(login.name) == ChatName.nickKey(account) { return then(login.password) }
-        askSecret("password for \(account) \(Self.secretHint)") { [weak self] password in
+    /// The password to send for the account `name`: `fromFile` (the account password file's),
+    /// else one typed at the hidden prompt. When none is typed it says so, and `then` is not
+    /// called.
+    private func password(for name: String, fromFile: String?, then: @escaping (String) -> Void) {
+        if let fromFile { return then(fromFile) }
+        askSecret("password for \(name) \(Self.secretHint)") { [weak self] password in
             guard let password, !password.isEmpty else {
                 self?.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
                 return
@@ -112,34 +102,40 @@ extension ChatClientDriver {
         }
     }
 
-    /// `/password`: the current password, then the new one (twice where the display asks twice).
-    private func changePassword(of account: String) {
-        accountPassword(of: account) { [weak self] old in
+    /// A new password typed at the hidden prompt `prompt`, then again at `again` where the
+    /// display asks twice; nothing goes on if either is empty or the two differ (`retry` is the
+    /// command to type again).
+    private func askNewPassword(_ prompt: String, again: String, retry: String, then: @escaping (String) -> Void) {
+        let nothingTyped = "no password typed: nothing was sent"
+        askSecret("\(prompt) \(Self.secretHint)") { [weak self] password in
             guard let self else { return }
-            self.askSecret("new password for \(account) \(Self.secretHint)") { [weak self] new in
+            guard let password, !password.isEmpty else { return self.show(.notice(time: ClientClock.now(), text: nothingTyped)) }
+            guard self.confirmsSecrets else { return then(password) }
+            self.askSecret("\(again) \(Self.secretHint)") { [weak self] repeated in
                 guard let self else { return }
-                guard let new, !new.isEmpty else {
-                    return self.show(.notice(time: ClientClock.now(), text: "no password typed: nothing was sent"))
+                guard let repeated, !repeated.isEmpty else { return self.show(.notice(time: ClientClock.now(), text: nothingTyped)) }
+                guard repeated == password else {
+                    return self.show(.error(time: ClientClock.now(), text: "the two passwords differ: nothing was sent (\(retry) to try again)"))
                 }
-                guard self.confirmsSecrets else { return self.sendPasswordChange(of: account, old: old, new: new) }
-                self.askSecret("the same new password again, to be sure \(Self.secretHint)") { [weak self] again in
-                    guard let self else { return }
-                    guard again == new else {
-                        return self.show(.error(time: ClientClock.now(), text: "the two passwords differ: nothing was sent (/password to try again)"))
-                    }
-                    self.sendPasswordChange(of: account, old: old, new: new)
-                }
+                then(password)
             }
         }
     }
 
-    private func sendPasswordChange(of account: String, old: String, new: String) {
-        guard session.isConnected else {
-            return show(.error(time: ClientClock.now(), text: "not connected; the password was not sent"))
+    /// The password file's password if it is `account`'s: `/password` and `/unregister` must
+    /// not send another account's.
+    private func filePassword(of account: String) -> String? {
+        guard let login = configuration.account, ChatName.nickKey(login.name) == ChatName.nickKey(account) else { return nil }
+        return login.password
+    }
+
+    /// `/password`: the current password, then the new one (twice where the display asks twice).
+    private func changePassword(of account: String) {
+        password(for: account, fromFile: filePassword(of: account)) { [weak self] old in
+            self?.askNewPassword("new password for \(account)", again: "the same new password again, to be sure", retry: "/password") { [weak self] new in
+                self?.sendWithPassword(.changePassword(old: old, new: new), remembering: AccountLogin(name: account, password: new))
+            }
         }
-        if let host = serverHost { warnIfPlain(to: host, encrypted: configuration.tls != nil) }
-        pendingAccount = AccountLogin(name: account, password: new)
-        send([.changePassword(old: old, new: new)], fromUser: true)
     }
 
     /// `/unregister`: a yes first, then the password; the server deletes the account.
@@ -147,34 +143,22 @@ extension ChatClientDriver {
         ask("delete the account \(account) for good? Its rooms are unregistered and its roles forgotten (y/n) ") { [weak self] (yes: Bool) in
             guard let self else { return }
             guard yes else { return self.show(.notice(time: ClientClock.now(), text: "the account \(account) is kept")) }
-            self.accountPassword(of: account) { [weak self] password in
-                guard let self else { return }
-                guard self.session.isConnected else {
-                    return self.show(.error(time: ClientClock.now(), text: "not connected; the password was not sent"))
-                }
-                if let host = self.serverHost { self.warnIfPlain(to: host, encrypted: self.configuration.tls != nil) }
-                self.send([.dropAccount(password: password)], fromUser: true)
+            self.password(for: account, fromFile: self.filePassword(of: account)) { [weak self] password in
+                self?.sendWithPassword(.dropAccount(password: password), remembering: nil)
             }
         }
     }
 
-    /// Sends `/register` or `/login` with `password` for the account `name`, and remembers it
-    /// until the server answers.
-    private func sendAccount(_ request: AccountRequest, name: String, password: String) {
+    /// Sends `frame`, which carries a password, if the client is connected, warning first when
+    /// it would go in plain text beyond loopback; `remembering` is the login the server's answer
+    /// makes the one to log in with again (`noteAccountAnswer`).
+    private func sendWithPassword(_ frame: Frame, remembering login: AccountLogin?) {
         guard session.isConnected else {
             return show(.error(time: ClientClock.now(), text: "not connected; the password was not sent"))
         }
         if let host = serverHost { warnIfPlain(to: host, encrypted: configuration.tls != nil) }
-        pendingAccount = AccountLogin(name: name, password: password)
-        switch request {
-        case .register:
-            send([.register(password: password)], fromUser: true)
-        case .login:
-            send([.login(account: name, password: password)], fromUser: true)
-        case .changePassword, .drop:
-            // Sent by `changePassword(of:)` and `confirmDrop(of:)`, which ask more than this.
-            break
-        }
+        if let login { pendingAccount = login }
+        send([frame], fromUser: true)
     }
 
     /// Follows the server's answers to `/register` and `/login`: an account it accepted is the

@@ -971,9 +971,7 @@ extension ChatCore {
             refuse(request, .unavailable, "cannot join #\(room) yet: your last join there is still on its way; try again", to: id, into: &actions)
             return
         }
-        if let state = cluster.rooms[room], !state.departedJoins.isEmpty,
-            state.departedJoins.contains(where: { $0.nickKey == ChatName.nickKey(nick) })
-        {
+        if cluster.rooms[room]?.departedJoins.contains(where: { $0.nickKey == ChatName.nickKey(nick) }) == true {
             // An earlier session of the nick left with its join on the way (`departedJoins`).
             refuse(request, .unavailable, "cannot join #\(room) yet: an earlier join as \(nick) is still on its way; try again", to: id, into: &actions)
             return

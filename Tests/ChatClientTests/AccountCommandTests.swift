@@ -8,13 +8,19 @@ import TestSupport
 /// `/register` and `/login` with `--account-password-file`, `--account` logging in behind every
 /// hello, and the refusals a script must not retry.
 @Suite(.serialized) struct AccountCommandTests {
+    /// The file `name` in `directory`, whose first line is `password`.
+    static func passwordFile(_ password: String, named name: String = "password", in directory: TemporaryDirectory) throws -> String {
+        let path = directory.path + "/" + name
+        try (password + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
     @Test func registersThenLogsInWithHelloAndGhostsItsOwnStaleSession() async throws {
         let server = try await ChatServerProcess(arguments: ["--handshake-timeout", "60"])
         defer { server.stop() }
         let directory = try TemporaryDirectory(prefix: "chat-client-account")
         defer { directory.remove() }
-        let passwordFile = directory.path + "/password"
-        try "hunter2\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let passwordFile = try Self.passwordFile("hunter2", in: directory)
         let first = try pipeClient(["--nick", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile])
         defer { first.stop() }
         #expect(await first.waitForOutput("joined"), "ann is in: \(first.output)")
@@ -55,8 +61,7 @@ import TestSupport
         defer { server.stop() }
         let directory = try TemporaryDirectory(prefix: "chat-client-account")
         defer { directory.remove() }
-        let passwordFile = directory.path + "/password"
-        try "hunter2\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let passwordFile = try Self.passwordFile("hunter2", in: directory)
         let command = ["--nick", "ann", "--port", "\(server.port)", "--account-password-file", passwordFile]
         let first = try pipeClient(command)
         defer { first.stop() }
@@ -72,8 +77,7 @@ import TestSupport
         #expect(await again.waitForExit() == 0, "\(again.output)")
 
         // A password file with the wrong password: refused, and said so; no retry, no guest.
-        let wrongFile = directory.path + "/wrong"
-        try "hunter3\n".write(toFile: wrongFile, atomically: true, encoding: .utf8)
+        let wrongFile = try Self.passwordFile("hunter3", named: "wrong", in: directory)
         let wrong = try pipeClient(["--nick", "ann", "--port", "\(server.port)", "--account-password-file", wrongFile])
         defer { wrong.stop() }
         #expect(await wrong.waitForExit() == 1, "\(wrong.output)")
@@ -107,13 +111,11 @@ import TestSupport
         #expect(await first.waitForExit() == 0)
 
         // The old password no longer logs in; the new one does, and deletes the account.
-        let oldFile = directory.path + "/old"
-        try "old-secret\n".write(toFile: oldFile, atomically: true, encoding: .utf8)
+        let oldFile = try Self.passwordFile("old-secret", named: "old", in: directory)
         let stale = try pipeClient(["--account", "ann", "--port", "\(server.port)", "--account-password-file", oldFile])
         defer { stale.stop() }
         #expect(await stale.waitForExit() == 1, "\(stale.output)")
-        let newFile = directory.path + "/new"
-        try "new-secret\n".write(toFile: newFile, atomically: true, encoding: .utf8)
+        let newFile = try Self.passwordFile("new-secret", named: "new", in: directory)
         let owner = try pipeClient(["--account", "ann", "--port", "\(server.port)", "--account-password-file", newFile])
         defer { owner.stop() }
         #expect(await owner.waitForOutput("logged in as ann"), "\(owner.output)")
