@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Plays every attack of docs/SECURITY.md against a fresh release chat-server on this machine, in
+# Plays every attack of docs/SECURITY.md against a fresh chat-server (release unless --debug) on this machine, in
 # each mode asked for (durable, the default; memory; cluster), and prints one table: the server's
 # peak memory against its budget, a control client's echo latency while the attack goes on, and
 # who was cut off. Each attack gets its own server on a free loopback port (and in cluster mode its
@@ -10,7 +10,7 @@ usage() {
     cat <<'USAGE'
 Usage: Scripts/abuse.sh [options]
 
-Builds chat-server and chat-abuse (release), then for each mode and each attack starts
+Builds chat-server and chat-abuse (release, or debug with --debug), then for each mode and each attack starts
 chat-server with its default limits (--host :: --port 0), runs chat-abuse against it (the
 attackers from 127.0.0.1, the control client from ::1, so that it has per-address limits of its
 own), stops the server by its PID, and prints one Markdown table. Without --check a benchmark: it
@@ -37,6 +37,9 @@ Options:
                     20 s of SIGTERM, its peak RSS went over its --max-memory, or the control
                     client was cut off or got fewer than 90% of its echoes
   --no-build        use the binaries already built
+  --debug           play against the debug build (what `swift build` makes, in .build unless
+                    SCRATCH_PATH says otherwise) instead of release: what CI checks, with
+                    --no-build, on the binaries its build step made. Slower, so never a benchmark
   --shared-cores    let the attackers and the server share every core (by default, on a
                     machine with 2 or more, the server runs on core 0 and chat-abuse on the rest)
   -h, --help        show this help
@@ -51,7 +54,7 @@ the server's, and a busy attacker takes CPU from the server and its control clie
 default the server gets core 0 and chat-abuse (attackers and control) the others, with taskset.
 
 Environment:
-  SCRATCH_PATH      build directory (default .build-release)
+  SCRATCH_PATH      build directory (default .build-release, or .build with --debug)
 USAGE
 }
 
@@ -64,6 +67,7 @@ max_memory=""
 modes="durable"
 check=0
 build=1
+configuration=release
 pin=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -75,6 +79,7 @@ while [[ $# -gt 0 ]]; do
         --modes) [[ $# -ge 2 ]] || die_usage "--modes needs a value"; modes="$2"; shift ;;
         --check) check=1 ;;
         --no-build) build=0 ;;
+        --debug) configuration=debug ;;
         --shared-cores) pin=0 ;;
         *) die_usage "unknown option '$1'" ;;
     esac
@@ -92,14 +97,14 @@ done
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-scratch="${SCRATCH_PATH:-.build-release}"
+if [[ $configuration == release ]]; then scratch="${SCRATCH_PATH:-.build-release}"; else scratch="${SCRATCH_PATH:-.build}"; fi
 if [[ $build -eq 1 ]]; then
-    echo "building chat-server and chat-abuse (release, $scratch)..." >&2
+    echo "building chat-server and chat-abuse ($configuration, $scratch)..." >&2
     for product in chat-server chat-abuse; do
-        swift build -c release --scratch-path "$scratch" --product "$product" >&2
+        swift build -c "$configuration" --scratch-path "$scratch" --product "$product" >&2
     done
 fi
-bin="$(swift build -c release --scratch-path "$scratch" --show-bin-path)"
+bin="$(swift build -c "$configuration" --scratch-path "$scratch" --show-bin-path)"
 for binary in chat-server chat-abuse; do
     [[ -x "$bin/$binary" ]] || { echo "abuse.sh: $bin/$binary is missing; run without --no-build" >&2; exit 1; }
 done
@@ -311,7 +316,7 @@ done
 done
 
 echo
-echo "Abuse table, $(date -u +%Y-%m-%d), release build, $(nproc) cores, ${duration} s per attack, ${cpu_note}"
+echo "Abuse table, $(date -u +%Y-%m-%d), $configuration build, $(nproc) cores, ${duration} s per attack, ${cpu_note}"
 [[ -n "$budget_line" ]] && echo "Server budget: $budget_line"
 echo
 echo "| mode | attack | connections | server peak RSS | control echoes | control p50 | control p99 | control cut off | attackers cut off | server log |"

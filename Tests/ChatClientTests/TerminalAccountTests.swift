@@ -8,7 +8,7 @@ extension TerminalTests {
     /// Accounts made or logged into at the prompt, against the real server in its default
     /// (durable) mode: the client logs in again by itself after restarts and after being ghosted,
     /// with the password it holds in memory only (docs/CLIENT.md, "Logging in again").
-    @Suite struct Accounts {
+    @Suite(.serialized) struct Accounts {
         /// Registers `nick` with `password` over the protocol, as another client of the same user
         /// did earlier, and leaves.
         static func registerAccount(_ nick: String, password: String, port: Int) async throws {

@@ -6,7 +6,7 @@ import TestSupport
 
 extension TerminalTests {
     /// How the client deals with servers that refuse, fall silent, drop it or restart.
-    @Suite struct Connection {
+    @Suite(.serialized) struct Connection {
         private let prompt = TerminalTests.prompt
 
         @Test func aTakenNickAtTheStartFallsBackToNickUnderscore() async throws {

@@ -6,7 +6,7 @@ import TestSupport
 extension TerminalTests {
     /// docs/CLIENT.md's "A day in the client", step by step: three people in three terminals,
     /// several rooms and queries, a reconnect, scrolling back, searching, a config file and logs.
-    @Suite struct ADayInTheClient {
+    @Suite(.serialized) struct ADayInTheClient {
         /// Types `line` in `session`'s client and waits for its echo before anything else is typed.
         ///
         /// Typed back to back, lines reach a busy client together in one read, and a read with

@@ -6,7 +6,7 @@ import TestSupport
 
 extension TerminalTests {
     /// The client against a server that stores its rooms: killed and restarted, it is the same room.
-    @Suite struct DurableRestart {
+    @Suite(.serialized) struct DurableRestart {
         @Test func aKilledAndRestartedServerIsTheSameRoomAndTheClientShowsExactlyWhatItMissed() async throws {
             let data = try temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: data) }

@@ -8,7 +8,7 @@ extension TerminalTests {
     /// libedit's editing as a daily user meets it, and the places where the client adds to it:
     /// redrawing after resizes, kills that add up, Esc then a digit, history walks, stopping a
     /// paste, and the history file's mode.
-    @Suite struct Editing {
+    @Suite(.serialized) struct Editing {
         private let prompt = TerminalTests.prompt
 
         @Test func shrinkingAndGrowingTheTerminalLeavesTheWholeLineInView() async throws {
@@ -116,7 +116,7 @@ extension TerminalTests {
     }
 
     /// Input meant to break the client: invalid UTF-8, resize storms, floods of lines.
-    @Suite struct Hostile {
+    @Suite(.serialized) struct Hostile {
         private let prompt = TerminalTests.prompt
 
         @Test func invalidUTF8TypedOrPastedBecomesReplacementCharacters() async throws {

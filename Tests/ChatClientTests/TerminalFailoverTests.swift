@@ -6,7 +6,7 @@ import TestSupport
 
 extension TerminalTests {
     /// The client in a terminal, given several servers (`--server`, repeated).
-    @Suite struct Failover {
+    @Suite(.serialized) struct Failover {
         /// Two servers that are not one chat: each has its own #general, with its own epoch. The
         /// client moves from the first to the second when the first dies, says so, names the new
         /// server in the status line, and marks the room as started again instead of taking the

@@ -7,7 +7,7 @@ import TestSupport
 extension TerminalTests {
     /// The window logs across several runs of the client: a line the room's backlog shows again
     /// at every start is logged once, and the files stay in time order.
-    @Suite struct Logs {
+    @Suite(.serialized) struct Logs {
         @Test func threeClientStartsLeaveEachLineOnceInTheLogInTimeOrder() async throws {
             let server = try await ChatServerProcess()
             defer { server.stop() }

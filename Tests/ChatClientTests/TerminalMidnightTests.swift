@@ -7,7 +7,7 @@ import TestSupport
 extension TerminalTests {
     /// A real run across midnight: the client runs under a time zone (`TZ`, a POSIX offset with
     /// seconds) whose midnight is a few seconds away, so nothing in the client is faked.
-    @Suite struct Midnight {
+    @Suite(.serialized) struct Midnight {
         /// A POSIX `TZ` whose local midnight falls at `instant` (seconds since 1970), and the
         /// zone's offset east of UTC in seconds. POSIX writes offsets west, so east is `-`.
         static func zone(midnightAt instant: Int) -> (tz: String, east: Int) {

@@ -6,7 +6,7 @@ import TestSupport
 extension TerminalTests {
     /// Room moderation (version 4) between two real chat-clients in tmux against the real
     /// chat-server: roles shown in the nick list, a kick on both screens, no rejoin after it.
-    @Suite struct Moderation {
+    @Suite(.serialized) struct Moderation {
         @Test func anOpKicksAndTheKickedClientDoesNotRejoin() async throws {
             let server = try await ChatServerProcess(arguments: [])
             defer { server.stop() }

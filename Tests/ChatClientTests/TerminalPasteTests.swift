@@ -6,7 +6,7 @@ import TestSupport
 extension TerminalTests {
     /// Long input and pastes, in a real terminal: nothing crashes, nothing is run as a command,
     /// nothing is lost to the rate limit, nothing reaches the shell.
-    @Suite struct Pastes {
+    @Suite(.serialized) struct Pastes {
         private let prompt = TerminalTests.prompt
 
         @Test func longLinesNeverCrashTheClientOrReachTheShell() async throws {

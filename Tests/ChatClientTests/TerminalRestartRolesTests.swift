@@ -7,7 +7,7 @@ import TestSupport
 extension TerminalTests {
     /// A room's op in the client keeps the room across a server restart (issue 37): a bot that
     /// rejoins first does not take it over.
-    @Suite struct RestartRoles {
+    @Suite(.serialized) struct RestartRoles {
         @Test func theRoomsOpIsStillItsOpAfterTheServerRestartsAndABotRejoinsFirst() async throws {
             let data = try temporaryDirectory()
             defer { try? FileManager.default.removeItem(at: data) }

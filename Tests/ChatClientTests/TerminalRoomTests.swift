@@ -6,7 +6,7 @@ import TestSupport
 extension TerminalTests {
     /// Several rooms and conversations on one screen: the status line, switching keys,
     /// activity and mention markers, the bell, /query, /away and /ignore.
-    @Suite struct Rooms {
+    @Suite(.serialized) struct Rooms {
         @Test func altNumberAndCtrlNPSwitchWindows() async throws {
             try await TerminalTests.start(rooms: ["general", "dev"]) { _, tmux, bob, _ in
                 try await tmux.waitForScreen("the status line with both rooms") { rows in

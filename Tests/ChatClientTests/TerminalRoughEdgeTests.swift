@@ -7,7 +7,7 @@ import TestSupport
 
 extension TerminalTests {
     /// The user's own libedit settings: `~/.editrc` is read before the client binds its keys.
-    @Suite struct EditRC {
+    @Suite(.serialized) struct EditRC {
         @Test func bindDashVInTheUsersEditrcGivesViMode() async throws {
             let server = try await ChatServerProcess()
             defer { server.stop() }
@@ -43,7 +43,7 @@ extension TerminalTests {
     }
 
     /// The smaller things a daily user runs into.
-    @Suite struct RoughEdges {
+    @Suite(.serialized) struct RoughEdges {
         private let prompt = TerminalTests.prompt
 
         /// Once the client is back on a server, the next loss starts the delays from the shortest.

@@ -11,7 +11,7 @@ extension TerminalTests {
     /// advance: a line is cut into rows here by counting characters, independently of the
     /// client's own `TerminalText.rows` — the texts have no space to wrap at, so a row is full,
     /// and the rows after the first start under the text (`- <bob> `, 8 columns in).
-    @Suite struct Scrolling {
+    @Suite(.serialized) struct Scrolling {
         /// A config file that writes every time as `-`; the caller removes `directory`.
         static func constantTimesConfig(in directory: URL) throws -> String {
             let file = directory.appendingPathComponent("config.toml")

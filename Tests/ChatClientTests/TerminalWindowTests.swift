@@ -13,7 +13,7 @@ func writeConfig(_ text: String, home: URL) throws {
 
 extension TerminalTests {
     /// Windows that own their lines, scrollback, the config file and logs, in a real terminal.
-    @Suite struct Windows {
+    @Suite(.serialized) struct Windows {
         @Test func windowsOwnTheirLinesAndPageUpScrollsBack() async throws {
             try await TerminalTests.start(rooms: ["general", "dev"]) { _, tmux, bob, _ in
                 for index in 1...40 { try await bob.say("line \(index)") }
