@@ -12,10 +12,12 @@ Usage: Scripts/test.sh [--fast]
 
 Runs, in order:
   1. Scripts/bootstrap.sh         install libssl-dev, libedit-dev, pkg-config, tmux, openssl, redis-server, prometheus when missing
-  2. Scripts/fuzz.sh 60           libFuzzer on the chat codec, the TLS record path, the RESP parser and the chat logic (FUZZ_SECONDS to change)
+  2. Scripts/fuzz.sh 60           libFuzzer on the chat codec, the TLS record path, the RESP parser and the chat logic
+                                  (FUZZ_SECONDS to change), in the background at nice 10 beside steps 3-6; the run
+                                  fails at its end if the fuzzer found a crash
   3. swift test --sanitize=thread the socket layer's tests (SocketCore, SocketStreams) under TSan (.build-tsan/)
   4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss
-  5. Scripts/abuse.sh --check     every attack against the server of step 1's debug build in durable
+  5. Scripts/abuse.sh --check     every attack against the debug chat-server built first, in durable
                                   mode, 5 s each; fails if one succeeds (ABUSE_MODES to change, e.g.
                                   durable,memory,cluster)
      chat-client under ASan       chat-client built with --sanitize=address (.build-asan/), which
@@ -45,9 +47,18 @@ Scripts/bootstrap.sh
 step "build"
 swift build --build-tests
 
+fuzz_pid=""
 if [[ $fast -eq 0 ]]; then
-    step "fuzz the codecs and the chat logic for ${FUZZ_SECONDS:-60} s"
-    Scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+    # Beside every step below, at a lower priority: the final step leaves about a core idle for
+    # its five minutes (most tests wait on sockets), which the fuzzer's builds and runs fill, so
+    # it costs CI almost none of the 3 minutes it took as a step of its own. Its lines come in
+    # among the other steps' ("fuzzing ...", "<target>: no crash ..."); the run waits for it
+    # before it ends, and fails if it found a crash. In a session of its own (setsid), so that
+    # an early exit stops all of it.
+    step "fuzz the codecs and the chat logic for ${FUZZ_SECONDS:-60} s, in the background, beside the steps below"
+    setsid nice -n 10 Scripts/fuzz.sh "${FUZZ_SECONDS:-60}" &
+    fuzz_pid=$!
+    trap '[[ -n $fuzz_pid ]] && kill -- -"$fuzz_pid" 2>/dev/null; true' EXIT
 
     step "the socket layer under ThreadSanitizer"
     # Only the socket layer's targets are declared (CHAT_PACKAGE_SUBSET, Package.swift): a TSan
@@ -82,3 +93,11 @@ fi
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-8}"
 step "all tests, ${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH} at a time"
 swift test
+if [[ -n $fuzz_pid ]]; then
+    # Done well before the tests, so the tests' summary line above stays the run's last unless
+    # the fuzzer failed.
+    fuzz_status=0
+    wait "$fuzz_pid" || fuzz_status=$?
+    fuzz_pid=""
+    [[ $fuzz_status -eq 0 ]] || { echo "test.sh: the fuzzer failed (its lines above say why)" >&2; exit 1; }
+fi
