@@ -255,7 +255,7 @@ extension ChatCore {
                         moderation: .kick(by: ban.entry.setBy, account: "", admin: true, sparingOps: true)))
                     continue
                 }
-                guard let taken = Self.accountRole(client.account, in: settings) else { continue }
+                guard let taken = RoomRules.accountRole(client.account, in: settings) else { continue }
                 let mode: RoomMode = taken == .op ? .op : .voice
                 guard !role.contains(taken == .op ? "o" : "v") else { continue }
                 let event = Frame.modeChanged(room: room, seq: 0, time: 0, by: nick, mode: mode, on: true, argument: nick)

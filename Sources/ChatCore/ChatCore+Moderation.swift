@@ -84,23 +84,31 @@ extension ChatCore {
         return limits.accounts.adminAccounts.contains(account)
     }
 
-    /// Why `id` may not act as an op in `name`, or nil when it may: an op among its members, or
-    /// a server operator while the room has members.
-    func operatorRefusal(in name: String, for id: ClientID) -> (code: ErrorCode, reason: String)? {
-        if isServerOperator(id) {
-            return rooms[name] == nil ? (.notInRoom, "#\(name) has no members") : nil
+    /// `id` as `name`'s rules see it (`RoomRules`): its nick, account and address, and its place
+    /// in the room; nil for a client gone or without a nick.
+    func actor(_ id: ClientID, in name: String) -> RoomActor? {
+        guard let client = clients[id.slot], let nick = client.nick else { return nil }
+        var actor = RoomActor(
+            nick: nick, account: client.account, address: client.address, isServerOperator: isServerOperator(id),
+            isMember: client.rooms.contains(name))
+        if let index = rooms.index(forKey: name) {
+            actor.isOp = rooms.values[index].moderation.ops.contains(id)
+            actor.isVoiced = rooms.values[index].moderation.voices.contains(id)
         }
-        guard isMember(id, of: name), let index = rooms.index(forKey: name) else {
-            return (.notInRoom, "you are not in #\(name)")
-        }
-        guard rooms.values[index].moderation.ops.contains(id) else { return (.notOperator, "you are not an op of #\(name)") }
-        return nil
+        return actor
     }
 
-    /// Whether `id` is logged in as `name`'s founder.
-    private func isFounder(_ id: ClientID, of name: String) -> Bool {
-        guard let founder = rooms[name]?.moderation.settings.founder else { return false }
-        return clients[id.slot]?.account == founder
+    /// The member of `name` called `nick` (in any letter case), as the room's rules see it; nil
+    /// when nobody by that nick is online (`isMember` says whether it is in the room).
+    private func actor(named nick: String, in name: String) -> (id: ClientID, actor: RoomActor)? {
+        guard let id = nicks[ChatName.nickKey(nick)], let actor = actor(id, in: name) else { return nil }
+        return (id, actor)
+    }
+
+    /// Why `id` may not act as an op in `name`, or nil when it may (`RoomRules.operating`).
+    func operatorRefusal(in name: String, for id: ClientID) -> RoomRefusal? {
+        guard let actor = actor(id, in: name) else { return (.notInRoom, "you are not in #\(name)") }
+        return RoomRules.operating(actor, in: name, hasMembers: rooms[name] != nil)
     }
 
     private mutating func kick(
@@ -111,14 +119,14 @@ extension ChatCore {
             refuse(.kick, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        guard let targetID = nicks[ChatName.nickKey(target)], isMember(targetID, of: name) else {
-            refuse(.kick, .notInRoom, "\(target) is not in #\(name)", to: id, into: &actions)
+        let named = actor(named: target, in: name)
+        if let kicker = actor(id, in: name), let settings = rooms[name]?.moderation.settings,
+            let refusal = RoomRules.kicking(named?.actor, named: target, by: kicker, in: name, settings: settings)
+        {
+            refuse(.kick, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        if isFounder(targetID, of: name), !isFounder(id, of: name), !isServerOperator(id) {
-            refuse(.kick, .notOperator, "\(target) founded #\(name): only the founder kicks the founder", to: id, into: &actions)
-            return
-        }
+        guard let targetID = named?.id else { return }
         remove(targetID, from: name, by: nick, reason: reason, at: now, into: &actions)
     }
 
@@ -150,97 +158,37 @@ extension ChatCore {
             refuse(.setMode, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        guard let parsed = checkedModeArgument(mode, on: on, argument: argument, for: id, into: &actions) else { return }
-        var moderation = rooms[name]!.moderation
-        var canonical = parsed.announced
-        var banKicks: BanMask?
-        switch mode {
-        case .inviteOnly:
-            moderation.settings.inviteOnly = on
-        case .moderated:
-            moderation.settings.moderated = on
-        case .topicLock:
-            moderation.settings.topicLock = on
-        case .key:
-            moderation.settings.key = on ? argument : nil
-        case .memberLimit:
-            moderation.settings.memberLimit = parsed.limit ?? 0
-        case .op, .voice:
-            guard let targetID = nicks[ChatName.nickKey(argument)], let target = self.nick(of: targetID),
-                isMember(targetID, of: name)
-            else {
-                refuse(.setMode, .notInRoom, "\(argument) is not in #\(name)", to: id, into: &actions)
-                return
-            }
-            if mode == .op, !on, isFounder(targetID, of: name), !isFounder(id, of: name), !isServerOperator(id) {
-                refuse(.setMode, .notOperator, "\(target) founded #\(name): only the founder deops the founder", to: id, into: &actions)
-                return
-            }
-            let role: RoomRole = mode == .op ? .op : .voice
-            if role == .op {
-                if on { moderation.ops.insert(targetID) } else { moderation.ops.remove(targetID) }
-            } else {
-                if on { moderation.voices.insert(targetID) } else { moderation.voices.remove(targetID) }
-            }
-            if moderation.settings.founder != nil, let account = clients[targetID.slot]?.account {
-                // A registered room remembers the role for the account, up to a bound.
-                if on, moderation.settings.accountRoles[account] != nil || moderation.settings.accountRoles.count < ModerationLimits.maxAccountRoles {
-                    moderation.settings.accountRoles[account] = role
-                } else if !on, moderation.settings.accountRoles[account] == role {
-                    moderation.settings.accountRoles[account] = nil
-                }
-            }
-            canonical = target
-        case .ban:
-            let mask = parsed.mask!
-            let existing = moderation.settings.bans.firstIndex { $0.mask == mask }
-            if on, existing == nil {
-                guard moderation.settings.bans.count < ModerationLimits.maxRoomBans else {
-                    refuse(.setMode, .listFull, "#\(name) holds \(ModerationLimits.maxRoomBans) bans, the most allowed", to: id, into: &actions)
-                    return
-                }
-                let entry = BanEntry(mask: mask.canonical, setBy: nick, time: now.wallMillis, reason: parsed.reason)
-                moderation.settings.bans.append(Ban(mask: mask, entry: entry))
-            } else if !on, let existing {
-                moderation.settings.bans.remove(at: existing)
-            }
-            if on { banKicks = mask }
-        case .registered:
-            let account = clients[id.slot]?.account
-            if on {
-                guard let account else {
-                    refuse(.setMode, .notLoggedIn, "log in to register #\(name) to your account", to: id, into: &actions)
-                    return
-                }
-                if let founder = moderation.settings.founder, founder != account {
-                    refuse(.setMode, .notOperator, "#\(name) is registered to \(accounts.name(of: founder))", to: id, into: &actions)
-                    return
-                }
-                if moderation.settings.founder == nil, let full = registrationLimit(for: account) {
-                    refuse(.setMode, .listFull, full, to: id, into: &actions)
-                    return
-                }
-                moderation.settings.founder = account
-                canonical = accounts.name(of: account)
-            } else {
-                guard let founder = moderation.settings.founder else { break }
-                guard founder == account || isServerOperator(id) else {
-                    refuse(.setMode, .notOperator, "only the founder unregisters #\(name)", to: id, into: &actions)
-                    return
-                }
-                canonical = accounts.name(of: founder)
-                moderation.settings.founder = nil
-                moderation.settings.accountRoles = [:]
-            }
-        default:
-            // `modeArgument` refuses every mode this server does not know.
+        guard let parsed = checkedModeArgument(mode, on: on, argument: argument, for: id, into: &actions),
+            let setter = actor(id, in: name), var moderation = rooms[name]?.moderation
+        else { return }
+        let target = mode == .op || mode == .voice ? actor(named: argument, in: name) : nil
+        let change = RoomRules.modeChange(
+            mode, on: on, argument: parsed, target: target?.actor, by: setter, in: name, settings: moderation.settings,
+            wallMillis: now.wallMillis, registrationLimit: registrationLimit(for:), accountName: accounts.name(of:))
+        let outcome: ModeChangeOutcome
+        switch change {
+        case .refused(let refusal):
+            refuse(.setMode, refusal.code, refusal.reason, to: id, into: &actions)
             return
+        case .changed(let changed):
+            outcome = changed
         }
-        let wasRegistered = rooms[name]!.moderation.settings.founder != nil
+        let wasRegistered = moderation.settings.founder != nil
+        moderation.settings = outcome.settings
+        if let (role, grant) = outcome.role, let targetID = target?.id {
+            switch (role, grant) {
+            case (.op, true): moderation.ops.insert(targetID)
+            case (.op, false): moderation.ops.remove(targetID)
+            case (.voice, true): moderation.voices.insert(targetID)
+            case (.voice, false): moderation.voices.remove(targetID)
+            }
+        }
         withRoom(name) { $0.moderation = moderation }
         if moderation.settings.founder != nil || wasRegistered { settingsChanged(of: name) }
-        announceMode(mode, on: on, argument: canonical, in: name, by: nick, setter: id, at: now, into: &actions)
-        if let banKicks { kickMembers(of: name, matching: banKicks, reason: parsed.reason, by: nick, at: now, into: &actions) }
+        announceMode(mode, on: on, argument: outcome.announced, in: name, by: nick, setter: id, at: now, into: &actions)
+        if let banKicks = outcome.banKicks {
+            kickMembers(of: name, matching: banKicks, reason: parsed.reason, by: nick, at: now, into: &actions)
+        }
     }
 
     /// Why `account` may not register another room — the server or the account holds as many
@@ -287,18 +235,13 @@ extension ChatCore {
     }
 
     private mutating func invite(_ target: String, to name: String, by id: ClientID, nick: String, at now: ServerTime, into actions: inout [ChatAction]) {
-        if let refusal = operatorRefusal(in: name, for: id) {
+        let named = actor(named: target, in: name)
+        if let refusal = operatorRefusal(in: name, for: id) ?? RoomRules.inviting(named?.actor, named: target, in: name) {
             refuse(.invite, refusal.code, refusal.reason, to: id, into: &actions)
             return
         }
-        guard let targetID = nicks[ChatName.nickKey(target)], let targetNick = self.nick(of: targetID) else {
-            refuse(.invite, .noSuchNick, "no one is called \(target)", to: id, into: &actions)
-            return
-        }
-        guard !isMember(targetID, of: name) else {
-            refuse(.invite, .alreadyInRoom, "\(targetNick) is in #\(name)", to: id, into: &actions)
-            return
-        }
+        guard let (targetID, invitee) = named else { return }
+        let targetNick = invitee.nick
         let key = ChatName.nickKey(targetNick)
         let expires = now.uptimeMillis + ModerationLimits.invitationLifetime
         withRoom(name) { room in
@@ -477,35 +420,18 @@ extension ChatCore {
     /// `joinWithKey`. Part of `joinRefusal`: one rule for every mode.
     func moderationJoinRefusal(of name: String, for id: ClientID, key: String?, at now: ServerTime) -> (code: ErrorCode, reason: String)? {
         // A client gone joins nothing.
-        guard let client = clients[id.slot] else { return (.notInRoom, "the connection is gone") }
+        guard clients[id.slot] != nil else { return (.notInRoom, "the connection is gone") }
         if let closure = moderation.closure(of: name) {
             return (.banned, "#\(name) is closed" + (closure.entry.reason.isEmpty ? "" : ": \(closure.entry.reason)"))
         }
-        // A server operator enters any room that is not closed: to sort out one whose founder is
-        // gone, say.
-        if isServerOperator(id) { return nil }
+        guard let joiner = actor(id, in: name) else { return (.notInRoom, "the connection is gone") }
         let inMemory = rooms.index(forKey: name)
-        guard let settings = inMemory.map({ rooms.values[$0].moderation.settings }) ?? moderation.registered[name] else { return nil }
-        if let ban = settings.ban(matching: client.account, nick: client.nick, address: client.address) {
-            return (.banned, "you are banned from #\(name) (\(ban.entry.mask))")
-        }
-        if let account = client.account, account == settings.founder || settings.accountRoles[account] != nil { return nil }
-        let nickKey = client.nick.map(ChatName.nickKey)
+        let nickKey = ChatName.nickKey(joiner.nick)
         let invited = inMemory.map { rooms.values[$0].moderation.invitations.contains { $0.nickKey == nickKey && $0.expires > now.uptimeMillis } } ?? false
-        if invited { return nil }
-        if settings.inviteOnly { return (.inviteOnly, "#\(name) is invite-only") }
-        if let roomKey = settings.key {
-            if key != nil, let refusal = keyGuessRefusal(for: id, room: name, at: now) {
-                return (.throttled, Self.guessRefusalReason(refusal, room: name))
-            }
-            guard let key, Self.constantTimeEquals(key, roomKey) else {
-                return (.badRoomKey, key == nil ? "#\(name) needs a key (joinWithKey)" : "wrong key for #\(name)")
-            }
-        }
-        if settings.memberLimit > 0, let inMemory, rooms.values[inMemory].members.count >= settings.memberLimit {
-            return (.roomFull, "#\(name) is full (\(settings.memberLimit) members)")
-        }
-        return nil
+        let throttle = key == nil ? nil : keyGuessRefusal(for: id, room: name, at: now).map { (ErrorCode.throttled, Self.guessRefusalReason($0, room: name)) }
+        return RoomRules.admission(
+            of: joiner, to: name, settings: inMemory.map { rooms.values[$0].moderation.settings } ?? moderation.registered[name],
+            memberCount: inMemory.map { rooms.values[$0].members.count } ?? 0, invited: invited, key: key, keyThrottle: throttle)
     }
 
     /// `id` enters `name`, which is in memory and whose rules let it in: uses its invitation,
@@ -515,23 +441,20 @@ extension ChatCore {
     /// back a role it held before a restart.
     @discardableResult
     mutating func takeRoles(in name: String, for id: ClientID) -> Bool {
-        let account = clients[id.slot]?.account
-        let nickKey = clients[id.slot]?.nick.map(ChatName.nickKey)
+        guard let joiner = actor(id, in: name) else { return false }
+        let nickKey = ChatName.nickKey(joiner.nick)
         let remembers = moderation.remembered[name] != nil && rooms[name]?.moderation.settings.founder == nil
-        let heldBefore = remembers ? takeRememberedRole(in: name, account: account, nick: clients[id.slot]?.nick) : nil
+        let heldBefore = remembers ? takeRememberedRole(in: name, account: joiner.account, nick: joiner.nick) : nil
         withRoom(name) { room in
             room.moderation.invitations.removeAll { $0.nickKey == nickKey }
-            let settings = room.moderation.settings
-            if settings.founder == nil {
-                switch heldBefore {
-                case .op?: room.moderation.ops.insert(id)
-                case .voice?: room.moderation.voices.insert(id)
+            switch heldBefore {
+            case .op?: room.moderation.ops.insert(id)
+            case .voice?: room.moderation.voices.insert(id)
+            case nil:
                 // A restart must not hand the room to whoever rejoins first.
-                case nil: if room.members.isEmpty, !remembers { room.moderation.ops.insert(id) }
-                }
-            } else if let account {
-                if account == settings.founder || settings.accountRoles[account] == .op { room.moderation.ops.insert(id) }
-                if settings.accountRoles[account] == .voice { room.moderation.voices.insert(id) }
+                let roles = RoomRules.rolesOnJoining(joiner, settings: room.moderation.settings, creates: room.members.isEmpty && !remembers)
+                if roles.op { room.moderation.ops.insert(id) }
+                if roles.voice { room.moderation.voices.insert(id) }
             }
         }
         return heldBefore != nil
@@ -594,13 +517,14 @@ extension ChatCore {
     // MARK: Who a member is
 
     /// The ban of a room with `settings` that its member `id` meets under `nick` and its account
-    /// and address as they are now, or nil: none matches, or `id` is spared as an op there
-    /// (`isOp`; a new ban spares ops too) or a server operator. The one rule a member's login and
-    /// nick change meet in each of its rooms, in every mode, as a joiner meets it in
-    /// `moderationJoinRefusal`.
+    /// and address as they are now (`RoomRules.memberBan`; `isOp`: it is an op there). The one
+    /// rule a member's login and nick change meet in each of its rooms, in every mode, as a
+    /// joiner meets `RoomRules.admission`.
     func memberBan(of settings: RoomSettings, isOp: Bool, for id: ClientID, nick: String) -> Ban? {
-        guard let client = clients[id.slot], !isOp, !isServerOperator(id) else { return nil }
-        return settings.ban(matching: client.account, nick: nick, address: client.address)
+        guard let client = clients[id.slot] else { return nil }
+        let member = RoomActor(
+            nick: nick, account: client.account, address: client.address, isServerOperator: isServerOperator(id), isMember: true, isOp: isOp)
+        return RoomRules.memberBan(member, settings: settings)
     }
 
     /// `memberBan` in `name`, a room in memory here (none on a cluster node: `clusterStandingsRead`
@@ -608,13 +532,6 @@ extension ChatCore {
     func memberBan(in name: String, for id: ClientID, nick: String) -> Ban? {
         guard let room = rooms[name] else { return nil }
         return memberBan(of: room.moderation.settings, isOp: room.moderation.ops.contains(id), for: id, nick: nick)
-    }
-
-    /// The role `account` takes in a room with `settings`: op for its founder, else the role
-    /// given to the account there (none outside a registered room).
-    static func accountRole(_ account: String?, in settings: RoomSettings) -> RoomRole? {
-        guard let account, let founder = settings.founder else { return nil }
-        return account == founder ? .op : settings.accountRoles[account]
     }
 
     /// Why a nick change to `nick` is refused where a room's ban matches the member under it.
@@ -643,7 +560,7 @@ extension ChatCore {
                 continue
             }
             guard let settings = rooms[name]?.moderation.settings,
-                let role = Self.accountRole(client.account, in: settings)
+                let role = RoomRules.accountRole(client.account, in: settings)
                     ?? (settings.founder == nil ? takeRememberedRole(in: name, account: client.account, nick: nil) : nil)
             else { continue }
             let granted: RoomMode? = withRoom(name) { room in

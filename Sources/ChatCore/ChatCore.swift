@@ -821,15 +821,14 @@ public struct ChatCore: Sendable {
             return (.unavailable, unavailableText(what))
         }
         if request != .part, let storageFailure { return (.storageFailed, Self.notStored(storageFailure)) }
-        // On every line's path: read in place (a copy of the room's moderation would retain its
-        // sets), a flag, and set lookups only in a moderated room.
-        if request != .part, let index = rooms.index(forKey: room) {
-            if request == .setTopic, rooms.values[index].moderation.settings.topicLock, !rooms.values[index].moderation.ops.contains(id) {
-                return (.notOperator, "#\(room)'s topic is locked: only ops set it")
-            }
-            if request == .say || request == .emote, !rooms.values[index].moderation.maySpeak(id) {
-                return (.moderated, "#\(room) is moderated: only ops and voiced members speak")
-            }
+        // On every line's path: a flag read in place (a copy of the room's moderation would
+        // retain its sets); the rules are asked only in a moderated room or of a locked topic.
+        guard request != .part, let index = rooms.index(forKey: room) else { return nil }
+        if request == .setTopic, rooms.values[index].moderation.settings.topicLock, let setter = actor(id, in: room) {
+            return RoomRules.settingTopic(setter, in: room, settings: rooms.values[index].moderation.settings)
+        }
+        if request == .say || request == .emote, rooms.values[index].moderation.settings.moderated, let speaker = actor(id, in: room) {
+            return RoomRules.speaking(speaker, in: room, settings: rooms.values[index].moderation.settings)
         }
         return nil
     }

@@ -48,7 +48,7 @@ struct Invitation: Sendable, Equatable {
 ///
 /// Roles are kept by session (`ClientID`), not by nick, so they follow a nick change and end
 /// when the session leaves the room (`ChatRoom.removeMember`). The moderated check on the
-/// message path is two set lookups.
+/// message path is a flag, and two set lookups in a moderated room (`RoomRules.speaking`).
 struct RoomModeration: Sendable {
     var settings: RoomSettings
     var ops: Set<ClientID> = []
@@ -59,11 +59,6 @@ struct RoomModeration: Sendable {
     /// A room with `settings` (a registered room's, or the defaults) and nobody in a role.
     init(settings: RoomSettings = RoomSettings()) {
         self.settings = settings
-    }
-
-    /// Whether `id` may speak in the room: it is not moderated, or `id` is an op or voiced.
-    func maySpeak(_ id: ClientID) -> Bool {
-        !settings.moderated || ops.contains(id) || voices.contains(id)
     }
 
     /// Takes `id`'s roles away (it left the room).

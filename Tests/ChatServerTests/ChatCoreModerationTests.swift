@@ -494,6 +494,9 @@ struct ChatCoreModerationTests {
         _ = await chat.send(.setMode(room: "r", mode: .inviteOnly, on: true, argument: ""), from: root)
         _ = await chat.send(.setMode(room: "r", mode: .ban, on: true, argument: "account:root"), from: root)
         #expect(errorCode(to: root, in: await chat.send(.join(room: "r"), from: root)) == nil)
+        // A member that is a server operator but no op there sets a locked topic, as it sets modes.
+        _ = await chat.send(.setMode(room: "r", mode: .topicLock, on: true, argument: ""), from: root)
+        #expect(errorCode(to: root, in: await chat.send(.setTopic(room: "r", text: "the operator's"), from: root)) == nil)
         _ = await chat.send(.part(room: "r"), from: root)
         let closed = await chat.send(.serverBan(on: true, mask: "room:r", reason: "closed"), from: root)
         #expect(frames(to: alice, in: closed).contains { if case .kicked("r", _, _, "alice", "root", _) = $0 { true } else { false } })
