@@ -6,6 +6,11 @@ import Glibc
 /// it, opens the directory itself and takes an exclusive `flock` on that descriptor, so a second
 /// server on the same directory is refused at start instead of numbering the same rooms twice.
 ///
+/// It also refuses a directory someone else could change (`permissionProblem`): one its group
+/// or anyone may write to, or one another user owns. Its files hold password hashes and room
+/// keys; whoever can write the directory can replace them (or put a `-wal` file of their own
+/// beside a database before it is opened), whatever the files' own modes.
+///
 /// Why the directory and not a `lock` file in it: a file can be deleted under a running server
 /// (an `rm -rf` of the directory took the old `lock` file with it), and a second server then
 /// made a new one and started. A lock on the directory's own inode goes only with the directory;
@@ -27,11 +32,24 @@ public final class DataDirectory: Sendable {
     /// `/proc/self/fd/N`: the locked directory whatever its path now holds (see `anchoredPath`).
     private let anchor: String?
 
-    /// Opens `path`, creating it and its missing parents, and locks it. Throws a `StorageError`
-    /// that names the directory and the reason (another server holds it, not writable, …).
-    public init(path: String) throws(StorageError) {
+    /// Why a directory others may list is still served, said by whoever opened it (the server
+    /// logs it, the commands print it); nil for a directory of mode 0700.
+    public let warning: String?
+
+    /// The end of the message for a directory another server holds.
+    public static let heldByAnotherServer = "another chat-server is using it"
+
+    /// Opens `path`, creating it and its missing parents if `creating` (else a missing `path` is
+    /// refused: `… is not a directory`), and locks it. Throws a `StorageError` that names the
+    /// directory and the reason (another server holds it, not writable, others could change it, …).
+    public init(path: String, creating: Bool = true) throws(StorageError) {
         self.path = path
-        try Self.makeDirectories(path)
+        if creating {
+            try Self.makeDirectories(path)
+        } else {
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { throw StorageError("\(path) is not a directory") }
+        }
         guard access(path, W_OK | X_OK) == 0 else {
             throw StorageError("data directory \(path) is not writable: \(Self.errnoText())")
         }
@@ -39,18 +57,24 @@ public final class DataDirectory: Sendable {
         guard descriptor >= 0 else {
             throw StorageError("cannot open data directory \(path): \(Self.errnoText())")
         }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            let problem = errno == EWOULDBLOCK ? "another chat-server is using it" : Self.errnoText()
-            close(descriptor)
-            throw StorageError("data directory \(path) is locked: \(problem)")
-        }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else {
             let problem = Self.errnoText()
             close(descriptor)
             throw StorageError("cannot use data directory \(path): \(problem)")
         }
+        // Of the directory opened, not of whatever `path` names by now.
+        if let problem = Self.permissionProblem(info, path: path) {
+            close(descriptor)
+            throw StorageError(problem)
+        }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let problem = errno == EWOULDBLOCK ? Self.heldByAnotherServer : Self.errnoText()
+            close(descriptor)
+            throw StorageError("data directory \(path) is locked: \(problem)")
+        }
         self.descriptor = descriptor
+        warning = Self.permissionWarning(info, path: path)
         device = UInt64(info.st_dev)
         inode = UInt64(info.st_ino)
         // Linux's /proc/self/fd/N names the open directory itself: opening or creating a file
@@ -97,6 +121,46 @@ public final class DataDirectory: Sendable {
 
     /// The rooms database's path.
     public var databasePath: String { path + "/" + RoomDatabase.fileName }
+
+    /// Refuses a data directory at `path` that someone else could change; see the type's comment.
+    /// For a directory that is read, not opened as one (`backup`'s source).
+    public static func checkPermissions(of path: String) throws(StorageError) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw StorageError("cannot use data directory \(path): \(errnoText())") }
+        if let problem = permissionProblem(info, path: path) { throw StorageError(problem) }
+    }
+
+    /// Why the directory `info` describes must not be used, or nil: its group or anyone may write
+    /// to it (the sticky bit does not help: others could still add files), or a user other than
+    /// this process's owns it (who could change its mode at will). Root may use any user's, as
+    /// `sudo chat-server backup` does.
+    private static func permissionProblem(_ info: stat, path: String) -> String? {
+        // 0o022: write permission for the group or others.
+        if info.st_mode & 0o022 != 0 {
+            return "data directory \(path) is writable by others (mode \(octal(info.st_mode))): they could replace its files; run chmod 700 \(path)"
+        }
+        let user = geteuid()
+        if info.st_uid != user, user != 0 {
+            return "data directory \(path) belongs to another user (uid \(info.st_uid)), who could change it: run as that user, or give it to uid \(user) (sudo chown -R \(user) \(path))"
+        }
+        return nil
+    }
+
+    /// What to say of the directory `info` describes if others may list it, or nil. Served
+    /// anyway, as before these checks: what chat-server makes there now is 0600 (its umask), so
+    /// others see names and sizes only — but an older chat-server made its databases 0644,
+    /// which such a directory leaves readable; the warning says so at every start.
+    private static func permissionWarning(_ info: stat, path: String) -> String? {
+        // 0o077: any permission for the group or others.
+        guard info.st_mode & 0o077 != 0 else { return nil }
+        return "data directory \(path) can be listed by others (mode \(octal(info.st_mode))): run chmod 700 \(path) so that they cannot read its files either (0600 now; an older chat-server made them 0644)"
+    }
+
+    /// The permission bits of `mode` as `chmod` takes them: four octal digits.
+    private static func octal(_ mode: mode_t) -> String {
+        let digits = String(mode & 0o7777, radix: 8)
+        return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
+    }
 
     private static func makeDirectories(_ path: String) throws(StorageError) {
         var stats = stat()

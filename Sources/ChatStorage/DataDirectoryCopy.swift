@@ -39,6 +39,8 @@ public enum DataDirectoryCopy {
         guard stat(source + "/" + RoomDatabase.fileName, &sourceInfo) == 0 else {
             throw StorageError("\(source) is not a chat-server data directory: \(source)/\(RoomDatabase.fileName): \(errnoText())")
         }
+        // What others could have changed is not what to keep: refused as a server would refuse it.
+        try DataDirectory.checkPermissions(of: source)
         let target = try DataDirectory(path: destination)
         defer { target.unlock() }
         let present = try entries(of: destination).filter { $0 != "lock" }
@@ -163,7 +165,8 @@ public enum DataDirectoryCopy {
         /// Problems found, a sentence each; empty when the directory is sound.
         public var problems: [String] = []
         /// What is worth knowing but not wrong: a journal whose last record was cut short by a
-        /// power loss (a commit never acknowledged; the server keeps the records before it).
+        /// power loss (a commit never acknowledged; the server keeps the records before it), a
+        /// directory others may list (`DataDirectory.warning`).
         public var notes: [String] = []
     }
 
@@ -178,6 +181,7 @@ public enum DataDirectoryCopy {
         let held = try DataDirectory(path: directory)
         defer { held.unlock() }
         var report = Report()
+        if let warning = held.warning { report.notes.append(warning) }
         let names = try databaseFiles(in: directory)
         if !names.contains(RoomDatabase.fileName) { report.problems.append("no \(RoomDatabase.fileName): not a data directory, or an empty one") }
         for name in names {

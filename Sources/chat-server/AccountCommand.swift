@@ -28,8 +28,10 @@ struct AccountCommand: ParsableCommand {
             Works on the accounts.sqlite of --data-dir (the server's default directory unless given; \
             stop the server first: it holds the directory's lock and reads the accounts at start), \
             or with --cluster redis://HOST:PORT on a cluster's Redis (the nodes see the change at \
-            once). A name listed in --admin-account cannot be registered by a client: create it \
-            here. The password is read from the terminal without echo (twice), or from the first \
+            once). `add` creates a data directory that does not exist yet (mode 0700, and says so), \
+            for an operator's account made before the server's first start; `passwd` and `list` \
+            refuse one (exit 1); all three refuse a directory its group or others may write to. A \
+            name listed in --admin-account cannot be registered by a client: create it here. The password is read from the terminal without echo (twice), or from the first \
             line of --password-file FILE (- for standard input), or from standard input when it is \
             not a terminal.
             """,
@@ -51,7 +53,8 @@ struct AccountCommand: ParsableCommand {
         func run() throws {
             let hash = try password.hashed(for: name)
             let record = AccountRecord(name: name, key: ChatName.nickKey(name), passwordHash: hash, created: Self.nowMillis())
-            try place.withAccounts { accounts in try accounts.add(record) }
+            // The one command that may come before the server's first start: it makes the directory.
+            try place.withAccounts(creatingDirectory: true) { accounts in try accounts.add(record) }
             print("account \(name) created")
         }
 
@@ -114,8 +117,10 @@ struct AccountPlace: ParsableArguments {
         guard ChatName.isValidNick(name) else { throw ValidationError("\(name) is not a valid account name (a nick: docs/PROTOCOL.md, \"Names\")") }
     }
 
-    /// Runs `body` with the accounts this place names, then closes them.
-    func withAccounts<T>(_ body: (AccountBook) throws -> T) throws -> T {
+    /// Runs `body` with the accounts this place names, then closes them. A data directory that
+    /// does not exist is made (mode 0700, and said) if `creatingDirectory`, else refused: a
+    /// mistyped `--data-dir` must not become an empty directory that lists no accounts.
+    func withAccounts<T>(creatingDirectory: Bool = false, _ body: (AccountBook) throws -> T) throws -> T {
         if let cluster {
             let configuration: ClusterConfiguration
             do {
@@ -130,12 +135,21 @@ struct AccountPlace: ParsableArguments {
         guard let path = dataDir ?? DataDirectoryDefault.path() else {
             throw ValidationError("no --data-dir given and neither $XDG_STATE_HOME nor $HOME is set")
         }
+        let existed = access(path, F_OK) == 0
         let directory: DataDirectory
         do {
-            directory = try DataDirectory(path: path)
+            directory = try DataDirectory(path: path, creating: creatingDirectory)
         } catch {
-            throw AccountCommandError("\(error.message); stop the server first (it reads its accounts at start), then run this again")
+            if error.message.hasSuffix(DataDirectory.heldByAnotherServer) {
+                throw AccountCommandError("\(error.message); stop the server first (it reads its accounts at start), then run this again")
+            }
+            if !creatingDirectory, !existed {
+                throw AccountCommandError("\(error.message): name the server's --data-dir (only `account add` creates one)")
+            }
+            throw AccountCommandError(error.message)
         }
+        if !existed { print("created the data directory \(path) (mode 0700)") }
+        if let warning = directory.warning { StandardError.write("chat-server account: warning: \(warning)\n") }
         return try withExtendedLifetime(directory) {
             let store: SQLiteAccountStore
             do {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ChatServer
+import ConfigFormat
 import Glibc
 import Logging
 import SocketCore
@@ -35,6 +36,11 @@ struct ChatServerTool: ParsableCommand {
     /// flag that came from the file is reported with the file's line and exit status 78, not as
     /// a command-line mistake (64).
     static func route(_ arguments: [String]) -> Never {
+        // Whatever any command makes is its user's alone: the databases hold password hashes and
+        // room keys, and SQLite makes them (and their -wal and -shm files) 0644 under the usual
+        // umask 022. Set once, before anything is opened, rather than a mode at each of the
+        // places a file is made (SQLite's among them).
+        umask(0o077)
         if let first = arguments.first, otherCommands.contains(first) {
             main(arguments)
             Glibc.exit(ExitStatus.success)
@@ -64,7 +70,7 @@ struct ChatServerTool: ParsableCommand {
             // Parsed again through the root, so the usage in the message reads `chat-server serve`.
             let rooted = Result { try parseAsRoot([ServeCommand._commandName] + arguments) }
             let failure = rooted.failure ?? error
-            if let file, let entry = file.blame(message(for: failure), commandLine: commandLine) {
+            if let file, let entry = Self.entry(behind: message(for: failure), in: file, commandLine: commandLine) {
                 StandardError.write("chat-server: \(file.path):\(entry.line): \(entry.key): \(message(for: failure))\n")
                 Glibc.exit(ExitStatus.config)
             }
@@ -76,6 +82,32 @@ struct ChatServerTool: ParsableCommand {
         } catch {
             exit(withError: error)
         }
+    }
+
+    /// The entry of `file` behind the serving flags' failure `message`, or nil when the command
+    /// line's own flags are behind it: the entry the message names as a flag (`blame`); else,
+    /// for a check of settings together whose message names none ("the idle timeout must be
+    /// longer than the idle ping interval"), the first entry without which the flags parse — or,
+    /// failing that, fail otherwise (a later check then stops them). Parses once per entry, on
+    /// the way to an error only.
+    static func entry(behind message: String, in file: ServerConfigFile, commandLine: [String]) -> ConfigFile.Entry? {
+        if let named = file.blame(message, commandLine: commandLine) { return named }
+        func failure(_ arguments: [String]) -> String? {
+            do {
+                _ = try ServeCommand.parseAsRoot(arguments)
+                return nil
+            } catch {
+                return Self.message(for: error)
+            }
+        }
+        // Compared with a failure of the same parse: `message` may come through the root command.
+        guard let failed = failure(file.arguments(before: commandLine) + commandLine) else { return nil }
+        var changed: ConfigFile.Entry?
+        for entry in file.entries {
+            guard let other = failure(file.arguments(before: commandLine, leavingOut: entry) + commandLine) else { return entry }
+            if other != failed, changed == nil { changed = entry }
+        }
+        return changed
     }
 }
 
@@ -221,7 +253,9 @@ final class ConfigReloader: @unchecked Sendable {
                 fresh = command
             } catch {
                 let message = ChatServerTool.message(for: error)
-                let place = file.blame(message, commandLine: commandLine).map { "\(configPath):\($0.line): \($0.key)" } ?? configPath
+                let place =
+                    ChatServerTool.entry(behind: message, in: file, commandLine: commandLine).map { "\(configPath):\($0.line): \($0.key)" }
+                    ?? configPath
                 return logger.error(
                     "configuration not reloaded; the running one stays", metadata: ["config.error": "\(place): \(message)"])
             }

@@ -10,8 +10,10 @@ enum ExitStatus {
     /// Stopped by SIGTERM or SIGINT after its graceful shutdown; `--check-config`, `check` and
     /// `backup` that found nothing wrong.
     static let success: Int32 = 0
-    /// Refused at start: the data directory (locked, unusable, not a database, too new), the
-    /// chat or metrics address. Also `--status` when no status page can be read.
+    /// Refused at start: the data directory (locked, unusable, others could change it, not a
+    /// database, too new), the chat, plain-text or metrics address. Also `--status` when no
+    /// status page can be read, and a command's data directory that does not exist or others
+    /// could change.
     static let startupRefused: Int32 = 1
     /// Refused at start: the TLS certificate or key cannot be used.
     static let tlsUnusable: Int32 = 2
@@ -22,7 +24,8 @@ enum ExitStatus {
     /// The data directory was deleted or replaced while the server ran (EX_IOERR): it exits
     /// rather than write into whatever is at its path now; a restart starts on what is there.
     static let dataDirectoryLost: Int32 = 74
-    /// The config file cannot be read or used; the message names its line (EX_CONFIG).
+    /// The config file cannot be read or used, or a check of its values fails (alone or with
+    /// another setting's); the message names its line (EX_CONFIG).
     static let config: Int32 = 78
 
     /// `--status`'s status for a server that answers but is unhealthy (same number as

@@ -31,10 +31,12 @@ struct ServeCommand: ParsableCommand {
             what can change while running — the log level, the rate and login limits, the message of \
             the day, the admin accounts, the TLS files — and logs what waits for a restart; without \
             --config, SIGHUP reads the TLS files again. --check-config checks the file and the flags and \
-            exits (0 if they can serve, 78 with the file's line if not).
+            exits (0 if they can serve, 78 with the file's line if not — the line of one of the \
+            file's settings when a check of two together fails; 64 if only flags are to blame).
 
             Exit statuses (the systemd unit restarts after none of 1, 2, 64, 78): 0 a graceful stop; \
-            1 refused at start (the data directory, an address); 2 a TLS certificate or key that cannot \
+            1 refused at start (the data directory: locked, unusable, or others could change it; an \
+            address: --port, --plain-port, --metrics); 2 a TLS certificate or key that cannot \
             be used; 64 a flag or value this command does not take; 74 the data directory was deleted \
             or replaced while serving; 78 the config file. Under systemd (Type=notify) the server says \
             READY=1 once listening, and beats the watchdog from its event loop.
@@ -264,7 +266,7 @@ struct ServeCommand: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "The directory rooms are stored in (created if missing; one server at a time). Default: $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.",
+            "The directory rooms are stored in (created if missing, mode 0700; one server at a time; refused if its group or others may write to it or another user owns it; its files are made 0600). Default: $XDG_STATE_HOME/chat-server, else ~/.local/state/chat-server.",
             valueName: "PATH"))
     var dataDir: String?
 
@@ -379,6 +381,7 @@ struct ServeCommand: ParsableCommand {
             let store = try SQLiteRoomStore(
                 directory: path, durability: fsync, retention: retention, retentionInterval: interval,
                 commitPlacement: commitPlacement ?? .recommended(for: fsync), logger: logger)
+            if let warning = store.directory.warning { logger.warning("\(warning)") }
             logger.info(
                 "rooms stored",
                 metadata: [
@@ -398,7 +401,7 @@ struct ServeCommand: ParsableCommand {
     }
 
     /// Opens the accounts' file in the rooms' data directory (durable mode); nil — accounts in
-    /// memory, lost at exit — without one.
+    /// memory, lost at exit — without one. When it cannot, closes `store` and exits.
     private func openAccounts(beside store: SQLiteRoomStore?, logger: Logger) throws -> (any AccountStore)? {
         guard let store else { return nil }
         do {
@@ -406,13 +409,15 @@ struct ServeCommand: ParsableCommand {
             logger.info("accounts stored", metadata: ["accounts.path": "\(accounts.path)"])
             return accounts
         } catch {
+            store.close()
             StandardError.write("chat-server: \(error)\n")
             throw ExitCode(ExitStatus.startupRefused)
         }
     }
 
     /// Opens the moderation file (registered rooms, server bans) in the rooms' data directory
-    /// (durable mode); nil — kept in memory, lost at exit — without one.
+    /// (durable mode); nil — kept in memory, lost at exit — without one. When it cannot, closes
+    /// `store` and exits.
     private func openModeration(beside store: SQLiteRoomStore?, logger: Logger) throws -> (any ModerationStore)? {
         guard let store else { return nil }
         do {
@@ -420,6 +425,7 @@ struct ServeCommand: ParsableCommand {
             logger.info("moderation stored", metadata: ["moderation.path": "\(moderation.path)"])
             return moderation
         } catch {
+            store.close()
             StandardError.write("chat-server: \(error)\n")
             throw ExitCode(ExitStatus.startupRefused)
         }
@@ -452,6 +458,10 @@ struct ServeCommand: ParsableCommand {
         let logger = Logger(label: "chat-server")
         let notifier = SystemdNotifier.fromEnvironment()
         let cluster = try clusterConfiguration()
+        // Before anything is opened: what can still fail from here on closes what it opened.
+        let reloader = ConfigReloader(
+            configPath: config, commandLine: ServerInvocation.commandLine, started: try serverConfiguration(),
+            startedArguments: try ServerInvocation.effectiveArguments(), logger: logger)
         let store = cluster == nil ? try openStore(logger: logger) : nil
         let accounts = try openAccounts(beside: store, logger: logger)
         let moderation = try openModeration(beside: store, logger: logger)
@@ -461,10 +471,12 @@ struct ServeCommand: ParsableCommand {
                 configuration: try serverConfiguration(), store: store, cluster: cluster, accounts: accounts, moderation: moderation,
                 logger: logger)
         } catch let error as TLSError {
+            store?.close()
             // The sentence names the file and what to do; a stack of ArgumentParser text would not.
             StandardError.write("chat-server: \(error)\n")
             throw ExitCode(ExitStatus.tlsUnusable)
         } catch {
+            store?.close()
             StandardError.write("chat-server: \(error)\n")
             throw ExitCode(ExitStatus.startupRefused)
         }
@@ -478,6 +490,10 @@ struct ServeCommand: ParsableCommand {
         do {
             endpoint = try metrics.map { address throws(SocketError) in try startMetrics(at: address, server: server) }
         } catch {
+            // Exit 1 with the error, as for the chat port: the listeners already bound are closed
+            // first (a `Socket` dropped open is a leak, and a trap in the debug build).
+            server.discard()
+            store?.close()
             StandardError.write("chat-server: cannot serve metrics on \(metrics.map { "\($0)" } ?? ""): \(error)\n")
             throw ExitCode(ExitStatus.startupRefused)
         }
@@ -486,9 +502,6 @@ struct ServeCommand: ParsableCommand {
         let stopped = DispatchSemaphore(value: 0)
         let exitStatus = Locked(ExitStatus.success)
         server.start()
-        let reloader = ConfigReloader(
-            configPath: config, commandLine: ServerInvocation.commandLine, started: try serverConfiguration(),
-            startedArguments: try ServerInvocation.effectiveArguments(), logger: logger)
         // SIGHUP reloads, with a terminal too: ending the server when its terminal closes (the
         // signal's default) lost every client without a goodbye or a line in the log.
         signals.serve(signalHandlers(server: server, reloader: reloader, logger: logger, notifier: notifier) { stopped.signal() })

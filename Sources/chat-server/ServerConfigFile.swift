@@ -20,7 +20,7 @@ import Glibc
 /// last value of a flag given twice — lets the command line win; a list given on the command
 /// line replaces the file's. Every value is then checked by the same parser and `validate()` as a
 /// flag, so the file can say nothing the command line could not. An error found there names the
-/// file's line when the flag came from the file (`blame(_:)`).
+/// file's line when a flag it depends on came from the file (`ChatServerTool.entry(behind:…)`).
 ///
 /// Why this way, not a second set of settings with a loader of their own: one definition of
 /// each setting (its flag, its help, its default, its check), so the file cannot drift from
@@ -95,10 +95,11 @@ struct ServerConfigFile {
     }
 
     /// The flags the file stands for, to be placed before `commandLine` (whose flags win); a
-    /// list the command line gives too is left out (the command line's replaces it).
-    func arguments(before commandLine: [String]) -> [String] {
+    /// list the command line gives too is left out (the command line's replaces it), and so is
+    /// `leftOut`, if given (to tell whether an error depends on it: `ChatServerTool.entry(behind:…)`).
+    func arguments(before commandLine: [String], leavingOut leftOut: ConfigFile.Entry? = nil) -> [String] {
         var arguments: [String] = []
-        for entry in entries {
+        for entry in entries where entry != leftOut {
             let flag = "--" + entry.key
             switch entry.value {
             case .boolean(let on):
@@ -115,7 +116,7 @@ struct ServerConfigFile {
         return arguments
     }
 
-    /// The entry an error `message` of ArgumentParser or `validate()` is about: the first of the
+    /// The entry an error `message` of ArgumentParser or `validate()` names: the first of the
     /// file's keys the message names as a flag (`'--max-memory <SIZE>'`, `--tls-cert and …`) that
     /// the command line does not give too (then the command line's value was the one refused).
     func blame(_ message: String, commandLine: [String]) -> ConfigFile.Entry? {

@@ -67,6 +67,38 @@ struct ServerConfigFileTests {
         #expect(shipped.status == 0, "the example config file is valid:\n\(shipped.output)")
     }
 
+    /// A check of two settings together ("the idle timeout must be longer than the idle ping
+    /// interval") names no flag, yet a value from the file is behind it: exit 78 with the file's
+    /// line of that setting, as for any other problem in the file. The same values as flags stay
+    /// a usage error (64), with or without a file that plays no part in it.
+    @Test func aCombinationTheFileMakesNamesItsLineButTheSameFromFlagsIsAUsageError() async throws {
+        let directory = try TemporaryDirectory(prefix: "chat-config")
+        defer { directory.remove() }
+        let problem = "the idle timeout must be longer than the idle ping interval"
+        let both = directory.path + "/both.toml"
+        try "motd = \"hi\"\nidle-timeout = 10\nidle-ping-interval = 30\n".write(toFile: both, atomically: true, encoding: .utf8)
+        for mode in [["--check-config"], ["--port", "0", "--no-persistence"]] {
+            let run = try await Operations.run(["--config", both] + mode)
+            #expect(run.status == 78, "\(mode): exit 78 (EX_CONFIG), not \(String(describing: run.status)):\n\(run.output)")
+            #expect(run.output == "chat-server: \(both):2: idle-timeout: \(problem)\n", "\(mode): the file's line:\n\(run.output)")
+        }
+        // One value from the file, the other from the command line: the file's is the one to blame.
+        let one = directory.path + "/one.toml"
+        try "idle-timeout = 10\n".write(toFile: one, atomically: true, encoding: .utf8)
+        let mixed = try await Operations.run(["--config", one, "--idle-ping-interval", "30", "--check-config"])
+        #expect(mixed.status == 78, "\(mixed.output)")
+        #expect(mixed.output == "chat-server: \(one):1: idle-timeout: \(problem)\n", "\(mixed.output)")
+
+        let unrelated = directory.path + "/unrelated.toml"
+        try "motd = \"hi\"\n".write(toFile: unrelated, atomically: true, encoding: .utf8)
+        for file in [[], ["--config", unrelated]] {
+            let flags = try await Operations.run(file + ["--idle-timeout", "10", "--idle-ping-interval", "30", "--check-config"])
+            #expect(flags.status == 64, "\(file): the command line's mistake, exit 64:\n\(flags.output)")
+            #expect(flags.output.hasPrefix("Error: \(problem)\n"), "\(file): \(flags.output)")
+            #expect(!flags.output.contains(unrelated), "\(file): the file is not blamed:\n\(flags.output)")
+        }
+    }
+
     @Test func sighupAppliesLiveSettingsAndKeepsThemWhenTheFileBreaks() async throws {
         let directory = try TemporaryDirectory(prefix: "chat-config")
         defer { directory.remove() }

@@ -253,11 +253,19 @@ public final class ChatServer: @unchecked Sendable {
         // Loaded before binding, so a bad certificate never leaves a port open that cannot serve.
         tlsContext = try configuration.tls.map { configuration throws(TLSError) in try TLSContext(configuration) }
         // "::" takes IPv4 clients too (as IPv4-mapped addresses), as --help promises.
-        listener = try SocketListener(
+        let listener = try SocketListener(
             host: configuration.host, port: configuration.port, dualStack: configuration.host == "::", backlog: 4096)
-        plainListener = try configuration.plainPort.map { port throws(SocketError) in
-            try SocketListener(host: configuration.host, port: port, dualStack: configuration.host == "::", backlog: 4096)
+        do throws(SocketError) {
+            plainListener = try configuration.plainPort.map { port throws(SocketError) in
+                try SocketListener(host: configuration.host, port: port, dualStack: configuration.host == "::", backlog: 4096)
+            }
+        } catch {
+            // Its owner is this init, which is failing: dropped open, the debug build would trap
+            // (`Socket`'s deinit) before the caller could print the error.
+            listener.close()
+            throw error
         }
+        self.listener = listener
         localAddress = listener.localAddress
     }
 
@@ -336,6 +344,19 @@ public final class ChatServer: @unchecked Sendable {
                 onError: { [weak self] error in self?.acceptFailed(error) })
             startTimer()
             clusterNode?.start { [weak self] body in self?.answerFromCluster(body) }
+        }
+    }
+
+    /// Closes the listeners of a server that was made but will not be started: a start-up that
+    /// fails after `init` (the metrics port cannot be bound) ends without a listener left open,
+    /// which `Socket`'s deinit treats as a leak (and the debug build traps on). Call it instead of
+    /// `start()`; the caller still closes the store it gave.
+    public func discard() {
+        queue.sync {
+            precondition(state == .idle, "discard() is for a server that never started")
+            state = .stopped
+            listener.close()
+            plainListener?.close()
         }
     }
 
