@@ -7,6 +7,8 @@ set -euo pipefail
 usage() {
     cat <<'EOF'
 Usage: Scripts/fuzz.sh [SECONDS]
+       Scripts/fuzz.sh --build-only
+       Scripts/fuzz.sh --no-build [SECONDS]
        Scripts/fuzz.sh --refresh-seeds
 
 Fuzzes the ChatProtocol codec (Sources/ChatProtocol), SocketTLS's record path
@@ -53,6 +55,9 @@ Environment for chatcore: CHATCORE_FUZZ_STORE=memory, sqlite or cluster runs eve
 that backend; CHATCORE_FUZZ_TRACE=1 prints each event of an input and each frame sent, to read a crash:
   CHATCORE_FUZZ_TRACE=1 .build-fuzz/fuzz-chatcore Fuzz/crash-chatcore-...
 
+  --build-only     build the targets and stop.
+  --no-build       fuzz with the targets already built (by --build-only): Scripts/test.sh
+                   builds them first and fuzzes later, at a low priority beside its tests.
   --refresh-seeds  rewrite Fuzz/corpus/decode/spec-*.bin from the ```hex examples of
                    docs/PROTOCOL.md (a test checks that they agree).
   -h, --help       show this help.
@@ -82,9 +87,15 @@ refresh_seeds() {
     echo "wrote $(ls "$dir"/spec-*.bin | wc -l) seeds to Fuzz/corpus/decode/"
 }
 
+build_targets=1
+run_targets=1
 case "${1:-}" in
     -h | --help) usage; exit 0 ;;
     --refresh-seeds) refresh_seeds; exit 0 ;;
+    --build-only) run_targets=0; shift ;;
+    --no-build) build_targets=0; shift ;;
+esac
+case "${1:-}" in
     "") ;;
     *[!0-9]* | 0) echo "fuzz.sh: SECONDS must be a positive whole number, not '$1'" >&2; usage >&2; exit 2 ;;
     *) seconds="$1" ;;
@@ -95,66 +106,74 @@ mkdir -p "$build"
 # Swift's backtracer would otherwise intercept the crash before libFuzzer reports it.
 export SWIFT_BACKTRACE=enable=no
 
-codec=("$root"/Sources/ChatProtocol/*.swift "$root/Tests/ChatProtocolTests/FuzzProperties.swift")
-core_build="$root/.build-fuzz-roomlog"
-# RoomLog needs five Swift modules of ours and two packages: SwiftPM builds them (from its local
-# package copies), instrumented. `-sanitize=fuzzer,address` goes through -Xswiftc because
-# `--sanitize fuzzer --sanitize address` reaches swiftc as two flags, of which only the last
-# counts: no coverage. -enable-testing lets the properties read the core's internal state.
-echo "building RoomLog for chatcore (log: .build-fuzz/chatcore-build.log) ..."
-swift build -c release --target RoomLog --scratch-path "$core_build" \
-    -Xswiftc -sanitize=fuzzer,address -Xswiftc -enable-testing >"$build/chatcore-build.log" 2>&1 ||
-    { tail -n 40 "$build/chatcore-build.log" >&2; exit 1; }
-# Only RoomLog and what it depends on are ever built in this scratch path, so every target's
-# objects link: a Swift target's as its output file map names them (an object of a source file
-# since moved or deleted stays in the directory, and would define its symbols twice or name
-# ones that are gone), a C target's all.
-core_objects=()
-shopt -s nullglob
-for target_dir in "$core_build"/release/*.build; do
-    if [[ -f $target_dir/output-file-map.json ]]; then
-        while IFS= read -r object; do
-            if [[ -f $object ]]; then core_objects+=("$object"); fi
-        done < <(grep -o '"object" *: *"[^"]*"' "$target_dir/output-file-map.json" | sed 's/.*: *"\(.*\)"/\1/')
-    else
-        core_objects+=("$target_dir"/*.o)
-    fi
-done
-shopt -u nullglob
+build_all() {
+    codec=("$root"/Sources/ChatProtocol/*.swift "$root/Tests/ChatProtocolTests/FuzzProperties.swift")
+    core_build="$root/.build-fuzz-roomlog"
+    # RoomLog needs five Swift modules of ours and two packages: SwiftPM builds them (from its local
+    # package copies), instrumented. `-sanitize=fuzzer,address` goes through -Xswiftc because
+    # `--sanitize fuzzer --sanitize address` reaches swiftc as two flags, of which only the last
+    # counts: no coverage. -enable-testing lets the properties read the core's internal state.
+    echo "building RoomLog for chatcore (log: .build-fuzz/chatcore-build.log) ..."
+    swift build -c release --target RoomLog --scratch-path "$core_build" \
+        -Xswiftc -sanitize=fuzzer,address -Xswiftc -enable-testing >"$build/chatcore-build.log" 2>&1 ||
+        { tail -n 40 "$build/chatcore-build.log" >&2; exit 1; }
+    # Only RoomLog and what it depends on are ever built in this scratch path, so every target's
+    # objects link: a Swift target's as its output file map names them (an object of a source file
+    # since moved or deleted stays in the directory, and would define its symbols twice or name
+    # ones that are gone), a C target's all.
+    core_objects=()
+    shopt -s nullglob
+    for target_dir in "$core_build"/release/*.build; do
+        if [[ -f $target_dir/output-file-map.json ]]; then
+            while IFS= read -r object; do
+                if [[ -f $object ]]; then core_objects+=("$object"); fi
+            done < <(grep -o '"object" *: *"[^"]*"' "$target_dir/output-file-map.json" | sed 's/.*: *"\(.*\)"/\1/')
+        else
+            core_objects+=("$target_dir"/*.o)
+        fi
+    done
+    shopt -u nullglob
 
-tls_tests="$root/Tests/SocketTLSTests"
-builds=()
+    tls_tests="$root/Tests/SocketTLSTests"
+    builds=()
+    for target in "${targets[@]}"; do
+        case $target in
+            decode) sources=("${codec[@]}" "$root/Fuzz/DecodeTarget.swift") module=ChatProtocolFuzz links=() ;;
+            roundtrip) sources=("${codec[@]}" "$root/Fuzz/RoundTripTarget.swift") module=ChatProtocolFuzz links=() ;;
+            tls)
+                sources=("$root"/Sources/SocketTLS/*.swift "$tls_tests/TLSFuzzProperties.swift" "$tls_tests/TestPKI.swift"
+                    "$tls_tests/TLSFixture.swift" "$tls_tests/SessionPair.swift" "$root/Fuzz/TLSTarget.swift")
+                module=SocketTLSFuzz links=(-I "$root/Sources/COpenSSL" -lssl -lcrypto) ;;
+            resp)
+                sources=("$root"/Sources/RedisProtocol/*.swift "$root/Tests/RedisProtocolTests/RESPFuzzProperties.swift"
+                    "$root/Fuzz/RESPTarget.swift")
+                module=RedisProtocolFuzz links=() ;;
+            chatcore)
+                sources=("$root/Tests/ChatServerTests/ChatCoreFuzzProperties.swift" "$root/Tests/ChatServerTests/ChatCoreFuzzCluster.swift"
+                    "$root/Fuzz/ChatCoreTarget.swift")
+                module=ChatCoreFuzz
+                links=(-I "$core_build/release/Modules" -Xcc "-fmodule-map-file=$core_build/release/CSocketShims.build/module.modulemap"
+                    -Xcc -I -Xcc "$root/Sources/CSocketShims/include" -Xcc "-fmodule-map-file=$root/Sources/COpenSSL/module.modulemap"
+                    -Xcc "-fmodule-map-file=$root/Sources/CSQLite/module.modulemap"
+                    "${core_objects[@]}" -lsqlite3 -lssl -lcrypto) ;;
+        esac
+        # Two at a time, one per core: each whole-module -O compile is single-threaded.
+        while (($(jobs -rp | wc -l) >= 2)); do sleep 0.5; done
+        echo "building $target ..."
+        swiftc -sanitize=fuzzer,address -parse-as-library -O -g -D FUZZING \
+            -module-name "$module" "${links[@]}" "${sources[@]}" \
+            -o "$build/fuzz-$target" 2> >(grep -v 'Cannot export local symbol' >&2) &
+        builds+=($!)
+    done
+    for pid in "${builds[@]}"; do
+        wait "$pid" || { echo "fuzz.sh: a target did not build (its errors are above)" >&2; exit 1; }
+    done
+}
+
+if [[ $build_targets -eq 1 ]]; then build_all; fi
+if [[ $run_targets -eq 0 ]]; then exit 0; fi
 for target in "${targets[@]}"; do
-    case $target in
-        decode) sources=("${codec[@]}" "$root/Fuzz/DecodeTarget.swift") module=ChatProtocolFuzz links=() ;;
-        roundtrip) sources=("${codec[@]}" "$root/Fuzz/RoundTripTarget.swift") module=ChatProtocolFuzz links=() ;;
-        tls)
-            sources=("$root"/Sources/SocketTLS/*.swift "$tls_tests/TLSFuzzProperties.swift" "$tls_tests/TestPKI.swift"
-                "$tls_tests/TLSFixture.swift" "$tls_tests/SessionPair.swift" "$root/Fuzz/TLSTarget.swift")
-            module=SocketTLSFuzz links=(-I "$root/Sources/COpenSSL" -lssl -lcrypto) ;;
-        resp)
-            sources=("$root"/Sources/RedisProtocol/*.swift "$root/Tests/RedisProtocolTests/RESPFuzzProperties.swift"
-                "$root/Fuzz/RESPTarget.swift")
-            module=RedisProtocolFuzz links=() ;;
-        chatcore)
-            sources=("$root/Tests/ChatServerTests/ChatCoreFuzzProperties.swift" "$root/Tests/ChatServerTests/ChatCoreFuzzCluster.swift"
-                "$root/Fuzz/ChatCoreTarget.swift")
-            module=ChatCoreFuzz
-            links=(-I "$core_build/release/Modules" -Xcc "-fmodule-map-file=$core_build/release/CSocketShims.build/module.modulemap"
-                -Xcc -I -Xcc "$root/Sources/CSocketShims/include" -Xcc "-fmodule-map-file=$root/Sources/COpenSSL/module.modulemap"
-                -Xcc "-fmodule-map-file=$root/Sources/CSQLite/module.modulemap"
-                "${core_objects[@]}" -lsqlite3 -lssl -lcrypto) ;;
-    esac
-    # Two at a time, one per core: each whole-module -O compile is single-threaded.
-    while (($(jobs -rp | wc -l) >= 2)); do sleep 0.5; done
-    echo "building $target ..."
-    swiftc -sanitize=fuzzer,address -parse-as-library -O -g -D FUZZING \
-        -module-name "$module" "${links[@]}" "${sources[@]}" \
-        -o "$build/fuzz-$target" 2> >(grep -v 'Cannot export local symbol' >&2) &
-    builds+=($!)
-done
-for pid in "${builds[@]}"; do
-    wait "$pid" || { echo "fuzz.sh: a target did not build (its errors are above)" >&2; exit 1; }
+    [[ -x $build/fuzz-$target ]] || { echo "fuzz.sh: $build/fuzz-$target is not built (Scripts/fuzz.sh --build-only)" >&2; exit 1; }
 done
 
 pids=()

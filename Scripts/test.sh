@@ -12,8 +12,8 @@ Usage: Scripts/test.sh [--fast]
 
 Runs, in order:
   1. Scripts/bootstrap.sh         install libssl-dev, libedit-dev, pkg-config, tmux, openssl, redis-server, prometheus when missing
-  2. Scripts/fuzz.sh 60           libFuzzer on the chat codec, the TLS record path, the RESP parser and the chat logic
-                                  (FUZZ_SECONDS to change), in the background at nice 10 beside steps 3-6; the run
+  2. Scripts/fuzz.sh              libFuzzer on the chat codec, the TLS record path, the RESP parser and the chat logic:
+                                  built here, run for 120 s (FUZZ_SECONDS to change) at nice 10 beside step 6; the run
                                   fails at its end if the fuzzer found a crash
   3. swift test --sanitize=thread the socket layer's tests (SocketCore, SocketStreams) under TSan (.build-tsan/)
   4. Scripts/loadtest.sh --quick  a few seconds of load against a real server; fails on any loss
@@ -49,16 +49,8 @@ swift build --build-tests
 
 fuzz_pid=""
 if [[ $fast -eq 0 ]]; then
-    # Beside every step below, at a lower priority: the final step leaves about a core idle for
-    # its five minutes (most tests wait on sockets), which the fuzzer's builds and runs fill, so
-    # it costs CI almost none of the 3 minutes it took as a step of its own. Its lines come in
-    # among the other steps' ("fuzzing ...", "<target>: no crash ..."); the run waits for it
-    # before it ends, and fails if it found a crash. In a session of its own (setsid), so that
-    # an early exit stops all of it.
-    step "fuzz the codecs and the chat logic for ${FUZZ_SECONDS:-60} s, in the background, beside the steps below"
-    setsid nice -n 10 Scripts/fuzz.sh "${FUZZ_SECONDS:-60}" &
-    fuzz_pid=$!
-    trap '[[ -n $fuzz_pid ]] && kill -- -"$fuzz_pid" 2>/dev/null; true' EXIT
+    step "build the fuzz targets"
+    Scripts/fuzz.sh --build-only
 
     step "the socket layer under ThreadSanitizer"
     # Only the socket layer's targets are declared (CHAT_PACKAGE_SUBSET, Package.swift): a TSan
@@ -91,6 +83,19 @@ fi
 # sockets): a whole run took 432 s, against 405 s with sixteen and 418 s with no limit, and
 # sixteen still let a loaded moment stall a test's server for seconds now and then.
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-8}"
+if [[ $fast -eq 0 ]]; then
+    # The fuzzers run beside the tests at a lower priority: the test run leaves about a core
+    # idle for its five minutes (most tests wait on sockets), which they fill, so fuzzing costs
+    # CI none of the minute it took as a step of its own. (Only the runs: the builds above went
+    # first, as SwiftPM gives the compilers it starts back the normal priority, and they slowed
+    # the steps beside them until an attack's client did not finish.) Their lines come in among
+    # the tests'; the run fails at its end if they found a crash. In a session of their own
+    # (setsid), so that an early exit stops them all.
+    step "fuzz the codecs and the chat logic for ${FUZZ_SECONDS:-120} s, at nice 10, beside the tests"
+    setsid nice -n 10 Scripts/fuzz.sh --no-build "${FUZZ_SECONDS:-120}" &
+    fuzz_pid=$!
+    trap '[[ -n $fuzz_pid ]] && kill -- -"$fuzz_pid" 2>/dev/null; true' EXIT
+fi
 step "all tests, ${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH} at a time"
 swift test
 if [[ -n $fuzz_pid ]]; then
