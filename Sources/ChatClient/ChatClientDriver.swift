@@ -14,17 +14,16 @@ public protocol ClientDisplay: AnyObject {
     /// Shows one event; `logged` false keeps it out of the window's log (what is true only at
     /// the moment: a reconnect's countdown, a completion list, a catch-up's marker).
     func show(_ event: ChatEvent, logged: Bool)
-    /// Whether a new password is asked for twice (`/register`): at a terminal, where a typo
-    /// cannot be seen; not in a script, which pipes what it means.
-    var confirmsSecrets: Bool { get }
     /// The session changed (windows, nick, connection, activity): refresh the status and prompt.
     func sessionChanged()
     /// Draws the user's attention: a mention of their nick or a direct message arrived.
     func alert()
-    /// Asks the user a yes/no question; calls `answer` once.
+    /// Asks the user a yes/no question; calls `answer` once. A script answers with its next
+    /// line (`/unregister`'s yes).
     func ask(_ question: String, answer: @escaping (Bool) -> Void)
     /// Asks the user for a secret (a password) without showing what is typed, keeping it in the
-    /// history or logging it; calls `answer` once, with nil when the user cancels.
+    /// history or logging it; calls `answer` once, with nil when the user cancels. A script
+    /// answers with its next line.
     func askSecret(_ prompt: String, answer: @escaping (String?) -> Void)
     /// Does what only the display can: its window buffers and settings.
     func perform(_ request: DisplayRequest)
@@ -68,6 +67,9 @@ public final class ChatClientDriver {
         /// The account to log in to with every `hello` (`--account`), and its password; nil for a
         /// guest (AccountCommands.swift).
         public var account: AccountLogin?
+        /// The file `account`'s password was read from, read again at each `/login` to it and
+        /// `/register`, so that a password changed elsewhere can be fixed in the file.
+        public var accountPasswordFile: String?
 
         /// A configuration for `servers` (at least one), tried in order.
         public init(
@@ -127,6 +129,18 @@ public final class ChatClientDriver {
     var rememberedLogin: AccountLogin?
     /// A `/register` or `/login` sent and not answered yet, with the password it carried.
     var pendingAccount: AccountLogin?
+    /// Whether an account request — a command's, or the login behind this connection's hello —
+    /// waits for the server's answer; when it ends, `accountWaiters` go on.
+    var awaitingAccountAnswer = false {
+        didSet {
+            guard !awaitingAccountAnswer else { return }
+            let waiters = accountWaiters
+            accountWaiters = []
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+    /// Those waiting in `accountRequestsAnswered`.
+    private var accountWaiters: [CheckedContinuation<Void, Never>] = []
     /// The nick the client was started with, before any `nick_` fallback.
     let startNick: String
     /// Whether the server answered one of this connection's requests (our join's echo, the room
@@ -156,6 +170,14 @@ public final class ChatClientDriver {
     /// Starts connecting; returns at once.
     public func start() {
         loop = Task { await self.connectionLoop() }
+    }
+
+    /// Returns once no account request waits for the server's answer: a script's next line is
+    /// judged after it (a `/password` after the `/register` or the login behind the hello that
+    /// makes it possible). At once when none waits; a lost connection ends the wait.
+    public func accountRequestsAnswered() async {
+        guard awaitingAccountAnswer else { return }
+        await withCheckedContinuation { accountWaiters.append($0) }
     }
 
     /// Handles one line the user typed.
@@ -202,7 +224,7 @@ public final class ChatClientDriver {
             .filter { !$0.allSatisfy(\.isWhitespace) }
         guard !lines.isEmpty else { return }
         guard session.isConnected else {
-            show(.error(time: ClientClock.now(), text: "not connected; the paste (\(lines.count) lines) was not sent"))
+            show(.error(time: ClientClock.now(), text: "not connected; the paste (\(lines.count) lines) was not sent \(connectionNote)"))
             return
         }
         guard let window = session.currentWindow, window != .merged else {
@@ -303,10 +325,13 @@ public final class ChatClientDriver {
         display?.sessionChanged()
     }
 
-    func send(_ frames: [Frame], fromUser: Bool) {
+    /// Sends `frames` in order, but none the server would refuse as too long; returns whether
+    /// every one went (`fromUser`: say why not).
+    @discardableResult
+    func send(_ frames: [Frame], fromUser: Bool) -> Bool {
         guard let outbound else {
-            if fromUser { show(.error(time: ClientClock.now(), text: "not connected; not sent (reconnecting)")) }
-            return
+            if fromUser { show(.error(time: ClientClock.now(), text: "not connected; not sent \(connectionNote)")) }
+            return false
         }
         var allowed: [Frame] = []
         for frame in frames {
@@ -320,6 +345,7 @@ public final class ChatClientDriver {
             }
         }
         if !allowed.isEmpty { outbound.yield(allowed) }
+        return allowed.count == frames.count
     }
 
     func show(_ event: ChatEvent) { display?.show(event, logged: true) }
@@ -327,8 +353,13 @@ public final class ChatClientDriver {
     /// Shows `event` without logging it: what is true only at the moment.
     func showTransient(_ event: ChatEvent) { display?.show(event, logged: false) }
 
-    /// Whether the display asks for a new password twice (AccountCommands.swift).
-    var confirmsSecrets: Bool { display?.confirmsSecrets ?? false }
+    /// What the client does about being offline, for the notes that refuse what needs the
+    /// server: it stays offline after `/disconnect` or a ghost, kill or ban until `/reconnect`,
+    /// and otherwise is connecting, the first time, or reconnecting.
+    var connectionNote: String {
+        if offlineWait != nil || connectionRequest == .disconnect { return "(not reconnecting by itself: /reconnect connects again)" }
+        return hasConnected ? "(reconnecting)" : "(still trying to connect)"
+    }
 
     /// Asks the display for a secret (AccountCommands.swift); nil when there is no display.
     func askSecret(_ prompt: String, answer: @escaping (String?) -> Void) {
@@ -441,6 +472,9 @@ public final class ChatClientDriver {
                 fallbackAttempt = 0
                 let began = ContinuousClock.now
                 defer { sessionLasted = ContinuousClock.now - began }
+                // The welcome came once the login behind the hello was checked; its answer
+                // (`loggedIn`) follows, and a script's lines wait for it.
+                awaitingAccountAnswer = login != nil && connection.welcome.version >= 3
                 try await run(connection, on: server)
                 if let deadReason { lostReason = deadReason }
             } catch let refusal as ChatConnection.HandshakeError {
@@ -460,10 +494,12 @@ public final class ChatClientDriver {
                         // Registered, and this client holds the password of the nick's own
                         // account (--account-password-file, as when it ran /register): log in
                         // to it behind the next hello. A wrong password is refused then.
-                        show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) is registered: logging in to it with the account password"))
-                        rememberedLogin = AccountLogin(name: own.name, password: own.password)
-                        closeConnection()
-                        continue
+                        if let password = readPasswordFile() {
+                            show(.notice(time: ClientClock.now(), text: "the nick \(session.nick) is registered: logging in to it with the account password"))
+                            rememberedLogin = AccountLogin(name: own.name, password: password)
+                            closeConnection()
+                            continue
+                        }
                     }
                     let mayFallBack = code == .nickReserved ? hasConnected || configuration.account == nil : code == .nickTaken && !hasConnected
                     if mayFallBack {
@@ -705,6 +741,9 @@ public final class ChatClientDriver {
     }
 
     private func closeConnection() {
+        // No answer comes on a closed connection: a script's next line goes on, and is refused
+        // as offline if it needs the server.
+        awaitingAccountAnswer = false
         outbound?.finish()
         outbound = nil
         connection?.close()

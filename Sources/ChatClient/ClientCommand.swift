@@ -16,7 +16,7 @@ public enum ClientCommand: Equatable, Sendable {
     /// `/part [#room]`: leave a room, the current one when none is given (in a query window:
     /// close it).
     case part(room: String?)
-    /// `/switch #room`: talk in another room we are in.
+    /// `/switch #room|nick`: talk in another room we are in, or an open query.
     case switchRoom(String)
     /// `/msg nick text`: a direct message.
     case tell(nick: String, text: String)
@@ -151,7 +151,7 @@ public struct CommandSpec: Sendable, Equatable {
     public static let all: [CommandSpec] = [
         CommandSpec(name: "join", usage: "/join #room [key]", summary: "enter a room (created if new) and talk there; key: the room's key (+k)", argument: .room),
         CommandSpec(name: "part", usage: "/part [#room]", summary: "leave a room, the current one by default (or close a query)", argument: .room),
-        CommandSpec(name: "switch", usage: "/switch #room", summary: "talk in another room you are in", argument: .room),
+        CommandSpec(name: "switch", usage: "/switch #room|nick", summary: "talk in another room you are in, or an open query", argument: .room),
         CommandSpec(name: "msg", usage: "/msg nick text", summary: "send a direct message", argument: .nick),
         CommandSpec(name: "query", usage: "/query nick", summary: "talk to nick in private, in a window of its own", argument: .nick),
         CommandSpec(name: "me", usage: "/me text", summary: "describe an action: * you waves", argument: .text),
@@ -171,9 +171,9 @@ public struct CommandSpec: Sendable, Equatable {
         CommandSpec(name: "set", usage: "/set [name [value]]", summary: "list, show or change a setting for this session", argument: .text),
         CommandSpec(name: "save", usage: "/save", summary: "write the settings to the config file", argument: .text),
         CommandSpec(name: "register", usage: "/register", summary: "make your nick an account (the password asked twice at a hidden prompt, or from the account password file); logged in again at every reconnect", argument: .text),
-        CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account and take its nick (default: the last one, else --account, else the nick you started with)", argument: .nick),
-        CommandSpec(name: "password", usage: "/password", summary: "change your account's password: the current one, then the new one twice, at a hidden prompt", argument: .text),
-        CommandSpec(name: "unregister", usage: "/unregister", summary: "delete your account, after its password and a yes; you keep the nick as a guest", argument: .text),
+        CommandSpec(name: "login", usage: "/login [account]", summary: "log in to an account and take its nick (default: the account password file's, else the last one, else the nick you started with)", argument: .nick),
+        CommandSpec(name: "password", usage: "/password", summary: "change your account's password: the current one, then the new one twice, at a hidden prompt (even with a password file)", argument: .text),
+        CommandSpec(name: "unregister", usage: "/unregister", summary: "delete your account, after a yes and its password (asked even with a password file); you keep the nick as a guest", argument: .text),
     ] + moderation + [
         CommandSpec(name: "reconnect", usage: "/reconnect", summary: "connect again now", argument: .text),
         CommandSpec(name: "server", usage: "/server HOST:PORT", summary: "move to another server", argument: .text),

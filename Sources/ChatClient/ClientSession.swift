@@ -55,7 +55,8 @@ public enum ConnectionRequest: Equatable, Sendable {
 public enum AccountRequest: Equatable, Sendable {
     /// Register the current nick with the account password.
     case register
-    /// Log in to `account` (nil: the configured `--account`, else the current nick).
+    /// Log in to `account` (nil: the account password file's account, else the last one logged
+    /// in to, else the nick the client was started with).
     case login(account: String?)
     /// Change the password of the account logged in to.
     case changePassword

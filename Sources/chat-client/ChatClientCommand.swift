@@ -22,10 +22,13 @@ struct ChatClientCommand: AsyncParsableCommand {
             config file.
 
             Accounts (protocol version 3): /register (the password asked twice at a hidden \
-            prompt, or from the account password file) and /login [account]; /password changes \
-            the account's password and /unregister deletes the account. The password the \
-            server accepted is held in memory, never on disk, and logs the client in again at \
-            every reconnect: after a server restart, or /reconnect after being ghosted.
+            prompt, or from the account password file) and /login [account] (from the file, \
+            read again each time, for the file's account only); /password changes the \
+            account's password (the current one, then the new one twice) and /unregister \
+            deletes the account (a yes, then its password), both asked even with a file. The \
+            password the server accepted is held in memory, never on disk, and logs the client \
+            in again at every reconnect: after a server restart, or /reconnect after being \
+            ghosted.
 
             Room moderation (protocol version 4): /kick nick [reason], /ban mask|nick [reason], \
             /unban mask|nick, /bans, /invite nick [#room], /mode [#room] [+i|-i|+k KEY|-k|+m|-m|\
@@ -57,6 +60,10 @@ struct ChatClientCommand: AsyncParsableCommand {
             When stdin or stdout is not a terminal, it reads plain lines from stdin and writes \
             plain lines to stdout, and leaves at end of input:
               printf 'hi\\n/quit\\n' | chat-client --nick bot --room general
+            There an account command's answers are the lines after it, whatever becomes of the \
+            command: /register 2 (the password twice; none with an account password file), \
+            /login 1 (none for the file's account), /password 3 (the current password, the new \
+            one twice), /unregister 2 (y, then the password).
 
             Colour is off when NO_COLOR is set or stdout is not a terminal. A lost connection \
             is retried with growing delays, and the client rejoins its rooms and shows only \
@@ -92,7 +99,7 @@ struct ChatClientCommand: AsyncParsableCommand {
     @Option(help: "An account to log in to with every connection (protocol version 3), taking its nick; its password comes from the account password file. Default: the config file's account.")
     var account: String?
 
-    @Option(help: "A file whose first line is the account password, for the account option, /register and /login. Default: the config file's account_password_file. Without one, /register and /login ask for the password at a hidden prompt; the password the server accepts is kept in memory only, to log in again at every reconnect.")
+    @Option(help: "A file whose first line is the account password, for the account option (else the nick's own account): the login with every connection, /register, and /login to that account, which reads the file again. Default: the config file's account_password_file. Without one, /register and /login ask for the password at a hidden prompt, as /password and /unregister always do; the password the server accepts is kept in memory only, to log in again at every reconnect.")
     var accountPasswordFile: String?
 
     @Option(help: "Where to keep the input history. Default: $XDG_STATE_HOME/chat-client/history or ~/.local/state/chat-client/history.")
@@ -176,6 +183,7 @@ struct ChatClientCommand: AsyncParsableCommand {
             guard ChatName.isValidNick(name) else { throw ValidationError("--account \(name) is not a valid nick") }
             configuration.account = AccountLogin(
                 name: name, password: try Self.readPassword(accountPasswordFile, flag: "--account-password-file"), withHello: account != nil)
+            configuration.accountPasswordFile = accountPasswordFile
         } else if account != nil {
             throw ValidationError("--account (or the config file's account) needs --account-password-file (or account_password_file)")
         }

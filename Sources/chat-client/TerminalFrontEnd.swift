@@ -259,9 +259,6 @@ final class TerminalFrontEnd: ClientDisplay {
 
     // MARK: ClientDisplay
 
-    /// Whether a new password is asked twice: what is typed at the hidden prompt is not seen.
-    var confirmsSecrets: Bool { true }
-
     func show(_ event: ChatEvent, logged: Bool) {
         let window = driver?.session.window(for: event) ?? nil
         // In the room's own window the room goes without saying; elsewhere (the merged window,
@@ -360,37 +357,48 @@ final class TerminalFrontEnd: ClientDisplay {
 final class PipeFrontEnd: ClientDisplay {
     private var renderer = MessageRenderer(colour: false)
     private weak var driver: ChatClientDriver?
-    /// Takes the next input line in place of submitting it, after `askSecret`.
-    private var pendingSecret: ((String?) -> Void)?
+    /// The lines after the account command being handled, which answer its questions in order
+    /// (`ask`, `askSecret`); what it does not ask for is dropped with it.
+    private var answers: [String] = []
 
     /// Starts reading stdin once `driver` is connected, so lines are not refused as unsent.
+    /// Each line waits until the account requests before it are answered (the login behind the
+    /// hello, a `/register`), so that it is judged as logged in; an account command takes the
+    /// lines after it as its answers, as many as `answerCount` says whatever becomes of it, so
+    /// that a password line is never said as chat.
     func start(driver: ChatClientDriver) {
         self.driver = driver
-        let (lines, continuation) = AsyncStream<String?>.makeStream()
+        let (lines, continuation) = AsyncStream<String>.makeStream()
         driver.onFirstConnect = {
             // readLine blocks, so it runs on a thread of its own; the stream keeps line order.
             let thread = Thread {
                 while let line = readLine(strippingNewline: true) { continuation.yield(line) }
-                continuation.yield(nil)
                 continuation.finish()
             }
             thread.start()
         }
         Task { @MainActor [weak self, weak driver] in
-            for await line in lines {
-                guard let line else {
-                    self?.pendingSecret?(nil)
-                    self?.pendingSecret = nil
-                    driver?.quit(reason: "end of input")
-                    return
+            var input = lines.makeAsyncIterator()
+            while let line = await input.next() {
+                guard let driver else { return }
+                await driver.accountRequestsAnswered()
+                var answers: [String] = []
+                var ended = false
+                for _ in 0..<driver.answerCount(for: line) {
+                    guard let answer = await input.next() else {
+                        ended = true
+                        break
+                    }
+                    answers.append(answer)
                 }
-                if let secret = self?.pendingSecret {
-                    self?.pendingSecret = nil
-                    secret(line)
-                    continue
-                }
-                driver?.submit(line)
+                // Answers missing at the end of input leave the command cancelled (`askSecret`
+                // gets nil), not fed from anywhere else.
+                self?.answers = answers
+                driver.submit(line)
+                self?.answers = []
+                if ended { break }
             }
+            driver?.quit(reason: "end of input")
         }
     }
 
@@ -399,9 +407,6 @@ final class PipeFrontEnd: ClientDisplay {
         StandardOutput.write(renderer.render(event) + "\n")
     }
 
-    /// A script pipes the password it means; asking twice would take its next line.
-    var confirmsSecrets: Bool { false }
-
     func sessionChanged() {
         renderer.ownNick = driver?.session.nick
     }
@@ -409,15 +414,17 @@ final class PipeFrontEnd: ClientDisplay {
     /// A script has no terminal to ring.
     func alert() {}
 
-    /// A script has no one to ask: it pipes what it means to send.
+    /// A script answers on a line of its own after the command: `y` or `yes` (any case) is a
+    /// yes; anything else, or no line, a no.
     func ask(_ question: String, answer: @escaping (Bool) -> Void) {
-        answer(true)
+        let line = answers.isEmpty ? nil : answers.removeFirst()
+        answer(line.map { ["y", "yes"].contains($0.trimmingCharacters(in: .whitespaces).lowercased()) } ?? false)
     }
 
-    /// A script types the password on the line after the command; nothing is echoed in pipe mode.
+    /// A script types each password on a line of its own after the command; nothing is echoed
+    /// in pipe mode. No line left (the end of input came first) cancels.
     func askSecret(_ prompt: String, answer: @escaping (String?) -> Void) {
-        pendingSecret?(nil)
-        pendingSecret = answer
+        answer(answers.isEmpty ? nil : answers.removeFirst())
     }
 
     /// A script's output is one stream: no windows to clear or search, no settings to change.

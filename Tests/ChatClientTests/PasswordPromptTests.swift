@@ -4,8 +4,8 @@ import TestSupport
 
 extension TerminalTests {
     /// `/register` and `/login` without `--account-password-file` ask for the password at a
-    /// hidden prompt: not drawn, not in the history, not in the output; in pipe mode the next
-    /// line is the password.
+    /// hidden prompt: not drawn, not in the history, not in the output; in pipe mode the lines
+    /// after the command are the answers, as many as the terminal asks.
     @Suite struct PasswordPrompt {
         @Test func registerAsksForThePasswordWithoutShowingOrKeepingIt() async throws {
             let server = try await ChatServerProcess(arguments: ["--handshake-timeout", "60"])
@@ -58,6 +58,7 @@ extension TerminalTests {
             defer { client.stop() }
             #expect(await client.waitForOutput("joined"), "ann is in: \(client.output)")
             client.send("/register")
+            client.send("hunter2")
             client.send("hunter2")
             #expect(await client.waitForOutput("registered the account ann"), "\(client.output)")
             client.send("/quit")

@@ -50,6 +50,18 @@ import TestSupport
                 "the room got the line")
     }
 
+    /// `/help` names `/switch`'s argument as --help and CLIENT.md do: a room or a nick.
+    @Test func helpSaysSwitchTakesARoomOrANick() async throws {
+        let server = try await ChatServerProcess()
+        defer { server.stop() }
+        let bot = try pipeClient(["--nick", "bot", "--port", "\(server.port)"])
+        defer { bot.stop() }
+        bot.send("/help")
+        bot.send("/quit")
+        #expect(await bot.waitForExit() == 0, "\(bot.output)")
+        #expect(bot.lines.contains { $0.contains("/switch #room|nick") }, "/help lists /switch #room|nick: \(bot.output)")
+    }
+
     @Test func scriptedClientFailsWhenTheServerIsUnreachable() async throws {
         let server = try await ChatServerProcess()
         let port = server.port

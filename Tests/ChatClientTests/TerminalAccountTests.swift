@@ -289,6 +289,48 @@ extension TerminalTests {
             #expect(try await !tmux.screen().contains { $0.contains("first-secret") || $0.contains("second-secret") }, "no password is drawn")
         }
 
+        /// Offline, an account command says the client is not connected — not that the server
+        /// has no accounts — and asks for no password it could not send; text typed says
+        /// whether the client is still trying to connect, or is not reconnecting by itself.
+        @Test func accountCommandsOfflineSayNotConnectedAndAskNothing() async throws {
+            let gone = try await ChatServerProcess()
+            let deadPort = gone.port
+            gone.stop()
+            let home = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(at: home) }
+            let never = try await TmuxSession(try clientInTerminal(nick: "eve", port: deadPort, home: home))
+            defer { never.stop() }
+            try await never.waitForLogicalLine(containing: "reconnecting in")
+            try await never.type("/register")
+            try await never.press("Enter")
+            try await never.waitForLogicalLine(containing: "/register needs the server")
+            try await never.type("hello")
+            try await never.press("Enter")
+            try await never.waitForLogicalLine(containing: "not sent (still trying to connect)")
+            let neverRows = try await never.screen()
+            #expect(!neverRows.contains { $0.contains("protocol version") || $0.contains("password for") },
+                    "no server answered, and nothing was asked:\n\(neverRows.joined(separator: "\n"))")
+            never.stop()
+
+            let server = try await ChatServerProcess()
+            defer { server.stop() }
+            let tmux = try await TmuxSession(try clientInTerminal(nick: "eve", port: server.port, home: home))
+            defer { tmux.stop() }
+            try await tmux.waitFor("-!- eve joined")
+            try await tmux.type("/disconnect")
+            try await tmux.press("Enter")
+            try await tmux.waitForLogicalLine(containing: "/reconnect connects again")
+            try await tmux.type("/login")
+            try await tmux.press("Enter")
+            try await tmux.waitForLogicalLine(containing: "/login needs the server")
+            try await tmux.type("hello")
+            try await tmux.press("Enter")
+            try await tmux.waitForLogicalLine(containing: "not sent (not reconnecting by itself")
+            let rows = try await tmux.screen()
+            #expect(!rows.contains { $0.contains("password for") || $0.contains("(reconnecting)") },
+                    "refused before asking, and not said to be reconnecting:\n\(rows.joined(separator: "\n"))")
+        }
+
         /// `/login` with no account offers the nick the client was started with, not the `_`
         /// fallback it got because that nick is registered.
         @Test func loginWithNoAccountOffersTheConfiguredNick() async throws {
