@@ -612,7 +612,7 @@ extension ChatCore {
     /// `server`, the server's — the cluster's) is full for `wait` ms more.
     static func registrationsFullReason(server: Bool, wait: UInt64) -> String {
         let whose = server ? "the server takes no more registrations this hour" : "too many registrations from your address"
-        return "\(whose); try again in \((wait + 999) / 1000) s"
+        return "\(whose); try again in \(waitText(wait))"
     }
 
     private mutating func registerHashed(_ id: ClientID, name: String, _ answer: AccountAnswer, at now: ServerTime, into actions: inout [ChatAction]) {
@@ -686,7 +686,17 @@ extension ChatCore {
         case (.address, _?): whose = "too many wrong room keys from your address"
         case (.subject, let room?): whose = "too many wrong keys for #\(room)"
         }
-        return "\(whose); try again in \((refusal.wait + 999) / 1000) s"
+        return "\(whose); try again in \(waitText(refusal.wait))"
+    }
+
+    /// A wait of `millis` as a person reads it: seconds up to two minutes, then minutes, then
+    /// hours and minutes, each rounded up ("57 min", not "3428 s").
+    static func waitText(_ millis: UInt64) -> String {
+        let seconds = (millis + 999) / 1000
+        if seconds < 120 { return "\(seconds) s" }
+        let minutes = (seconds + 59) / 60
+        if minutes < 120 { return "\(minutes) min" }
+        return "\(minutes / 60) h \(minutes % 60) min"
     }
 
     /// Counts a password check of `key` from `id`'s address (`GuessWindows`); refuses it

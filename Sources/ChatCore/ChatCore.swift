@@ -451,8 +451,7 @@ public struct ChatCore: Sendable {
         let address = address(of: id)
         let lockedUntil = passwordFailures[address]?.lockedUntil ?? 0
         if lockedUntil > now.uptimeMillis {
-            let seconds = (lockedUntil - now.uptimeMillis + 999) / 1000
-            let reason = "too many wrong passwords from \(address); try again in \(seconds) s"
+            let reason = "too many wrong passwords from \(address); try again in \(Self.waitText(lockedUntil - now.uptimeMillis))"
             return (Disconnection(code: .badPassword, frameType: .hello, reason: reason), nil)
         }
         guard let password else {

@@ -171,3 +171,15 @@ struct RoomRulesTests {
         }
     }
 }
+
+/// How long a throttled client is told to wait, as a person reads it.
+@Suite("Waits told to a client")
+struct WaitTextTests {
+    @Test(arguments: [
+        (UInt64(1), "1 s"), (1_000, "1 s"), (1_001, "2 s"), (119_000, "119 s"), (120_000, "2 min"), (3_428_000, "58 min"),
+        (7_140_000, "119 min"), (7_200_000, "2 h 0 min"), (7_260_001, "2 h 2 min"),
+    ])
+    func secondsThenMinutesThenHoursRoundedUp(millis: UInt64, text: String) {
+        #expect(ChatCore.waitText(millis) == text)
+    }
+}
