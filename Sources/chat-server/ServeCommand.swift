@@ -361,12 +361,19 @@ struct ServeCommand: ParsableCommand {
         dataDir ?? DataDirectoryDefault.path()
     }
 
+    /// Ends a start-up that cannot go on: closes `store` (what it opened), says `problem` in one
+    /// line on standard error, and returns the exit to throw (`status`: 1 unless told).
+    private func refusal(_ problem: String, status: Int32 = ExitStatus.startupRefused, closing store: SQLiteRoomStore?) -> ExitCode {
+        store?.close()
+        StandardError.write("chat-server: \(problem)\n")
+        return ExitCode(status)
+    }
+
     /// Opens the rooms' store, or exits with a one-line message when it cannot.
     private func openStore(logger: Logger) throws -> SQLiteRoomStore? {
         guard !noPersistence else { return nil }
         guard let path = dataDirectory() else {
-            StandardError.write("chat-server: no --data-dir given and neither $XDG_STATE_HOME nor $HOME is set\n")
-            throw ExitCode(ExitStatus.startupRefused)
+            throw refusal("no --data-dir given and neither $XDG_STATE_HOME nor $HOME is set", closing: nil)
         }
         let retention = RetentionPolicy(
             maxEventsPerRoom: retainEvents, maxBytesPerRoom: retainRoomBytes.bytes,
@@ -395,8 +402,7 @@ struct ServeCommand: ParsableCommand {
                 ])
             return store
         } catch {
-            StandardError.write("chat-server: \(error.message)\n")
-            throw ExitCode(ExitStatus.startupRefused)
+            throw refusal(error.message, closing: nil)
         }
     }
 
@@ -409,9 +415,7 @@ struct ServeCommand: ParsableCommand {
             logger.info("accounts stored", metadata: ["accounts.path": "\(accounts.path)"])
             return accounts
         } catch {
-            store.close()
-            StandardError.write("chat-server: \(error)\n")
-            throw ExitCode(ExitStatus.startupRefused)
+            throw refusal("\(error)", closing: store)
         }
     }
 
@@ -425,9 +429,7 @@ struct ServeCommand: ParsableCommand {
             logger.info("moderation stored", metadata: ["moderation.path": "\(moderation.path)"])
             return moderation
         } catch {
-            store.close()
-            StandardError.write("chat-server: \(error)\n")
-            throw ExitCode(ExitStatus.startupRefused)
+            throw refusal("\(error)", closing: store)
         }
     }
 
@@ -471,14 +473,10 @@ struct ServeCommand: ParsableCommand {
                 configuration: try serverConfiguration(), store: store, cluster: cluster, accounts: accounts, moderation: moderation,
                 logger: logger)
         } catch let error as TLSError {
-            store?.close()
             // The sentence names the file and what to do; a stack of ArgumentParser text would not.
-            StandardError.write("chat-server: \(error)\n")
-            throw ExitCode(ExitStatus.tlsUnusable)
+            throw refusal("\(error)", status: ExitStatus.tlsUnusable, closing: store)
         } catch {
-            store?.close()
-            StandardError.write("chat-server: \(error)\n")
-            throw ExitCode(ExitStatus.startupRefused)
+            throw refusal("\(error)", closing: store)
         }
         if let certificate = server.tlsCertificate {
             logger.info("TLS certificate", metadata: ["tls.certificate": "\(certificate)"])
@@ -493,9 +491,7 @@ struct ServeCommand: ParsableCommand {
             // Exit 1 with the error, as for the chat port: the listeners already bound are closed
             // first (a `Socket` dropped open is a leak, and a trap in the debug build).
             server.discard()
-            store?.close()
-            StandardError.write("chat-server: cannot serve metrics on \(metrics.map { "\($0)" } ?? ""): \(error)\n")
-            throw ExitCode(ExitStatus.startupRefused)
+            throw refusal("cannot serve metrics on \(metrics.map { "\($0)" } ?? ""): \(error)", closing: store)
         }
         // Handlers before the first line: "listening on" tells a supervisor or a test it may
         // signal the server, and a SIGTERM after the line must shut it down cleanly.
