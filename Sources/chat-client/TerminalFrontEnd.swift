@@ -298,21 +298,30 @@ final class TerminalFrontEnd: ClientDisplay {
 
     /// Whether a status update is queued on the main queue.
     private var statusUpdateQueued = false
+    /// When the status line was last built, which spaces the next one (`statusUpdateSpacing`).
+    private var lastStatusUpdate: DispatchTime?
+    /// The least time between two status lines. Frames arrive one turn of the main queue each,
+    /// so turns alone do not bound the work: joining 500 rooms brings some 2,000 frames, and a
+    /// status line over 500 windows for each of them took most of the client's CPU. Twenty a
+    /// second is more than the eye reads; a change after a quiet spell is still drawn at once.
+    private static let statusUpdateSpacing = DispatchTimeInterval.milliseconds(50)
 
     func sessionChanged() {
         guard active else { return }
         // At once: the next line rendered must know our nick to highlight mentions of it.
         if let nick = driver?.session.nick { renderer.ownNick = nick }
         let current = driver?.session.currentWindow
-        // A window switch is drawn at once; the status line and Tab's context once per turn of
-        // the main queue, so a burst of frames (1,000 a second into a hidden window) does not
-        // build the status line of every window and post it to the editor for each one.
+        // A window switch is drawn at once; the status line and Tab's context at most every
+        // `statusUpdateSpacing`, so a burst of frames (1,000 a second into a hidden window) does
+        // not build the status line of every window and post it to the editor for each one.
         if drawnWindow != .some(current) { drawWindow(resized: false) }
         guard !statusUpdateQueued else { return }
         statusUpdateQueued = true
-        DispatchQueue.main.async {
+        let earliest = lastStatusUpdate.map { $0 + Self.statusUpdateSpacing } ?? .now()
+        DispatchQueue.main.asyncAfter(deadline: max(earliest, .now())) {
             MainActor.assumeIsolated {
                 self.statusUpdateQueued = false
+                self.lastStatusUpdate = .now()
                 self.updateStatus()
             }
         }
