@@ -73,7 +73,8 @@ extension ChatClientDriver {
     /// `/login` the password once, none where the account password file answers; `/password`
     /// asks the current password and the new one twice, `/unregister` a yes and the password.
     /// Fixed by the line and the flags, so that a command refused for the session's state
-    /// (offline, not logged in, an old server) takes its lines all the same.
+    /// (offline, not logged in, an old server, `/register` of the account already logged in to)
+    /// takes its lines all the same.
     public func answerCount(for line: String) -> Int {
         switch try? CommandParser.parse(line, aliases: aliases) {
         case .register: configuration.account == nil ? 2 : 0
@@ -94,7 +95,8 @@ extension ChatClientDriver {
     /// Carries out an account command: `/register` and `/login` to the file's account with the
     /// account password file's password, else one typed at a hidden prompt (a new one twice);
     /// `/password` and `/unregister` for the account the client is logged in to, their
-    /// passwords always typed. Refused before anything is asked when it cannot be sent.
+    /// passwords always typed. Refused before anything is asked when it cannot be sent, or when
+    /// `/register` would register the account the session is logged in to already.
     func performAccount(_ request: AccountRequest) {
         guard session.isConnected else {
             return show(.error(time: ClientClock.now(), text:
@@ -107,6 +109,11 @@ extension ChatClientDriver {
         switch request {
         case .register:
             let name = session.nick
+            // The server would ask nothing new, only refuse the nick as registered: say so before
+            // the password is typed twice. A nick changed since the login is the server's to judge.
+            if let account = session.account, ChatName.nickKey(account) == ChatName.nickKey(name) {
+                return show(.error(time: ClientClock.now(), text: "you are logged in to the account \(account) already; nothing was sent"))
+            }
             let register = { [weak self] (password: String) -> Void in
                 self?.sendWithPassword(.register(password: password), remembering: AccountLogin(name: name, password: password))
             }
