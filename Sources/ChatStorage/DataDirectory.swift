@@ -9,7 +9,11 @@ import Glibc
 /// It also refuses a directory someone else could change (`permissionProblem`): one its group
 /// or anyone may write to, or one another user owns. Its files hold password hashes and room
 /// keys; whoever can write the directory can replace them (or put a `-wal` file of their own
-/// beside a database before it is opened), whatever the files' own modes.
+/// beside a database before it is opened), whatever the files' own modes. Root is refused
+/// another user's directory too unless the caller allows it (`rootMayUseOthers`: the operator's
+/// commands): a server run as root writes there for its whole life, so the owner could swap a
+/// file it is about to create for a symbolic link to a system file, and the files it makes would
+/// be root's, which the owner's own server could not open afterwards.
 ///
 /// Why the directory and not a `lock` file in it: a file can be deleted under a running server
 /// (an `rm -rf` of the directory took the old `lock` file with it), and a second server then
@@ -42,7 +46,10 @@ public final class DataDirectory: Sendable {
     /// Opens `path`, creating it and its missing parents if `creating` (else a missing `path` is
     /// refused: `… is not a directory`), and locks it. Throws a `StorageError` that names the
     /// directory and the reason (another server holds it, not writable, others could change it, …).
-    public init(path: String, creating: Bool = true) throws(StorageError) {
+    /// `rootMayUseOthers`: run as root, the process may open a directory another user owns — for
+    /// the operator's short commands on a service's directory (`backup`, `check`, `account`),
+    /// never for a server.
+    public init(path: String, creating: Bool = true, rootMayUseOthers: Bool = false) throws(StorageError) {
         self.path = path
         if creating {
             try Self.makeDirectories(path)
@@ -64,7 +71,7 @@ public final class DataDirectory: Sendable {
             throw StorageError("cannot use data directory \(path): \(problem)")
         }
         // Of the directory opened, not of whatever `path` names by now.
-        if let problem = Self.permissionProblem(info, path: path) {
+        if let problem = Self.permissionProblem(info, path: path, rootMayUseOthers: rootMayUseOthers) {
             close(descriptor)
             throw StorageError(problem)
         }
@@ -123,27 +130,41 @@ public final class DataDirectory: Sendable {
     public var databasePath: String { path + "/" + RoomDatabase.fileName }
 
     /// Refuses a data directory at `path` that someone else could change; see the type's comment.
-    /// For a directory that is read, not opened as one (`backup`'s source).
+    /// For a directory that is read, not opened as one (`backup`'s source, which root may read
+    /// whoever owns it: `sudo chat-server backup` of a service's directory).
     public static func checkPermissions(of path: String) throws(StorageError) {
         var info = stat()
         guard stat(path, &info) == 0 else { throw StorageError("cannot use data directory \(path): \(errnoText())") }
-        if let problem = permissionProblem(info, path: path) { throw StorageError(problem) }
+        if let problem = permissionProblem(info, path: path, rootMayUseOthers: true) { throw StorageError(problem) }
     }
 
     /// Why the directory `info` describes must not be used, or nil: its group or anyone may write
     /// to it (the sticky bit does not help: others could still add files), or a user other than
-    /// this process's owns it (who could change its mode at will). Root may use any user's, as
-    /// `sudo chat-server backup` does.
-    private static func permissionProblem(_ info: stat, path: String) -> String? {
+    /// this process's owns it (who could change its mode at will) — unless this process is root
+    /// and `rootMayUseOthers`.
+    private static func permissionProblem(_ info: stat, path: String, rootMayUseOthers: Bool) -> String? {
         // 0o022: write permission for the group or others.
         if info.st_mode & 0o022 != 0 {
             return "data directory \(path) is writable by others (mode \(octal(info.st_mode))): they could replace its files; run chmod 700 \(path)"
         }
         let user = geteuid()
-        if info.st_uid != user, user != 0 {
-            return "data directory \(path) belongs to another user (uid \(info.st_uid)), who could change it: run as that user, or give it to uid \(user) (sudo chown -R \(user) \(path))"
+        if info.st_uid != user, user != 0 || !rootMayUseOthers {
+            let owner = userName(info.st_uid).map { "uid \(info.st_uid), \($0)" } ?? "uid \(info.st_uid)"
+            return "data directory \(path) belongs to another user (\(owner)), who could change it: run as that user, or give it to uid \(user) (sudo chown -R \(user) \(path))"
         }
         return nil
+    }
+
+    /// The name of the user `uid` in the password database, or nil if it has none.
+    private static func userName(_ uid: uid_t) -> String? {
+        var entry = passwd()
+        var found: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        return buffer.withUnsafeMutableBufferPointer { storage in
+            guard let base = storage.baseAddress, getpwuid_r(uid, &entry, base, storage.count, &found) == 0, found != nil, let name = entry.pw_name
+            else { return nil }
+            return String(cString: name)
+        }
     }
 
     /// What to say of the directory `info` describes if others may list it, or nil. Served

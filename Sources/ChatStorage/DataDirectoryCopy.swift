@@ -41,7 +41,7 @@ public enum DataDirectoryCopy {
         }
         // What others could have changed is not what to keep: refused as a server would refuse it.
         try DataDirectory.checkPermissions(of: source)
-        let target = try DataDirectory(path: destination)
+        let target = try DataDirectory(path: destination, rootMayUseOthers: true)
         defer { target.unlock() }
         let present = try entries(of: destination).filter { $0 != "lock" }
         guard present.isEmpty else {
@@ -178,7 +178,7 @@ public enum DataDirectoryCopy {
         guard stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
             throw StorageError("\(directory) is not a directory")
         }
-        let held = try DataDirectory(path: directory)
+        let held = try DataDirectory(path: directory, rootMayUseOthers: true)
         defer { held.unlock() }
         var report = Report()
         if let warning = held.warning { report.notes.append(warning) }

@@ -138,7 +138,7 @@ struct AccountPlace: ParsableArguments {
         let existed = access(path, F_OK) == 0
         let directory: DataDirectory
         do {
-            directory = try DataDirectory(path: path, creating: creatingDirectory)
+            directory = try DataDirectory(path: path, creating: creatingDirectory, rootMayUseOthers: true)
         } catch {
             if error.message.hasSuffix(DataDirectory.heldByAnotherServer) {
                 throw AccountCommandError("\(error.message); stop the server first (it reads its accounts at start), then run this again")
