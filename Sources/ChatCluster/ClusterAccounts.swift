@@ -95,7 +95,7 @@ public struct ClusterAccounts: Sendable {
     /// cap's count and the records never disagree. The rooms it founded stop being registered
     /// (their roles by account are forgotten), and the roles it was given elsewhere are forgotten,
     /// so that whoever registers the nick again inherits neither (ModerationCheck.swift keeps the
-    /// two lists).
+    /// two lists); each room changed counts a new version (`RoomKeys.version`).
     public func drop(key: String, completion: @escaping (Result<Void, ClusterError>) -> Void) {
         eval(Self.dropScript, keys: [Self.accountKey(key), "chat:accounts"], arguments: [key]) { reply in
             completion(reply.map { _ in () })
@@ -112,12 +112,15 @@ public struct ClusterAccounts: Sendable {
             if redis.call('HGET', modes, 'founder') == ARGV[1] then
                 redis.call('HDEL', modes, 'founder')
                 redis.call('DEL', 'chat:{' .. room .. '}:accountroles')
+                redis.call('INCR', 'chat:{' .. room .. '}:version')
             end
             redis.call('SREM', 'chat:registered', room)
         end
         local given = 'chat:account:' .. ARGV[1] .. ':roles'
         for _, room in ipairs(redis.call('SMEMBERS', given)) do
-            redis.call('HDEL', 'chat:{' .. room .. '}:accountroles', ARGV[1])
+            if redis.call('HDEL', 'chat:{' .. room .. '}:accountroles', ARGV[1]) == 1 then
+                redis.call('INCR', 'chat:{' .. room .. '}:version')
+            end
         end
         redis.call('DEL', founded, given)
         return 1

@@ -4,13 +4,14 @@ import RedisClient
 import RedisProtocol
 
 extension ModerationCheck {
-    /// The script's arguments after the first eight: the check, then its fields.
+    /// The script's arguments after the first eight: the check, then its fields. A join's are
+    /// its decision's (`admitArguments`): alone, an `admit` names no version, which never
+    /// holds, so the script appends nothing for it.
     var arguments: [[UInt8]] {
         func flag(_ value: Bool) -> [UInt8] { value ? [UInt8(ascii: "1")] : [UInt8(ascii: "0")] }
         switch self {
-        case let .admit(account, key, inviteKey, masks, admin):
-            return [Array("admit".utf8), [], flag(admin), Array(account.utf8), Array(key.utf8), Array(inviteKey.utf8)]
-                + masks.map { Array($0.utf8) }
+        case .admit:
+            return [Array("admit".utf8)]
         case let .speak(nick):
             return [Array("speak".utf8), Array(nick.utf8), flag(false), []]
         case let .setTopic(by, admin):
@@ -25,18 +26,39 @@ extension ModerationCheck {
         }
     }
 
+    /// The script's arguments after the first eight for a join (an `admit`) that `decision`
+    /// decided against the room's state at `version` (-1: none read yet, which never holds).
+    static func admitArguments(account: String, inviteKey: String, decision: ClusterAdmission, version: Int64) -> [[UInt8]] {
+        let refusal = decision.refusal.map { ModerationRefusal(admissionRefusal: $0.code).rawValue + " " + $0.reason } ?? ""
+        let highest = decision.counts.upperBound == Int.max ? -1 : decision.counts.upperBound
+        return [
+            Array("admit".utf8), [], [], Array(account.utf8), Array(String(version).utf8), Array(String(decision.counts.lowerBound).utf8),
+            Array(String(highest).utf8), decision.reliesOnInvitation ? Array(inviteKey.utf8) : [], Array(refusal.utf8),
+            Array(decision.role.utf8), Array(inviteKey.utf8),
+        ]
+    }
+
     /// The append script's moderation: functions, then the checks run before the event is
-    /// numbered (a refusal logs nothing). KEYS 7–12: the room's modes (hash: `founder`, `i`, `m`,
+    /// numbered (a refusal logs nothing). KEYS 7–13: the room's modes (hash: `founder`, `i`, `m`,
     /// `t`, `k`, `l`), member roles (nick → `o`, `v` or `ov`), bans (mask → `time setBy reason`),
-    /// invitations (nick key → expiry in ms), account roles of a registered room (account → role)
-    /// and members' accounts (nick → account). ARGV 9 on: the check and its fields, as
-    /// `arguments` writes them. `ms` is Redis's time, `change` the membership change, `subject`
-    /// the nick it concerns (a kick's, as the member list spells it).
+    /// invitations (nick key → expiry in ms), account roles of a registered room (account → role),
+    /// members' accounts (nick → account), and the version of the first four but roles
+    /// (`RoomKeys.version`, counted by `bump`). ARGV 9 on: the check and its fields, as
+    /// `arguments` and `admitArguments` write them. `ms` is Redis's time, `change` the membership
+    /// change, `subject` the nick it concerns (a kick's, as the member list spells it).
+    ///
+    /// A join (`admit`) was decided by the node against the room's state at a version
+    /// (ClusterAdmission): it is carried out — refused, or the joiner given its role and its
+    /// invitation used up — only if that version holds, the member count is within the range
+    /// the decision holds for, and an invitation it relies on has not expired. Otherwise the
+    /// script answers `{'STALE', version, ms, members, modes, bans, account roles, invitations}`
+    /// and logs nothing, and the node decides again.
     static let checks = """
         local check = ARGV[9] or ''
         local by, admin, account = ARGV[10], ARGV[11] == '1', ARGV[12]
         local founder = redis.call('HGET', KEYS[7], 'founder')
         local function refuse(code, text) return redis.error_reply(code .. ' ' .. text) end
+        local function bump() redis.call('INCR', KEYS[13]) end
         -- A member by its nick in any letter case (nicks are ASCII and compare ignoring case):
         -- the exact nick is tried first, the list only when a client typed it otherwise.
         local function member(nick)
@@ -78,35 +100,23 @@ extension ModerationCheck {
         end
         local function forgetIfEmptyAndUnregistered()
             if redis.call('ZCARD', KEYS[3]) == 0 and not founder then
-                redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12])
+                if redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]) > 0 then bump() end
             end
         end
-        local granted, creating = false, false
-        if check == 'admit' and account ~= '' then
-            if founder == account then granted = 'o' else granted = redis.call('HGET', KEYS[11], account) end
-        end
-        if check == 'admit' and not admin then
-            for i = 15, #ARGV do
-                if redis.call('HEXISTS', KEYS[9], ARGV[i]) == 1 then return refuse('BANNED', 'you are banned from #' .. ARGV[7]) end
-            end
-            local invited = false
-            local expiry = redis.call('HGET', KEYS[10], ARGV[14])
-            if expiry then
-                redis.call('HDEL', KEYS[10], ARGV[14])
-                invited = tonumber(expiry) > ms
-            end
-            if not granted and not invited then
-                if redis.call('HEXISTS', KEYS[7], 'i') == 1 then return refuse('INVITEONLY', '#' .. ARGV[7] .. ' is invite-only') end
-                local key = redis.call('HGET', KEYS[7], 'k')
-                if key and key ~= ARGV[13] then return refuse('BADKEY', 'wrong key for #' .. ARGV[7]) end
-                local limit = redis.call('HGET', KEYS[7], 'l')
-                if limit and redis.call('ZCARD', KEYS[3]) >= tonumber(limit) then
-                    return refuse('FULL', '#' .. ARGV[7] .. ' is full (' .. limit .. ' members)')
-                end
-            end
-        end
+        local granted = ''
         if check == 'admit' then
-            creating = redis.call('ZCARD', KEYS[3]) == 0 and not founder
+            local version = tonumber(redis.call('GET', KEYS[13]) or '0')
+            local count = redis.call('ZCARD', KEYS[3])
+            local highest = tonumber(ARGV[15])
+            local invitation = ARGV[16] ~= '' and tonumber(redis.call('HGET', KEYS[10], ARGV[16]) or '0')
+            if version ~= tonumber(ARGV[13]) or count < tonumber(ARGV[14]) or (highest >= 0 and count > highest)
+                or (invitation and invitation <= ms) then
+                return {'STALE', version, ms, count, redis.call('HGETALL', KEYS[7]), redis.call('HGETALL', KEYS[9]),
+                    redis.call('HGETALL', KEYS[11]), redis.call('HGETALL', KEYS[10])}
+            end
+            if ARGV[17] ~= '' then return redis.error_reply(ARGV[17]) end
+            granted = ARGV[18]
+            if redis.call('HDEL', KEYS[10], ARGV[19]) == 1 then bump() end
         elseif check == 'speak' then
             if not redis.call('ZSCORE', KEYS[3], by) then return refuse('NOTMEMBER', 'you are not in #' .. ARGV[7]) end
             if redis.call('HEXISTS', KEYS[7], 'm') == 1 and roleOf(by) == '' then
@@ -184,6 +194,7 @@ extension ModerationCheck {
                     return refuse('BADMODE', 'no mode ' .. ARGV[13])
                 end
             end
+            bump()
         end
         """
 
@@ -192,7 +203,7 @@ extension ModerationCheck {
     /// unregistered room's moderation forgotten.
     static let afterChange = """
         if change == 'join' and check == 'admit' then
-            if granted then redis.call('HSET', KEYS[8], ARGV[5], granted) elseif creating then redis.call('HSET', KEYS[8], ARGV[5], 'o') end
+            if granted ~= '' then redis.call('HSET', KEYS[8], ARGV[5], granted) end
             if account ~= '' then redis.call('HSET', KEYS[12], ARGV[5], account) end
         elseif change == 'leave' or change == 'kick' then
             dropMember(subject)
@@ -236,6 +247,18 @@ public enum ModerationRefusal: String, Equatable, Sendable {
     /// The invitee is a member already.
     case alreadyMember = "ALREADYIN"
 
+    /// The refusal a node's decision on a join (`ClusterAdmission`) gives for `code`, the code a
+    /// server on its own refuses with: the script answers with it as with its own.
+    init(admissionRefusal code: ErrorCode) {
+        switch code {
+        case .banned: self = .banned
+        case .inviteOnly: self = .inviteOnly
+        case .badRoomKey: self = .badKey
+        case .roomFull: self = .full
+        default: self = .notMember
+        }
+    }
+
     /// The refusal and its text, if `error` is one of the script's.
     public static func parse(_ error: ClusterError) -> (refusal: ModerationRefusal, text: String)? {
         guard case .refused(let reply) = error, let space = reply.firstIndex(of: " "),
@@ -268,7 +291,8 @@ public struct ClusterRoomModeration: Equatable, Sendable {
 }
 
 extension ClusterDirectory {
-    /// The script `invite` runs. KEYS: the room's roles, invitations and members. ARGV: the
+    /// The script `invite` runs. KEYS: the room's roles, invitations, members and version (an
+    /// invitation changes what a join is decided by: ModerationCheck.checks). ARGV: the
     /// inviter's nick, `1` for a server operator, the invitee's nick key, the invitation's
     /// lifetime in ms, the most invitations kept, the room's name, the invitee's nick.
     static let inviteScript = """
@@ -282,6 +306,7 @@ extension ClusterDirectory {
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         redis.call('HSET', KEYS[2], ARGV[3], ms + tonumber(ARGV[4]))
         redis.call('PEXPIRE', KEYS[2], ARGV[4])
+        redis.call('INCR', KEYS[4])
         if redis.call('HLEN', KEYS[2]) > tonumber(ARGV[5]) then
             local all = redis.call('HGETALL', KEYS[2])
             local soonest, soonestKey
@@ -307,7 +332,7 @@ extension ClusterDirectory {
     ) {
         let keys = RoomKeys(room)
         commands.send([
-            Array("EVAL".utf8), Array(Self.inviteScript.utf8), Array("3".utf8), keys.roles, keys.invitations, keys.members,
+            Array("EVAL".utf8), Array(Self.inviteScript.utf8), Array("4".utf8), keys.roles, keys.invitations, keys.members, keys.version,
             Array(by.utf8), Array((admin ? "1" : "0").utf8), Array(nickKey.utf8), Array(String(lifetimeMillis).utf8),
             Array(String(ModerationLimits.maxInvitations).utf8), Array(room.utf8), Array(nick.utf8),
         ]) { reply in completion(Self.done(reply)) }

@@ -1,4 +1,5 @@
 import ChatCore
+import ChatProtocol
 import RedisClient
 import RedisProtocol
 
@@ -79,6 +80,10 @@ public final class RoomLog: @unchecked Sendable {
     /// Most events kept per room (`XADD MAXLEN ~`).
     private let maxEvents: Int
     private var follows: [String: Follow] = [:]
+    /// Each followed room's admission state as this node last read it: what its joins are
+    /// decided by (`ClusterAdmission`). Read with the first join's answer, and again whenever the
+    /// script finds it stale; forgotten with the follow.
+    private var admissionStates: [String: ClusterAdmissionState] = [:]
     private var roomsByChannel: [[UInt8]: String] = [:]
     /// Channels that are not rooms' (a node's direct messages), with who hears them.
     private var listeners: [[UInt8]: ([UInt8]) -> Void] = [:]
@@ -212,6 +217,57 @@ public final class RoomLog: @unchecked Sendable {
         to room: String, payload: [UInt8], change: RoomChange = .none, moderation: ModerationCheck? = nil,
         completion: @escaping (Result<AppendedEvent, ClusterError>) -> Void
     ) {
+        if let moderation, case .admit = moderation, case .join(let nick, _) = change {
+            let join = Join(room: room, payload: payload, change: change, check: moderation, nick: nick)
+            return append(join, decidedOn: admissionStates[room], attempt: 1, completion: completion)
+        }
+        send(to: room, payload: payload, change: change, moderation: moderation?.arguments ?? [], completion: completion)
+    }
+
+    /// The most decisions one join takes: a room whose admission state changes this many times
+    /// between a node's decision and its append is refused for now, rather than tried for ever.
+    static let maxAdmissionAttempts = 8
+
+    /// A join to append: its `joined` and what it is decided by.
+    private struct Join {
+        let room: String
+        let payload: [UInt8]
+        /// `.join`.
+        let change: RoomChange
+        /// `.admit`.
+        let check: ModerationCheck
+        let nick: String
+    }
+
+    /// Appends `join`, decided by the room's rules against `state` (nil: none read yet); when
+    /// Redis finds that state stale, it answers with the current one, which is kept for the
+    /// room's next joins, and the join is decided again on it.
+    private func append(
+        _ join: Join, decidedOn state: ClusterAdmissionState?, attempt: Int, completion: @escaping (Result<AppendedEvent, ClusterError>) -> Void
+    ) {
+        guard case let .admit(account, _, inviteKey, _, _) = join.check else { return }
+        // None read yet: decided against an empty room, at a version that never holds, so that
+        // the script answers with the room's state.
+        let decision = ClusterAdmission.decide(
+            join.check, nick: join.nick, room: join.room, state: state ?? ClusterAdmissionState(version: 0, time: 0, memberCount: 0))
+        let arguments = ModerationCheck.admitArguments(
+            account: account, inviteKey: inviteKey, decision: decision, version: state.map { Int64($0.version) } ?? -1)
+        send(to: join.room, payload: join.payload, change: join.change, moderation: arguments, stale: { current in
+            // Kept only while the room is followed: the answer may come after an unfollow.
+            if self.follows[join.room] != nil { self.admissionStates[join.room] = current }
+            guard attempt < Self.maxAdmissionAttempts else {
+                return completion(.failure(.refused("the settings of #\(join.room) changed \(attempt) times while a join was decided")))
+            }
+            self.append(join, decidedOn: current, attempt: attempt + 1, completion: completion)
+        }, completion: completion)
+    }
+
+    /// Runs the append script for `payload` with `moderation`'s arguments; a join's stale
+    /// decision comes to `stale` with the room's admission state as it is.
+    private func send(
+        to room: String, payload: [UInt8], change: RoomChange, moderation: [[UInt8]],
+        stale: ((ClusterAdmissionState) -> Void)? = nil, completion: @escaping (Result<AppendedEvent, ClusterError>) -> Void
+    ) {
         let keys = Self.keys(of: room)
         let (kind, nick, node, newNick): (String, String, String, String) =
             switch change {
@@ -223,12 +279,18 @@ public final class RoomLog: @unchecked Sendable {
             case .topic: ("topic", "", "", "")
             }
         commands.send([
-            Array("EVALSHA".utf8), scriptSHA, Array("12".utf8), keys.seq, keys.log, keys.members, keys.memberNodes, keys.topic,
+            Array("EVALSHA".utf8), scriptSHA, Array("13".utf8), keys.seq, keys.log, keys.members, keys.memberNodes, keys.topic,
             keys.membersPerNode, keys.modes, keys.roles, keys.bans, keys.invitations, keys.accountRoles, keys.memberAccounts,
-            keys.channel, payload, Array(String(maxEvents).utf8), Array(kind.utf8), Array(nick.utf8), Array(node.utf8),
+            keys.version, keys.channel, payload, Array(String(maxEvents).utf8), Array(kind.utf8), Array(nick.utf8), Array(node.utf8),
             Array(room.utf8), Array(newNick.utf8),
-        ] + (moderation?.arguments ?? [])) { reply in
+        ] + moderation) { reply in
             switch reply {
+            case .success(.array(let parts?)) where parts.first?.text == "STALE":
+                guard let stale, let state = Self.admissionState(parts) else {
+                    completion(.failure(.malformedReply("a stale join's answer \(parts)")))
+                    return
+                }
+                stale(state)
             case .success(.array(let parts?)) where parts.count == 3:
                 guard let seq = parts[0].integer, let time = parts[1].integer, let members = parts[2].integer, seq > 0, time >= 0,
                     members >= 0
@@ -279,6 +341,7 @@ public final class RoomLog: @unchecked Sendable {
     /// Stops delivering `room`'s events.
     public func unfollow(_ room: String) {
         guard follows.removeValue(forKey: room) != nil else { return }
+        admissionStates[room] = nil
         let channel = Self.keys(of: room).channel
         roomsByChannel[channel] = nil
         subscriber.unsubscribe([channel])
@@ -455,6 +518,36 @@ public final class RoomLog: @unchecked Sendable {
     /// The keys of `room`. The braces make a Redis Cluster keep a room's keys in one slot.
     static func keys(of room: String) -> RoomKeys { RoomKeys(room) }
 
+    /// The admission state in a stale join's answer: `{'STALE', version, ms, members, modes,
+    /// bans, account roles, invitations}`, the last four as `HGETALL` gives them.
+    static func admissionState(_ parts: [RESPValue]) -> ClusterAdmissionState? {
+        guard parts.count == 8, let version = parts[1].integer, let time = parts[2].integer, let members = parts[3].integer,
+            version >= 0, time >= 0, members >= 0, let modes = hash(parts[4]), let bans = hash(parts[5]),
+            let accountRoles = hash(parts[6]), let invitations = hash(parts[7])
+        else { return nil }
+        var entries: [BanEntry] = []
+        for (mask, record) in bans {
+            guard let entry = BanEntry(mask: mask, record: record) else { return nil }
+            entries.append(entry)
+        }
+        return ClusterAdmissionState(
+            version: UInt64(version), time: UInt64(time), memberCount: Int(members), founder: modes["founder"] ?? "",
+            inviteOnly: modes["i"] != nil, key: modes["k"] ?? "", memberLimit: modes["l"].flatMap { Int($0) } ?? 0,
+            bans: entries.sorted { ($0.time, $0.mask) < ($1.time, $1.mask) }, accountRoles: accountRoles,
+            invitations: invitations.compactMapValues { UInt64($0) })
+    }
+
+    /// A flat `HGETALL` reply as a dictionary; nil if it is not one.
+    private static func hash(_ value: RESPValue) -> [String: String]? {
+        guard case .array(let fields?) = value, fields.count.isMultiple(of: 2) else { return nil }
+        var hash: [String: String] = [:]
+        for index in stride(from: 0, to: fields.count, by: 2) {
+            guard let name = fields[index].text, let field = fields[index + 1].text else { return nil }
+            hash[name] = field
+        }
+        return hash
+    }
+
     /// A publication: `seq`, a space, `time`, a space, the payload. A `seq` of 0 is none: the
     /// append script numbers from 1, and the gap arithmetic (`deliverHeld`, `fill`) counts on it.
     public static func parsePublication(_ body: [UInt8]) -> LoggedEvent? {
@@ -535,6 +628,10 @@ public struct RoomKeys: Sendable {
     public let accountRoles: [UInt8]
     /// Hash: member nick → the account it is logged in as.
     public let memberAccounts: [UInt8]
+    /// How many times the room's modes, bans, account roles or invitations changed
+    /// (`ClusterAdmissionState.version`): `INCR`ed with each change, never deleted, so that a
+    /// count once read is never read again for another state.
+    public let version: [UInt8]
 
     /// The keys of `room`.
     public init(_ room: String) {
@@ -553,5 +650,6 @@ public struct RoomKeys: Sendable {
         invitations = Array((prefix + "invites").utf8)
         accountRoles = Array((prefix + "accountroles").utf8)
         memberAccounts = Array((prefix + "accounts").utf8)
+        version = Array((prefix + "version").utf8)
     }
 }

@@ -110,23 +110,3 @@ public struct BanMaskError: Error, Sendable, Equatable {
     /// Describes a bad mask.
     public init(_ reason: String) { self.reason = reason }
 }
-
-extension BanMask {
-    /// Every mask, in its canonical form, that matches a session logged in as `accountKey` (nil:
-    /// a guest), known by `nick` and connected from `address`: its account, its nick, and its
-    /// address at every prefix length (an IPv4-mapped IPv6 address also as the IPv4 address it
-    /// carries). A cluster node sends these with a join, and Redis looks each up among the
-    /// room's bans: the same matches as `matches(accountKey:nick:address:)`, as lookups.
-    public static func masks(matchingAccountKey accountKey: String?, nick: String?, address: String) -> [String] {
-        var masks: [String] = []
-        if let accountKey { masks.append(BanMask.account(accountKey).canonical) }
-        if let nick { masks.append(BanMask.nick(ChatName.nickKey(nick)).canonical) }
-        for family in [4, 16] {
-            guard let bytes = bytes(ofClientAddress: address, family: family) else { continue }
-            for prefix in 0...(family * 8) {
-                masks.append(BanMask.address(network: masked(bytes, prefix: prefix), prefix: prefix).canonical)
-            }
-        }
-        return masks
-    }
-}

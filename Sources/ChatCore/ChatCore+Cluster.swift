@@ -984,11 +984,11 @@ extension ChatCore {
             return
         }
         guard let client = clients[id.slot] else { return }
-        // The room's bans, invite-only mode, key and limit are Redis's to apply, in the step
-        // that appends the `joined` (ModerationCheck): the node sends what they are matched by.
+        // The room's bans, invite-only mode, key and limit are the cluster's: the join is decided
+        // against them as Redis holds them when the `joined` is appended (ClusterAdmission).
         let admission = ModerationCheck.admit(
-            account: client.account ?? "", key: key ?? "", inviteKey: ChatName.nickKey(nick),
-            masks: BanMask.masks(matchingAccountKey: client.account, nick: nick, address: client.address), admin: isServerOperator(id))
+            account: client.account ?? "", key: key ?? "", inviteKey: ChatName.nickKey(nick), address: client.address,
+            admin: isServerOperator(id))
         // The joiner hears its own `joined` too.
         let charge = chargeFanout(of: id, size: size, in: room, joining: true)
         clients[id.slot]?.rooms.append(room)

@@ -3,19 +3,19 @@ import ChatProtocol
 /// What the append script checks, and changes, of a room's moderation along with an event
 /// (docs/CLUSTER.md, "Moderation").
 ///
-/// A room's modes, roles, bans and invitations live in Redis beside its members, and every check
-/// and change runs inside the append script, in the same atomic step that numbers the event: two
+/// A room's modes, roles, bans and invitations live in Redis beside its members, and every
+/// change runs inside the append script, in the same atomic step that numbers the event: two
 /// nodes that ban and join, or op and deop, at once are put in one order by Redis, and every node
-/// that delivers the log ends in the same state. The node computes what Redis cannot (the ban
-/// masks a joiner matches, the canonical form of a mask) and Redis decides.
+/// that delivers the log ends in the same state. A join is decided by the node, by the rules
+/// every mode uses (`ClusterAdmission`), against the room's state as it last read it; the
+/// script carries the decision out only while that state still holds, and otherwise answers
+/// with the state as it is, to decide again. The other checks run in the script.
 public enum ModerationCheck: Equatable, Sendable {
-    /// A join (with `RoomChange.join`) by a client logged in as `account` (empty: a guest),
-    /// refused if any of `masks` (every ban mask that would match it) is banned; then, unless its
-    /// account has a role in the room or its invitation (`inviteKey`) is still good, refused by
-    /// invite-only, by a key other than `key`, or by the member limit. The joiner becomes op if it
-    /// creates the room (no members, not registered), and takes its account's role otherwise. A
-    /// server operator (`admin`) is admitted whatever the room's rules.
-    case admit(account: String, key: String, inviteKey: String, masks: [String], admin: Bool = false)
+    /// A join (with `RoomChange.join`) by a client logged in as `account` (empty: a guest) from
+    /// `address`, with `key` (empty: none) and invited under `inviteKey`, as `RoomRules.admission`
+    /// judges it; the joiner takes the roles `RoomRules.rolesOnJoining` gives. A server operator
+    /// (`admin`) is admitted whatever the room's rules.
+    case admit(account: String, key: String, inviteKey: String, address: String, admin: Bool = false)
     /// A `say` or `emote` of `nick`: refused unless it is a member (a member kicked while its
     /// line was on the way is one no more), and while the room is moderated unless it is op or
     /// voiced.

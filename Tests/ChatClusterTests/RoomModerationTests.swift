@@ -10,12 +10,10 @@ import TestSupport
 // inside the append script, so these drive it the way a node does — `append` with a change and a
 // moderation — and read back what Redis keeps.
 
-/// What a node passes for a join: the joiner's account, the key it gave, its nick key and the
-/// masks that would match it (the node computes them; here by hand).
+/// What a node passes for a join: the joiner's account, the key it gave, its nick key and its
+/// address; the node's room log decides the join by the room's rules (ClusterAdmission).
 private func admit(_ nick: String, account: String = "", key: String = "", address: String = "127.0.0.1") -> ModerationCheck {
-    var masks = ["nick:\(nick.lowercased())", "address:\(address)"]
-    if !account.isEmpty { masks.append("account:\(account)") }
-    return .admit(account: account, key: key, inviteKey: nick.lowercased(), masks: masks)
+    .admit(account: account, key: key, inviteKey: nick.lowercased(), address: address)
 }
 
 private func mode(
@@ -85,7 +83,7 @@ struct RoomModerationTests {
         for change in [mode(7, true, "address:10.0.0.0/8", by: "alice", reason: "spam"), mode(1, true, "s3cret", by: "alice"), mode(4, true, "2", by: "alice")] {
             _ = try await a.append(payload("mode"), change: .none, moderation: change, to: "r").get()
         }
-        #expect(refusal(await a.join("eve", "r", node: "a", admit("eve", key: "s3cret", address: "10.0.0.0/8"))) == .banned)
+        #expect(refusal(await a.join("eve", "r", node: "a", admit("eve", key: "s3cret", address: "10.9.8.7"))) == .banned)
         #expect(refusal(await a.join("carol", "r", node: "a", admit("carol"))) == .badKey)
         #expect(refusal(await a.join("carol", "r", node: "a", admit("carol", key: "guess"))) == .badKey)
         _ = try await a.join("carol", "r", node: "a", admit("carol", key: "s3cret")).get()
@@ -97,7 +95,7 @@ struct RoomModerationTests {
         _ = try await a.append(payload("left"), change: .leave(nick: "dave", node: "a"), to: "r").get()
         #expect(refusal(await a.join("dave", "r", node: "a", admit("dave"))) == .badKey, "the invitation was used")
         try await a.directory { $0.invite("eve", nickKey: "eve", into: "r", by: "alice", admin: false, lifetimeMillis: 60_000, completion: $1) }
-        #expect(refusal(await a.join("eve", "r", node: "a", admit("eve", address: "10.0.0.0/8"))) == .banned, "bans hold for the invited")
+        #expect(refusal(await a.join("eve", "r", node: "a", admit("eve", address: "10.9.8.7"))) == .banned, "bans hold for the invited")
 
         // Only an op invites; invite-only refuses the uninvited.
         do {
@@ -110,11 +108,45 @@ struct RoomModerationTests {
         _ = try await a.append(payload("mode"), change: .none, moderation: mode(0, true, by: "alice"), to: "r").get()
         #expect(refusal(await a.join("frank", "r", node: "a", admit("frank", key: "s3cret"))) == .inviteOnly)
         // A server operator joins whatever the room's bans and modes.
-        let root = ModerationCheck.admit(account: "root", key: "", inviteKey: "root", masks: ["address:10.0.0.0/8"], admin: true)
+        let root = ModerationCheck.admit(account: "root", key: "", inviteKey: "root", address: "10.1.2.3", admin: true)
         _ = try await a.join("root", "r", node: "a", root).get()
 
         let bans = try await a.directory { $0.bans(of: "r", completion: $1) }
         #expect(bans.map(\.mask) == ["address:10.0.0.0/8"] && bans.first?.setBy == "alice" && bans.first?.reason == "spam")
+    }
+
+    /// A node decides a join against the room's state as it last read it (ClusterAdmission):
+    /// what another node changed since — a mode, the member count — makes the script answer
+    /// with the state as it is, and the join is decided again, a refusal as much as an admission.
+    @Test func aJoinDecidedOnAStaleStateIsDecidedAgainOnTheRoomAsItIs() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        let b = try await Node("b", port: redis.port)
+        _ = try await a.follow("r")
+        _ = try await a.join("alice", "r", node: "a", admit("alice")).get()
+        _ = try await a.join("bob", "r", node: "a", admit("bob")).get()
+        // Node a keeps the state it read; node b makes the room invite-only, then lifts it.
+        _ = try await b.append(payload("mode"), change: .none, moderation: mode(0, true, by: "alice"), to: "r").get()
+        #expect(refusal(await a.join("carol", "r", node: "a", admit("carol"))) == .inviteOnly, "decided on +i, not on the state a read")
+        _ = try await b.append(payload("mode"), change: .none, moderation: mode(0, false, by: "alice"), to: "r").get()
+        // a read +i with carol's refusal: a refusal is decided again too.
+        _ = try await a.join("carol", "r", node: "a", admit("carol")).get()
+
+        // A limit of 4 with 3 members as a read it; b's join fills the room.
+        _ = try await b.append(payload("mode"), change: .none, moderation: mode(4, true, "4", by: "alice"), to: "r").get()
+        _ = try await a.join("dave", "r", node: "a", admit("dave")).get()
+        _ = try await a.append(payload("left"), change: .leave(nick: "dave", node: "a"), to: "r").get()
+        _ = try await b.join("erin", "r", node: "b", admit("erin")).get()
+        #expect(refusal(await a.join("dave", "r", node: "a", admit("dave"))) == .full, "the member count at the append counts")
+
+        // The room empties behind a's back: whoever comes in first creates it anew, and is its op.
+        for nick in ["alice", "bob", "carol"] {
+            _ = try await a.append(payload("left"), change: .leave(nick: nick, node: "a"), to: "r").get()
+        }
+        _ = try await b.append(payload("left"), change: .leave(nick: "erin", node: "b"), to: "r").get()
+        _ = try await a.join("frank", "r", node: "a", admit("frank")).get()
+        #expect(try await a.moderation(of: "r").roles == ["frank": "o"], "the first in an emptied room is its op")
     }
 
     @Test func aRegisteredRoomKeepsItsFounderAndRolesEmptyAndNobodyTakesItOver() async throws {

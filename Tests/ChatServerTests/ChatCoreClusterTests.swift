@@ -202,7 +202,7 @@ private func joinedAndAskedForSnapshot(_ nick: String, at seq: UInt64, in slot: 
 struct ChatCoreClusterTests {
     /// What a guest's join from `address` asks Redis to admit it by.
     static func admission(of nick: String, address: String = "127.0.0.1") -> ModerationCheck {
-        .admit(account: "", key: "", inviteKey: nick, masks: BanMask.masks(matchingAccountKey: nil, nick: nick, address: address))
+        .admit(account: "", key: "", inviteKey: nick, address: address)
     }
 
     @Test func aMessageReachesMembersOnEveryNodeWithTheClustersSeq() {
