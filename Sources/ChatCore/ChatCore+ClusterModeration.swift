@@ -3,10 +3,12 @@ import ChatProtocol
 // MARK: - Room moderation in cluster mode
 //
 // A room's moderation is the cluster's, in Redis (docs/CLUSTER.md, "Moderation"): the append
-// script checks and changes it in the step that numbers the event (`ModerationCheck`), so every
-// node delivers one order of kicks, mode changes and the joins and lines they decide. A node keeps
-// no copy: it checks here only what it can tell alone (the request's argument, the requester's
-// place in the room), sends Redis what the rules are matched by, and shows what Redis answers.
+// script changes it in the step that numbers the event (`ModerationCheck`), so every node
+// delivers one order of kicks, mode changes and the joins and lines they decide. A join is
+// decided by the room's rules on the node's room log, against the room's state as it last read
+// it, and carried out only while that state holds (`ClusterAdmission`); the other checks run in
+// the script. Here the node checks only what it can tell alone (the request's argument, the
+// requester's place in the room), sends what the rules are matched by, and shows the answer.
 // Server bans are Redis's too; every node keeps a copy (`moderation.serverBans`), read again at
 // each change it hears, so that it refuses a connection, a hello or a nick at once.
 
