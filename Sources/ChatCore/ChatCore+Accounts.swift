@@ -105,6 +105,31 @@ public enum AccountCreation: Sendable, Equatable {
     case full
 }
 
+/// A login the core refused for its password, for the server's log: the core writes no log, so
+/// it reports each one (`ChatCore.takeLoginFailures`) and the server logs it, throttled per
+/// address, for the operator and for tools such as fail2ban. The password is never in it.
+public struct LoginFailure: Sendable, Equatable {
+    /// Why the login was refused.
+    public enum Cause: Sendable, Equatable {
+        /// The password did not match the account's.
+        case wrongPassword
+        /// No account has the name. The client is answered as for a wrong password; the
+        /// operator's log says which it was.
+        case noAccount
+        /// Not checked: the guess windows are full — the account's (`account` true) or the
+        /// address's own — for `waitMilliseconds` more.
+        case throttled(account: Bool, waitMilliseconds: UInt64)
+    }
+
+    /// The client that tried.
+    public let client: ClientID
+    /// The account tried, by its key (`ChatName.nickKey` of the name sent): what the guess
+    /// windows count it under.
+    public let account: String
+    /// Why it was refused.
+    public let cause: Cause
+}
+
 /// Attempts counted in one fixed window.
 struct AttemptWindow: Sendable {
     /// When the window opened (uptime milliseconds).
@@ -172,6 +197,12 @@ struct GuessWindows: Sendable {
             switch self {
             case .address(let wait), .subject(let wait): wait
             }
+        }
+
+        /// Whether the subject's window is the full one (rules 2 and 3), not the address's.
+        var isSubject: Bool {
+            if case .subject = self { return true }
+            return false
         }
     }
 
@@ -280,6 +311,8 @@ struct GuessWindows: Sendable {
     }
 
     var outbox: [AccountWork] = []
+    /// Logins refused since the server last took them (`takeLoginFailures`).
+    var loginFailures: [LoginFailure] = []
     var nextTicket: UInt64 = 1
     var purposes: [UInt64: Purpose] = [:]
     /// The ticket each waiting client waits for.
@@ -325,6 +358,13 @@ extension ChatCore {
         guard !accounts.outbox.isEmpty else { return [] }
         defer { accounts.outbox.removeAll() }
         return accounts.outbox
+    }
+
+    /// Takes the logins refused for their password since the last call, in order, for the log.
+    public mutating func takeLoginFailures() -> [LoginFailure] {
+        guard !accounts.loginFailures.isEmpty else { return [] }
+        defer { accounts.loginFailures.removeAll() }
+        return accounts.loginFailures
     }
 
     /// Whether `id` waits for an account answer: the server serves it no further request until then.
@@ -708,6 +748,7 @@ extension ChatCore {
         let subject = Self.guessSubject(account: key)
         guard let refusal = accounts.guesses.admit(subject, from: addressKey, limits: guessLimits, now: now.uptimeMillis) else { return true }
         let reason = Self.guessRefusalReason(refusal)
+        if request == .login { reportLoginFailure(id, key: key, .throttled(account: refusal.isSubject, waitMilliseconds: refusal.wait)) }
         if handshake {
             failLogin(id, handshake: true, .throttled, reason, at: now, into: &actions)
         } else {
@@ -757,8 +798,14 @@ extension ChatCore {
             }
             completeLogin(id, record: record, handshake: handshake, at: now, into: &actions)
         default:
+            reportLoginFailure(id, key: key, accounts.records[key] == nil ? .noAccount : .wrongPassword)
             failLogin(id, handshake: handshake, .authenticationFailed, Self.wrongPasswordReason(key), at: now, into: &actions)
         }
+    }
+
+    /// Reports a login of `id` to the account `key` refused for `cause`, for the server's log.
+    private mutating func reportLoginFailure(_ id: ClientID, key: String, _ cause: LoginFailure.Cause) {
+        accounts.loginFailures.append(LoginFailure(client: id, account: key, cause: cause))
     }
 
     /// What every mode does first once `id` proved it owns `record`: a session of a server-banned
@@ -852,6 +899,9 @@ extension ChatCore {
             // pool's dummy hash: no account answers as a wrong password does, after as long.
             record = nil
         default:
+            if case .guessed(.success(.throttled(let account, let wait))) = answer {
+                reportLoginFailure(id, key: key, .throttled(account: account, waitMilliseconds: wait))
+            }
             let problem = guessProblem(answer, key: key) ?? (.internal, "")
             failLogin(id, handshake: handshake, problem.code, problem.reason, at: now, into: &actions)
             return
@@ -882,7 +932,10 @@ extension ChatCore {
         default:
             break
         }
-        if !answer.isBusy { failLogin(id, handshake: handshake, .authenticationFailed, Self.wrongPasswordReason(key), at: now, into: &actions) }
+        if !answer.isBusy {
+            reportLoginFailure(id, key: key, record == nil ? .noAccount : .wrongPassword)
+            failLogin(id, handshake: handshake, .authenticationFailed, Self.wrongPasswordReason(key), at: now, into: &actions)
+        }
     }
 
     /// `completeLogin` on a node: a local holder of the nick is ghosted here; the nick is then

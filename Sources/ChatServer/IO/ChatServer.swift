@@ -851,6 +851,8 @@ public final class ChatServer: @unchecked Sendable {
             if !requests.isEmpty { clusterNode.carryOut(requests) }
         }
         if let store { carryOutReads(on: store) }
+        // Before the actions: a refused handshake's connection is still here to be named.
+        logLoginFailures()
         carryOutAccountWork()
         writeModeration()
         guard actions.count > performed else { return }
@@ -1494,6 +1496,35 @@ public final class ChatServer: @unchecked Sendable {
     private func logRefusal(address: String, label: String, reason: String, now: ServerTime) {
         guard admitRefusalLine(address: address, reason: reason, now: now) else { return }
         logger.info("client refused", metadata: ["connection.remote": "\(label)", "disconnect.reason": "\(reason)"])
+    }
+
+    /// Logs the logins the core refused for their password — a wrong one, a name without an
+    /// account, or guess windows that are full — at info, so that the default level shows them to
+    /// the operator and to tools such as fail2ban. Throttled per address like the refusals at the
+    /// door: an address guessing thousands of times writes a few lines a window and a summary.
+    private func logLoginFailures() {
+        let failures = core.takeLoginFailures()
+        guard !failures.isEmpty else { return }
+        let now = Self.now()
+        for failure in failures {
+            guard let connection = connections[failure.client.slot] else { continue }
+            var metadata: Logger.Metadata = [
+                "connection.id": "\(connection.serial)", "connection.remote": "\(connection.channel.label)",
+                "login.account": "\(failure.account)",
+            ]
+            let message: Logger.Message
+            switch failure.cause {
+            case .wrongPassword, .noAccount:
+                message = "login failed"
+                metadata["login.failure"] = failure.cause == .noAccount ? "no such account" : "wrong password"
+            case .throttled(let account, let wait):
+                message = "login throttled"
+                metadata["login.window"] = account ? "account" : "address"
+                metadata["login.retry.seconds"] = "\((wait + 999) / 1000)"
+            }
+            guard admitRefusalLine(address: connection.address, reason: message.description, now: now) else { continue }
+            logger.info(message, metadata: metadata)
+        }
     }
 
     /// Whether a refusal of `address` for `reason` gets a log line now: a few per address and
