@@ -689,7 +689,12 @@ public struct ClientSession: Sendable {
             guard complete else { return [] }
             return membersKnown(room: room, nicks: membersInProgress.removeValue(forKey: room) ?? [])
         case let .topic(room, seq, time, setBy, text):
-            topics[room] = text
+            let known = topics.updateValue(text, forKey: room)
+            // Every join is followed by the room's topic. After a reconnect the window shows it
+            // already, unless it changed while we were away; then a version 2 catch-up (an epoch
+            // known) shows the change among what was missed, in its place, and marks it seen.
+            let changedWhileAway = catchUps[room]?.previous.map { $0.epoch != nil && seq > $0.lastSeq } ?? false
+            if isRejoining(room), known == text || changedWhileAway { return [] }
             return live(room: room, seq: seq, .topic(room: room, time: time, setBy: setBy, text: text))
         case let .history(room, entries):
             return historyBatch(room: room, entries: entries)

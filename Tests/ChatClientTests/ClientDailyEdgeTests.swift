@@ -60,4 +60,40 @@ import TestSupport
         #expect(!watcher.frames.contains(where: Self.saysText("pw-ann-2")), "the refused command's answer lines are not said")
         #expect(!ann.output.contains("pw-ann"), "no password is shown: \(ann.output)")
     }
+
+    // MARK: The topic at a reconnect
+
+    /// A reconnect shows a room's topic again only when it changed while the client was away.
+    @Test func anUnchangedTopicIsNotShownAgainAtAReconnect() async throws {
+        let server = try await ChatServerProcess()
+        defer { server.stop() }
+        let relay = try TCPRelay(to: server.port)
+        defer { relay.stop() }
+        let bob = try await Peer(nick: "bob", port: server.port, version: WireProtocol.version)
+        defer { bob.close() }
+        let ann = try pipeClient(["--nick", "ann", "--port", "\(relay.port)", "--room", "general"])
+        defer { ann.stop() }
+        #expect(await ann.waitForOutput("-!- ann joined"), "ann is in: \(ann.output)")
+        ann.send("/topic first topic")
+        #expect(await ann.waitForOutput("topic: first topic (set by ann)"), "the topic is set: \(ann.output)")
+
+        // Unchanged: the reconnect's summary, and the topic still shown once.
+        relay.cutAll()
+        #expect(await ann.waitForOutput("reconnected to 127.0.0.1:\(relay.port)"), "ann is back: \(ann.output)")
+        let first = ann.lines.filter { $0.contains("topic: first topic") }
+        #expect(first.count == 1, "the unchanged topic is not shown again:\n\(ann.output)")
+
+        // Changed while away: shown.
+        relay.refusesConnections = true
+        relay.cutAll()
+        #expect(await ann.waitForOutput("reconnecting in"), "ann is away: \(ann.output)")
+        try await bob.connection.send(.setTopic(room: "general", text: "second topic"))
+        #expect(await bob.waitFor { if case .topic("general", _, _, "bob", "second topic") = $0 { true } else { false } }, "bob set the topic")
+        relay.refusesConnections = false
+        #expect(await ann.waitForOutput("topic: second topic (set by bob)"), "the changed topic is shown: \(ann.output)")
+        ann.send("/quit")
+        #expect(await ann.waitForExit() == 0, "\(ann.output)")
+        #expect(ann.lines.filter { $0.contains("topic: first topic") }.count == 1, "the first topic is shown once:\n\(ann.output)")
+        #expect(ann.lines.filter { $0.contains("topic: second topic") }.count == 1, "the changed topic is shown once:\n\(ann.output)")
+    }
 }
