@@ -80,6 +80,8 @@ final class TerminalEditor: @unchecked Sendable {
         var pasteInFlight = false
         var bell = false
         var leaving = false
+        /// How many answers (`.answer`, `.secret`) the front end has handled.
+        var answersHandled = 0
     }
 
     private let lock = NSLock()
@@ -108,6 +110,12 @@ final class TerminalEditor: @unchecked Sendable {
     /// Where a key sequence (an arrow key's `ESC [ A`) typed at the hidden prompt stands: its
     /// bytes are dropped, not taken for the password.
     private var secretSequence = SequenceState.none
+    /// How many answers (`.answer`, `.secret`) went to the front end, and how many it has
+    /// handled. While some are out, the keys typed after them wait: the answer may open the next
+    /// prompt (`/register`'s second password), and a key handed to libedit before it opens
+    /// would be drawn, and an Enter would say the next password as chat.
+    private var answersSent = 0
+    private var answersHandled = 0
     private var nicks: [String] = []
     private var rooms: [String] = []
     private var windows: [String] = []
@@ -265,6 +273,12 @@ final class TerminalEditor: @unchecked Sendable {
         post { $0.secretPrompt = prompt }
     }
 
+    /// Says that the answer to a question or hidden prompt was handled, and whatever prompt it
+    /// leads to was asked: the keys typed after the answer go on, to that prompt if there is one.
+    func answerHandled() {
+        post { $0.answersHandled += 1 }
+    }
+
     /// Draws the screen anew with `lines` (the newest last; the front end gives the rows of the
     /// window's view, `WindowBuffer.view`) above the bottom rows, in place of what was there and
     /// of lines posted before; `resized` when the terminal changed size.
@@ -415,7 +429,7 @@ final class TerminalEditor: @unchecked Sendable {
                 character.pointee = key
                 return 1
             }
-            if eventIndex < events.count {
+            if eventIndex < events.count, answersSent == answersHandled {
                 let event = events[eventIndex]
                 eventIndex += 1
                 if eventIndex == events.count {
@@ -512,8 +526,18 @@ final class TerminalEditor: @unchecked Sendable {
         case .paste(let text):
             if secret != nil {
                 // A pasted password is common; its first line is the password.
-                secret?.append(contentsOf: text.prefix { $0 != "\n" && $0 != "\r" }.unicodeScalars)
-                return text.contains(where: { $0 == "\n" || $0 == "\r" }) ? endSecret(cancelled: false) : nil
+                let scalars = text.unicodeScalars
+                guard let lineEnd = scalars.firstIndex(where: { $0 == "\n" || $0 == "\r" }) else {
+                    secret?.append(contentsOf: scalars)
+                    return nil
+                }
+                secret?.append(contentsOf: scalars[..<lineEnd])
+                // Keys typed fast after the Enter share its read, which `TerminalInput` takes for
+                // a paste: what follows the line break goes on as the rest of that paste, to the
+                // next prompt or the input line, once the answer is handled (`answersSent`).
+                let rest = String(scalars[scalars.index(after: lineEnd)...])
+                if !rest.isEmpty { events.insert(.paste(rest), at: eventIndex) }
+                return endSecret(cancelled: false)
             }
             if question != nil { return nil }  // a paste does not answer a question
             return pasted(text)
@@ -617,6 +641,9 @@ final class TerminalEditor: @unchecked Sendable {
         windows = news.windows
         maxLineBytes = news.maxLineBytes
         pasteInFlight = news.pasteInFlight
+        // Taken with the prompts below in one snapshot: a prompt the answer opened is open
+        // before the keys typed after the answer go on.
+        answersHandled = news.answersHandled
         toPrint += news.lines
         if news.bell { writeOut("\u{07}") }
         if news.promptChanged {
@@ -628,7 +655,7 @@ final class TerminalEditor: @unchecked Sendable {
                 questionStash = takeLine()
             } else if secret == nil {
                 // A yes/no question was open: the prompt takes its place, and it is declined.
-                requests(.answer(false))
+                sendAnswer(.answer(false))
             }
             question = asked
             secret = []
@@ -638,7 +665,7 @@ final class TerminalEditor: @unchecked Sendable {
             if secret != nil {
                 // The hidden prompt holds the input line: a yes/no question now is declined
                 // rather than typed into the password.
-                requests(.answer(false))
+                sendAnswer(.answer(false))
             } else {
                 if question == nil { questionStash = takeLine() }
                 question = asked
@@ -1039,14 +1066,20 @@ final class TerminalEditor: @unchecked Sendable {
         var typed = String.UnicodeScalarView()
         typed.append(contentsOf: secret ?? [])
         secret = nil
-        requests(.secret(cancelled ? nil : String(typed)))
+        sendAnswer(.secret(cancelled ? nil : String(typed)))
         return endQuestion()
     }
 
     /// Ends the question with its answer.
     private func answer(_ yes: Bool) -> wchar_t {
-        requests(.answer(yes))
+        sendAnswer(.answer(yes))
         return endQuestion()
+    }
+
+    /// Hands an answer to the front end; the keys after it wait until it is handled.
+    private func sendAnswer(_ request: EditorRequest) {
+        answersSent += 1
+        requests(request)
     }
 
     /// Ends the question or the hidden prompt: the line comes back, and the prompt is drawn whole.

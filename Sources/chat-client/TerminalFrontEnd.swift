@@ -109,10 +109,12 @@ final class TerminalFrontEnd: ClientDisplay {
             let answer = pendingAnswer
             pendingAnswer = nil
             answer?(yes)
+            editor.answerHandled()
         case .secret(let secret):
             let answer = pendingSecret
             pendingSecret = nil
             answer?(secret)
+            editor.answerHandled()
         }
     }
 

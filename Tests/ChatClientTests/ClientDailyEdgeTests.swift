@@ -96,4 +96,69 @@ import TestSupport
         #expect(ann.lines.filter { $0.contains("topic: first topic") }.count == 1, "the first topic is shown once:\n\(ann.output)")
         #expect(ann.lines.filter { $0.contains("topic: second topic") }.count == 1, "the changed topic is shown once:\n\(ann.output)")
     }
+
+    // MARK: Keys typed ahead after the hidden prompt's Enter
+
+    /// The password, Enter and the start of the next line, arriving in one read: the password is
+    /// taken, and what follows it reaches the input line.
+    @Test func keysTypedAheadAfterTheHiddenPromptReachTheInputLine() async throws {
+        let server = try await ChatServerProcess()
+        defer { server.stop() }
+        try await TerminalTests.Accounts.registerAccount("erin", password: "s3cret-erin", port: server.port)
+        let home = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: home) }
+        let tmux = try await TmuxSession(try clientInTerminal(nick: "erin", port: server.port, home: home))
+        defer { tmux.stop() }
+        try await tmux.waitFor("-!- erin_ joined")
+        let bob = try await Peer(nick: "bob", port: server.port)
+        defer { bob.close() }
+        try await tmux.waitFor("-!- bob joined")
+
+        try await tmux.type("/login erin")
+        try await tmux.press("Enter")
+        try await tmux.waitFor("password for erin (not shown")
+        // One send-keys: the keys reach the client together, as fast typing over a slow link does.
+        try await tmux.press("s3cret-erin", "Enter", "hello there")
+        try await tmux.waitFor("logged in as erin")
+        try await tmux.waitForInput("hello there", prompt: TerminalTests.prompt)
+        try await tmux.press("Enter")
+        #expect(await bob.waitFor(TerminalTests.said("hello there", by: "erin")), "the typed-ahead line is said once Enter is pressed")
+        #expect(!bob.frames.contains { if case .message(_, _, _, _, let text) = $0 { text.contains("s3cret") } else { false } },
+                "the password is never said")
+    }
+
+    /// `/password`'s three answers and the next line typed ahead in one go: each answer goes to
+    /// its prompt, though the next prompt opens only once the client has taken the one before,
+    /// and the last keys reach the input line; nothing typed at a prompt is said.
+    @Test func answersTypedAheadGoToTheNextPromptsNotToTheRoom() async throws {
+        let server = try await ChatServerProcess()
+        defer { server.stop() }
+        let home = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: home) }
+        let tmux = try await TmuxSession(try clientInTerminal(nick: "erin", port: server.port, home: home))
+        defer { tmux.stop() }
+        try await tmux.waitFor("-!- erin joined")
+        let bob = try await Peer(nick: "bob", port: server.port)
+        defer { bob.close() }
+        try await tmux.waitFor("-!- bob joined")
+
+        try await tmux.type("/register")
+        try await tmux.press("Enter")
+        try await tmux.waitFor("password for erin (not shown")
+        try await tmux.press("old-pw", "Enter", "old-pw", "Enter", "next line")
+        try await tmux.waitFor("registered the account erin")
+        try await tmux.waitForInput("next line", prompt: TerminalTests.prompt)
+        try await tmux.press("C-u")
+
+        try await tmux.type("/password")
+        try await tmux.press("Enter")
+        try await tmux.waitFor("password for erin (not shown")
+        try await tmux.press("old-pw", "Enter", "new-pw", "Enter", "new-pw", "Enter", "after")
+        try await tmux.waitFor("the password of erin is changed")
+        try await tmux.waitForInput("after", prompt: TerminalTests.prompt)
+        try await tmux.press("Enter")
+        #expect(await bob.waitFor(TerminalTests.said("after", by: "erin")), "the line after the answers is said")
+        #expect(!bob.frames.contains { if case .message(_, _, _, _, let text) = $0 { text.contains("-pw") } else { false } },
+                "no password is said: \(bob.messages(from: "erin"))")
+    }
 }
