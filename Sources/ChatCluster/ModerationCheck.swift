@@ -246,6 +246,9 @@ public enum ModerationRefusal: String, Equatable, Sendable {
     case badMode = "BADMODE"
     /// The invitee is a member already.
     case alreadyMember = "ALREADYIN"
+    /// The room's admission state changed under every decision of a join
+    /// (`RoomLog.maxAdmissionAttempts`): not refused, to be tried again.
+    case contended = "CONTENDED"
 
     /// The refusal a node's decision on a join (`ClusterAdmission`) gives for `code`, the code a
     /// server on its own refuses with: the script answers with it as with its own.

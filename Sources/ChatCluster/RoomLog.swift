@@ -256,7 +256,8 @@ public final class RoomLog: @unchecked Sendable {
             // Kept only while the room is followed: the answer may come after an unfollow.
             if self.follows[join.room] != nil { self.admissionStates[join.room] = current }
             guard attempt < Self.maxAdmissionAttempts else {
-                return completion(.failure(.refused("the settings of #\(join.room) changed \(attempt) times while a join was decided")))
+                let reason = "the settings of #\(join.room) changed under \(attempt) decisions of your join; try again"
+                return completion(.failure(.refused(ModerationRefusal.contended.rawValue + " " + reason)))
             }
             self.append(join, decidedOn: current, attempt: attempt + 1, completion: completion)
         }, completion: completion)

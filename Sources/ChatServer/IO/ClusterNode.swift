@@ -824,6 +824,7 @@ extension ModerationRefusal {
         case .notLoggedIn: .notLoggedIn
         case .badMode: .invalidArgument
         case .alreadyMember: .alreadyInRoom
+        case .contended: .unavailable
         }
     }
 }
