@@ -31,6 +31,8 @@ enum EditorRequest: Sendable {
     case secret(String?)
     /// A note to show above the line.
     case note(String)
+    /// Tab was pressed: what it completes from, now (`TerminalEditor.setCompletionContext`).
+    case completionContext
 }
 
 /// The input line, edited by libedit through its native wide-character API (`histedit.h`) on a
@@ -76,6 +78,8 @@ final class TerminalEditor: @unchecked Sendable {
         var nicks: [String] = []
         var rooms: [String] = []
         var windows: [String] = []
+        /// How many completion contexts the front end has handed over.
+        var completionContexts = 0
         var maxLineBytes = 16_000
         var pasteInFlight = false
         var bell = false
@@ -86,6 +90,10 @@ final class TerminalEditor: @unchecked Sendable {
 
     private let lock = NSLock()
     private var mailbox = Mailbox()
+    /// Signalled when a completion context is handed over, for Tab, which waits for it. Taken
+    /// around `lock` by both sides, so that the signal cannot come between Tab's look at the
+    /// count and its wait.
+    private let completionContextArrived = NSCondition()
     private let wakeRead: Int32
     private let wakeWrite: Int32
     private let finished = DispatchSemaphore(value: 0)
@@ -245,13 +253,25 @@ final class TerminalEditor: @unchecked Sendable {
         }
     }
 
-    /// What Tab completes (nicks, rooms, the open windows' titles), the longest line, and whether
-    /// Ctrl-C should stop a paste.
-    func setContext(nicks: [String], rooms: [String], windows: [String], maxLineBytes: Int, pasteInFlight: Bool) {
+    /// What Tab completes: nicks, rooms and the open windows' titles, handed over when Tab asks
+    /// (`.completionContext`). Built then rather than with every frame: with hundreds of rooms the
+    /// lists cost more than the frame, and Tab waits for them rather than complete from lists a
+    /// burst of frames has left behind.
+    func setCompletionContext(nicks: [String], rooms: [String], windows: [String]) {
+        completionContextArrived.lock()
         lock.withLock {
             mailbox.nicks = nicks
             mailbox.rooms = rooms
             mailbox.windows = windows
+            mailbox.completionContexts += 1
+        }
+        completionContextArrived.broadcast()
+        completionContextArrived.unlock()
+    }
+
+    /// The longest line, and whether Ctrl-C should stop a paste.
+    func setLimits(maxLineBytes: Int, pasteInFlight: Bool) {
+        lock.withLock {
             mailbox.maxLineBytes = maxLineBytes
             mailbox.pasteInFlight = pasteInFlight
         }
@@ -636,9 +656,6 @@ final class TerminalEditor: @unchecked Sendable {
             recent = screen
             toPrint = []
         }
-        nicks = news.nicks
-        rooms = news.rooms
-        windows = news.windows
         maxLineBytes = news.maxLineBytes
         pasteInFlight = news.pasteInFlight
         // Taken with the prompts below in one snapshot: a prompt the answer opened is open
@@ -881,6 +898,7 @@ final class TerminalEditor: @unchecked Sendable {
     }
 
     private func complete() -> UInt8 {
+        updateCompletionContext()
         let (text, cursor) = line()
         var start = cursor
         while start > 0, !Self.isWhitespace(text[start - 1]) { start -= 1 }
@@ -897,6 +915,22 @@ final class TerminalEditor: @unchecked Sendable {
         }
         note(candidates.joined(separator: "  "))
         return UInt8(CC_NORM)
+    }
+
+    /// Asks the front end for what Tab completes now and waits for it, for half a second at most
+    /// (a front end stuck that long leaves the lists it last handed over).
+    private func updateCompletionContext() {
+        completionContextArrived.lock()
+        defer { completionContextArrived.unlock() }
+        let asked = lock.withLock { mailbox.completionContexts }
+        requests(.completionContext)
+        let deadline = Date(timeIntervalSinceNow: 0.5)
+        while lock.withLock({ mailbox.completionContexts }) == asked, completionContextArrived.wait(until: deadline) {}
+        lock.withLock {
+            nicks = mailbox.nicks
+            rooms = mailbox.rooms
+            windows = mailbox.windows
+        }
     }
 
     private func interrupt() -> UInt8 {

@@ -105,6 +105,10 @@ final class TerminalFrontEnd: ClientDisplay {
         // Notes about the line being typed (a completion list, "the line is full") are for the
         // moment, not the log.
         case .note(let text): show(.notice(time: ClientClock.now(), text: text), logged: false)
+        case .completionContext:
+            let session = driver?.session
+            editor.setCompletionContext(
+                nicks: session?.knownNicks ?? [], rooms: session?.knownRooms ?? [], windows: session?.windows.map(\.title) ?? [])
         case .answer(let yes):
             let answer = pendingAnswer
             pendingAnswer = nil
@@ -313,10 +317,12 @@ final class TerminalFrontEnd: ClientDisplay {
         // At once: the next line rendered must know our nick to highlight mentions of it.
         if let nick = driver?.session.nick { renderer.ownNick = nick }
         let current = driver?.session.currentWindow
-        // A window switch is drawn at once; the status line and Tab's context at most every
-        // `statusUpdateSpacing`, so a burst of frames (1,000 a second into a hidden window) does
-        // not build the status line of every window and post it to the editor for each one.
+        // A window switch is drawn at once; the status line at most every `statusUpdateSpacing`,
+        // so a burst of frames (1,000 a second into a hidden window) does not build the status
+        // line of every window and post it to the editor for each one. What Tab completes is
+        // built when Tab asks (`.completionContext`).
         if drawnWindow != .some(current) { drawWindow(resized: false) }
+        if let driver { editor.setLimits(maxLineBytes: driver.maxMessageBytes, pasteInFlight: driver.isSendingPaste) }
         guard !statusUpdateQueued else { return }
         statusUpdateQueued = true
         let earliest = lastStatusUpdate.map { $0 + Self.statusUpdateSpacing } ?? .now()
@@ -329,7 +335,7 @@ final class TerminalFrontEnd: ClientDisplay {
         }
     }
 
-    /// The status line, the prompt and what Tab completes, from the session as it is now.
+    /// The status line and the prompt, from the session as it is now.
     private func updateStatus() {
         guard active, let driver else { return }
         let session = driver.session
@@ -340,9 +346,6 @@ final class TerminalFrontEnd: ClientDisplay {
             session: session, columns: RawTerminal.size().columns - 1,
             scrolledBack: buffers[session.currentWindow]?.isScrolledBack ?? false)
         editor.setPrompt(status: status, window: session.isConnected ? "[\(window)] " : "[\(window) offline] ")
-        editor.setContext(
-            nicks: session.knownNicks, rooms: session.knownRooms, windows: session.windows.map(\.title),
-            maxLineBytes: driver.maxMessageBytes, pasteInFlight: driver.isSendingPaste)
     }
 
     func alert() {
