@@ -256,6 +256,36 @@ struct RoomModerationTests {
         #expect(banned == (last.hasPrefix("+") ? ["nick:carol"] : []), "Redis holds what the last change in the log says (\(last))")
     }
 
+    /// Joins pipelined from two nodes at once into a room with a member limit: each node decides
+    /// on the member count it last read, which the others' joins move under it; the script's
+    /// count range keeps the room at its limit — every join over it is refused `FULL`, none is
+    /// let in past it, and none gives up (`CONTENDED`).
+    @Test func joinsRacingFromTwoNodesStopAtTheMemberLimit() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        let a = try await Node("a", port: redis.port)
+        let b = try await Node("b", port: redis.port)
+        for node in [a, b] { _ = try await node.follow("r") }
+        _ = try await a.join("alice", "r", node: "a", admit("alice")).get()
+        _ = try await a.append(payload("mode"), change: .none, moderation: mode(4, true, "60", by: "alice"), to: "r").get()
+        // Each node reads the room's state with its first join, then decides the rest on it.
+        _ = try await a.join("a0", "r", node: "a", admit("a0")).get()
+        _ = try await b.join("b0", "r", node: "b", admit("b0")).get()
+        let outcomes = try await withThrowingTaskGroup(of: Result<AppendedEvent, ClusterError>.self) { group in
+            for index in 1...50 {
+                group.addTask { await a.join("a\(index)", "r", node: "a", admit("a\(index)")) }
+                group.addTask { await b.join("b\(index)", "r", node: "b", admit("b\(index)")) }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        let admitted = outcomes.filter { if case .success = $0 { true } else { false } }.count
+        let refusals = outcomes.compactMap(refusal)
+        #expect(admitted == 57, "alice, a0 and b0, then 57 more make the limit of 60")
+        #expect(refusals.count == 43 && refusals.allSatisfy { $0 == .full }, "every other join is refused FULL: \(Set(refusals))")
+        let members = try await a.directory { $0.members(of: "r", completion: $1) }
+        #expect(members.count == 60)
+    }
+
     /// Bans and unbans `nick:carol` in turn, `times` times, without waiting between them.
     private static func flip(_ node: Node, by: String, times: Int) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
