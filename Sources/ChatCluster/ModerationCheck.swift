@@ -247,7 +247,7 @@ public enum ModerationRefusal: String, Equatable, Sendable {
     /// The invitee is a member already.
     case alreadyMember = "ALREADYIN"
     /// The room's admission state changed under every decision of a join
-    /// (`RoomLog.maxAdmissionAttempts`): not refused, to be tried again.
+    /// (`RoomLog.open`'s `maxAdmissionAttempts`): not refused, to be tried again.
     case contended = "CONTENDED"
 
     /// The refusal a node's decision on a join (`ClusterAdmission`) gives for `code`, the code a

@@ -79,6 +79,10 @@ public final class RoomLog: @unchecked Sendable {
     private let scriptSHA: [UInt8]
     /// Most events kept per room (`XADD MAXLEN ~`).
     private let maxEvents: Int
+    /// The most decisions one join takes: a room whose admission state changes this many times
+    /// between a node's decision and its append is answered `CONTENDED` for now, rather than
+    /// tried for ever.
+    private let maxAdmissionAttempts: Int
     private var follows: [String: Follow] = [:]
     /// Each followed room's admission state as this node last read it: what its joins are
     /// decided by (`ClusterAdmission`). Read with the first join's answer, and again whenever the
@@ -177,23 +181,26 @@ public final class RoomLog: @unchecked Sendable {
         return {seq, ms, redis.call('ZCARD', KEYS[3])}
         """
 
-    private init(commands: RedisConnection, subscriber: RedisConnection, scriptSHA: [UInt8], maxEvents: Int) {
+    private init(commands: RedisConnection, subscriber: RedisConnection, scriptSHA: [UInt8], maxEvents: Int, maxAdmissionAttempts: Int) {
         self.commands = commands
         self.subscriber = subscriber
         self.scriptSHA = scriptSHA
         self.maxEvents = maxEvents
+        self.maxAdmissionAttempts = maxAdmissionAttempts
     }
 
     /// Loads the append script into Redis and returns the log, on the connections' queue. The
-    /// subscriber connection is used for nothing else from now on.
+    /// subscriber connection is used for nothing else from now on. `maxAdmissionAttempts`: the
+    /// most decisions one join takes before it is answered `CONTENDED`.
     public static func open(
-        commands: RedisConnection, subscriber: RedisConnection, maxEvents: Int = 10_000,
+        commands: RedisConnection, subscriber: RedisConnection, maxEvents: Int = 10_000, maxAdmissionAttempts: Int = 8,
         completion: @escaping (Result<RoomLog, ClusterError>) -> Void
     ) {
         commands.send("SCRIPT", "LOAD", appendScript) { reply in
             switch reply {
             case .success(.bulkString(let sha?)):
-                let log = RoomLog(commands: commands, subscriber: subscriber, scriptSHA: sha, maxEvents: maxEvents)
+                let log = RoomLog(
+                    commands: commands, subscriber: subscriber, scriptSHA: sha, maxEvents: maxEvents, maxAdmissionAttempts: maxAdmissionAttempts)
                 subscriber.onPush = { [weak log] value in log?.pushed(value) }
                 completion(.success(log))
             case .success(let other):
@@ -224,9 +231,6 @@ public final class RoomLog: @unchecked Sendable {
         send(to: room, payload: payload, change: change, moderation: moderation?.arguments ?? [], completion: completion)
     }
 
-    /// The most decisions one join takes: a room whose admission state changes this many times
-    /// between a node's decision and its append is refused for now, rather than tried for ever.
-    static let maxAdmissionAttempts = 8
 
     /// A join to append: its `joined` and what it is decided by.
     private struct Join {
@@ -255,7 +259,7 @@ public final class RoomLog: @unchecked Sendable {
         send(to: join.room, payload: join.payload, change: join.change, moderation: arguments, stale: { current in
             // Kept only while the room is followed: the answer may come after an unfollow.
             if self.follows[join.room] != nil { self.admissionStates[join.room] = current }
-            guard attempt < Self.maxAdmissionAttempts else {
+            guard attempt < self.maxAdmissionAttempts else {
                 let reason = "the settings of #\(join.room) changed under \(attempt) decisions of your join; try again"
                 return completion(.failure(.refused(ModerationRefusal.contended.rawValue + " " + reason)))
             }

@@ -15,14 +15,18 @@ final class Node: @unchecked Sendable {
     /// Touched only on `queue`.
     private var delivered: [String: [LoggedEvent]] = [:]
 
-    init(_ name: String, port: Int) async throws {
+    init(_ name: String, port: Int, maxAdmissionAttempts: Int = 8) async throws {
         let queue = DispatchQueue(label: "node-\(name)")
         self.queue = queue
         let commands = try await Self.connect(port: port, queue: queue)
         let subscriber = try await Self.connect(port: port, queue: queue)
         self.commands = commands
         log = try await withCheckedThrowingContinuation { continuation in
-            queue.async { RoomLog.open(commands: commands, subscriber: subscriber) { continuation.resume(with: $0) } }
+            queue.async {
+                RoomLog.open(commands: commands, subscriber: subscriber, maxAdmissionAttempts: maxAdmissionAttempts) {
+                    continuation.resume(with: $0)
+                }
+            }
         }
         queue.sync { log.onEvent = { [self] room, event in delivered[room, default: []].append(event) } }
     }

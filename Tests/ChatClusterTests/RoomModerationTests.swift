@@ -256,6 +256,20 @@ struct RoomModerationTests {
         #expect(banned == (last.hasPrefix("+") ? ["nick:carol"] : []), "Redis holds what the last change in the log says (\(last))")
     }
 
+    /// A join answered `STALE` as often as the node decides (`maxAdmissionAttempts`) is answered
+    /// `CONTENDED`, to try again, and appends nothing; given one more decision, it gets in.
+    @Test func aJoinStaleUnderEveryDecisionIsAnsweredContendedAndAppendsNothing() async throws {
+        let redis = try await RedisServerProcess()
+        defer { redis.stop() }
+        // A node that has read nothing decides on a version that never holds: one decision is stale.
+        let a = try await Node("a", port: redis.port, maxAdmissionAttempts: 1)
+        #expect(refusal(await a.join("alice", "r", node: "a", admit("alice"))) == .contended)
+        #expect(try await a.directory { $0.members(of: "r", completion: $1) }.isEmpty, "nothing appended")
+        let b = try await Node("b", port: redis.port, maxAdmissionAttempts: 2)
+        _ = try await b.join("alice", "r", node: "b", admit("alice")).get()
+        #expect(try await b.directory { $0.members(of: "r", completion: $1) } == ["alice"])
+    }
+
     /// Joins pipelined from two nodes at once into a room with a member limit: each node decides
     /// on the member count it last read, which the others' joins move under it; the script's
     /// count range keeps the room at its limit — every join over it is refused `FULL`, none is
