@@ -82,13 +82,7 @@ public enum DataDirectoryCopy {
 
     /// The names in `directory` (not `.` and `..`).
     static func entries(of directory: String) throws(StorageError) -> [String] {
-        guard let handle = opendir(directory) else { throw StorageError("cannot read \(directory): \(errnoText())") }
-        defer { closedir(handle) }
-        var names: [String] = []
-        while let entry = readdir(handle) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != ".", name != ".." { names.append(name) }
-        }
+        guard let names = DirectoryEntries.names(in: directory) else { throw StorageError("cannot read \(directory): \(errnoText())") }
         return names
     }
 

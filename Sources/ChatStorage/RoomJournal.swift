@@ -114,11 +114,8 @@ public final class RoomJournal: @unchecked Sendable {
 
     /// The numbers of the journal files in `directory`, in order; empty if it cannot be read.
     public static func files(in directory: String) -> [UInt64] {
-        guard let handle = opendir(directory) else { return [] }
-        defer { closedir(handle) }
         var numbers: [UInt64] = []
-        while let entry = readdir(handle) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        for name in DirectoryEntries.names(in: directory) ?? [] {
             guard name.hasPrefix("journal-"), name.hasSuffix(".log") else { continue }
             if let number = UInt64(name.dropFirst("journal-".count).dropLast(".log".count)) { numbers.append(number) }
         }

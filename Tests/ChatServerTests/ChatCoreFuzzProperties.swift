@@ -224,13 +224,7 @@ enum FuzzStore {
         roomStore?.close()
         guard case .sqlite(let store) = self else { return }
         let path = store.directory.path
-        if let directory = opendir(path) {
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-                if name != ".", name != ".." { unlink(path + "/" + name) }
-            }
-            closedir(directory)
-        }
+        for name in DirectoryEntries.names(in: path) ?? [] { unlink(path + "/" + name) }
         rmdir(path)
     }
 }

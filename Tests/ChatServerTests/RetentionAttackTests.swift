@@ -11,13 +11,10 @@ import Testing
 
 /// The size of each file directly in `path` (apparent sizes), by name; empty if it cannot be read.
 func directoryFiles(_ path: String) -> [String: Int] {
-    guard let directory = opendir(path) else { return [:] }
-    defer { closedir(directory) }
     var sizes: [String: Int] = [:]
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    for name in DirectoryEntries.names(in: path) ?? [] {
         var info = stat()
-        if name != ".", name != "..", stat(path + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG {
+        if stat(path + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG {
             sizes[name] = Int(info.st_size)
         }
     }

@@ -53,7 +53,11 @@ final class TestPKI {
     private static func removeTree(_ path: String) {
         if let entries = opendir(path) {
             while let entry = readdir(entries) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+                // Read in place: a copy of `d_name` reads 256 bytes, past a short last entry
+                // (ChatStorage's DirectoryEntries says more).
+                let name = withUnsafePointer(to: &entry.pointee.d_name) { field in
+                    field.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+                }
                 guard name != "." && name != ".." else { continue }
                 if Int32(entry.pointee.d_type) == DT_DIR {
                     removeTree("\(path)/\(name)")

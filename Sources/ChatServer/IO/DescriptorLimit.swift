@@ -1,3 +1,4 @@
+import ChatStorage
 import Glibc
 
 /// The process's limit on open descriptors (`RLIMIT_NOFILE`), which caps how many clients a
@@ -30,28 +31,17 @@ extension DescriptorLimit {
     /// How many descriptors the process has open (entries of /proc/self/fd, less the one
     /// reading it), or nil where that directory does not exist.
     public static func openDescriptorCount() -> Int? {
-        guard let directory = opendir("/proc/self/fd") else { return nil }
-        defer { closedir(directory) }
-        var count = 0
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { $0.first ?? 0 }
-            if name != UInt8(ascii: ".") { count += 1 }
-        }
-        return count - 1
+        DirectoryEntries.names(in: "/proc/self/fd").map { $0.count - 1 }
     }
 
     /// How many sockets the process has open (entries of /proc/self/fd that link to `socket:`), or
     /// nil where that directory does not exist. A server that has shut down should have none.
     public static func openSocketCount() -> Int? {
-        guard let directory = opendir("/proc/self/fd") else { return nil }
-        defer { closedir(directory) }
+        guard let names = DirectoryEntries.names(in: "/proc/self/fd") else { return nil }
         var count = 0
         var target = [CChar](repeating: 0, count: 64)
-        while let entry = readdir(directory) {
-            let path = withUnsafeBytes(of: entry.pointee.d_name) { name in
-                "/proc/self/fd/" + String(decoding: name.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            let length = readlink(path, &target, target.count - 1)
+        for name in names {
+            let length = readlink("/proc/self/fd/" + name, &target, target.count - 1)
             guard length > 0 else { continue }
             let link = String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
             if link.hasPrefix("socket:") { count += 1 }

@@ -1,3 +1,4 @@
+import ChatStorage
 import Glibc
 
 /// The process's CPU time, memory and descriptors, read from `/proc/self` when asked (at scrape
@@ -39,14 +40,7 @@ public struct ProcessStatistics: Sendable, Equatable {
 
     /// Entries of `/proc/self/fd`, less the one `opendir` itself holds.
     private static func countDescriptors() -> Int {
-        guard let directory = opendir("/proc/self/fd") else { return 0 }
-        defer { closedir(directory) }
-        var count = 0
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { $0.first }
-            if name != UInt8(ascii: ".") { count += 1 }
-        }
-        return max(0, count - 1)
+        max(0, (DirectoryEntries.names(in: "/proc/self/fd")?.count ?? 1) - 1)
     }
 
     /// The system's boot time, seconds since the epoch (`btime` in `/proc/stat`).
