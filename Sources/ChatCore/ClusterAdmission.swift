@@ -64,7 +64,7 @@ package struct ClusterAdmissionState: Sendable, Equatable {
 
 /// A node's decision on a join, against a `ClusterAdmissionState`: the append script carries it
 /// out while the state's version holds and the member count is within `counts`.
-package struct ClusterAdmission: Sendable, Equatable {
+package struct ClusterAdmission: Sendable {
     /// Why the joiner is refused (the code a server on its own gives, and the text); nil when it
     /// is admitted.
     package var refusal: (code: ErrorCode, reason: String)?
@@ -86,31 +86,29 @@ package struct ClusterAdmission: Sendable, Equatable {
         let settings = state.settings
         let joiner = RoomActor(nick: nick, account: account.isEmpty ? nil : account, address: address, isServerOperator: admin)
         let invited = state.invitations[inviteKey].map { $0 > state.time } ?? false
-        // The member counts each rule read hold the decision: the limit (where it was applied)
-        // and an empty room (who creates an unregistered one is its op).
-        let accountPasses = joiner.account.map { $0 == settings.founder || settings.accountRoles[$0] != nil } ?? false
-        let limitApplies = !admin && !accountPasses && !invited && settings.memberLimit > 0
+        func admission(memberCount: Int, invited: Bool) -> RoomRefusal? {
+            RoomRules.admission(
+                of: joiner, to: room, settings: settings, memberCount: memberCount, invited: invited, key: key.isEmpty ? nil : key,
+                keyThrottle: nil)
+        }
+        // The member counts the decision holds for: an empty room (whoever creates an unregistered
+        // one is its op), and the member limit where the rules apply it to this joiner. Which
+        // rules apply is asked of them (at the limit, without the invitation), not worked out
+        // again here.
         var counts = 0...Int.max
         if settings.founder == nil { counts = state.memberCount == 0 ? 0...0 : 1...Int.max }
-        if let refusal = RoomRules.admission(
-            of: joiner, to: room, settings: settings, memberCount: state.memberCount, invited: invited, key: key.isEmpty ? nil : key,
-            keyThrottle: nil)
-        {
+        if let refusal = admission(memberCount: state.memberCount, invited: invited) {
             if refusal.code == .roomFull { counts = settings.memberLimit...Int.max }
             return ClusterAdmission(refusal: refusal, role: "", counts: counts, reliesOnInvitation: false)
         }
-        if limitApplies, counts.upperBound >= settings.memberLimit {
+        if settings.memberLimit > 0, admission(memberCount: settings.memberLimit, invited: invited)?.code == .roomFull,
+            counts.upperBound >= settings.memberLimit
+        {
             counts = counts.lowerBound...max(counts.lowerBound, settings.memberLimit - 1)
         }
         let roles = RoomRules.rolesOnJoining(joiner, settings: settings, creates: state.memberCount == 0 && settings.founder == nil)
         return ClusterAdmission(
             refusal: nil, role: (roles.op ? "o" : "") + (roles.voice ? "v" : ""), counts: counts,
-            reliesOnInvitation: invited && !admin && !accountPasses)
-    }
-
-    /// Equal when they decide alike.
-    package static func == (left: ClusterAdmission, right: ClusterAdmission) -> Bool {
-        left.refusal?.code == right.refusal?.code && left.refusal?.reason == right.refusal?.reason && left.role == right.role
-            && left.counts == right.counts && left.reliesOnInvitation == right.reliesOnInvitation
+            reliesOnInvitation: invited && admission(memberCount: state.memberCount, invited: false) != nil)
     }
 }
