@@ -318,12 +318,14 @@ struct AccountAttackTests {
     // MARK: Helpers
 
     /// The codes of the answers to `count` wrong logins at `account`, pipelined behind a version
-    /// 3 `hello` from `source`.
-    static func loginAnswers(_ server: ChatServerProcess, from source: String, account: String, count: Int) async -> [ErrorCode?] {
+    /// 3 `hello` from `source`; the passwords are `password` followed by a number.
+    static func loginAnswers(
+        _ server: ChatServerProcess, from source: String, account: String, count: Int, password: String = "wrong "
+    ) async -> [ErrorCode?] {
         guard let socket = try? BlockingSocket(port: server.port, source: source) else { return [] }
         defer { socket.close() }
         let nick = "g" + source.split(separator: ".").suffix(2).joined(separator: "x")
-        await socket.send([.hello(version: 3, nick: nick, password: nil)] + (0..<count).map { Frame.login(account: account, password: "wrong \($0)") })
+        await socket.send([.hello(version: 3, nick: nick, password: nil)] + (0..<count).map { Frame.login(account: account, password: password + "\($0)") })
         var codes: [ErrorCode?] = []
         for _ in 0..<count { codes.append(await errorCode(from: socket)) }
         return codes

@@ -22,18 +22,11 @@ struct LoginLogTests {
         #expect(try await registration(of: owner) == .registered(account: "victim"))
         owner.close()
 
-        let guesser = try BlockingSocket(port: server.port, source: "127.0.0.2")
-        defer { guesser.close() }
         // Six guesses at one account: five checked, the sixth past the account's window from this address.
-        let guesses = (1...6).map { Frame.login(account: "Victim", password: "secret-guess-\($0)") }
-        await guesser.send([.hello(version: 3, nick: "guesser", password: nil)] + guesses)
-        var answers: [ErrorCode?] = []
-        for _ in guesses { answers.append(await errorCode(from: guesser)) }
+        let answers = await AccountAttackTests.loginAnswers(server, from: "127.0.0.2", account: "Victim", count: 6, password: "secret-guess-")
         #expect(answers == Array(repeating: .authenticationFailed, count: 5) + [.throttled], "the client's answers are unchanged")
-        let prober = try BlockingSocket(port: server.port, source: "127.0.0.3")
-        defer { prober.close() }
-        await prober.send([.hello(version: 3, nick: "prober", password: nil), .login(account: "nobody", password: "secret-guess-7")])
-        #expect(await errorCode(from: prober) == .authenticationFailed, "a name without an account is answered as a wrong password is")
+        let probe = await AccountAttackTests.loginAnswers(server, from: "127.0.0.3", account: "nobody", count: 1, password: "secret-guess-")
+        #expect(probe == [.authenticationFailed], "a name without an account is answered as a wrong password is")
 
         #expect(await server.child.waitForOutput("login.account=nobody", timeout: .seconds(10)), "\(mode): \(server.child.output)")
         let lines = server.child.lines
